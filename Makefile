@@ -1,0 +1,115 @@
+# Corral: `make` builds everything into build/; `make check` installs what it
+# needs, builds and runs every test; `make demo` shows it working.
+# SAN=1 builds into build-san/ with AddressSanitizer and UBSan.
+
+CC ?= gcc
+SAN ?= 0
+ifeq ($(SAN),1)
+B := build-san
+SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT := -O1
+else
+B := build
+SANFLAGS :=
+OPT := -O2
+endif
+
+PKGS := libmicrohttpd jansson libseccomp libarchive libcurl
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+WARN := -Wall -Wextra -Werror -Wformat=2 -Wshadow -Wpointer-arith -Wcast-align \
+        -Wstrict-prototypes -Wmissing-prototypes -Wvla -Wno-unused-parameter -Wno-format-truncation \
+        -Werror=implicit-function-declaration -Werror=return-type
+CFLAGS += -std=gnu11 $(OPT) -g $(WARN) -D_GNU_SOURCE -fstack-protector-strong \
+          -fno-strict-aliasing $(SANFLAGS) $(PKG_CFLAGS) -MMD -MP
+LDFLAGS += $(SANFLAGS)
+LDLIBS += $(PKG_LIBS)
+
+LIB_SRC := $(wildcard lib/util/*.c lib/core/*.c lib/api/*.c lib/client/*.c \
+                      lib/backend/*/*.c)
+LIB_OBJ := $(LIB_SRC:%.c=$(B)/obj/%.o)
+LIB := $(B)/libcorral.a
+
+CORRALD_SRC := $(wildcard src/corrald/*.c)
+CORRAL_SRC := $(wildcard src/corral/*.c)
+SPAWNER_SRC := $(wildcard src/corral-spawner/*.c)
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
+
+BINS := $(B)/corrald $(B)/corral $(B)/corral-spawner $(B)/corral-probe
+
+.PHONY: all clean check check-unit check-integration check-san check-style deps images \
+        demo bench leakcheck fuzz
+all: $(BINS) $(UNIT_BIN)
+
+$(B)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(LIB): $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(B)/corrald: $(CORRALD_SRC:%.c=$(B)/obj/%.o) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(B)/corral: $(CORRAL_SRC:%.c=$(B)/obj/%.o) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lpthread -lm
+$(B)/corral-spawner: $(SPAWNER_SRC:%.c=$(B)/obj/%.o) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# The probe runs inside sandboxes, which may have no libc: always static,
+# never sanitized.
+$(B)/corral-probe: tests/probe/probe.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -static -o $@ $<
+
+$(B)/tests/test_%: tests/unit/test_%.c tests/unit/tap.h $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
+deps:
+	scripts/install-deps.sh
+
+images: $(BINS)
+	scripts/build-debian-image.sh build/images
+
+check-unit: $(UNIT_BIN)
+	tests/run-unit.sh $(B)
+
+check-integration: $(BINS)
+	tests/run-integration.sh $(B)
+
+check-style:
+	scripts/check-style.sh
+
+leakcheck:
+	tests/leakcheck.sh
+
+check: deps
+	$(MAKE) all
+	$(MAKE) check-style
+	$(MAKE) images
+	$(MAKE) check-unit
+	$(MAKE) check-integration
+	$(MAKE) leakcheck
+	$(MAKE) SAN=1 all
+	$(MAKE) SAN=1 check-unit
+	$(MAKE) SAN=1 check-integration
+	$(MAKE) leakcheck
+	$(MAKE) fuzz
+
+demo: deps
+	$(MAKE) all
+	scripts/demo.sh
+
+bench: $(BINS)
+	$(B)/corral bench --start-daemon
+
+fuzz:
+	tests/fuzz/run.sh
+
+clean:
+	rm -rf build build-san
+
+-include $(shell find $(B)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,875 @@
+/* The container backend, corrald's side: cgroups, network namespaces and
+ * stdio pipes are made here; everything that enters a sandbox's namespaces
+ * is asked of a spawner (spawn_proto.h).  See docs/architecture.md. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../core/backend.h"
+#include "../../core/host.h"
+#include "../../core/sandbox.h"
+#include "../../util/cleanup.h"
+#include "../../util/fdio.h"
+#include "../../util/log.h"
+#include "spawn_proto.h"
+
+#define MAX_SPAWNERS 16
+
+enum pending_kind { P_CREATE, P_SPAWN, P_OPEN, P_TAR };
+
+struct pending {
+    uint64_t id;
+    enum pending_kind kind;
+    struct crl_sandbox *sb;
+    void *obj; /* crl_proc, crl_open_req or crl_tar_req */
+    struct pending *next;
+};
+
+/* A process of ours that a spawner will report the exit of. */
+struct running {
+    pid_t pid;
+    enum pending_kind kind; /* P_SPAWN or P_TAR */
+    struct crl_sandbox *sb;
+    void *obj;
+    struct running *next;
+};
+
+struct spawner {
+    struct ctr_state *st;
+    unsigned idx;
+    pid_t pid;
+    int sock;
+    struct crl_watch w;
+    unsigned inflight;
+    struct pending *pending;
+    struct running *running;
+};
+
+struct ctr_state {
+    struct crl_host *host;
+    struct spawner sp[MAX_SPAWNERS];
+    unsigned n_sp;
+    uint64_t next_id;
+    char spawner_path[PATH_MAX];
+    char workdir[PATH_MAX];
+    char *msg;
+};
+
+struct ctr_sandbox {
+    struct crl_cgroup *cg;
+    int netns_fd;
+    int pidfd;
+    pid_t pid;
+    int root_fd;
+    int tmpfs_fd;
+    unsigned spawner;
+    struct crl_watch w_init;
+    bool init_dead;
+    bool releasing;
+    unsigned drain_tries;
+    struct crl_timer drain_timer;
+};
+
+struct ctr_proc {
+    char leaf[24];
+    unsigned spawner;
+};
+
+static struct ctr_state *g_state; /* one container backend per host process */
+
+static int start_spawner(struct ctr_state *st, unsigned i, struct crl_err *err);
+
+/* ---- requests ---- */
+
+static struct spawner *pick_spawner(struct ctr_state *st)
+{
+    struct spawner *best = NULL;
+    for (unsigned i = 0; i < st->n_sp; i++)
+        if (st->sp[i].sock >= 0 && (!best || st->sp[i].inflight < best->inflight))
+            best = &st->sp[i];
+    return best;
+}
+
+static int send_req(struct spawner *s, struct crl_spawn_req *rq, size_t len, const int *fds,
+                    int nfds, enum pending_kind kind, struct crl_sandbox *sb, void *obj,
+                    struct crl_err *err)
+{
+    struct pending *p = malloc(sizeof(*p));
+    if (!p)
+        return crl_err_sys(err, ENOMEM, "spawner request");
+    rq->id = ++s->st->next_id;
+    rq->nfds = (uint32_t)nfds;
+    if (crl_send_fds(s->sock, rq, len, fds, nfds) < 0) {
+        int e = errno;
+        free(p);
+        crl_log_syscall(sb ? sb->id : NULL, e, "sendmsg(spawner %u)", s->idx);
+        return crl_err_sys(err, e, "talking to the spawner");
+    }
+    p->id = rq->id;
+    p->kind = kind;
+    p->sb = sb;
+    p->obj = obj;
+    /* append: replies mostly come in order */
+    struct pending **pp = &s->pending;
+    while (*pp)
+        pp = &(*pp)->next;
+    p->next = NULL;
+    *pp = p;
+    s->inflight++;
+    return 0;
+}
+
+static struct pending *take_pending(struct spawner *s, uint64_t id)
+{
+    for (struct pending **pp = &s->pending; *pp; pp = &(*pp)->next)
+        if ((*pp)->id == id) {
+            struct pending *p = *pp;
+            *pp = p->next;
+            s->inflight--;
+            return p;
+        }
+    return NULL;
+}
+
+static void add_running(struct spawner *s, pid_t pid, enum pending_kind kind,
+                        struct crl_sandbox *sb, void *obj)
+{
+    struct running *r = malloc(sizeof(*r));
+    if (!r) {
+        crl_error(sb->id, "out of memory tracking pid %d", pid);
+        return;
+    }
+    *r = (struct running){.pid = pid, .kind = kind, .sb = sb, .obj = obj, .next = s->running};
+    s->running = r;
+}
+
+static struct running *take_running(struct spawner *s, pid_t pid)
+{
+    for (struct running **pp = &s->running; *pp; pp = &(*pp)->next)
+        if ((*pp)->pid == pid) {
+            struct running *r = *pp;
+            *pp = r->next;
+            return r;
+        }
+    return NULL;
+}
+
+/* A spawner's errno and step, as the API error a user can act on. */
+static void spawn_error(const struct crl_spawn_reply *r, const char *what, struct crl_err *err)
+{
+    const char *step = crl_spawn_step_name(r->step);
+    if (r->step == CRL_STEP_EXEC && r->err == ENOENT)
+        crl_err_set(err, CRL_E_NOT_FOUND, "%s: executable not found in the sandbox", what);
+    else if (r->step == CRL_STEP_EXEC && (r->err == EACCES || r->err == ENOEXEC))
+        crl_err_set(err, CRL_E_INVALID, "%s: cannot be executed: %s", what, strerror(r->err));
+    else if (r->step == CRL_STEP_CWD)
+        crl_err_set(err, r->err == ENOENT ? CRL_E_NOT_FOUND : CRL_E_INVALID,
+                    "working directory %s: %s", what, strerror(r->err));
+    else if (r->step == CRL_STEP_OPEN && r->err == ENOENT)
+        crl_err_set(err, CRL_E_NOT_FOUND, "%s: no such file or directory in the sandbox", what);
+    else if (r->step == CRL_STEP_OPEN && r->err == EINVAL)
+        crl_err_set(err, CRL_E_INVALID, "%s: not a regular file or directory", what);
+    else if (r->step == CRL_STEP_OPEN && (r->err == EISDIR || r->err == ENOTDIR ||
+                                          r->err == ELOOP || r->err == EXDEV))
+        crl_err_set(err, CRL_E_INVALID, "%s: %s", what, strerror(r->err));
+    else if (r->step == CRL_STEP_OPEN && (r->err == EACCES || r->err == EPERM || r->err == EROFS))
+        crl_err_set(err, CRL_E_FORBIDDEN, "%s: %s", what, strerror(r->err));
+    else if (r->err == ENOSPC || r->err == EDQUOT)
+        crl_err_set(err, CRL_E_NO_SPACE, "%s: the sandbox's disk is full", what);
+    else
+        crl_err_sys(err, r->err, "%s: %s%s%s", what, step, r->msg[0] ? ": " : "", r->msg);
+}
+
+/* ---- sandbox teardown ---- */
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0) {
+        close(*fd);
+        *fd = -1;
+    }
+}
+
+/* Give back what corrald holds for a sandbox whose processes are all gone. */
+static void release(struct crl_sandbox *sb, bool completed)
+{
+    struct ctr_sandbox *c = sb->priv;
+    struct crl_host *h = sb->host;
+    crl_timer_stop(h->loop, &c->drain_timer);
+    crl_watch_stop(h->loop, &c->w_init);
+    struct crl_err err = CRL_ERR_INIT;
+    if (c->cg && crl_cgroup_release(c->cg, false, &err) < 0)
+        crl_warn(sb->id, "%s", err.msg);
+    c->cg = NULL;
+    if (c->netns_fd >= 0) {
+        crl_netns_put(h->netns, c->netns_fd);
+        c->netns_fd = -1;
+    }
+    close_fd(&c->pidfd);
+    close_fd(&c->root_fd);
+    close_fd(&c->tmpfs_fd);
+    free(c);
+    sb->priv = NULL;
+    if (completed)
+        crl_sandbox_destroyed(sb);
+}
+
+/* Once init is gone, wait for the cgroup to empty (helpers outside the pid
+ * namespace, zombies the spawner has yet to reap), then release. */
+static void drain(struct crl_timer *t)
+{
+    struct crl_sandbox *sb = t->data;
+    struct ctr_sandbox *c = sb->priv;
+    int n = c->cg ? crl_cgroup_count(c->cg, NULL) : 0;
+    if (n > 0 && c->drain_tries++ < 5000) {
+        if (c->drain_tries % 500 == 1)
+            crl_cgroup_kill_all(c->cg, NULL);
+        crl_timer_start(sb->host->loop, &c->drain_timer, 1000000, drain, sb);
+        return;
+    }
+    if (n > 0)
+        crl_warn(sb->id, "%d process(es) still in the cgroup after 5s; left for reconcile", n);
+    release(sb, true);
+}
+
+static void init_exited(struct crl_watch *w, uint32_t ev)
+{
+    struct crl_sandbox *sb = w->data;
+    struct ctr_sandbox *c = sb->priv;
+    crl_watch_stop(sb->host->loop, w);
+    c->init_dead = true;
+    if (!c->releasing) {
+        /* Nobody asked: the sandbox failed.  Its init never exits on its
+         * own, so the spawner died or something killed it from outside. */
+        crl_sandbox_failed(sb, "init_exited", "the sandbox's init process (pid %d) died", c->pid);
+        return;
+    }
+    /* Helpers that are not in the sandbox's pid namespace (tar) die too. */
+    if (c->cg)
+        crl_cgroup_kill_all(c->cg, NULL);
+    c->drain_tries = 0;
+    drain(&c->drain_timer);
+}
+
+static void ctr_destroy(struct crl_sandbox *sb)
+{
+    struct ctr_sandbox *c = sb->priv;
+    if (!c) {
+        crl_sandbox_destroyed(sb);
+        return;
+    }
+    c->releasing = true;
+    c->drain_timer.data = sb;
+    if (c->init_dead) {
+        if (c->cg)
+            crl_cgroup_kill_all(c->cg, NULL);
+        drain(&c->drain_timer);
+        return;
+    }
+    /* Killing a pid namespace's init kills everything in it. */
+    if (syscall(SYS_pidfd_send_signal, c->pidfd, SIGKILL, NULL, 0) < 0 && errno != ESRCH)
+        crl_log_syscall(sb->id, errno, "pidfd_send_signal(init %d, SIGKILL)", c->pid);
+}
+
+/* ---- create ---- */
+
+static void create_done(struct crl_sandbox *sb, const struct crl_spawn_reply *r, int *fds,
+                        int nfds)
+{
+    struct ctr_sandbox *c = sb->priv;
+    struct crl_err err = CRL_ERR_INIT;
+    if (r->err || nfds != 3) {
+        for (int i = 0; i < nfds; i++)
+            close(fds[i]);
+        if (r->err)
+            spawn_error(r, "building the sandbox", &err);
+        else
+            crl_err_set(&err, CRL_E_INTERNAL, "building the sandbox: spawner sent %d fds", nfds);
+        /* The spawner killed what it started; take our part back.  A cgroup
+         * that just held a dying init may still be draining: kill and wait. */
+        if (c->cg) {
+            crl_cgroup_kill_all(c->cg, NULL);
+            for (int i = 0; i < 1000 && crl_cgroup_count(c->cg, NULL) > 0; i++) {
+                struct timespec ts = {0, 1000000};
+                nanosleep(&ts, NULL);
+            }
+        }
+        release(sb, false);
+        crl_sandbox_created(sb, &err);
+        return;
+    }
+    c->pidfd = fds[0];
+    c->root_fd = fds[1];
+    c->tmpfs_fd = fds[2];
+    c->pid = r->pid;
+    crl_watch_start(sb->host->loop, &c->w_init, c->pidfd, EPOLLIN, init_exited, sb);
+    crl_sandbox_created(sb, NULL);
+}
+
+static int ctr_create(struct crl_sandbox *sb, struct crl_err *err)
+{
+    struct ctr_state *st = g_state;
+    struct crl_host *h = sb->host;
+    struct ctr_sandbox *c = calloc(1, sizeof(*c));
+    if (!c)
+        return crl_err_sys(err, ENOMEM, "sandbox");
+    c->netns_fd = c->pidfd = c->root_fd = c->tmpfs_fd = -1;
+    sb->priv = c;
+    char name[32];
+    snprintf(name, sizeof(name), "s%u", sb->slot);
+    struct crl_cgroup_limits lim = {.memory_bytes = (uint64_t)sb->spec.memory_mb << 20,
+                                    .pids = sb->spec.pids,
+                                    .cpus = sb->spec.cpus};
+    int fds[3 + CRL_CGROUP_MAX_FDS];
+    int ncg = 0;
+    struct spawner *s = pick_spawner(st);
+    if (!s) {
+        crl_err_set(err, CRL_E_UNAVAILABLE, "no container spawner is running");
+        goto fail;
+    }
+    if (crl_cgroup_create(h->cgroups, name, &lim, &c->cg, err) < 0)
+        goto fail;
+    if ((c->netns_fd = crl_netns_get(h->netns, err)) < 0)
+        goto fail;
+    if (crl_cgroup_attach_fds(c->cg, crl_cgroup_mgr_version(h->cgroups) == CRL_CGROUP_V2 ? "init" : ".",
+                              fds + 2, &ncg, err) < 0)
+        goto fail;
+    fds[0] = sb->image->rootfs_fd;
+    fds[1] = c->netns_fd;
+    struct crl_spawn_req rq = {.op = CRL_SPAWN_CREATE};
+    rq.u.create.uid_base = h->cfg.uid_base + sb->slot * 65536u;
+    rq.u.create.id_count = 65536;
+    rq.u.create.disk_mb = sb->spec.disk_mb;
+    rq.u.create.n_cgroup_fds = (uint32_t)ncg;
+    snprintf(rq.u.create.hostname, sizeof(rq.u.create.hostname), "%s", sb->id);
+    snprintf(rq.u.create.workdir, sizeof(rq.u.create.workdir), "%s", st->workdir);
+    int r = send_req(s, &rq, sizeof(rq), fds, 2 + ncg, P_CREATE, sb, NULL, err);
+    for (int i = 0; i < ncg; i++)
+        close(fds[2 + i]);
+    if (r < 0)
+        goto fail;
+    c->spawner = s->idx;
+    return 0;
+fail:
+    release(sb, false);
+    return -1;
+}
+
+/* ---- processes ---- */
+
+static int pipe_pair(int *ours, int *theirs, bool ours_writes, struct crl_err *err)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0)
+        return crl_err_sys(err, errno, "pipe");
+    *ours = ours_writes ? p[1] : p[0];
+    *theirs = ours_writes ? p[0] : p[1];
+    return 0;
+}
+
+/* Pack strings one after another, NUL-terminated, into the request. */
+static size_t pack(char *dst, size_t off, size_t cap, const char *s)
+{
+    size_t n = strlen(s) + 1;
+    if (off + n > cap)
+        return (size_t)-1;
+    memcpy(dst + off, s, n);
+    return off + n;
+}
+
+static void spawn_failed_cleanup(struct crl_proc *p, struct ctr_proc *cp, struct ctr_sandbox *c)
+{
+    close_fd(&p->in_fd);
+    close_fd(&p->out_fd);
+    close_fd(&p->err_fd);
+    if (c && c->cg)
+        crl_cgroup_remove_leaf(c->cg, cp->leaf);
+}
+
+static int ctr_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *err)
+{
+    struct ctr_state *st = g_state;
+    struct ctr_sandbox *c = sb->priv;
+    struct ctr_proc *cp = calloc(1, sizeof(*cp));
+    if (!cp)
+        return crl_err_sys(err, ENOMEM, "process");
+    p->priv = cp;
+    snprintf(cp->leaf, sizeof(cp->leaf), "e%llu", (unsigned long long)p->seq);
+    int fds[4 + CRL_CGROUP_MAX_FDS] = {-1, -1, -1, -1};
+    int ncg = 0;
+    struct spawner *s = pick_spawner(st);
+    if (!s) {
+        crl_err_set(err, CRL_E_UNAVAILABLE, "no container spawner is running");
+        goto fail;
+    }
+    if (pipe_pair(&p->in_fd, &fds[1], true, err) < 0 ||
+        pipe_pair(&p->out_fd, &fds[2], false, err) < 0 ||
+        pipe_pair(&p->err_fd, &fds[3], false, err) < 0)
+        goto fail;
+    if (crl_cgroup_attach_fds(c->cg, cp->leaf, fds + 4, &ncg, err) < 0)
+        goto fail;
+    fds[0] = c->pidfd;
+    struct crl_spawn_req *rq = (struct crl_spawn_req *)st->msg;
+    memset(rq, 0, sizeof(*rq));
+    rq->op = CRL_SPAWN_EXEC;
+    rq->u.exec.uid = p->uid;
+    rq->u.exec.gid = p->gid;
+    rq->u.exec.n_cgroup_fds = (uint32_t)ncg;
+    rq->u.exec.flags = p->setsid ? CRL_EXEC_F_SETSID : 0;
+    size_t cap = CRL_SPAWN_MAX_MSG - sizeof(*rq), off = 0;
+    for (char **a = p->argv; *a && off != (size_t)-1; a++, rq->u.exec.argc++)
+        off = pack(rq->strings, off, cap, *a);
+    for (char **e = p->envp; e && *e && off != (size_t)-1; e++, rq->u.exec.envc++)
+        off = pack(rq->strings, off, cap, *e);
+    if (off != (size_t)-1)
+        off = pack(rq->strings, off, cap, p->cwd);
+    if (off == (size_t)-1) {
+        crl_err_set(err, CRL_E_TOO_LARGE, "command and environment exceed %u bytes",
+                    CRL_SPAWN_MAX_MSG);
+        goto fail;
+    }
+    rq->strings_len = (uint32_t)off;
+    if (send_req(s, rq, sizeof(*rq) + off, fds, 4 + ncg, P_SPAWN, sb, p, err) < 0)
+        goto fail;
+    cp->spawner = s->idx;
+    for (int i = 1; i < 4 + ncg; i++)
+        close(fds[i]);
+    return 0;
+fail:
+    for (int i = 1; i < 4 + ncg; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    spawn_failed_cleanup(p, cp, c);
+    free(cp);
+    p->priv = NULL;
+    return -1;
+}
+
+static void spawn_done(struct spawner *s, struct crl_sandbox *sb, struct crl_proc *p,
+                       const struct crl_spawn_reply *r, int *fds, int nfds)
+{
+    struct ctr_proc *cp = p->priv;
+    if (r->err || nfds != 1) {
+        for (int i = 0; i < nfds; i++)
+            close(fds[i]);
+        struct crl_err err = CRL_ERR_INIT;
+        const char *what = r->step == CRL_STEP_CWD ? p->cwd : p->argv[0];
+        if (r->err)
+            spawn_error(r, what, &err);
+        else
+            crl_err_set(&err, CRL_E_INTERNAL, "spawn: no pidfd");
+        spawn_failed_cleanup(p, cp, sb->priv);
+        free(cp);
+        p->priv = NULL;
+        p->on_start(p, &err);
+        return;
+    }
+    p->pid = r->pid;
+    p->pidfd = fds[0];
+    p->started = true;
+    add_running(s, r->pid, P_SPAWN, sb, p);
+    p->on_start(p, NULL);
+}
+
+static void proc_exited(struct crl_sandbox *sb, struct crl_proc *p, const struct crl_spawn_reply *r)
+{
+    struct ctr_proc *cp = p->priv;
+    struct ctr_sandbox *c = sb->priv;
+    p->exited = true;
+    p->status = r->status;
+    p->cpu_s = (double)(r->utime_us + r->stime_us) / 1e6;
+    p->maxrss_bytes = (uint64_t)r->maxrss_kb * 1024;
+    close_fd(&p->pidfd);
+    /* Daemonised descendants keep the leaf busy; it goes with the sandbox. */
+    if (c && c->cg)
+        crl_cgroup_remove_leaf(c->cg, cp->leaf);
+    free(cp);
+    p->priv = NULL;
+    p->on_exit(p);
+}
+
+static int ctr_kill(struct crl_sandbox *sb, struct crl_proc *p, enum crl_kill_scope scope)
+{
+    struct ctr_sandbox *c = sb->priv;
+    struct ctr_proc *cp = p->priv;
+    if (!p->started || p->exited || !cp)
+        return 0;
+    if (scope != CRL_KILL_PROC && c && c->cg) {
+        struct crl_err err = CRL_ERR_INIT;
+        if (crl_cgroup_kill_leaf(c->cg, cp->leaf, scope == CRL_KILL_DESCENDANTS ? p->pid : 0,
+                                 &err) < 0)
+            crl_warn(sb->id, "%s", err.msg);
+    }
+    if (scope != CRL_KILL_DESCENDANTS &&
+        syscall(SYS_pidfd_send_signal, p->pidfd, SIGKILL, NULL, 0) < 0 && errno != ESRCH)
+        crl_log_syscall(sb->id, errno, "pidfd_send_signal(%d, SIGKILL)", p->pid);
+    return 0;
+}
+
+/* ---- files ---- */
+
+static int ctr_open(struct crl_sandbox *sb, struct crl_open_req *o, struct crl_err *err)
+{
+    struct ctr_state *st = g_state;
+    struct ctr_sandbox *c = sb->priv;
+    struct spawner *s = pick_spawner(st);
+    if (!s)
+        return crl_err_set(err, CRL_E_UNAVAILABLE, "no container spawner is running");
+    struct crl_spawn_req *rq = (struct crl_spawn_req *)st->msg;
+    memset(rq, 0, sizeof(*rq));
+    rq->op = CRL_SPAWN_OPEN;
+    rq->u.open.flags = o->flags;
+    rq->u.open.mode = o->mode;
+    rq->u.open.uid = o->uid;
+    rq->u.open.gid = o->gid;
+    rq->u.open.oflags = o->mkdirs ? CRL_OPEN_F_MKDIRS : 0;
+    size_t off = pack(rq->strings, 0, CRL_SPAWN_MAX_MSG - sizeof(*rq), o->path);
+    rq->strings_len = (uint32_t)off;
+    return send_req(s, rq, sizeof(*rq) + off, &c->pidfd, 1, P_OPEN, sb, o, err);
+}
+
+static void open_done(struct crl_sandbox *sb, struct crl_open_req *o,
+                      const struct crl_spawn_reply *r, int *fds, int nfds)
+{
+    struct crl_err err = CRL_ERR_INIT;
+    if (r->err || nfds != 1) {
+        for (int i = 0; i < nfds; i++)
+            close(fds[i]);
+        if (r->err)
+            spawn_error(r, o->path, &err);
+        else
+            crl_err_set(&err, CRL_E_INTERNAL, "open: no descriptor");
+        o->done(o, -1, false, 0, &err);
+        return;
+    }
+    o->done(o, fds[0], r->kind == CRL_OPEN_DIRECTORY, (uint64_t)r->size, NULL);
+}
+
+static int ctr_tar(struct crl_sandbox *sb, struct crl_tar_req *t, struct crl_err *err)
+{
+    struct ctr_state *st = g_state;
+    struct ctr_sandbox *c = sb->priv;
+    struct spawner *s = pick_spawner(st);
+    if (!s)
+        return crl_err_set(err, CRL_E_UNAVAILABLE, "no container spawner is running");
+    int fds[3 + CRL_CGROUP_MAX_FDS] = {c->pidfd, -1, -1};
+    int ncg = 0;
+    t->data_fd = t->msg_fd = -1;
+    int ret = -1;
+    char leaf[32];
+    snprintf(leaf, sizeof(leaf), "t%llu", (unsigned long long)++sb->next_seq);
+    if (pipe_pair(&t->data_fd, &fds[1], t->in, err) < 0 ||
+        pipe_pair(&t->msg_fd, &fds[2], false, err) < 0 ||
+        crl_cgroup_attach_fds(c->cg, leaf, fds + 3, &ncg, err) < 0)
+        goto out;
+    struct crl_spawn_req *rq = (struct crl_spawn_req *)st->msg;
+    memset(rq, 0, sizeof(*rq));
+    rq->op = t->in ? CRL_SPAWN_TAR_IN : CRL_SPAWN_TAR_OUT;
+    rq->u.tar.n_cgroup_fds = (uint32_t)ncg;
+    size_t off = pack(rq->strings, 0, CRL_SPAWN_MAX_MSG - sizeof(*rq), t->path);
+    rq->strings_len = (uint32_t)off;
+    ret = send_req(s, rq, sizeof(*rq) + off, fds, 3 + ncg, P_TAR, sb, t, err);
+out:
+    for (int i = 1; i < 3 + ncg; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    if (ret < 0) {
+        close_fd(&t->data_fd);
+        close_fd(&t->msg_fd);
+    }
+    return ret;
+}
+
+static void tar_started(struct spawner *s, struct crl_sandbox *sb, struct crl_tar_req *t,
+                        const struct crl_spawn_reply *r, int *fds, int nfds)
+{
+    for (int i = 0; i < nfds; i++)
+        close(fds[i]);
+    if (r->err) {
+        struct crl_err err = CRL_ERR_INIT;
+        spawn_error(r, t->path, &err);
+        close_fd(&t->data_fd);
+        close_fd(&t->msg_fd);
+        t->started(t, &err);
+        return;
+    }
+    add_running(s, r->pid, P_TAR, sb, t);
+    t->started(t, NULL);
+}
+
+/* ---- stats ---- */
+
+static int ctr_stats(struct crl_sandbox *sb, struct crl_usage *u)
+{
+    struct ctr_sandbox *c = sb->priv;
+    memset(u, 0, sizeof(*u));
+    if (!c || !c->cg)
+        return -1;
+    struct crl_cgroup_stats cs;
+    crl_cgroup_stats(c->cg, &cs);
+    u->cpu_s = (double)cs.cpu_ns / 1e9;
+    u->memory_bytes = cs.memory_bytes;
+    u->memory_peak_bytes = cs.memory_peak_bytes;
+    u->pids = cs.pids;
+    u->oom_kills = cs.oom_kills;
+    struct statfs sf;
+    if (c->tmpfs_fd >= 0 && fstatfs(c->tmpfs_fd, &sf) == 0) {
+        u->disk_limit_bytes = (uint64_t)sf.f_blocks * (uint64_t)sf.f_bsize;
+        u->disk_bytes = (uint64_t)(sf.f_blocks - sf.f_bfree) * (uint64_t)sf.f_bsize;
+    } else {
+        u->disk_limit_bytes = (uint64_t)sb->spec.disk_mb << 20;
+    }
+    return 0;
+}
+
+/* ---- spawner events ---- */
+
+static void spawner_lost(struct spawner *s);
+
+static void on_spawner(struct crl_watch *w, uint32_t ev)
+{
+    struct spawner *s = w->data;
+    struct ctr_state *st = s->st;
+    for (;;) {
+        struct crl_spawn_reply r;
+        int fds[4];
+        int nfds = 4;
+        ssize_t n = crl_recv_fds(s->sock, &r, sizeof(r), fds, &nfds);
+        if (n < 0 && errno == EAGAIN)
+            return;
+        if (n <= 0 || (size_t)n != sizeof(r)) {
+            for (int i = 0; i < nfds; i++)
+                close(fds[i]);
+            spawner_lost(s);
+            return;
+        }
+        if (r.op == CRL_SPAWN_EXITED) {
+            struct running *run = take_running(s, r.pid);
+            if (!run)
+                continue; /* a sandbox's init, or a helper we stopped tracking */
+            if (run->kind == P_SPAWN) {
+                proc_exited(run->sb, run->obj, &r);
+            } else {
+                struct crl_tar_req *t = run->obj;
+                t->done(t, WIFEXITED(r.status) ? WEXITSTATUS(r.status) : 128 + WTERMSIG(r.status));
+            }
+            free(run);
+            continue;
+        }
+        struct pending *p = take_pending(s, r.id);
+        if (!p) {
+            for (int i = 0; i < nfds; i++)
+                close(fds[i]);
+            crl_warn(NULL, "spawner %u: reply to unknown request %llu", s->idx,
+                     (unsigned long long)r.id);
+            continue;
+        }
+        switch (p->kind) {
+        case P_CREATE: create_done(p->sb, &r, fds, nfds); break;
+        case P_SPAWN: spawn_done(s, p->sb, p->obj, &r, fds, nfds); break;
+        case P_OPEN: open_done(p->sb, p->obj, &r, fds, nfds); break;
+        case P_TAR: tar_started(s, p->sb, p->obj, &r, fds, nfds); break;
+        }
+        free(p);
+    }
+    (void)st;
+}
+
+/* A spawner died: its sandboxes died with it (their init had it as parent).
+ * Fail what was in flight, start a new one. */
+static void spawner_lost(struct spawner *s)
+{
+    struct ctr_state *st = s->st;
+    crl_error(NULL, "spawner %u (pid %d) exited; restarting it", s->idx, s->pid);
+    crl_watch_stop(st->host->loop, &s->w);
+    close_fd(&s->sock);
+    if (s->pid > 0) {
+        kill(s->pid, SIGKILL);
+        waitpid(s->pid, NULL, 0);
+        s->pid = 0;
+    }
+    struct crl_spawn_reply r = {.op = CRL_SPAWN_REPLY, .err = EPIPE, .step = CRL_STEP_SYNC};
+    snprintf(r.msg, sizeof(r.msg), "the spawner exited");
+    while (s->pending) {
+        struct pending *p = s->pending;
+        s->pending = p->next;
+        s->inflight--;
+        switch (p->kind) {
+        case P_CREATE: create_done(p->sb, &r, NULL, 0); break;
+        case P_SPAWN: spawn_done(s, p->sb, p->obj, &r, NULL, 0); break;
+        case P_OPEN: open_done(p->sb, p->obj, &r, NULL, 0); break;
+        case P_TAR: tar_started(s, p->sb, p->obj, &r, NULL, 0); break;
+        }
+        free(p);
+    }
+    struct crl_spawn_reply dead = {.op = CRL_SPAWN_EXITED, .status = SIGKILL};
+    while (s->running) {
+        struct running *run = s->running;
+        s->running = run->next;
+        if (run->kind == P_SPAWN) {
+            proc_exited(run->sb, run->obj, &dead);
+        } else {
+            struct crl_tar_req *t = run->obj;
+            t->done(t, 128 + SIGKILL);
+        }
+        free(run);
+    }
+    struct crl_err err = CRL_ERR_INIT;
+    if (!st->host->shutting_down && start_spawner(st, s->idx, &err) < 0)
+        crl_error(NULL, "restarting spawner %u: %s", s->idx, err.msg);
+}
+
+static int start_spawner(struct ctr_state *st, unsigned i, struct crl_err *err)
+{
+    struct spawner *s = &st->sp[i];
+    s->st = st;
+    s->idx = i;
+    s->sock = -1;
+    int pair[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) < 0)
+        return crl_err_sys(err, errno, "socketpair");
+    int big = (int)CRL_SPAWN_MAX_MSG * 2;
+    for (int k = 0; k < 2; k++) {
+        setsockopt(pair[k], SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof(big));
+        setsockopt(pair[k], SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof(big));
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, pair[1], CRL_SPAWN_FD);
+    char workdir_arg[PATH_MAX + 16], level_arg[32];
+    snprintf(workdir_arg, sizeof(workdir_arg), "--workdir=%s", st->workdir);
+    snprintf(level_arg, sizeof(level_arg), "--log-level=%s",
+             crl_log_max_level >= CRL_LOG_DEBUG ? "debug" : "info");
+    char *argv[] = {(char *)"corral-spawner", workdir_arg, level_arg, NULL};
+    /* A clean environment: nothing of corrald's reaches a sandbox. */
+    char *envp[] = {(char *)"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
+    pid_t pid;
+    int r = posix_spawn(&pid, st->spawner_path, &fa, NULL, argv, envp);
+    posix_spawn_file_actions_destroy(&fa);
+    close(pair[1]);
+    if (r != 0) {
+        close(pair[0]);
+        return crl_err_sys(err, r, "starting %s", st->spawner_path);
+    }
+    /* Wait for its hello, so a broken spawner fails corrald's start. */
+    struct timeval tv = {10, 0};
+    setsockopt(pair[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    struct crl_spawn_reply hello;
+    ssize_t n = recv(pair[0], &hello, sizeof(hello), 0);
+    if (n != (ssize_t)sizeof(hello)) {
+        close(pair[0]);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        return crl_err_set(err, CRL_E_INTERNAL, "spawner %s did not start (see its log above)",
+                           st->spawner_path);
+    }
+    crl_set_nonblock(pair[0], 1);
+    s->pid = pid;
+    s->sock = pair[0];
+    s->inflight = 0;
+    if (crl_watch_start(st->host->loop, &s->w, s->sock, EPOLLIN, on_spawner, s) < 0)
+        return crl_err_set(err, CRL_E_INTERNAL, "watching the spawner socket");
+    return 0;
+}
+
+static int ctr_init(struct crl_host *h, void **state, struct crl_err *err)
+{
+    struct ctr_state *st = calloc(1, sizeof(*st));
+    if (!st || !(st->msg = malloc(CRL_SPAWN_MAX_MSG))) {
+        free(st);
+        return crl_err_sys(err, ENOMEM, "container backend");
+    }
+    st->host = h;
+    *state = st;
+    g_state = st;
+    if (h->cfg.spawner_path) {
+        snprintf(st->spawner_path, sizeof(st->spawner_path), "%s", h->cfg.spawner_path);
+    } else {
+        char self[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        if (n < 0)
+            return crl_err_sys(err, errno, "readlink /proc/self/exe");
+        self[n] = 0;
+        char *slash = strrchr(self, '/');
+        if (slash)
+            *slash = 0;
+        snprintf(st->spawner_path, sizeof(st->spawner_path), "%s/corral-spawner", self);
+    }
+    if (access(st->spawner_path, X_OK) < 0)
+        return crl_err_sys(err, errno, "spawner %s", st->spawner_path);
+    /* The empty directory every sandbox mounts its tmpfs over, in its own
+     * mount namespace: never mounted in the host's. */
+    snprintf(st->workdir, sizeof(st->workdir), "%s/mnt", h->run_dir);
+    if (mkdir(st->workdir, 0755) < 0 && errno != EEXIST)
+        return crl_err_sys(err, errno, "mkdir %s", st->workdir);
+    unsigned n = h->cfg.spawners ? h->cfg.spawners : (h->ncpus < 4 ? (h->ncpus ? h->ncpus : 1) : 4);
+    if (n > MAX_SPAWNERS)
+        n = MAX_SPAWNERS;
+    for (unsigned i = 0; i < n; i++) {
+        if (start_spawner(st, i, err) < 0)
+            return -1;
+        st->n_sp = i + 1;
+    }
+    return 0;
+}
+
+static int ctr_reconcile(struct crl_host *h, void *state, struct crl_err *err)
+{
+    /* Processes and cgroups of an earlier corrald were removed by the cgroup
+     * reconcile; mounts lived in namespaces that died with them; upper dirs
+     * were tmpfs.  Nothing of ours remains on disk to clean. */
+    return 0;
+}
+
+static void ctr_shutdown(struct crl_host *h, void *state)
+{
+    struct ctr_state *st = state;
+    for (unsigned i = 0; i < st->n_sp; i++) {
+        struct spawner *s = &st->sp[i];
+        crl_watch_stop(h->loop, &s->w);
+        close_fd(&s->sock);
+        if (s->pid > 0) {
+            kill(s->pid, SIGKILL);
+            waitpid(s->pid, NULL, 0);
+        }
+        while (s->pending) {
+            struct pending *p = s->pending;
+            s->pending = p->next;
+            free(p);
+        }
+        while (s->running) {
+            struct running *r = s->running;
+            s->running = r->next;
+            free(r);
+        }
+    }
+    free(st->msg);
+    free(st);
+    g_state = NULL;
+}
+
+const struct crl_backend_ops crl_container_backend = {
+    .name = "container",
+    .init = ctr_init,
+    .reconcile = ctr_reconcile,
+    .shutdown = ctr_shutdown,
+    .create = ctr_create,
+    .destroy = ctr_destroy,
+    .stats = ctr_stats,
+    .spawn = ctr_spawn,
+    .kill = ctr_kill,
+    .open = ctr_open,
+    .tar = ctr_tar,
+};

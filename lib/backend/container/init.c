@@ -1,0 +1,277 @@
+#include "init.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <linux/mount.h>
+#include <linux/sched.h>
+#include <linux/seccomp.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include "../../util/rawsys.h"
+#include "spawn_proto.h"
+
+#define NO_SAN __attribute__((no_sanitize("address", "undefined")))
+
+/* Report to the spawner: a failure (err, step) or success with the root and
+ * tmpfs descriptors. */
+NO_SAN static long report(int sock, int err, unsigned step, const int *fds, int nfds)
+{
+    struct crl_spawn_reply r;
+    char *p = (char *)&r;
+    for (unsigned i = 0; i < sizeof(r); i++)
+        p[i] = 0;
+    r.op = CRL_SPAWN_REPLY;
+    r.err = err;
+    r.step = step;
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * 2)];
+        struct cmsghdr align;
+    } u;
+    struct iovec iov = {.iov_base = &r, .iov_len = sizeof(r)};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (nfds > 0) {
+        for (unsigned i = 0; i < sizeof(u.buf); i++)
+            u.buf[i] = 0;
+        mh.msg_control = u.buf;
+        mh.msg_controllen = CMSG_SPACE(sizeof(int) * (unsigned)nfds);
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int) * (unsigned)nfds);
+        int *dst = (int *)CMSG_DATA(cm);
+        for (int i = 0; i < nfds; i++)
+            dst[i] = fds[i];
+    }
+    return crl_raw3(SYS_sendmsg, sock, &mh, MSG_NOSIGNAL);
+}
+
+#define CHECK(expr, step)                                                                          \
+    do {                                                                                           \
+        long r_ = (expr);                                                                          \
+        if (r_ < 0) {                                                                              \
+            report(a->sync_fd, (int)-r_, (step), NULL, 0);                                         \
+            crl_raw_exit(1);                                                                       \
+        }                                                                                          \
+    } while (0)
+
+NO_SAN static long raw_mount(const char *src, const char *dst, const char *type,
+                             unsigned long flags, const char *data)
+{
+    return crl_raw5(SYS_mount, src, dst, type, flags, data);
+}
+
+/* A bind mount made read-only: two calls, as the kernel wants. */
+NO_SAN static long bind_ro(const char *src, const char *dst, unsigned long extra)
+{
+    long r = raw_mount(src, dst, NULL, MS_BIND, NULL);
+    if (r < 0)
+        return r;
+    return raw_mount(NULL, dst, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | extra, NULL);
+}
+
+NO_SAN static long touch(const char *path)
+{
+    long fd = crl_raw4(SYS_openat, AT_FDCWD, path, O_CREAT | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0)
+        return fd;
+    crl_raw1(SYS_close, fd);
+    return 0;
+}
+
+NO_SAN static long mkdir_ok(const char *path, int mode)
+{
+    long r = crl_raw3(SYS_mkdirat, AT_FDCWD, path, mode);
+    return r == -EEXIST ? 0 : r;
+}
+
+/* Receive the idmapped image mount from the spawner. */
+NO_SAN static long recv_fd(int sock)
+{
+    char byte;
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                        .msg_controllen = sizeof(u.buf)};
+    long r = crl_raw3(SYS_recvmsg, sock, &mh, MSG_CMSG_CLOEXEC);
+    if (r < 0)
+        return r;
+    if (r == 0)
+        return -EPIPE;
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    if (!cm || cm->cmsg_type != SCM_RIGHTS)
+        return -EPROTO;
+    return *(int *)CMSG_DATA(cm);
+}
+
+static const char *const dev_nodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
+
+/* Files of /proc that reveal or poke at the host kernel: covered by /dev/null. */
+static const char *const proc_masked_files[] = {
+    "root/proc/kcore",       "root/proc/keys",        "root/proc/timer_list",
+    "root/proc/sched_debug", "root/proc/kpagecount",  "root/proc/kpageflags",
+    "root/proc/kpagecgroup", "root/proc/latency_stats", "root/proc/kmsg",
+    "root/proc/config.gz",
+};
+static const char *const proc_masked_dirs[] = {"root/proc/acpi", "root/proc/scsi"};
+/* Kernel tunables stay readable but not writable. */
+static const char *const proc_readonly[] = {"root/proc/sys", "root/proc/sysrq-trigger",
+                                            "root/proc/irq", "root/proc/bus", "root/proc/fs"};
+
+NO_SAN int crl_init_main(void *arg)
+{
+    struct crl_init_args *a = arg;
+    int sync = a->sync_fd;
+
+    /* The fd table is a copy of the spawner's: keep only the create socket. */
+    if (sync > 0)
+        crl_raw3(SYS_close_range, 0, (unsigned)sync - 1, 0);
+    crl_raw3(SYS_close_range, (unsigned)sync + 1, ~0u, 0);
+
+    long lower = recv_fd(sync);
+    CHECK(lower, CRL_STEP_SYNC);
+
+    /* The spawner has written our uid/gid maps: become root of the sandbox. */
+    CHECK(crl_raw2(SYS_setgroups, 0, NULL), CRL_STEP_CREDS);
+    CHECK(crl_raw3(SYS_setresgid, 0, 0, 0), CRL_STEP_CREDS);
+    CHECK(crl_raw3(SYS_setresuid, 0, 0, 0), CRL_STEP_CREDS);
+    /* The spawner moved us into the sandbox's cgroups; make that the cgroup root we see. */
+    CHECK(crl_raw1(SYS_unshare, CLONE_NEWCGROUP), CRL_STEP_CGROUPNS);
+    CHECK(crl_raw2(SYS_sethostname, a->hostname, crl_raw_strlen(a->hostname)), CRL_STEP_CREDS);
+
+    /* The writable layer: one tmpfs holds the overlay's upper and work dirs,
+     * /tmp and /dev/shm, so disk_mb caps them all together. */
+    CHECK(raw_mount("tmpfs", a->workdir, "tmpfs", MS_NOSUID | MS_NODEV, a->tmpfs_opts),
+          CRL_STEP_TMPFS);
+    long tmpfs_fd = crl_raw4(SYS_openat, AT_FDCWD, a->workdir, O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
+    CHECK(tmpfs_fd, CRL_STEP_TMPFS);
+    CHECK(crl_raw1(SYS_chdir, a->workdir), CRL_STEP_TMPFS);
+    CHECK(crl_raw3(SYS_mkdirat, AT_FDCWD, "upper", 0755), CRL_STEP_TMPFS);
+    CHECK(crl_raw3(SYS_mkdirat, AT_FDCWD, "work", 0700), CRL_STEP_TMPFS);
+    CHECK(crl_raw3(SYS_mkdirat, AT_FDCWD, "lower", 0755), CRL_STEP_TMPFS);
+    CHECK(crl_raw3(SYS_mkdirat, AT_FDCWD, "root", 0755), CRL_STEP_TMPFS);
+    CHECK(crl_raw3(SYS_mkdirat, AT_FDCWD, "tmp", 01777), CRL_STEP_TMPFS);
+    CHECK(crl_raw3(SYS_mkdirat, AT_FDCWD, "shm", 01777), CRL_STEP_TMPFS);
+    CHECK(crl_raw3(SYS_fchmodat, AT_FDCWD, "tmp", 01777), CRL_STEP_TMPFS); /* umask */
+    CHECK(crl_raw3(SYS_fchmodat, AT_FDCWD, "shm", 01777), CRL_STEP_TMPFS);
+    CHECK(crl_raw5(SYS_move_mount, lower, "", AT_FDCWD, "lower", MOVE_MOUNT_F_EMPTY_PATH),
+          CRL_STEP_LOWER);
+    crl_raw1(SYS_close, lower);
+    CHECK(raw_mount("overlay", "root", "overlay", MS_NOSUID | MS_NODEV,
+                    "lowerdir=lower,upperdir=upper,workdir=work,userxattr,volatile"),
+          CRL_STEP_OVERLAY);
+
+    CHECK(mkdir_ok("root/proc", 0555), CRL_STEP_PROC);
+    CHECK(raw_mount("proc", "root/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL),
+          CRL_STEP_PROC);
+
+    /* /dev: a small tmpfs with the host's harmless character devices bound in
+     * (a user namespace cannot mknod), a private devpts, and /dev/shm. */
+    CHECK(mkdir_ok("root/dev", 0755), CRL_STEP_DEV);
+    CHECK(raw_mount("tmpfs", "root/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k"),
+          CRL_STEP_DEV);
+    char path[64], host[32];
+    for (unsigned i = 0; i < sizeof(dev_nodes) / sizeof(dev_nodes[0]); i++) {
+        const char *n = dev_nodes[i];
+        unsigned k = 0, j = 0;
+        for (const char *s = "root/dev/"; *s;)
+            path[k++] = *s++;
+        for (const char *s = "/dev/"; *s;)
+            host[j++] = *s++;
+        for (const char *s = n; *s; s++)
+            path[k++] = *s, host[j++] = *s;
+        path[k] = 0;
+        host[j] = 0;
+        CHECK(touch(path), CRL_STEP_DEV);
+        CHECK(raw_mount(host, path, NULL, MS_BIND, NULL), CRL_STEP_DEV);
+    }
+    CHECK(crl_raw3(SYS_mkdirat, AT_FDCWD, "root/dev/pts", 0755), CRL_STEP_DEV);
+    CHECK(raw_mount("devpts", "root/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+                    "newinstance,ptmxmode=0666,mode=0620,gid=5"),
+          CRL_STEP_DEV);
+    CHECK(crl_raw3(SYS_symlinkat, "pts/ptmx", AT_FDCWD, "root/dev/ptmx"), CRL_STEP_DEV);
+    CHECK(crl_raw3(SYS_symlinkat, "/proc/self/fd", AT_FDCWD, "root/dev/fd"), CRL_STEP_DEV);
+    CHECK(crl_raw3(SYS_symlinkat, "/proc/self/fd/0", AT_FDCWD, "root/dev/stdin"), CRL_STEP_DEV);
+    CHECK(crl_raw3(SYS_symlinkat, "/proc/self/fd/1", AT_FDCWD, "root/dev/stdout"), CRL_STEP_DEV);
+    CHECK(crl_raw3(SYS_symlinkat, "/proc/self/fd/2", AT_FDCWD, "root/dev/stderr"), CRL_STEP_DEV);
+    CHECK(crl_raw3(SYS_mkdirat, AT_FDCWD, "root/dev/shm", 01777), CRL_STEP_DEV);
+    CHECK(raw_mount("shm", "root/dev/shm", NULL, MS_BIND, NULL), CRL_STEP_DEV);
+    CHECK(raw_mount(NULL, "root/dev", NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC,
+                    "mode=0755,size=64k"),
+          CRL_STEP_DEV);
+
+    CHECK(mkdir_ok("root/tmp", 01777), CRL_STEP_TMP);
+    CHECK(raw_mount("tmp", "root/tmp", NULL, MS_BIND, NULL), CRL_STEP_TMP);
+
+    /* /sys is masked: a fresh sysfs needs a network namespace owned by the
+     * sandbox (ours is the host's, on purpose), and the host's would show
+     * every other sandbox's cgroup.  Software falls back to /proc. */
+    CHECK(mkdir_ok("root/sys", 0555), CRL_STEP_SYS);
+    CHECK(raw_mount("sysfs-masked", "root/sys", "tmpfs",
+                    MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555"),
+          CRL_STEP_SYS);
+
+    for (unsigned i = 0; i < sizeof(proc_masked_files) / sizeof(proc_masked_files[0]); i++) {
+        long r = raw_mount("/dev/null", proc_masked_files[i], NULL, MS_BIND, NULL);
+        if (r < 0 && r != -ENOENT)
+            CHECK(r, CRL_STEP_MASK);
+    }
+    for (unsigned i = 0; i < sizeof(proc_masked_dirs) / sizeof(proc_masked_dirs[0]); i++) {
+        long r = raw_mount("tmpfs", proc_masked_dirs[i], "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k");
+        if (r < 0 && r != -ENOENT)
+            CHECK(r, CRL_STEP_MASK);
+    }
+    for (unsigned i = 0; i < sizeof(proc_readonly) / sizeof(proc_readonly[0]); i++) {
+        long r = bind_ro(proc_readonly[i], proc_readonly[i], MS_NOSUID | MS_NODEV | MS_NOEXEC);
+        if (r < 0 && r != -ENOENT)
+            CHECK(r, CRL_STEP_MASK);
+    }
+
+    /* Into the new root; the host's tree is detached from this namespace. */
+    CHECK(crl_raw1(SYS_chdir, "root"), CRL_STEP_PIVOT);
+    CHECK(crl_raw2(SYS_pivot_root, ".", "."), CRL_STEP_PIVOT);
+    CHECK(crl_raw2(SYS_umount2, ".", MNT_DETACH), CRL_STEP_PIVOT);
+    CHECK(crl_raw1(SYS_chdir, "/"), CRL_STEP_PIVOT);
+    long root_fd = crl_raw4(SYS_openat, AT_FDCWD, "/", O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
+    CHECK(root_fd, CRL_STEP_PIVOT);
+
+    /* Die with the spawner, and never be a target inside the sandbox.  Set
+     * after the uid change above, which clears the parent-death signal. */
+    crl_raw2(SYS_prctl, PR_SET_NAME, "corral-init");
+    CHECK(crl_raw2(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL), CRL_STEP_CREDS);
+    CHECK(crl_raw5(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), CRL_STEP_SECCOMP);
+    CHECK(crl_raw3(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, a->seccomp), CRL_STEP_SECCOMP);
+    struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+    struct __user_cap_data_struct none[2];
+    for (unsigned i = 0; i < sizeof(none); i++)
+        ((char *)none)[i] = 0;
+    CHECK(crl_raw2(SYS_capset, &hdr, none), CRL_STEP_CREDS);
+
+    int fds[2] = {(int)root_fd, (int)tmpfs_fd};
+    /* If the spawner died before PR_SET_PDEATHSIG took, nobody hears this: leave. */
+    if (report(sync, 0, CRL_STEP_NONE, fds, 2) < 0)
+        crl_raw_exit(1);
+    crl_raw1(SYS_close, root_fd);
+    crl_raw1(SYS_close, tmpfs_fd);
+    crl_raw1(SYS_close, sync);
+
+    /* Reap whatever is reparented to us, forever.  All signals stay blocked:
+     * from inside the sandbox only handled signals reach a namespace's init,
+     * and we handle none. */
+    unsigned long all = ~0ul, chld = 1ul << (SIGCHLD - 1);
+    crl_raw4(SYS_rt_sigprocmask, SIG_SETMASK, &all, NULL, sizeof(all));
+    for (;;) {
+        int status;
+        while (crl_raw4(SYS_wait4, -1, &status, WNOHANG | __WALL, NULL) > 0)
+            ;
+        crl_raw4(SYS_rt_sigtimedwait, &chld, NULL, NULL, sizeof(chld));
+    }
+}

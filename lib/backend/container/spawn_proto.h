@@ -1,0 +1,149 @@
+/* The protocol between corrald and its container spawners.
+ *
+ * A spawner (src/corral-spawner) is a small single-threaded helper that
+ * corrald starts at boot.  Everything that enters a sandbox's namespaces runs
+ * there: creating a sandbox's PID 1, spawning execs, opening files inside a
+ * sandbox, tar in and out.  corrald itself never shares memory with a process
+ * inside a sandbox, and the spawner holds no secret of corrald's.
+ *
+ * Messages are SOCK_SEQPACKET datagrams: a fixed struct, then a string area;
+ * descriptors travel with SCM_RIGHTS.  Both ends are built from one tree, so
+ * the structs are the wire format. */
+#ifndef CRL_CONTAINER_SPAWN_PROTO_H
+#define CRL_CONTAINER_SPAWN_PROTO_H
+
+#include <stdint.h>
+
+#define CRL_SPAWN_MAX_MSG (2u << 20)
+#define CRL_SPAWN_MAX_FDS 12
+#define CRL_SPAWN_MAX_CGROUP_FDS 6
+#define CRL_SPAWN_FD 3 /* the spawner's end of the socket, in the spawner */
+
+enum crl_spawn_op {
+    CRL_SPAWN_CREATE = 1, /* fds: image dir (O_PATH), netns, cgroup.procs... */
+    CRL_SPAWN_EXEC,       /* fds: sandbox PID 1 pidfd, stdin, stdout, stderr, cgroup.procs... */
+    CRL_SPAWN_OPEN,       /* fds: sandbox PID 1 pidfd */
+    CRL_SPAWN_TAR_OUT,    /* fds: pidfd, tar output pipe, stderr pipe, cgroup.procs... */
+    CRL_SPAWN_TAR_IN,     /* fds: pidfd, tar input pipe, stderr pipe, cgroup.procs... */
+    CRL_SPAWN_REPLY = 100,
+    CRL_SPAWN_EXITED,     /* a child of the spawner ended (unsolicited) */
+};
+
+/* Where sandbox creation failed, for the error message. */
+enum crl_spawn_step {
+    CRL_STEP_NONE = 0,
+    CRL_STEP_CLONE,
+    CRL_STEP_IDMAP,
+    CRL_STEP_CGROUP,
+    CRL_STEP_NETNS,
+    CRL_STEP_SYNC,
+    CRL_STEP_CREDS,
+    CRL_STEP_CGROUPNS,
+    CRL_STEP_TMPFS,
+    CRL_STEP_LOWER,
+    CRL_STEP_OVERLAY,
+    CRL_STEP_PROC,
+    CRL_STEP_DEV,
+    CRL_STEP_SYS,
+    CRL_STEP_TMP,
+    CRL_STEP_MASK,
+    CRL_STEP_PIVOT,
+    CRL_STEP_SECCOMP,
+    CRL_STEP_SETNS,
+    CRL_STEP_CWD,
+    CRL_STEP_EXEC,
+    CRL_STEP_OPEN,
+    CRL_STEP__COUNT
+};
+
+static inline const char *crl_spawn_step_name(uint32_t step)
+{
+    static const char *const names[CRL_STEP__COUNT] = {
+        [CRL_STEP_NONE] = "spawn",
+        [CRL_STEP_CLONE] = "clone into new namespaces",
+        [CRL_STEP_IDMAP] = "idmapped mount of the image",
+        [CRL_STEP_CGROUP] = "cgroup attach",
+        [CRL_STEP_NETNS] = "network namespace",
+        [CRL_STEP_SYNC] = "sync with the spawner",
+        [CRL_STEP_CREDS] = "switch to sandbox root",
+        [CRL_STEP_CGROUPNS] = "cgroup namespace",
+        [CRL_STEP_TMPFS] = "mount the writable layer (tmpfs)",
+        [CRL_STEP_LOWER] = "attach the image layer",
+        [CRL_STEP_OVERLAY] = "mount overlayfs",
+        [CRL_STEP_PROC] = "mount /proc",
+        [CRL_STEP_DEV] = "populate /dev",
+        [CRL_STEP_SYS] = "mount /sys",
+        [CRL_STEP_TMP] = "mount /tmp",
+        [CRL_STEP_MASK] = "mask /proc",
+        [CRL_STEP_PIVOT] = "pivot_root",
+        [CRL_STEP_SECCOMP] = "seccomp",
+        [CRL_STEP_SETNS] = "enter the sandbox",
+        [CRL_STEP_CWD] = "change to the working directory",
+        [CRL_STEP_EXEC] = "execute",
+        [CRL_STEP_OPEN] = "open",
+    };
+    return step < CRL_STEP__COUNT && names[step] ? names[step] : "spawn";
+}
+
+struct crl_spawn_create {
+    uint32_t uid_base; /* sandbox ids 0..id_count-1 map to uid_base.. on the host */
+    uint32_t id_count;
+    uint32_t disk_mb;
+    uint32_t n_cgroup_fds;
+    char hostname[64];
+    char workdir[256]; /* an empty host directory every sandbox mounts its tmpfs over */
+};
+
+#define CRL_EXEC_F_SETSID 1u
+
+struct crl_spawn_exec {
+    uint32_t uid, gid; /* inside the sandbox */
+    uint32_t n_cgroup_fds;
+    uint32_t argc, envc; /* strings: argv..., env..., cwd */
+    uint32_t flags;
+};
+
+#define CRL_OPEN_F_MKDIRS 1u /* create missing parent directories */
+
+struct crl_spawn_open {
+    int32_t flags; /* open(2) flags; O_CLOEXEC/O_NONBLOCK are added */
+    uint32_t mode;
+    uint32_t uid, gid; /* who opens, inside the sandbox */
+    uint32_t oflags;   /* CRL_OPEN_F_* */
+};
+
+struct crl_spawn_tar {
+    uint32_t n_cgroup_fds; /* strings: the directory path */
+};
+
+struct crl_spawn_req {
+    uint32_t op;
+    uint32_t nfds;
+    uint64_t id;
+    union {
+        struct crl_spawn_create create;
+        struct crl_spawn_exec exec;
+        struct crl_spawn_open open;
+        struct crl_spawn_tar tar;
+    } u;
+    uint32_t strings_len;
+    char strings[];
+};
+
+/* For OPEN, `kind` says what was opened. */
+enum crl_open_kind { CRL_OPEN_REGULAR = 1, CRL_OPEN_DIRECTORY = 2 };
+
+struct crl_spawn_reply {
+    uint32_t op; /* CRL_SPAWN_REPLY or CRL_SPAWN_EXITED */
+    int32_t err; /* errno, 0 on success */
+    uint64_t id; /* the request's id; 0 for EXITED */
+    int32_t pid;
+    uint32_t step; /* enum crl_spawn_step where err happened */
+    int32_t status; /* EXITED: wait status */
+    uint32_t kind;  /* OPEN: enum crl_open_kind */
+    int64_t size;   /* OPEN: st_size */
+    int64_t utime_us, stime_us, maxrss_kb; /* EXITED: rusage of the process and its waited children */
+    char msg[256];
+};
+
+#endif

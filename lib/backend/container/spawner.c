@@ -1,0 +1,879 @@
+/* The container spawner: see spawn_proto.h for its place in the system.
+ *
+ * One loop over three kinds of event: requests from corrald, the create
+ * sockets of sandboxes still building their root, and SIGCHLD.  Requests are
+ * handled at once; only sandbox creation waits, on the new PID 1's report. */
+#include "spawner.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <linux/mount.h>
+#include <linux/openat2.h>
+#include <linux/sched.h>
+#include <linux/seccomp.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../../core/seccomp.h"
+#include "../../util/cleanup.h"
+#include "../../util/fdio.h"
+#include "../../util/log.h"
+#include "../../util/rawsys.h"
+#include "init.h"
+#include "spawn_proto.h"
+#include "tar.h"
+
+#define NO_SAN __attribute__((no_sanitize("address", "undefined")))
+#define INIT_STACK (64 * 1024)
+#define STAGE_STACK (64 * 1024)
+#define ALL_NS                                                                                     \
+    (CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET |      \
+     CLONE_NEWCGROUP)
+
+/* Capabilities root keeps inside a sandbox (Docker's default set); the rest
+ * leave the bounding set before anything of the user's runs. */
+#define KEEP_CAPS                                                                                  \
+    ((1ull << CAP_CHOWN) | (1ull << CAP_DAC_OVERRIDE) | (1ull << CAP_FSETID) |                     \
+     (1ull << CAP_FOWNER) | (1ull << CAP_MKNOD) | (1ull << CAP_NET_RAW) | (1ull << CAP_SETGID) |   \
+     (1ull << CAP_SETUID) | (1ull << CAP_SETFCAP) | (1ull << CAP_SETPCAP) |                        \
+     (1ull << CAP_NET_BIND_SERVICE) | (1ull << CAP_SYS_CHROOT) | (1ull << CAP_KILL) |              \
+     (1ull << CAP_AUDIT_WRITE))
+#define LAST_CAP 63
+
+static const char default_path[] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/* A PID 1 we created: its stack is ours to free once it is reaped. */
+struct init_proc {
+    pid_t pid;
+    void *stack;
+    struct init_proc *next;
+};
+
+/* A sandbox whose PID 1 is still building its root. */
+struct pending_create {
+    uint64_t id;
+    pid_t pid;
+    int pidfd;
+    int sock; /* our end of the create socket */
+    struct crl_init_args args;
+    struct pending_create *next;
+};
+
+struct spawner {
+    int sock;   /* to corrald */
+    int epfd;
+    int sigfd;
+    int host_netns;
+    struct sock_fprog seccomp;
+    struct sock_fprog no_new_code;
+    char workdir[256];
+    struct init_proc *inits;
+    struct pending_create *pending;
+    char *msg; /* receive buffer, CRL_SPAWN_MAX_MSG */
+};
+
+static struct spawner sp;
+
+/* ---- replies ---- */
+
+static void reply(uint64_t id, int err, unsigned step, pid_t pid, const int *fds, int nfds,
+                  const char *msg)
+{
+    struct crl_spawn_reply r = {.op = CRL_SPAWN_REPLY, .err = err, .id = id, .pid = pid,
+                                .step = step};
+    if (msg)
+        snprintf(r.msg, sizeof(r.msg), "%s", msg);
+    if (crl_send_fds(sp.sock, &r, sizeof(r), fds, nfds) < 0)
+        crl_log_syscall(NULL, errno, "sendmsg(corrald)");
+}
+
+static void send_reply(const struct crl_spawn_reply *r, const int *fds, int nfds)
+{
+    if (crl_send_fds(sp.sock, r, sizeof(*r), fds, nfds) < 0)
+        crl_log_syscall(NULL, errno, "sendmsg(corrald)");
+}
+
+/* ---- create ---- */
+
+static void pending_free(struct pending_create *pc)
+{
+    if (pc->sock >= 0) {
+        epoll_ctl(sp.epfd, EPOLL_CTL_DEL, pc->sock, NULL);
+        close(pc->sock);
+    }
+    if (pc->pidfd >= 0)
+        close(pc->pidfd);
+    free(pc);
+}
+
+static int write_id_map(pid_t pid, const char *file, uint32_t base, uint32_t count)
+{
+    char path[64], map[64];
+    snprintf(path, sizeof(path), "/proc/%d/%s", pid, file);
+    snprintf(map, sizeof(map), "0 %u %u\n", base, count);
+    return crl_write_file_at(AT_FDCWD, path, map);
+}
+
+static int write_pid(int procs_fd, pid_t pid)
+{
+    char buf[16];
+    int n = snprintf(buf, sizeof(buf), "%d", pid);
+    ssize_t r;
+    do
+        r = write(procs_fd, buf, (size_t)n);
+    while (r < 0 && errno == EINTR);
+    return r == n ? 0 : -1;
+}
+
+/* Make a detached, read-only mount of the image whose ids are shifted into
+ * the sandbox's range: image files owned by host root appear owned by the
+ * sandbox's root, and no file of the store is ever chowned. */
+static int idmapped_image(int image_fd, pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/ns/user", pid);
+    cleanup_close int userns = crl_openat(AT_FDCWD, path, O_RDONLY, 0);
+    if (userns < 0)
+        return -1;
+    int tree = (int)syscall(SYS_open_tree, image_fd, "",
+                            AT_EMPTY_PATH | OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (tree < 0)
+        return -1;
+    struct mount_attr attr = {
+        .attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID,
+        .userns_fd = (uint64_t)userns,
+    };
+    if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0) {
+        int e = errno;
+        close(tree);
+        errno = e;
+        return -1;
+    }
+    return tree;
+}
+
+static void handle_create(const struct crl_spawn_req *rq, int *fds, int nfds)
+{
+    const struct crl_spawn_create *c = &rq->u.create;
+    if (nfds < 2 || (unsigned)nfds != 2 + c->n_cgroup_fds) {
+        reply(rq->id, EPROTO, CRL_STEP_NONE, 0, NULL, 0, "create: wrong descriptors");
+        return;
+    }
+    int image_fd = fds[0], netns_fd = fds[1];
+    struct pending_create *pc = calloc(1, sizeof(*pc));
+    void *stack = mmap(NULL, INIT_STACK, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_GROWSDOWN, -1, 0);
+    int pair[2] = {-1, -1};
+    unsigned step = CRL_STEP_CLONE;
+    int err = 0;
+    if (!pc || stack == MAP_FAILED) {
+        err = ENOMEM;
+        goto fail;
+    }
+    pc->id = rq->id;
+    pc->pidfd = -1;
+    pc->sock = -1;
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) < 0) {
+        err = errno;
+        goto fail;
+    }
+    pc->sock = pair[0];
+    pc->args.sync_fd = pair[1];
+    pc->args.workdir = sp.workdir;
+    pc->args.seccomp = &sp.seccomp;
+    snprintf(pc->args.tmpfs_opts, sizeof(pc->args.tmpfs_opts), "size=%um,mode=0755", c->disk_mb);
+    snprintf(pc->args.hostname, sizeof(pc->args.hostname), "%s", c->hostname);
+
+    /* The sandbox's network namespace is one corrald made (host-owned: root
+     * inside has no CAP_NET_ADMIN over it).  Enter it for the clone only. */
+    step = CRL_STEP_NETNS;
+    if (setns(netns_fd, CLONE_NEWNET) < 0) {
+        err = errno;
+        goto fail;
+    }
+    step = CRL_STEP_CLONE;
+    pid_t pid = clone(crl_init_main, (char *)stack + INIT_STACK,
+                      CLONE_VM | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC |
+                          CLONE_NEWUTS | CLONE_PIDFD | SIGCHLD,
+                      &pc->args, &pc->pidfd);
+    int clone_errno = errno;
+    if (setns(sp.host_netns, CLONE_NEWNET) < 0) {
+        /* We would create every later sandbox in this one's network: stop. */
+        crl_log_syscall(NULL, errno, "setns(host netns)");
+        abort();
+    }
+    if (pid < 0) {
+        err = clone_errno;
+        goto fail;
+    }
+    close(pair[1]);
+    pair[1] = -1;
+    pc->pid = pid;
+    struct init_proc *ip = malloc(sizeof(*ip));
+    if (!ip) {
+        /* Cannot track the stack: leak it rather than free it under a live task. */
+        err = ENOMEM;
+        goto kill;
+    }
+    ip->pid = pid;
+    ip->stack = stack;
+    ip->next = sp.inits;
+    sp.inits = ip;
+    stack = MAP_FAILED;
+
+    step = CRL_STEP_IDMAP;
+    if (write_id_map(pid, "uid_map", c->uid_base, c->id_count) < 0 ||
+        write_id_map(pid, "gid_map", c->uid_base, c->id_count) < 0) {
+        err = errno;
+        goto kill;
+    }
+    step = CRL_STEP_CGROUP;
+    for (unsigned i = 0; i < c->n_cgroup_fds; i++)
+        if (write_pid(fds[2 + i], pid) < 0) {
+            err = errno;
+            goto kill;
+        }
+    step = CRL_STEP_IDMAP;
+    int lower = idmapped_image(image_fd, pid);
+    if (lower < 0) {
+        err = errno;
+        goto kill;
+    }
+    step = CRL_STEP_SYNC;
+    char go = 'g';
+    ssize_t sent = crl_send_fds(pc->sock, &go, 1, &lower, 1);
+    err = errno;
+    close(lower);
+    if (sent < 0)
+        goto kill;
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = pc};
+    if (epoll_ctl(sp.epfd, EPOLL_CTL_ADD, pc->sock, &ev) < 0) {
+        err = errno;
+        goto kill;
+    }
+    pc->next = sp.pending;
+    sp.pending = pc;
+    return;
+
+kill:
+    syscall(SYS_pidfd_send_signal, pc->pidfd, SIGKILL, NULL, 0);
+fail:
+    if (pair[1] >= 0)
+        close(pair[1]);
+    if (stack != MAP_FAILED && stack)
+        munmap(stack, INIT_STACK);
+    reply(rq->id, err ? err : EIO, step, 0, NULL, 0, NULL);
+    if (pc)
+        pending_free(pc);
+}
+
+/* PID 1 reported: forward its pidfd, root and tmpfs to corrald. */
+static void create_reported(struct pending_create *pc)
+{
+    struct crl_spawn_reply r;
+    int fds[2], nfds = 2;
+    ssize_t n = crl_recv_fds(pc->sock, &r, sizeof(r), fds, &nfds);
+    if (n != (ssize_t)sizeof(r)) {
+        /* PID 1 died before it could say why (killed, or the OOM killer). */
+        for (int i = 0; i < nfds; i++)
+            close(fds[i]);
+        syscall(SYS_pidfd_send_signal, pc->pidfd, SIGKILL, NULL, 0);
+        reply(pc->id, n < 0 ? errno : EPIPE, CRL_STEP_SYNC, pc->pid, NULL, 0,
+              "the sandbox's init exited during setup");
+    } else if (r.err) {
+        syscall(SYS_pidfd_send_signal, pc->pidfd, SIGKILL, NULL, 0);
+        reply(pc->id, r.err, r.step, pc->pid, NULL, 0, NULL);
+        for (int i = 0; i < nfds; i++)
+            close(fds[i]);
+    } else if (nfds != 2) {
+        syscall(SYS_pidfd_send_signal, pc->pidfd, SIGKILL, NULL, 0);
+        reply(pc->id, EPROTO, CRL_STEP_SYNC, pc->pid, NULL, 0, "init sent no descriptors");
+        for (int i = 0; i < nfds; i++)
+            close(fds[i]);
+    } else {
+        int out[3] = {pc->pidfd, fds[0], fds[1]};
+        reply(pc->id, 0, CRL_STEP_NONE, pc->pid, out, 3, NULL);
+        close(fds[0]);
+        close(fds[1]);
+    }
+    for (struct pending_create **pp = &sp.pending; *pp; pp = &(*pp)->next)
+        if (*pp == pc) {
+            *pp = pc->next;
+            break;
+        }
+    pending_free(pc);
+}
+
+/* ---- exec: two vfork-style stages, no copy of any address space ---- */
+
+struct exec_job {
+    int pid1fd;
+    int stdio[3];
+    const int *cg_fds;
+    unsigned n_cg;
+    uid_t uid;
+    gid_t gid;
+    char **argv;
+    char **envp;
+    const char *cwd;
+    const char *path; /* PATH for the search, from envp or the default */
+    const struct sock_fprog *seccomp;
+    unsigned flags;
+    volatile int b_pid;
+    volatile int err;
+    volatile int step;
+};
+
+static char stage_a_stack[STAGE_STACK] __attribute__((aligned(16)));
+static char stage_b_stack[STAGE_STACK] __attribute__((aligned(16)));
+
+struct kernel_sigaction {
+    void *handler;
+    unsigned long flags;
+    void *restorer;
+    unsigned long mask;
+};
+
+NO_SAN static void job_fail(struct exec_job *j, long r, int step)
+{
+    j->err = (int)-r;
+    j->step = step;
+    crl_raw_exit(127);
+}
+
+#define JCHECK(expr, step)                                                                         \
+    do {                                                                                           \
+        long r_ = (expr);                                                                          \
+        if (r_ < 0)                                                                                \
+            job_fail(j, r_, (step));                                                               \
+    } while (0)
+
+/* execvp without libc: search PATH, remember EACCES, as POSIX describes. */
+NO_SAN static long exec_search(struct exec_job *j)
+{
+    const char *file = j->argv[0];
+    for (const char *s = file; *s; s++)
+        if (*s == '/')
+            return crl_raw3(SYS_execve, file, j->argv, j->envp);
+    unsigned long flen = crl_raw_strlen(file);
+    char buf[4096];
+    long last = -ENOENT;
+    bool eacces = false;
+    for (const char *p = j->path;;) {
+        const char *e = p;
+        while (*e && *e != ':')
+            e++;
+        unsigned long dlen = (unsigned long)(e - p);
+        if (dlen + flen + 2 <= sizeof(buf)) {
+            unsigned long k = 0;
+            for (unsigned long i = 0; i < dlen; i++)
+                buf[k++] = p[i];
+            if (dlen)
+                buf[k++] = '/';
+            for (unsigned long i = 0; i <= flen; i++)
+                buf[k++] = file[i];
+            last = crl_raw3(SYS_execve, buf, j->argv, j->envp);
+            if (last == -EACCES)
+                eacces = true;
+            else if (last != -ENOENT && last != -ENOTDIR)
+                return last;
+        }
+        if (!*e)
+            break;
+        p = e + 1;
+    }
+    return eacces ? -EACCES : last;
+}
+
+NO_SAN static int stage_b(void *arg)
+{
+    struct exec_job *j = arg;
+    /* Signals: nothing blocked, nothing ignored (the spawner ignores SIGPIPE). */
+    unsigned long none = 0;
+    crl_raw4(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, sizeof(none));
+    struct kernel_sigaction dfl = {0};
+    crl_raw4(SYS_rt_sigaction, SIGPIPE, &dfl, NULL, sizeof(unsigned long));
+    /* The spawner is unkillable by the OOM killer; the user's processes are not. */
+    long fd = crl_raw4(SYS_openat, AT_FDCWD, "/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC, 0);
+    if (fd >= 0) {
+        crl_raw3(SYS_write, fd, "0", 1);
+        crl_raw1(SYS_close, fd);
+    }
+
+    JCHECK(crl_raw2(SYS_setgroups, 0, NULL), CRL_STEP_CREDS);
+    JCHECK(crl_raw3(SYS_setresgid, j->gid, j->gid, j->gid), CRL_STEP_CREDS);
+    for (int cap = 0; cap <= LAST_CAP; cap++)
+        if (!(KEEP_CAPS & (1ull << cap)))
+            crl_raw2(SYS_prctl, PR_CAPBSET_DROP, cap); /* EINVAL past the kernel's last cap */
+    JCHECK(crl_raw3(SYS_setresuid, j->uid, j->uid, j->uid), CRL_STEP_CREDS);
+    if (j->uid == 0) {
+        struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3};
+        struct __user_cap_data_struct data[2] = {
+            {.effective = (unsigned)KEEP_CAPS, .permitted = (unsigned)KEEP_CAPS, .inheritable = 0},
+            {.effective = (unsigned)(KEEP_CAPS >> 32), .permitted = (unsigned)(KEEP_CAPS >> 32),
+             .inheritable = 0}};
+        JCHECK(crl_raw2(SYS_capset, &hdr, data), CRL_STEP_CREDS);
+    }
+    crl_raw5(SYS_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+    JCHECK(crl_raw5(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), CRL_STEP_SECCOMP);
+    if (j->flags & CRL_EXEC_F_SETSID)
+        crl_raw0(SYS_setsid);
+    struct rlimit nofile = {1024, 65536}, core = {0, 0};
+    crl_raw4(SYS_prlimit64, 0, RLIMIT_NOFILE, &nofile, NULL);
+    crl_raw4(SYS_prlimit64, 0, RLIMIT_CORE, &core, NULL);
+
+    for (int i = 0; i < 3; i++)
+        JCHECK(crl_raw3(SYS_dup3, j->stdio[i], i, 0), CRL_STEP_EXEC);
+    crl_raw3(SYS_close_range, 3, ~0u, 0);
+    JCHECK(crl_raw1(SYS_chdir, j->cwd), CRL_STEP_CWD);
+    JCHECK(crl_raw3(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, j->seccomp), CRL_STEP_SECCOMP);
+    job_fail(j, exec_search(j), CRL_STEP_EXEC);
+    return 127;
+}
+
+NO_SAN static int stage_a(void *arg)
+{
+    struct exec_job *j = arg;
+    /* Join the sandbox's cgroups first, while we are still host root. */
+    for (unsigned i = 0; i < j->n_cg; i++)
+        JCHECK(crl_raw3(SYS_write, j->cg_fds[i], "0", 1), CRL_STEP_CGROUP);
+    JCHECK(crl_raw2(SYS_setns, j->pid1fd, ALL_NS), CRL_STEP_SETNS);
+    /* Our children are born in the sandbox's pid namespace; CLONE_PARENT
+     * makes the spawner their parent, so it reaps them and reports. */
+    long b = clone(stage_b, stage_b_stack + STAGE_STACK, CLONE_VM | CLONE_VFORK | CLONE_PARENT, j);
+    if (b < 0 && !j->err) {
+        j->err = EAGAIN;
+        j->step = CRL_STEP_CLONE;
+    }
+    j->b_pid = (int)b;
+    crl_raw_exit(0);
+}
+
+static char *env_get(char **envp, const char *name)
+{
+    size_t n = strlen(name);
+    for (char **e = envp; e && *e; e++)
+        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=')
+            return *e + n + 1;
+    return NULL;
+}
+
+/* Unpack "argv... env... cwd" from the request's string area. */
+static int unpack_strings(const struct crl_spawn_req *rq, size_t n_strings, char ***out)
+{
+    char **v = calloc(n_strings + 1, sizeof(char *));
+    if (!v)
+        return -1;
+    const char *p = rq->strings, *end = rq->strings + rq->strings_len;
+    for (size_t i = 0; i < n_strings; i++) {
+        const char *z = memchr(p, 0, (size_t)(end - p));
+        if (!z) {
+            free(v);
+            errno = EPROTO;
+            return -1;
+        }
+        v[i] = (char *)p;
+        p = z + 1;
+    }
+    *out = v;
+    return 0;
+}
+
+static void handle_exec(const struct crl_spawn_req *rq, int *fds, int nfds)
+{
+    const struct crl_spawn_exec *x = &rq->u.exec;
+    if ((unsigned)nfds != 4 + x->n_cgroup_fds || x->argc == 0) {
+        reply(rq->id, EPROTO, CRL_STEP_NONE, 0, NULL, 0, "exec: malformed request");
+        return;
+    }
+    cleanup_free char **strs = NULL;
+    if (unpack_strings(rq, x->argc + x->envc + 1, &strs) < 0) {
+        reply(rq->id, errno, CRL_STEP_NONE, 0, NULL, 0, "exec: malformed strings");
+        return;
+    }
+    char **envp = calloc(x->envc + 1, sizeof(char *));
+    char **argv = calloc(x->argc + 1, sizeof(char *));
+    if (!envp || !argv) {
+        free(envp);
+        free(argv);
+        reply(rq->id, ENOMEM, CRL_STEP_NONE, 0, NULL, 0, NULL);
+        return;
+    }
+    memcpy(argv, strs, x->argc * sizeof(char *));
+    memcpy(envp, strs + x->argc, x->envc * sizeof(char *));
+    const char *path = env_get(envp, "PATH");
+    struct exec_job j = {
+        .pid1fd = fds[0],
+        .stdio = {fds[1], fds[2], fds[3]},
+        .cg_fds = fds + 4,
+        .n_cg = x->n_cgroup_fds,
+        .uid = x->uid,
+        .gid = x->gid,
+        .argv = argv,
+        .envp = envp,
+        .cwd = strs[x->argc + x->envc],
+        .path = path ? path : default_path,
+        .seccomp = &sp.seccomp,
+        .flags = x->flags,
+        .b_pid = -1,
+    };
+    pid_t a = clone(stage_a, stage_a_stack + STAGE_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, &j);
+    if (a < 0) {
+        j.err = errno;
+        j.step = CRL_STEP_CLONE;
+    } else {
+        int st;
+        while (waitpid(a, &st, __WALL) < 0 && errno == EINTR)
+            ;
+    }
+    free(argv);
+    free(envp);
+    if (j.err) {
+        if (j.b_pid > 0) /* B ran and failed before exec: it is ours to reap, silently */
+            while (waitpid(j.b_pid, NULL, __WALL) < 0 && errno == EINTR)
+                ;
+        reply(rq->id, j.err, (unsigned)j.step, 0, NULL, 0, NULL);
+        return;
+    }
+    int pidfd = (int)syscall(SYS_pidfd_open, j.b_pid, 0);
+    if (pidfd < 0) {
+        reply(rq->id, errno, CRL_STEP_EXEC, j.b_pid, NULL, 0, "pidfd_open");
+        return;
+    }
+    reply(rq->id, 0, CRL_STEP_NONE, j.b_pid, &pidfd, 1, NULL);
+    close(pidfd);
+}
+
+/* ---- open a path inside a sandbox ---- */
+
+struct open_job {
+    int pid1fd;
+    uid_t uid;
+    gid_t gid;
+    char *path; /* writable: the mkdir -p walk cuts it in place */
+    int flags;
+    mode_t mode;
+    unsigned oflags;
+    volatile int fd;
+    volatile int err;
+    volatile int step;
+    volatile unsigned kind;
+    volatile long long size;
+};
+
+NO_SAN static int stage_open(void *arg)
+{
+    struct open_job *o = arg;
+    long r = crl_raw2(SYS_setns, o->pid1fd, CLONE_NEWUSER | CLONE_NEWNS);
+    if (r < 0)
+        goto fail_setns;
+    if ((r = crl_raw2(SYS_setgroups, 0, NULL)) < 0 ||
+        (r = crl_raw3(SYS_setresgid, o->gid, o->gid, o->gid)) < 0 ||
+        (r = crl_raw3(SYS_setresuid, o->uid, o->uid, o->uid)) < 0)
+        goto fail_creds;
+    crl_raw1(SYS_umask, 0);
+    if (o->oflags & CRL_OPEN_F_MKDIRS) {
+        for (char *p = o->path + 1; *p; p++) {
+            if (*p != '/')
+                continue;
+            *p = 0;
+            crl_raw3(SYS_mkdirat, AT_FDCWD, o->path, 0755);
+            *p = '/';
+        }
+    }
+    /* Our root is the sandbox's root and the host's tree is not in this
+     * mount namespace at all; RESOLVE_IN_ROOT and no magic links are a
+     * second wall, not the first. */
+    struct open_how how = {.flags = (unsigned long long)(o->flags | O_CLOEXEC | O_NONBLOCK | O_NOCTTY),
+                           .mode = (o->flags & O_CREAT) ? o->mode : 0,
+                           .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
+    r = crl_raw4(SYS_openat2, AT_FDCWD, o->path, &how, sizeof(how));
+    if (r < 0) {
+        o->err = (int)-r;
+        o->step = CRL_STEP_OPEN;
+        crl_raw_exit(1);
+    }
+    struct stat st;
+    long sr = crl_raw2(SYS_fstat, r, &st);
+    if (sr < 0) {
+        crl_raw1(SYS_close, r);
+        o->err = (int)-sr;
+        o->step = CRL_STEP_OPEN;
+        crl_raw_exit(1);
+    }
+    if (S_ISREG(st.st_mode)) {
+        o->kind = CRL_OPEN_REGULAR;
+    } else if (S_ISDIR(st.st_mode)) {
+        o->kind = CRL_OPEN_DIRECTORY;
+    } else {
+        /* fifos, devices and sockets never go through the files API */
+        crl_raw1(SYS_close, r);
+        o->err = EINVAL;
+        o->step = CRL_STEP_OPEN;
+        crl_raw_exit(1);
+    }
+    o->size = st.st_size;
+    o->fd = (int)r;
+    crl_raw_exit(0);
+fail_setns:
+    o->err = (int)-r;
+    o->step = CRL_STEP_SETNS;
+    crl_raw_exit(1);
+fail_creds:
+    o->err = (int)-r;
+    o->step = CRL_STEP_CREDS;
+    crl_raw_exit(1);
+}
+
+static void handle_open(const struct crl_spawn_req *rq, int *fds, int nfds)
+{
+    if (nfds != 1 || rq->strings_len == 0 || rq->strings[rq->strings_len - 1] != 0) {
+        reply(rq->id, EPROTO, CRL_STEP_NONE, 0, NULL, 0, "open: malformed request");
+        return;
+    }
+    cleanup_free char *path = strdup(rq->strings);
+    if (!path) {
+        reply(rq->id, ENOMEM, CRL_STEP_NONE, 0, NULL, 0, NULL);
+        return;
+    }
+    struct open_job o = {.pid1fd = fds[0], .uid = rq->u.open.uid, .gid = rq->u.open.gid,
+                         .path = path, .flags = rq->u.open.flags, .mode = rq->u.open.mode,
+                         .oflags = rq->u.open.oflags, .fd = -1};
+    /* CLONE_FILES: the descriptor it opens lands in our table. */
+    pid_t c = clone(stage_open, stage_a_stack + STAGE_STACK,
+                    CLONE_VM | CLONE_VFORK | CLONE_FILES | SIGCHLD, &o);
+    if (c < 0) {
+        reply(rq->id, errno, CRL_STEP_CLONE, 0, NULL, 0, NULL);
+        return;
+    }
+    while (waitpid(c, NULL, __WALL) < 0 && errno == EINTR)
+        ;
+    if (o.fd < 0) {
+        reply(rq->id, o.err ? o.err : EIO, (unsigned)o.step, 0, NULL, 0, NULL);
+        return;
+    }
+    int fd = o.fd;
+    struct crl_spawn_reply r = {.op = CRL_SPAWN_REPLY, .id = rq->id, .kind = o.kind,
+                                .size = o.size};
+    send_reply(&r, &fd, 1);
+    close(fd);
+}
+
+/* ---- tar in and out: a forked child inside the sandbox ---- */
+
+static void tar_child(const struct crl_spawn_req *rq, int *fds, const char *dir)
+{
+    int data = fds[1], errfd = fds[2];
+    char msg[512] = "";
+    close(sp.sock);
+    close(sp.epfd);
+    close(sp.sigfd);
+    crl_write_file_at(AT_FDCWD, "/proc/self/oom_score_adj", "0");
+    for (unsigned i = 0; i < rq->u.tar.n_cgroup_fds; i++)
+        if (write(fds[3 + i], "0", 1) != 1) {
+            snprintf(msg, sizeof(msg), "cgroup attach: %s", strerror(errno));
+            goto fail;
+        }
+    if (setns(fds[0], CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET |
+                          CLONE_NEWCGROUP) < 0 ||
+        setgroups(0, NULL) < 0 || setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0) {
+        snprintf(msg, sizeof(msg), "entering the sandbox: %s", strerror(errno));
+        goto fail;
+    }
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+        syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &sp.seccomp) < 0 ||
+        syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &sp.no_new_code) < 0) {
+        snprintf(msg, sizeof(msg), "seccomp: %s", strerror(errno));
+        goto fail;
+    }
+    if (rq->op == CRL_SPAWN_TAR_IN) {
+        /* mkdir -p the target, as its parent may not exist yet */
+        char *p = strdup(dir);
+        for (char *s = p ? p + 1 : NULL; s && *s; s++)
+            if (*s == '/') {
+                *s = 0;
+                mkdir(p, 0755);
+                *s = '/';
+            }
+        if (p)
+            mkdir(p, 0755);
+        free(p);
+    }
+    if (chdir(dir) < 0) {
+        int e = errno;
+        dprintf(errfd, "%s: %s\n", dir, strerror(e));
+        _exit(e == ENOENT ? 3 : e == ENOTDIR ? 4 : 1);
+    }
+    if (rq->op == CRL_SPAWN_TAR_OUT) {
+        if (crl_tar_out(data, msg, sizeof(msg)) < 0)
+            goto fail;
+    } else {
+        unsigned long n;
+        if (crl_tar_in(data, &n, msg, sizeof(msg)) < 0)
+            goto bad_input;
+        dprintf(errfd, "entries=%lu\n", n);
+    }
+    _exit(0);
+bad_input:
+    dprintf(errfd, "%s\n", msg);
+    _exit(2);
+fail:
+    dprintf(errfd, "%s\n", msg);
+    _exit(1);
+}
+
+static void handle_tar(const struct crl_spawn_req *rq, int *fds, int nfds)
+{
+    if ((unsigned)nfds != 3 + rq->u.tar.n_cgroup_fds || rq->strings_len == 0 ||
+        rq->strings[rq->strings_len - 1] != 0) {
+        reply(rq->id, EPROTO, CRL_STEP_NONE, 0, NULL, 0, "tar: malformed request");
+        return;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        reply(rq->id, errno, CRL_STEP_CLONE, 0, NULL, 0, NULL);
+        return;
+    }
+    if (pid == 0)
+        tar_child(rq, fds, rq->strings);
+    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    reply(rq->id, 0, CRL_STEP_NONE, pid, &pidfd, pidfd >= 0 ? 1 : 0, NULL);
+    if (pidfd >= 0)
+        close(pidfd);
+}
+
+/* ---- children ---- */
+
+static void reap(void)
+{
+    struct signalfd_siginfo si;
+    while (read(sp.sigfd, &si, sizeof(si)) == sizeof(si))
+        ;
+    for (;;) {
+        int status;
+        struct rusage ru;
+        pid_t pid = wait4(-1, &status, WNOHANG | __WALL, &ru);
+        if (pid <= 0)
+            break;
+        for (struct init_proc **pp = &sp.inits; *pp; pp = &(*pp)->next)
+            if ((*pp)->pid == pid) {
+                struct init_proc *ip = *pp;
+                *pp = ip->next;
+                munmap(ip->stack, INIT_STACK);
+                free(ip);
+                break;
+            }
+        struct crl_spawn_reply r = {
+            .op = CRL_SPAWN_EXITED,
+            .pid = pid,
+            .status = status,
+            .utime_us = (int64_t)ru.ru_utime.tv_sec * 1000000 + ru.ru_utime.tv_usec,
+            .stime_us = (int64_t)ru.ru_stime.tv_sec * 1000000 + ru.ru_stime.tv_usec,
+            .maxrss_kb = ru.ru_maxrss,
+        };
+        send_reply(&r, NULL, 0);
+    }
+}
+
+static int handle_request(void)
+{
+    int fds[CRL_SPAWN_MAX_FDS];
+    int nfds = CRL_SPAWN_MAX_FDS;
+    ssize_t n = crl_recv_fds(sp.sock, sp.msg, CRL_SPAWN_MAX_MSG, fds, &nfds);
+    if (n == 0)
+        return -1; /* corrald is gone: so are we, and our sandboxes with us */
+    if (n < 0)
+        return errno == EAGAIN || errno == EINTR ? 0 : -1;
+    struct crl_spawn_req *rq = (struct crl_spawn_req *)sp.msg;
+    if ((size_t)n < sizeof(*rq) || sizeof(*rq) + rq->strings_len != (size_t)n) {
+        crl_warn(NULL, "spawner: malformed request of %zd bytes", n);
+    } else {
+        switch (rq->op) {
+        case CRL_SPAWN_CREATE: handle_create(rq, fds, nfds); break;
+        case CRL_SPAWN_EXEC: handle_exec(rq, fds, nfds); break;
+        case CRL_SPAWN_OPEN: handle_open(rq, fds, nfds); break;
+        case CRL_SPAWN_TAR_OUT:
+        case CRL_SPAWN_TAR_IN: handle_tar(rq, fds, nfds); break;
+        default: reply(rq->id, EOPNOTSUPP, CRL_STEP_NONE, 0, NULL, 0, "unknown request"); break;
+        }
+    }
+    for (int i = 0; i < nfds; i++)
+        close(fds[i]);
+    return 0;
+}
+
+int crl_spawner_main(int sock, const char *workdir)
+{
+    struct crl_err err = CRL_ERR_INIT;
+    sp.sock = sock;
+    snprintf(sp.workdir, sizeof(sp.workdir), "%s", workdir);
+    /* Die with corrald; never dumpable, so no sandbox process can read our
+     * memory (PID 1s and execs share it); never the OOM killer's choice. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() == 1)
+        return 1;
+    prctl(PR_SET_DUMPABLE, 0);
+    crl_write_file_at(AT_FDCWD, "/proc/self/oom_score_adj", "-1000");
+    umask(022);
+    signal(SIGPIPE, SIG_IGN);
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+    sp.sigfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+    sp.host_netns = crl_openat(AT_FDCWD, "/proc/self/ns/net", O_RDONLY, 0);
+    sp.epfd = epoll_create1(EPOLL_CLOEXEC);
+    sp.msg = malloc(CRL_SPAWN_MAX_MSG);
+    if (sp.sigfd < 0 || sp.host_netns < 0 || sp.epfd < 0 || !sp.msg) {
+        crl_error(NULL, "spawner: setup failed: %s", strerror(errno));
+        return 1;
+    }
+    if (crl_seccomp_build(CRL_SECCOMP_CONTAINER, &sp.seccomp, &err) < 0 ||
+        crl_seccomp_build(CRL_SECCOMP_NO_NEW_CODE, &sp.no_new_code, &err) < 0) {
+        crl_error(NULL, "spawner: %s", err.msg);
+        return 1;
+    }
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &sp.sock};
+    epoll_ctl(sp.epfd, EPOLL_CTL_ADD, sp.sock, &ev);
+    ev.data.ptr = &sp.sigfd;
+    epoll_ctl(sp.epfd, EPOLL_CTL_ADD, sp.sigfd, &ev);
+
+    /* Tell corrald we are ready. */
+    struct crl_spawn_reply hello = {.op = CRL_SPAWN_REPLY, .id = 0, .pid = getpid()};
+    send_reply(&hello, NULL, 0);
+
+    for (;;) {
+        struct epoll_event evs[32];
+        int n = epoll_wait(sp.epfd, evs, 32, -1);
+        if (n < 0 && errno != EINTR)
+            return 1;
+        for (int i = 0; i < n; i++) {
+            void *p = evs[i].data.ptr;
+            if (p == &sp.sock) {
+                if (handle_request() < 0)
+                    return 0;
+            } else if (p == &sp.sigfd) {
+                reap();
+            } else {
+                create_reported(p);
+            }
+        }
+    }
+}

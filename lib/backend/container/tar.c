@@ -1,0 +1,165 @@
+#include "tar.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <stdio.h>
+#include <string.h>
+
+int crl_tar_out(int out_fd, char *msg, size_t msglen)
+{
+    int ret = -1;
+    struct archive *w = archive_write_new();
+    struct archive *d = archive_read_disk_new();
+    if (!w || !d) {
+        snprintf(msg, msglen, "libarchive: out of memory");
+        goto out;
+    }
+    /* No user/group name lookups: they would load NSS modules from the sandbox. */
+    archive_read_disk_set_symlink_physical(d);
+    archive_read_disk_set_behavior(d, ARCHIVE_READDISK_NO_TRAVERSE_MOUNTS);
+    if (archive_write_set_format_pax_restricted(w) != ARCHIVE_OK ||
+        archive_write_open_fd(w, out_fd) != ARCHIVE_OK) {
+        snprintf(msg, msglen, "tar: %s", archive_error_string(w));
+        goto out;
+    }
+    if (archive_read_disk_open(d, ".") != ARCHIVE_OK) {
+        snprintf(msg, msglen, "reading the directory: %s", archive_error_string(d));
+        goto out;
+    }
+    for (;;) {
+        struct archive_entry *e = archive_entry_new();
+        int r = archive_read_next_header2(d, e);
+        if (r == ARCHIVE_EOF) {
+            archive_entry_free(e);
+            break;
+        }
+        if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
+            snprintf(msg, msglen, "reading the directory: %s", archive_error_string(d));
+            archive_entry_free(e);
+            goto out;
+        }
+        archive_read_disk_descend(d);
+        const char *name = archive_entry_pathname(e);
+        if (strcmp(name, ".") == 0) {
+            archive_entry_free(e);
+            continue;
+        }
+        if (strncmp(name, "./", 2) == 0)
+            archive_entry_copy_pathname(e, name + 2);
+        if (archive_write_header(w, e) < ARCHIVE_WARN) {
+            snprintf(msg, msglen, "tar: %s", archive_error_string(w));
+            archive_entry_free(e);
+            goto out;
+        }
+        if (archive_entry_filetype(e) == AE_IFREG && archive_entry_size(e) > 0) {
+            const void *buf;
+            size_t len;
+            la_int64_t off;
+            /* read_disk hands out the file's data block by block. */
+            while ((r = archive_read_data_block(d, &buf, &len, &off)) == ARCHIVE_OK)
+                if (archive_write_data(w, buf, len) < 0) {
+                    snprintf(msg, msglen, "tar: %s", archive_error_string(w));
+                    archive_entry_free(e);
+                    goto out;
+                }
+            if (r != ARCHIVE_EOF) {
+                snprintf(msg, msglen, "reading %s: %s", archive_entry_pathname(e),
+                         archive_error_string(d));
+                archive_entry_free(e);
+                goto out;
+            }
+        }
+        archive_entry_free(e);
+    }
+    if (archive_write_close(w) != ARCHIVE_OK) {
+        snprintf(msg, msglen, "tar: %s", archive_error_string(w));
+        goto out;
+    }
+    ret = 0;
+out:
+    if (d)
+        archive_read_free(d);
+    if (w)
+        archive_write_free(w);
+    return ret;
+}
+
+int crl_tar_in(int in_fd, unsigned long *entries, char *msg, size_t msglen)
+{
+    int ret = -1;
+    *entries = 0;
+    struct archive *a = archive_read_new();
+    struct archive *w = archive_write_disk_new();
+    if (!a || !w) {
+        snprintf(msg, msglen, "libarchive: out of memory");
+        goto out;
+    }
+    archive_read_support_format_tar(a);
+    archive_read_support_format_gnutar(a);
+    archive_read_support_filter_none(a);
+    archive_read_support_filter_gzip(a);
+    archive_read_support_filter_zstd(a);
+    archive_read_support_filter_xz(a);
+    archive_write_disk_set_options(
+        w, ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_OWNER |
+               ARCHIVE_EXTRACT_SECURE_SYMLINKS | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
+               ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS | ARCHIVE_EXTRACT_UNLINK);
+    if (archive_read_open_fd(a, in_fd, 64 * 1024) != ARCHIVE_OK) {
+        snprintf(msg, msglen, "the body is not a tar archive: %s", archive_error_string(a));
+        goto out;
+    }
+    for (;;) {
+        struct archive_entry *e;
+        int r = archive_read_next_header(a, &e);
+        if (r == ARCHIVE_EOF)
+            break;
+        if (r < ARCHIVE_WARN) {
+            snprintf(msg, msglen, "the body is not a valid tar archive: %s",
+                     archive_error_string(a));
+            goto out;
+        }
+        /* Device nodes and fifos are never created from an upload. */
+        unsigned type = archive_entry_filetype(e);
+        if (type != AE_IFREG && type != AE_IFDIR && type != AE_IFLNK) {
+            snprintf(msg, msglen, "tar entry '%s' is not a file, directory or symlink",
+                     archive_entry_pathname(e));
+            goto out;
+        }
+        if (archive_write_header(w, e) < ARCHIVE_WARN) {
+            snprintf(msg, msglen, "extracting '%s': %s", archive_entry_pathname(e),
+                     archive_error_string(w));
+            goto out;
+        }
+        const void *buf;
+        size_t len;
+        la_int64_t off;
+        while ((r = archive_read_data_block(a, &buf, &len, &off)) == ARCHIVE_OK)
+            if (archive_write_data_block(w, buf, len, off) < ARCHIVE_WARN) {
+                snprintf(msg, msglen, "writing '%s': %s", archive_entry_pathname(e),
+                         archive_error_string(w));
+                goto out;
+            }
+        if (r != ARCHIVE_EOF) {
+            snprintf(msg, msglen, "reading '%s' from the archive: %s", archive_entry_pathname(e),
+                     archive_error_string(a));
+            goto out;
+        }
+        if (archive_write_finish_entry(w) < ARCHIVE_WARN) {
+            snprintf(msg, msglen, "finishing '%s': %s", archive_entry_pathname(e),
+                     archive_error_string(w));
+            goto out;
+        }
+        (*entries)++;
+    }
+    if (archive_write_close(w) != ARCHIVE_OK) {
+        snprintf(msg, msglen, "extracting: %s", archive_error_string(w));
+        goto out;
+    }
+    ret = 0;
+out:
+    if (a)
+        archive_read_free(a);
+    if (w)
+        archive_write_free(w);
+    return ret;
+}

@@ -1,0 +1,122 @@
+/* The one interface every isolation backend implements.
+ *
+ * The host (sandbox lifecycle, admission, API), exec and session handling,
+ * and later the trajectory log, policy and pools sit above this table and
+ * never look inside a backend.  Operations that take time are asynchronous:
+ * they return 0 once started and report completion through the callback in
+ * their request (on the daemon's loop thread), or return -1 with *err at
+ * once if they could not start.  A backend leaves an op NULL if it does not
+ * support it; the host then answers CRL_E_UNSUPPORTED. */
+#ifndef CRL_CORE_BACKEND_H
+#define CRL_CORE_BACKEND_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "../util/err.h"
+
+struct crl_host;
+struct crl_sandbox;
+
+/* Resource use as a backend measures it. */
+struct crl_usage {
+    double cpu_s;
+    uint64_t memory_bytes;
+    uint64_t memory_peak_bytes;
+    unsigned pids;
+    uint64_t disk_bytes;
+    uint64_t disk_limit_bytes;
+    uint64_t oom_kills;
+};
+
+/* A process the host asked a backend to run in a sandbox: an exec, a
+ * session's shell, a helper.  The caller owns it; the backend fills the
+ * run-time fields and calls on_start once (with err set if it never
+ * started) and, if it started, on_exit once.  The caller then hands it back
+ * with crl_sandbox_proc_done(). */
+struct crl_proc {
+    struct crl_sandbox *sb;
+    /* what to run */
+    char **argv;
+    char **envp;
+    const char *cwd;
+    uid_t uid;
+    gid_t gid;
+    bool setsid;
+    /* corrald's ends of its stdio; set by the backend before on_start */
+    int in_fd, out_fd, err_fd;
+    /* at run time */
+    pid_t pid;
+    int pidfd;
+    uint64_t seq; /* unique per sandbox; names the cgroup leaf */
+    bool started, exited;
+    int status; /* wait status */
+    double cpu_s;
+    uint64_t maxrss_bytes;
+    void (*on_start)(struct crl_proc *p, const struct crl_err *err);
+    void (*on_exit)(struct crl_proc *p);
+    void *owner;
+    void *priv;                  /* the backend's */
+    struct crl_proc *next_in_sb; /* the host's list of a sandbox's live processes */
+};
+
+/* Open one path inside a sandbox, as the sandbox's user `uid`. */
+struct crl_open_req {
+    const char *path;
+    int flags; /* O_RDONLY, or O_WRONLY|O_CREAT|O_TRUNC */
+    mode_t mode;
+    uid_t uid;
+    gid_t gid;
+    bool mkdirs;
+    void (*done)(struct crl_open_req *o, int fd, bool is_dir, uint64_t size,
+                 const struct crl_err *err);
+    void *ctx;
+};
+
+/* A directory as a tar stream: out (read the fd) or in (write the fd). */
+struct crl_tar_req {
+    const char *path;
+    bool in;
+    int data_fd;  /* set by the backend: corrald's end of the stream */
+    int msg_fd;   /* set by the backend: error text from the helper */
+    void (*started)(struct crl_tar_req *t, const struct crl_err *err);
+    /* exit_code 0: success; otherwise msg_fd holds why */
+    void (*done)(struct crl_tar_req *t, int exit_code);
+    void *ctx;
+    void *priv;
+};
+
+enum crl_kill_scope {
+    CRL_KILL_PROC,        /* the process itself */
+    CRL_KILL_TREE,        /* it and every process it started, however detached */
+    CRL_KILL_DESCENDANTS, /* everything it started, but not it (a session's shell) */
+};
+
+struct crl_backend_ops {
+    const char *name;
+    /* Start (the host's loop exists), and remove what a crashed corrald left. */
+    int (*init)(struct crl_host *h, void **state, struct crl_err *err);
+    int (*reconcile)(struct crl_host *h, void *state, struct crl_err *err);
+    void (*shutdown)(struct crl_host *h, void *state);
+
+    /* Build the sandbox; completes with crl_sandbox_created(sb, err). */
+    int (*create)(struct crl_sandbox *sb, struct crl_err *err);
+    /* Tear it down; completes with crl_sandbox_destroyed(sb).  Must not fail:
+     * what cannot be removed now is logged and retried by reconcile. */
+    void (*destroy)(struct crl_sandbox *sb);
+    int (*stats)(struct crl_sandbox *sb, struct crl_usage *u);
+
+    int (*spawn)(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *err);
+    /* Kill a process, everything it started, or only what it started. */
+    int (*kill)(struct crl_sandbox *sb, struct crl_proc *p, enum crl_kill_scope scope);
+    int (*open)(struct crl_sandbox *sb, struct crl_open_req *o, struct crl_err *err);
+    int (*tar)(struct crl_sandbox *sb, struct crl_tar_req *t, struct crl_err *err);
+
+    int (*pause)(struct crl_sandbox *sb, struct crl_err *err);
+    int (*resume)(struct crl_sandbox *sb, struct crl_err *err);
+};
+
+extern const struct crl_backend_ops crl_container_backend;
+
+#endif

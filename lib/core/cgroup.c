@@ -1,0 +1,738 @@
+#include "cgroup.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/magic.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../util/cleanup.h"
+#include "../util/fdio.h"
+#include "../util/log.h"
+
+#define V1_MAX 5
+/* The v1 controllers we use.  memory, pids and freezer are required. */
+static const char *const v1_controllers[V1_MAX] = {"memory", "pids", "freezer", "cpu", "cpuacct"};
+enum { H_MEMORY, H_PIDS, H_FREEZER, H_CPU, H_CPUACCT };
+
+struct crl_cgroup_mgr {
+    enum crl_cgroup_version version;
+    int nh;
+    int parent_fd[V1_MAX]; /* v1: <root>/<ctl>/<parent> per hierarchy (-1: absent); v2: [0] */
+    char parent_path[V1_MAX][512];
+    bool v2_memory, v2_pids, v2_cpu;
+    char desc[160];
+};
+
+struct crl_cgroup {
+    struct crl_cgroup_mgr *m;
+    char name[64];
+    int fd[V1_MAX]; /* the sandbox cgroup in each hierarchy */
+    uint64_t cpu_base_ns;
+    uint64_t oom_base;
+    int peak_fd; /* v2: memory.peak, reset for this fd */
+};
+
+static int write_at(int dirfd, const char *file, const char *value, struct crl_err *err)
+{
+    if (crl_write_file_at(dirfd, file, value) < 0)
+        return crl_err_sys(err, errno, "writing '%s' to %s", value, file);
+    return 0;
+}
+
+static uint64_t read_u64_at(int dirfd, const char *file)
+{
+    char buf[64];
+    if (crl_read_file_at(dirfd, file, buf, sizeof(buf)) < 0)
+        return 0;
+    return strtoull(buf, NULL, 10);
+}
+
+/* "key value" lines (memory.events, cpu.stat, memory.oom_control). */
+static uint64_t read_keyed_at(int dirfd, const char *file, const char *key)
+{
+    char buf[4096];
+    if (crl_read_file_at(dirfd, file, buf, sizeof(buf)) < 0)
+        return 0;
+    size_t kl = strlen(key);
+    for (char *line = buf; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (strncmp(line, key, kl) == 0 && line[kl] == ' ')
+            return strtoull(line + kl + 1, NULL, 10);
+        line = nl ? nl + 1 : NULL;
+    }
+    return 0;
+}
+
+static bool is_fs(const char *path, long magic)
+{
+    struct statfs sf;
+    return statfs(path, &sf) == 0 && (long)sf.f_type == magic;
+}
+
+/* ---- the manager ---- */
+
+static int open_parent(struct crl_cgroup_mgr *m, int i, const char *path, struct crl_err *err)
+{
+    if (mkdir(path, 0755) < 0 && errno != EEXIST)
+        return crl_err_sys(err, errno, "mkdir %s", path);
+    m->parent_fd[i] = crl_openat(AT_FDCWD, path, O_RDONLY | O_DIRECTORY, 0);
+    if (m->parent_fd[i] < 0)
+        return crl_err_sys(err, errno, "open %s", path);
+    snprintf(m->parent_path[i], sizeof(m->parent_path[i]), "%s", path);
+    return 0;
+}
+
+static int open_v1(struct crl_cgroup_mgr *m, const char *root, const char *parent,
+                   struct crl_err *err)
+{
+    char seen[V1_MAX][512];
+    int nseen = 0;
+    size_t off = (size_t)snprintf(m->desc, sizeof(m->desc), "v1:");
+    for (int i = 0; i < V1_MAX; i++) {
+        char mnt[512], real[512];
+        snprintf(mnt, sizeof(mnt), "%s/%s", root, v1_controllers[i]);
+        if (!realpath(mnt, real) || !is_fs(real, CGROUP_SUPER_MAGIC)) {
+            if (i <= H_FREEZER)
+                return crl_err_set(err, CRL_E_UNAVAILABLE,
+                                   "cgroup v1 controller '%s' is not mounted at %s",
+                                   v1_controllers[i], mnt);
+            continue;
+        }
+        /* cpu and cpuacct are often one hierarchy ("cpu,cpuacct"). */
+        bool dup = false;
+        for (int k = 0; k < nseen && !dup; k++)
+            dup = strcmp(seen[k], real) == 0;
+        if (dup)
+            continue;
+        snprintf(seen[nseen++], sizeof(seen[0]), "%s", real);
+        char path[600];
+        snprintf(path, sizeof(path), "%s/%s", real, parent);
+        if (open_parent(m, i, path, err) < 0)
+            return -1;
+        off += (size_t)snprintf(m->desc + off, sizeof(m->desc) - off, "%s%s", off > 3 ? "," : " ",
+                                v1_controllers[i]);
+    }
+    m->nh = V1_MAX;
+    /* Hierarchical memory accounting, so leaves count against the sandbox. */
+    crl_write_file_at(m->parent_fd[H_MEMORY], "memory.use_hierarchy", "1");
+    return 0;
+}
+
+static int enable_v2_controllers(struct crl_cgroup_mgr *m, const char *root, const char *parent,
+                                 bool allow_missing, struct crl_err *err)
+{
+    char avail[256] = "";
+    cleanup_close int rootfd = crl_openat(AT_FDCWD, root, O_RDONLY | O_DIRECTORY, 0);
+    if (rootfd < 0)
+        return crl_err_sys(err, errno, "open %s", root);
+    crl_read_file_at(rootfd, "cgroup.controllers", avail, sizeof(avail));
+    static const char *const want[] = {"memory", "pids", "cpu"};
+    bool *have[] = {&m->v2_memory, &m->v2_pids, &m->v2_cpu};
+    size_t off = (size_t)snprintf(m->desc, sizeof(m->desc), "v2:");
+    for (size_t i = 0; i < CRL_ARRAY_SIZE(want); i++) {
+        /* word match in the space-separated list */
+        const char *p = avail;
+        size_t wl = strlen(want[i]);
+        while ((p = strstr(p, want[i])) &&
+               !((p == avail || p[-1] == ' ') && (p[wl] == 0 || p[wl] == ' ' || p[wl] == '\n')))
+            p += wl;
+        if (!p)
+            continue;
+        char ctl[32];
+        snprintf(ctl, sizeof(ctl), "+%s", want[i]);
+        if (crl_write_file_at(rootfd, "cgroup.subtree_control", ctl) < 0 && errno != EBUSY)
+            continue;
+        if (crl_write_file_at(m->parent_fd[0], "cgroup.subtree_control", ctl) < 0)
+            continue;
+        *have[i] = true;
+        off += (size_t)snprintf(m->desc + off, sizeof(m->desc) - off, " %s", want[i]);
+    }
+    (void)parent;
+    if ((!m->v2_memory || !m->v2_pids) && !allow_missing)
+        return crl_err_set(err, CRL_E_UNAVAILABLE,
+                           "cgroup v2 at %s does not offer the memory and pids controllers "
+                           "(available: '%s'); sandboxes could not be limited",
+                           root, avail);
+    return 0;
+}
+
+int crl_cgroup_mgr_open(const struct crl_cgroup_config *cfg, struct crl_cgroup_mgr **out,
+                        struct crl_err *err)
+{
+    const char *root = cfg->mount_root ? cfg->mount_root : "/sys/fs/cgroup";
+    const char *parent = cfg->parent ? cfg->parent : "corral";
+    struct crl_cgroup_mgr *m = calloc(1, sizeof(*m));
+    if (!m)
+        return crl_err_sys(err, ENOMEM, "cgroup manager");
+    for (int i = 0; i < V1_MAX; i++)
+        m->parent_fd[i] = -1;
+    enum crl_cgroup_version v = cfg->version;
+    if (v == CRL_CGROUP_AUTO) {
+        char mem[512];
+        snprintf(mem, sizeof(mem), "%s/memory", root);
+        if (is_fs(root, CGROUP2_SUPER_MAGIC))
+            v = CRL_CGROUP_V2;
+        else if (is_fs(mem, CGROUP_SUPER_MAGIC))
+            v = CRL_CGROUP_V1; /* hybrid hosts: controllers live in v1 */
+        else {
+            free(m);
+            return crl_err_set(err, CRL_E_UNAVAILABLE,
+                               "no usable cgroup hierarchy at %s (neither cgroup2 nor a v1 "
+                               "memory controller)",
+                               root);
+        }
+    }
+    m->version = v;
+    int r;
+    if (v == CRL_CGROUP_V1) {
+        r = open_v1(m, root, parent, err);
+    } else {
+        char path[600];
+        snprintf(path, sizeof(path), "%s/%s", root, parent);
+        m->nh = 1;
+        r = open_parent(m, 0, path, err);
+        if (r == 0)
+            r = enable_v2_controllers(m, root, parent, cfg->allow_missing_controllers, err);
+    }
+    if (r < 0) {
+        crl_cgroup_mgr_free(m);
+        return -1;
+    }
+    *out = m;
+    return 0;
+}
+
+void crl_cgroup_mgr_free(struct crl_cgroup_mgr *m)
+{
+    if (!m)
+        return;
+    for (int i = 0; i < V1_MAX; i++)
+        if (m->parent_fd[i] >= 0)
+            close(m->parent_fd[i]);
+    free(m);
+}
+
+enum crl_cgroup_version crl_cgroup_mgr_version(const struct crl_cgroup_mgr *m)
+{
+    return m->version;
+}
+
+const char *crl_cgroup_mgr_describe(const struct crl_cgroup_mgr *m)
+{
+    return m->desc;
+}
+
+/* ---- killing and removing trees ---- */
+
+static int kill_procs_at(int cgfd, pid_t spare)
+{
+    char buf[65536];
+    ssize_t n = crl_read_file_at(cgfd, "cgroup.procs", buf, sizeof(buf));
+    int count = 0;
+    if (n <= 0)
+        return 0;
+    for (char *p = buf; *p;) {
+        char *end;
+        long pid = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        if (pid > 0 && pid != spare && kill((pid_t)pid, SIGKILL) == 0)
+            count++;
+        p = end;
+        while (*p == '\n')
+            p++;
+    }
+    return count;
+}
+
+/* Kill every process in dirfd's cgroup and all below it. */
+static int kill_tree_procs(int cgfd, pid_t spare)
+{
+    int count = kill_procs_at(cgfd, spare);
+    int dup_fd = dup(cgfd);
+    if (dup_fd < 0)
+        return count;
+    DIR *d = fdopendir(dup_fd);
+    if (!d) {
+        close(dup_fd);
+        return count;
+    }
+    rewinddir(d);
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (de->d_type == DT_DIR && de->d_name[0] != '.') {
+            int sub = crl_openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY, 0);
+            if (sub >= 0) {
+                count += kill_tree_procs(sub, spare);
+                close(sub);
+            }
+        }
+    closedir(d);
+    return count;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {0, ms * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Does the cgroup at fd, or one below it, hold a process other than spare? */
+static bool tree_populated(int fd, pid_t spare)
+{
+    char buf[64];
+    ssize_t n = crl_read_file_at(fd, "cgroup.procs", buf, sizeof(buf));
+    if (n > 0 && (spare == 0 || strtol(buf, NULL, 10) != spare || strchr(buf, '\n') != buf + n - 1))
+        return true;
+    int dup_fd = dup(fd);
+    DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+    if (!d) {
+        if (dup_fd >= 0)
+            close(dup_fd);
+        return true; /* cannot tell: assume so */
+    }
+    rewinddir(d);
+    struct dirent *de;
+    bool found = false;
+    while (!found && (de = readdir(d)))
+        if (de->d_type == DT_DIR && de->d_name[0] != '.') {
+            int sub = crl_openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY, 0);
+            found = sub < 0 || tree_populated(sub, spare);
+            if (sub >= 0)
+                close(sub);
+        }
+    closedir(d);
+    return found;
+}
+
+/* v1 freezer: stop the tree so nothing forks between reading and killing. */
+static int v1_freeze_at(int dirfd, const char *state)
+{
+    if (crl_write_file_at(dirfd, "freezer.state", state) < 0)
+        return -1;
+    if (strcmp(state, "FROZEN") != 0)
+        return 0;
+    for (int i = 0; i < 2000; i++) {
+        char buf[32];
+        if (crl_read_file_at(dirfd, "freezer.state", buf, sizeof(buf)) < 0)
+            return -1;
+        if (strncmp(buf, "FROZEN", 6) == 0)
+            return 0;
+        sleep_ms(1);
+    }
+    errno = ETIMEDOUT;
+    return -1;
+}
+
+/* Kill a cgroup's tree: cgroup.kill where it exists and nothing is spared;
+ * otherwise freeze, kill one by one, thaw, so nothing forks in between. */
+static int kill_tree(struct crl_cgroup_mgr *m, int fd, pid_t spare)
+{
+    if (m->version == CRL_CGROUP_V2) {
+        if (!spare && crl_write_file_at(fd, "cgroup.kill", "1") == 0)
+            return 1;
+        crl_write_file_at(fd, "cgroup.freeze", "1");
+        int n = kill_tree_procs(fd, spare);
+        crl_write_file_at(fd, "cgroup.freeze", "0");
+        return n;
+    }
+    /* Freezing costs milliseconds on v1: skip it for an empty tree. */
+    if (!tree_populated(fd, spare))
+        return 0;
+    v1_freeze_at(fd, "FROZEN");
+    int n = kill_tree_procs(fd, spare);
+    v1_freeze_at(fd, "THAWED");
+    return n;
+}
+
+/* rmdir a cgroup and everything below it, bottom up; waits briefly for
+ * killed processes to leave. */
+static int remove_tree(int parent_fd, const char *name)
+{
+    int fd = crl_openat(parent_fd, name, O_RDONLY | O_DIRECTORY, 0);
+    if (fd < 0)
+        return errno == ENOENT ? 0 : -1;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return -1;
+    }
+    struct dirent *de;
+    int ret = 0;
+    while ((de = readdir(d)))
+        if (de->d_type == DT_DIR && de->d_name[0] != '.')
+            if (remove_tree(dirfd(d), de->d_name) < 0)
+                ret = -1;
+    closedir(d);
+    for (int i = 0; i < 500; i++) {
+        if (unlinkat(parent_fd, name, AT_REMOVEDIR) == 0 || errno == ENOENT)
+            return ret;
+        if (errno != EBUSY)
+            return -1;
+        sleep_ms(2);
+    }
+    return -1;
+}
+
+int crl_cgroup_mgr_reconcile(struct crl_cgroup_mgr *m, struct crl_err *err)
+{
+    int removed = 0, failed = 0;
+    /* Kill first everywhere (the freezer or cgroup.kill stops forks), then remove. */
+    int killer = m->version == CRL_CGROUP_V2 ? 0 : H_FREEZER;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < m->nh; i++) {
+            if (m->parent_fd[i] < 0)
+                continue;
+            int dfd = dup(m->parent_fd[i]);
+            DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+            if (!d) {
+                if (dfd >= 0)
+                    close(dfd);
+                continue;
+            }
+            rewinddir(d);
+            struct dirent *de;
+            while ((de = readdir(d))) {
+                if (de->d_type != DT_DIR || de->d_name[0] == '.')
+                    continue;
+                if (pass == 0 && i == killer) {
+                    int sub = crl_openat(m->parent_fd[i], de->d_name, O_RDONLY | O_DIRECTORY, 0);
+                    if (sub >= 0) {
+                        kill_tree(m, sub, 0);
+                        close(sub);
+                    }
+                } else if (pass == 1) {
+                    if (remove_tree(m->parent_fd[i], de->d_name) == 0)
+                        removed++;
+                    else
+                        failed++;
+                }
+            }
+            closedir(d);
+        }
+    }
+    if (failed)
+        return crl_err_set(err, CRL_E_INTERNAL,
+                           "%d leftover cgroup(s) under %s could not be removed", failed,
+                           m->parent_path[0]);
+    return removed;
+}
+
+int crl_cgroup_mgr_remove_parent(struct crl_cgroup_mgr *m, struct crl_err *err)
+{
+    for (int i = 0; i < m->nh; i++) {
+        if (m->parent_fd[i] < 0)
+            continue;
+        if (rmdir(m->parent_path[i]) < 0 && errno != ENOENT)
+            return crl_err_sys(err, errno, "rmdir %s", m->parent_path[i]);
+    }
+    return 0;
+}
+
+/* ---- a sandbox's cgroup ---- */
+
+static int set_limits(struct crl_cgroup *cg, const struct crl_cgroup_limits *l, struct crl_err *err)
+{
+    struct crl_cgroup_mgr *m = cg->m;
+    char v[64];
+    if (m->version == CRL_CGROUP_V1) {
+        snprintf(v, sizeof(v), "%" PRIu64, l->memory_bytes);
+        if (write_at(cg->fd[H_MEMORY], "memory.limit_in_bytes", v, err) < 0)
+            return -1;
+        /* No swap beyond the limit, where swap accounting exists. */
+        crl_write_file_at(cg->fd[H_MEMORY], "memory.memsw.limit_in_bytes", v);
+        snprintf(v, sizeof(v), "%u", l->pids);
+        if (write_at(cg->fd[H_PIDS], "pids.max", v, err) < 0)
+            return -1;
+        if (cg->fd[H_CPU] >= 0) {
+            snprintf(v, sizeof(v), "%ld", (long)(l->cpus * 100000));
+            if (write_at(cg->fd[H_CPU], "cpu.cfs_period_us", "100000", err) < 0 ||
+                write_at(cg->fd[H_CPU], "cpu.cfs_quota_us", v, err) < 0)
+                return -1;
+        }
+        return 0;
+    }
+    int fd = cg->fd[0];
+    if (m->v2_memory) {
+        snprintf(v, sizeof(v), "%" PRIu64, l->memory_bytes);
+        if (write_at(fd, "memory.max", v, err) < 0)
+            return -1;
+        crl_write_file_at(fd, "memory.swap.max", "0");
+    }
+    if (m->v2_pids) {
+        snprintf(v, sizeof(v), "%u", l->pids);
+        if (write_at(fd, "pids.max", v, err) < 0)
+            return -1;
+    }
+    if (m->v2_cpu) {
+        snprintf(v, sizeof(v), "%ld 100000", (long)(l->cpus * 100000));
+        if (write_at(fd, "cpu.max", v, err) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static uint64_t read_cpu_ns(struct crl_cgroup *cg)
+{
+    if (cg->m->version == CRL_CGROUP_V1)
+        return cg->fd[H_CPUACCT] >= 0 ? read_u64_at(cg->fd[H_CPUACCT], "cpuacct.usage") : 0;
+    return read_keyed_at(cg->fd[0], "cpu.stat", "usage_usec") * 1000;
+}
+
+static uint64_t read_oom_kills(struct crl_cgroup *cg)
+{
+    if (cg->m->version == CRL_CGROUP_V1)
+        return read_keyed_at(cg->fd[H_MEMORY], "memory.oom_control", "oom_kill");
+    return read_keyed_at(cg->fd[0], "memory.events", "oom_kill");
+}
+
+int crl_cgroup_create(struct crl_cgroup_mgr *m, const char *name,
+                      const struct crl_cgroup_limits *limits, struct crl_cgroup **out,
+                      struct crl_err *err)
+{
+    struct crl_cgroup *cg = calloc(1, sizeof(*cg));
+    if (!cg)
+        return crl_err_sys(err, ENOMEM, "cgroup");
+    cg->m = m;
+    cg->peak_fd = -1;
+    snprintf(cg->name, sizeof(cg->name), "%s", name);
+    for (int i = 0; i < V1_MAX; i++)
+        cg->fd[i] = -1;
+    bool reused = false;
+    for (int i = 0; i < m->nh; i++) {
+        if (m->parent_fd[i] < 0)
+            continue;
+        if (mkdirat(m->parent_fd[i], name, 0755) < 0) {
+            if (errno != EEXIST) {
+                crl_err_sys(err, errno, "mkdir %s/%s", m->parent_path[i], name);
+                goto fail;
+            }
+            reused = true;
+        }
+        cg->fd[i] = crl_openat(m->parent_fd[i], name, O_RDONLY | O_DIRECTORY, 0);
+        if (cg->fd[i] < 0) {
+            crl_err_sys(err, errno, "open %s/%s", m->parent_path[i], name);
+            goto fail;
+        }
+    }
+    if (m->version == CRL_CGROUP_V1) {
+        /* v1 shares cpu,cpuacct: point the missing one at its twin */
+        if (cg->fd[H_CPUACCT] < 0 && cg->fd[H_CPU] >= 0)
+            cg->fd[H_CPUACCT] = dup(cg->fd[H_CPU]);
+        if (reused) {
+            /* Charges of the last tenant (page cache) and its peaks go. */
+            if (read_u64_at(cg->fd[H_MEMORY], "memory.usage_in_bytes") > 0)
+                crl_write_file_at(cg->fd[H_MEMORY], "memory.force_empty", "0");
+            crl_write_file_at(cg->fd[H_MEMORY], "memory.max_usage_in_bytes", "0");
+            if (cg->fd[H_CPUACCT] >= 0)
+                crl_write_file_at(cg->fd[H_CPUACCT], "cpuacct.usage", "0");
+        }
+        if (v1_freeze_at(cg->fd[H_FREEZER], "THAWED") < 0 && errno != ENOENT) {
+            crl_err_sys(err, errno, "thaw %s", name);
+            goto fail;
+        }
+    } else {
+        if (reused) {
+            crl_write_file_at(cg->fd[0], "cgroup.freeze", "0");
+            if (m->v2_memory)
+                crl_write_file_at(cg->fd[0], "memory.reclaim", "1G");
+        }
+        /* Controllers for the leaves below. */
+        char ctl[64] = "";
+        size_t off = 0;
+        if (m->v2_memory)
+            off += (size_t)snprintf(ctl + off, sizeof(ctl) - off, "+memory ");
+        if (m->v2_pids)
+            off += (size_t)snprintf(ctl + off, sizeof(ctl) - off, "+pids ");
+        if (m->v2_cpu)
+            off += (size_t)snprintf(ctl + off, sizeof(ctl) - off, "+cpu ");
+        if (off && crl_write_file_at(cg->fd[0], "cgroup.subtree_control", ctl) < 0) {
+            crl_err_sys(err, errno, "enabling controllers in %s", name);
+            goto fail;
+        }
+        if (m->v2_memory) {
+            cg->peak_fd = crl_openat(cg->fd[0], "memory.peak", O_RDWR, 0);
+            /* Since 6.12 a write resets the peak as seen through this fd. */
+            if (cg->peak_fd >= 0 && write(cg->peak_fd, "reset", 5) < 0 && reused) {
+                close(cg->peak_fd);
+                cg->peak_fd = -1;
+            }
+        }
+    }
+    if (set_limits(cg, limits, err) < 0)
+        goto fail;
+    cg->cpu_base_ns = m->version == CRL_CGROUP_V2 ? read_cpu_ns(cg) : 0;
+    cg->oom_base = read_oom_kills(cg);
+    *out = cg;
+    return 0;
+fail:
+    crl_err_prefix(err, "cgroup %s", name);
+    crl_cgroup_release(cg, !reused, NULL);
+    return -1;
+}
+
+const char *crl_cgroup_name(const struct crl_cgroup *cg)
+{
+    return cg->name;
+}
+
+/* The directory leaves live in: the freezer hierarchy on v1, the cgroup on v2. */
+static int leaf_parent_fd(struct crl_cgroup *cg)
+{
+    return cg->m->version == CRL_CGROUP_V1 ? cg->fd[H_FREEZER] : cg->fd[0];
+}
+
+int crl_cgroup_attach_fds(struct crl_cgroup *cg, const char *leaf, int *fds, int *nfds,
+                          struct crl_err *err)
+{
+    int n = 0;
+    int lp = leaf_parent_fd(cg);
+    if (mkdirat(lp, leaf, 0755) < 0 && errno != EEXIST)
+        return crl_err_sys(err, errno, "mkdir cgroup %s/%s", cg->name, leaf);
+    char path[128];
+    snprintf(path, sizeof(path), "%s/cgroup.procs", leaf);
+    if ((fds[n] = crl_openat(lp, path, O_WRONLY, 0)) < 0)
+        return crl_err_sys(err, errno, "open cgroup %s/%s", cg->name, path);
+    n++;
+    if (cg->m->version == CRL_CGROUP_V1) {
+        static const int others[] = {H_MEMORY, H_PIDS, H_CPU, H_CPUACCT};
+        for (size_t i = 0; i < CRL_ARRAY_SIZE(others); i++) {
+            int h = others[i];
+            if (cg->m->parent_fd[h] < 0) /* absent, or shared with its twin */
+                continue;
+            if ((fds[n] = crl_openat(cg->fd[h], "cgroup.procs", O_WRONLY, 0)) < 0) {
+                int e = errno;
+                for (int k = 0; k < n; k++)
+                    close(fds[k]);
+                return crl_err_sys(err, e, "open %s cgroup %s", v1_controllers[h], cg->name);
+            }
+            n++;
+        }
+    }
+    *nfds = n;
+    return 0;
+}
+
+int crl_cgroup_kill_leaf(struct crl_cgroup *cg, const char *leaf, pid_t spare,
+                         struct crl_err *err)
+{
+    cleanup_close int fd = crl_openat(leaf_parent_fd(cg), leaf, O_RDONLY | O_DIRECTORY, 0);
+    if (fd < 0)
+        return errno == ENOENT ? 0 : crl_err_sys(err, errno, "open cgroup %s/%s", cg->name, leaf);
+    return kill_tree(cg->m, fd, spare);
+}
+
+int crl_cgroup_kill_all(struct crl_cgroup *cg, struct crl_err *err)
+{
+    return kill_tree(cg->m, leaf_parent_fd(cg), 0);
+}
+
+int crl_cgroup_remove_leaf(struct crl_cgroup *cg, const char *leaf)
+{
+    if (unlinkat(leaf_parent_fd(cg), leaf, AT_REMOVEDIR) < 0 && errno != ENOENT)
+        return -1;
+    return 0;
+}
+
+int crl_cgroup_count(struct crl_cgroup *cg, const char *leaf)
+{
+    if (!leaf) /* the whole sandbox: the pids controller counts for us */
+        return (int)read_u64_at(cg->m->version == CRL_CGROUP_V1 ? cg->fd[H_PIDS] : cg->fd[0],
+                                "pids.current");
+    char buf[65536];
+    char path[128];
+    snprintf(path, sizeof(path), "%s/cgroup.procs", leaf);
+    ssize_t n = crl_read_file_at(leaf_parent_fd(cg), path, buf, sizeof(buf));
+    if (n < 0)
+        return errno == ENOENT ? 0 : -1;
+    int count = 0;
+    for (ssize_t i = 0; i < n; i++)
+        count += buf[i] == '\n';
+    return count;
+}
+
+int crl_cgroup_freeze(struct crl_cgroup *cg, bool frozen, struct crl_err *err)
+{
+    int r;
+    if (cg->m->version == CRL_CGROUP_V1)
+        r = v1_freeze_at(cg->fd[H_FREEZER], frozen ? "FROZEN" : "THAWED");
+    else
+        r = crl_write_file_at(cg->fd[0], "cgroup.freeze", frozen ? "1" : "0");
+    if (r < 0)
+        return crl_err_sys(err, errno, "%s %s", frozen ? "freeze" : "thaw", cg->name);
+    return 0;
+}
+
+int crl_cgroup_stats(struct crl_cgroup *cg, struct crl_cgroup_stats *st)
+{
+    memset(st, 0, sizeof(*st));
+    uint64_t cpu = read_cpu_ns(cg);
+    st->cpu_ns = cpu > cg->cpu_base_ns ? cpu - cg->cpu_base_ns : 0;
+    uint64_t oom = read_oom_kills(cg);
+    st->oom_kills = oom > cg->oom_base ? oom - cg->oom_base : 0;
+    if (cg->m->version == CRL_CGROUP_V1) {
+        st->memory_bytes = read_u64_at(cg->fd[H_MEMORY], "memory.usage_in_bytes");
+        st->memory_peak_bytes = read_u64_at(cg->fd[H_MEMORY], "memory.max_usage_in_bytes");
+        st->pids = (unsigned)read_u64_at(cg->fd[H_PIDS], "pids.current");
+    } else {
+        st->memory_bytes = read_u64_at(cg->fd[0], "memory.current");
+        if (cg->peak_fd >= 0) {
+            char buf[32];
+            ssize_t n = pread(cg->peak_fd, buf, sizeof(buf) - 1, 0);
+            if (n > 0) {
+                buf[n] = 0;
+                st->memory_peak_bytes = strtoull(buf, NULL, 10);
+            }
+        }
+        st->pids = (unsigned)read_u64_at(cg->fd[0], "pids.current");
+    }
+    if (st->memory_peak_bytes < st->memory_bytes)
+        st->memory_peak_bytes = st->memory_bytes;
+    return 0;
+}
+
+int crl_cgroup_release(struct crl_cgroup *cg, bool remove, struct crl_err *err)
+{
+    if (!cg)
+        return 0;
+    int ret = 0;
+    struct crl_cgroup_mgr *m = cg->m;
+    /* Leaves always go: they are cheap, and a stale one would mislead. */
+    int lp = leaf_parent_fd(cg);
+    if (lp >= 0) {
+        int dfd = dup(lp);
+        DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+        if (d) {
+            rewinddir(d);
+            struct dirent *de;
+            while ((de = readdir(d)))
+                if (de->d_type == DT_DIR && de->d_name[0] != '.' &&
+                    remove_tree(lp, de->d_name) < 0) {
+                    ret = crl_err_sys(err, errno, "removing cgroup %s/%s", cg->name, de->d_name);
+                }
+            closedir(d);
+        } else if (dfd >= 0) {
+            close(dfd);
+        }
+    }
+    for (int i = 0; i < V1_MAX; i++) {
+        if (cg->fd[i] >= 0)
+            close(cg->fd[i]);
+        if (remove && m->parent_fd[i] >= 0 && remove_tree(m->parent_fd[i], cg->name) < 0 &&
+            ret == 0)
+            ret = crl_err_sys(err, errno, "removing cgroup %s", cg->name);
+    }
+    if (cg->peak_fd >= 0)
+        close(cg->peak_fd);
+    free(cg);
+    return ret;
+}

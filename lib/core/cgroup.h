@@ -1,0 +1,97 @@
+/* Cgroups for sandboxes, on v1 (one hierarchy per controller) and on v2
+ * (the unified hierarchy), behind one interface.
+ *
+ * Every sandbox gets a cgroup named after its slot, under a parent ("corral")
+ * that corrald owns: limits live there.  Its processes go in leaves under it:
+ * PID 1 in "init" and each exec in its own leaf, so a timeout can kill an
+ * exec's whole process tree, however it daemonised, and nothing else.  On v1
+ * the leaves are in the freezer hierarchy (which can stop and kill a tree
+ * atomically) and the other controllers see the sandbox cgroup only.
+ *
+ * Cgroups are reused: a released slot's cgroup is reset and handed to the
+ * next sandbox of that slot, because creating and removing memory cgroups at
+ * thousands per second leaves dying ones behind in the kernel
+ * (docs/architecture.md).  Paths and rooting are configurable so the unit
+ * tests can run the v1 and v2 drivers against real or fake trees. */
+#ifndef CRL_CORE_CGROUP_H
+#define CRL_CORE_CGROUP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "../util/err.h"
+
+enum crl_cgroup_version { CRL_CGROUP_AUTO = 0, CRL_CGROUP_V1 = 1, CRL_CGROUP_V2 = 2 };
+
+struct crl_cgroup_config {
+    enum crl_cgroup_version version;
+    const char *mount_root; /* default /sys/fs/cgroup */
+    const char *parent;     /* default "corral" */
+    /* v2 only: controllers we need; a host without them is refused unless
+     * allow_missing (tests on a v2 tree with no controllers). */
+    bool allow_missing_controllers;
+};
+
+struct crl_cgroup_limits {
+    uint64_t memory_bytes;
+    unsigned pids;
+    double cpus;
+};
+
+struct crl_cgroup_stats {
+    uint64_t memory_bytes;
+    uint64_t memory_peak_bytes;
+    uint64_t cpu_ns;
+    unsigned pids;
+    uint64_t oom_kills; /* since the sandbox started */
+};
+
+#define CRL_CGROUP_MAX_FDS 6
+
+struct crl_cgroup_mgr;
+struct crl_cgroup;
+
+int crl_cgroup_mgr_open(const struct crl_cgroup_config *cfg, struct crl_cgroup_mgr **out,
+                        struct crl_err *err);
+void crl_cgroup_mgr_free(struct crl_cgroup_mgr *m);
+enum crl_cgroup_version crl_cgroup_mgr_version(const struct crl_cgroup_mgr *m);
+/* "v1: memory,cpu,cpuacct,pids,freezer" or "v2: cpu memory pids" */
+const char *crl_cgroup_mgr_describe(const struct crl_cgroup_mgr *m);
+
+/* Kill every process in every cgroup under the parent and remove them all:
+ * what a restarted corrald does before it serves.  Returns how many cgroups
+ * were removed, or -1. */
+int crl_cgroup_mgr_reconcile(struct crl_cgroup_mgr *m, struct crl_err *err);
+/* Remove the parent itself (clean shutdown).  Fails if anything is left. */
+int crl_cgroup_mgr_remove_parent(struct crl_cgroup_mgr *m, struct crl_err *err);
+
+/* Create, or reset for reuse, the cgroup `name` with these limits. */
+int crl_cgroup_create(struct crl_cgroup_mgr *m, const char *name,
+                      const struct crl_cgroup_limits *limits, struct crl_cgroup **out,
+                      struct crl_err *err);
+/* Release: the cgroup must be empty; it is kept for reuse unless `remove`. */
+int crl_cgroup_release(struct crl_cgroup *cg, bool remove, struct crl_err *err);
+const char *crl_cgroup_name(const struct crl_cgroup *cg);
+
+/* cgroup.procs descriptors a new process writes itself (or its pid) into
+ * to join the leaf `leaf` ("init" for PID 1, "e<N>" for an exec).  The leaf
+ * is created if needed.  Caller closes the fds. */
+int crl_cgroup_attach_fds(struct crl_cgroup *cg, const char *leaf, int *fds, int *nfds,
+                          struct crl_err *err);
+/* Kill every process in a leaf (an exec's tree) but `spare` (0: none),
+ * atomically with respect to forks.  Returns how many were signalled. */
+int crl_cgroup_kill_leaf(struct crl_cgroup *cg, const char *leaf, pid_t spare,
+                         struct crl_err *err);
+/* Kill every process in the whole sandbox cgroup. */
+int crl_cgroup_kill_all(struct crl_cgroup *cg, struct crl_err *err);
+/* Remove an empty leaf; -1 with errno EBUSY while processes remain. */
+int crl_cgroup_remove_leaf(struct crl_cgroup *cg, const char *leaf);
+/* Number of processes in a leaf (or the whole cgroup for leaf NULL). */
+int crl_cgroup_count(struct crl_cgroup *cg, const char *leaf);
+/* Freeze or thaw the whole sandbox. */
+int crl_cgroup_freeze(struct crl_cgroup *cg, bool frozen, struct crl_err *err);
+
+int crl_cgroup_stats(struct crl_cgroup *cg, struct crl_cgroup_stats *st);
+
+#endif

@@ -1,0 +1,774 @@
+#include "host.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mount.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../util/buf.h"
+#include "../util/cleanup.h"
+#include "../util/fdio.h"
+#include "../util/log.h"
+#include "session.h"
+
+#define NS_PER_S 1000000000ull
+
+static const char *const state_names[] = {
+    [CRL_SB_CREATING] = "creating", [CRL_SB_READY] = "ready",
+    [CRL_SB_PAUSED] = "paused",     [CRL_SB_FAILED] = "failed",
+    [CRL_SB_DESTROYING] = "destroying", [CRL_SB_DESTROYED] = "destroyed",
+};
+
+const char *crl_sb_state_name(enum crl_sb_state s)
+{
+    return state_names[s];
+}
+
+static const struct crl_backend_ops *const backends[] = {&crl_container_backend};
+
+static const struct crl_backend_ops *backend_find(const char *name)
+{
+    for (size_t i = 0; i < CRL_ARRAY_SIZE(backends); i++)
+        if (strcmp(backends[i]->name, name) == 0)
+            return backends[i];
+    return NULL;
+}
+
+void crl_host_config_defaults(struct crl_host_config *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->state_dir = "/var/lib/corral";
+    c->max_sandboxes = 4096;
+    c->overcommit = 1.0;
+    c->reserve_mb = 512;
+    c->retry_after_s = 1;
+    c->cgroup_parent = "corral";
+    c->uid_base = 1u << 30; /* far above any uid a distribution hands out */
+    c->uid_slots = 16384;
+    c->spawners = 0; /* one per CPU, at most 4 */
+    c->netns_pool = 256;
+    c->tombstone_s = 600;
+}
+
+/* ---- ids and slots ---- */
+
+void crl_host_new_id(struct crl_host *h, char *out, size_t cap)
+{
+    unsigned char r[6];
+    if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
+        uint64_t t = crl_now_ns();
+        memcpy(r, &t, sizeof(r));
+    }
+    snprintf(out, cap, "sb-%s-%02x%02x%02x%02x%02x%02x", h->cfg.host_id, r[0], r[1], r[2], r[3],
+             r[4], r[5]);
+}
+
+static int slot_alloc(struct crl_host *h, unsigned *slot)
+{
+    /* Lowest free first, so cgroups of low slots are the ones reused. */
+    for (unsigned i = 0; i < h->cfg.uid_slots; i++)
+        if (!h->slots[i]) {
+            h->slots[i] = 1;
+            *slot = i;
+            return 0;
+        }
+    return -1;
+}
+
+/* ---- the table ---- */
+
+static void table_remove(struct crl_host *h, struct crl_sandbox *sb)
+{
+    for (struct crl_sandbox **pp = &h->sandboxes; *pp; pp = &(*pp)->next)
+        if (*pp == sb) {
+            *pp = sb->next;
+            h->n_sandboxes--;
+            return;
+        }
+}
+
+struct crl_sandbox *crl_host_find(struct crl_host *h, const char *id, struct crl_err *err)
+{
+    for (struct crl_sandbox *sb = h->sandboxes; sb; sb = sb->next)
+        if (strcmp(sb->id, id) == 0)
+            return sb;
+    crl_err_set(err, CRL_E_NOT_FOUND, "sandbox '%s' not found", id);
+    return NULL;
+}
+
+void crl_sandbox_ref(struct crl_sandbox *sb)
+{
+    sb->refs++;
+}
+
+static void sandbox_free(struct crl_sandbox *sb)
+{
+    crl_spec_free(&sb->spec);
+    free(sb);
+}
+
+void crl_sandbox_unref(struct crl_sandbox *sb)
+{
+    if (--sb->refs == 0)
+        sandbox_free(sb);
+}
+
+/* ---- capacity ---- */
+
+static int admit(struct crl_host *h, const struct crl_spec *s, struct crl_err *err)
+{
+    if (h->shutting_down)
+        return crl_err_set(err, CRL_E_UNAVAILABLE, "corrald is shutting down");
+    uint64_t mem_cap = h->mem_total_mb > h->cfg.reserve_mb ? h->mem_total_mb - h->cfg.reserve_mb : 0;
+    mem_cap = (uint64_t)((double)mem_cap * h->cfg.overcommit);
+    double cpu_cap = h->ncpus * h->cfg.overcommit;
+    if (h->live >= h->cfg.max_sandboxes)
+        return crl_err_set(err, CRL_E_CAPACITY, "host is full: %u of %u sandboxes are running",
+                           h->live, h->cfg.max_sandboxes);
+    if (h->reserved_mb + s->memory_mb > mem_cap)
+        return crl_err_set(err, CRL_E_CAPACITY,
+                           "host is full: %" PRIu64 " of %" PRIu64
+                           " MiB of sandbox memory are reserved and %u more were asked for",
+                           h->reserved_mb, mem_cap, s->memory_mb);
+    if (h->reserved_cpus + s->cpus > cpu_cap + 1e-9)
+        return crl_err_set(err, CRL_E_CAPACITY,
+                           "host is full: %.2f of %.2f CPUs are reserved and %.2f more were asked "
+                           "for",
+                           h->reserved_cpus, cpu_cap, s->cpus);
+    return 0;
+}
+
+static void reserve(struct crl_host *h, struct crl_sandbox *sb, bool on)
+{
+    if (on) {
+        h->reserved_mb += sb->spec.memory_mb;
+        h->reserved_cpus += sb->spec.cpus;
+        h->live++;
+    } else {
+        h->reserved_mb -= sb->spec.memory_mb;
+        h->reserved_cpus -= sb->spec.cpus;
+        h->live--;
+    }
+}
+
+/* ---- lifecycle ---- */
+
+static void notify(struct crl_sb_waiter **list, struct crl_sandbox *sb, const struct crl_err *err)
+{
+    struct crl_sb_waiter *w = *list;
+    *list = NULL;
+    while (w) {
+        struct crl_sb_waiter *next = w->next;
+        w->cb(sb, err, w->ctx);
+        free(w);
+        w = next;
+    }
+}
+
+static int add_waiter(struct crl_sb_waiter **list, crl_sandbox_cb cb, void *ctx,
+                      struct crl_err *err)
+{
+    if (!cb)
+        return 0;
+    struct crl_sb_waiter *w = malloc(sizeof(*w));
+    if (!w)
+        return crl_err_sys(err, ENOMEM, "waiter");
+    w->cb = cb;
+    w->ctx = ctx;
+    w->next = *list;
+    *list = w;
+    return 0;
+}
+
+static void tombstone_expired(struct crl_timer *t)
+{
+    struct crl_sandbox *sb = t->data;
+    table_remove(sb->host, sb);
+    crl_sandbox_unref(sb);
+}
+
+static void ttl_expired(struct crl_timer *t)
+{
+    struct crl_sandbox *sb = t->data;
+    crl_info(sb->id, "ttl of %us reached: destroying", sb->spec.ttl_s);
+    crl_host_destroy(sb->host, sb, "ttl", NULL, NULL, NULL);
+}
+
+static void idle_check(struct crl_timer *t)
+{
+    struct crl_sandbox *sb = t->data;
+    uint64_t idle_ns = (uint64_t)sb->spec.idle_ttl_s * NS_PER_S;
+    uint64_t now = crl_now_ns();
+    if (now - sb->last_active_ns >= idle_ns) {
+        crl_info(sb->id, "idle for %us: destroying", sb->spec.idle_ttl_s);
+        crl_host_destroy(sb->host, sb, "idle_ttl", NULL, NULL, NULL);
+        return;
+    }
+    crl_timer_start(sb->host->loop, &sb->idle_timer, idle_ns - (now - sb->last_active_ns),
+                    idle_check, sb);
+}
+
+void crl_sandbox_touch(struct crl_sandbox *sb)
+{
+    sb->last_active_ns = crl_now_ns();
+}
+
+/* Give back everything the host reserved for a sandbox that has ended. */
+static void release_host_side(struct crl_sandbox *sb)
+{
+    struct crl_host *h = sb->host;
+    crl_timer_stop(h->loop, &sb->ttl_timer);
+    crl_timer_stop(h->loop, &sb->idle_timer);
+    if (sb->has_slot) {
+        h->slots[sb->slot] = 0;
+        sb->has_slot = false;
+    }
+    if (sb->image) {
+        crl_image_put(sb->image);
+        sb->image = NULL;
+    }
+    reserve(h, sb, false);
+}
+
+int crl_host_create(struct crl_host *h, struct crl_spec *spec, crl_sandbox_cb cb, void *ctx,
+                    struct crl_err *err)
+{
+    const struct crl_backend_ops *ops = backend_find(spec->backend);
+    if (!ops)
+        return crl_err_set(err, CRL_E_UNSUPPORTED,
+                           "backend '%s' is not available on this host (available: container)",
+                           spec->backend);
+    if (admit(h, spec, err) < 0) {
+        h->counters.rejected_capacity++;
+        return -1;
+    }
+    struct crl_sandbox *sb = calloc(1, sizeof(*sb));
+    if (!sb)
+        return crl_err_sys(err, ENOMEM, "sandbox");
+    sb->host = h;
+    sb->ops = ops;
+    sb->spec = *spec;
+    memset(spec, 0, sizeof(*spec)); /* ownership moved */
+    sb->refs = 1;                   /* the table's */
+    sb->state = CRL_SB_CREATING;
+    sb->created_at = crl_wall_s();
+    sb->last_active_ns = crl_now_ns();
+    crl_host_new_id(h, sb->id, sizeof(sb->id));
+    sb->image = crl_image_get(h->images, sb->spec.image, err);
+    if (!sb->image) {
+        sandbox_free(sb);
+        return -1;
+    }
+    if (slot_alloc(h, &sb->slot) < 0) {
+        crl_image_put(sb->image);
+        sandbox_free(sb);
+        h->counters.rejected_capacity++;
+        return crl_err_set(err, CRL_E_CAPACITY, "host is full: all %u sandbox slots are in use",
+                           h->cfg.uid_slots);
+    }
+    sb->has_slot = true;
+    reserve(h, sb, true);
+    sb->next = h->sandboxes;
+    h->sandboxes = sb;
+    h->n_sandboxes++;
+    if (add_waiter(&sb->create_waiters, cb, ctx, err) < 0 || ops->create(sb, err) < 0) {
+        crl_err_prefix(err, "creating %s", sb->id);
+        crl_warn(sb->id, "create failed: %s", err->msg);
+        h->counters.create_failed++;
+        free(sb->create_waiters);
+        sb->create_waiters = NULL;
+        release_host_side(sb);
+        table_remove(h, sb);
+        crl_sandbox_unref(sb);
+        return -1;
+    }
+    crl_info(sb->id, "creating backend=%s image=%s memory_mb=%u cpus=%.2f pids=%u disk_mb=%u",
+             sb->spec.backend, sb->spec.image, sb->spec.memory_mb, sb->spec.cpus, sb->spec.pids,
+             sb->spec.disk_mb);
+    return 0;
+}
+
+void crl_sandbox_created(struct crl_sandbox *sb, const struct crl_err *err)
+{
+    struct crl_host *h = sb->host;
+    crl_sandbox_ref(sb);
+    if (err) {
+        /* The backend has already undone its part: nothing of it remains. */
+        crl_warn(sb->id, "create failed: %s", err->msg);
+        h->counters.create_failed++;
+        release_host_side(sb);
+        sb->state = CRL_SB_DESTROYED;
+        table_remove(h, sb);
+        notify(&sb->create_waiters, sb, err);
+        notify(&sb->destroy_waiters, sb, NULL);
+        sb->refs--; /* the table's; ours keeps it alive until the line below */
+        crl_sandbox_unref(sb);
+        return;
+    }
+    sb->state = CRL_SB_READY;
+    sb->ready_at = crl_wall_s();
+    h->counters.created++;
+    crl_info(sb->id, "ready in %.1f ms", (sb->ready_at - sb->created_at) * 1e3);
+    if (sb->spec.ttl_s)
+        crl_timer_start(h->loop, &sb->ttl_timer, (uint64_t)sb->spec.ttl_s * NS_PER_S, ttl_expired,
+                        sb);
+    if (sb->spec.idle_ttl_s)
+        crl_timer_start(h->loop, &sb->idle_timer, (uint64_t)sb->spec.idle_ttl_s * NS_PER_S,
+                        idle_check, sb);
+    notify(&sb->create_waiters, sb, NULL);
+    if (sb->destroy_requested)
+        crl_host_destroy(h, sb, sb->end_reason[0] ? sb->end_reason : "destroyed", NULL, NULL,
+                         NULL);
+    crl_sandbox_unref(sb);
+}
+
+/* End every process and session of a sandbox that is going away. */
+static void end_processes(struct crl_sandbox *sb)
+{
+    crl_session_close_all(sb);
+    for (struct crl_proc *p = sb->procs; p; p = p->next_in_sb)
+        if (p->started && !p->exited)
+            sb->ops->kill(sb, p, CRL_KILL_TREE);
+}
+
+void crl_sandbox_failed(struct crl_sandbox *sb, const char *reason, const char *fmt, ...)
+{
+    if (sb->state != CRL_SB_READY && sb->state != CRL_SB_PAUSED)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(sb->message, sizeof(sb->message), fmt, ap);
+    va_end(ap);
+    snprintf(sb->end_reason, sizeof(sb->end_reason), "%s", reason);
+    crl_warn(sb->id, "failed (%s): %s", reason, sb->message);
+    sb->host->counters.failed++;
+    crl_sandbox_usage(sb, &sb->usage);
+    sb->state = CRL_SB_FAILED;
+    sb->ended_at = crl_wall_s();
+    end_processes(sb);
+    crl_sandbox_ref(sb);
+    sb->ops->destroy(sb); /* releases the backend's resources; the record stays */
+}
+
+void crl_sandbox_destroyed(struct crl_sandbox *sb)
+{
+    struct crl_host *h = sb->host;
+    bool was_failed = sb->state == CRL_SB_FAILED;
+    release_host_side(sb);
+    if (!was_failed) {
+        sb->state = CRL_SB_DESTROYED;
+        sb->ended_at = crl_wall_s();
+        h->counters.destroyed++;
+        crl_info(sb->id,
+                 "destroyed reason=%s lifetime_s=%.3f cpu_s=%.3f memory_peak_bytes=%" PRIu64
+                 " disk_bytes=%" PRIu64,
+                 sb->end_reason, sb->ended_at - sb->created_at, sb->usage.cpu_s,
+                 sb->usage.memory_peak_bytes, sb->usage.disk_bytes);
+        notify(&sb->destroy_waiters, sb, NULL);
+    }
+    if (h->cfg.tombstone_s > 0 && !h->shutting_down) {
+        crl_timer_start(h->loop, &sb->tombstone_timer, (uint64_t)(h->cfg.tombstone_s * 1e9),
+                        tombstone_expired, sb);
+    } else {
+        table_remove(h, sb);
+        sb->refs--; /* the table's; ours keeps it alive until the line below */
+    }
+    crl_sandbox_unref(sb); /* the one taken when the teardown began */
+}
+
+int crl_host_destroy(struct crl_host *h, struct crl_sandbox *sb, const char *reason,
+                     crl_sandbox_cb cb, void *ctx, struct crl_err *err)
+{
+    switch (sb->state) {
+    case CRL_SB_DESTROYED:
+        if (cb)
+            cb(sb, NULL, ctx);
+        return 0;
+    case CRL_SB_FAILED:
+        /* Its resources are already released: forget it now. */
+        sb->state = CRL_SB_DESTROYED;
+        crl_timer_stop(h->loop, &sb->tombstone_timer);
+        if (cb)
+            cb(sb, NULL, ctx);
+        if (h->cfg.tombstone_s > 0 && !h->shutting_down) {
+            crl_timer_start(h->loop, &sb->tombstone_timer, (uint64_t)(h->cfg.tombstone_s * 1e9),
+                            tombstone_expired, sb);
+        } else {
+            table_remove(h, sb);
+            crl_sandbox_unref(sb);
+        }
+        return 0;
+    case CRL_SB_CREATING:
+        sb->destroy_requested = true;
+        snprintf(sb->end_reason, sizeof(sb->end_reason), "%s", reason);
+        return add_waiter(&sb->destroy_waiters, cb, ctx, err);
+    case CRL_SB_DESTROYING:
+        return add_waiter(&sb->destroy_waiters, cb, ctx, err);
+    case CRL_SB_READY:
+    case CRL_SB_PAUSED:
+        break;
+    }
+    if (add_waiter(&sb->destroy_waiters, cb, ctx, err) < 0)
+        return -1;
+    snprintf(sb->end_reason, sizeof(sb->end_reason), "%s", reason);
+    crl_sandbox_usage(sb, &sb->usage); /* the final figures */
+    sb->state = CRL_SB_DESTROYING;
+    end_processes(sb);
+    crl_sandbox_ref(sb);
+    sb->ops->destroy(sb);
+    return 0;
+}
+
+int crl_sandbox_check_ready(struct crl_sandbox *sb, struct crl_err *err)
+{
+    if (sb->state == CRL_SB_READY)
+        return 0;
+    if (sb->state == CRL_SB_FAILED)
+        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s has failed (%s): %s", sb->id,
+                           sb->end_reason, sb->message);
+    return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is %s", sb->id,
+                       crl_sb_state_name(sb->state));
+}
+
+int crl_sandbox_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *err)
+{
+    if (crl_sandbox_check_ready(sb, err) < 0)
+        return -1;
+    p->sb = sb;
+    p->seq = ++sb->next_seq;
+    p->in_fd = p->out_fd = p->err_fd = p->pidfd = -1;
+    if (sb->ops->spawn(sb, p, err) < 0)
+        return -1;
+    crl_sandbox_ref(sb);
+    p->next_in_sb = sb->procs;
+    sb->procs = p;
+    return 0;
+}
+
+void crl_sandbox_proc_done(struct crl_sandbox *sb, struct crl_proc *p)
+{
+    for (struct crl_proc **pp = &sb->procs; *pp; pp = &(*pp)->next_in_sb)
+        if (*pp == p) {
+            *pp = p->next_in_sb;
+            crl_sandbox_unref(sb);
+            return;
+        }
+}
+
+void crl_sandbox_usage(struct crl_sandbox *sb, struct crl_usage *u)
+{
+    if (sb->state == CRL_SB_READY || sb->state == CRL_SB_PAUSED ||
+        (sb->state == CRL_SB_CREATING && sb->priv)) {
+        if (sb->ops->stats(sb, u) == 0)
+            return;
+    }
+    *u = sb->usage;
+}
+
+static void fmt_time_or_null(json_t *o, const char *key, double t)
+{
+    if (t > 0) {
+        char buf[40];
+        crl_fmt_time(t, buf, sizeof(buf));
+        json_object_set_new(o, key, json_string(buf));
+    } else {
+        json_object_set_new(o, key, json_null());
+    }
+}
+
+json_t *crl_sandbox_json(struct crl_sandbox *sb)
+{
+    struct crl_usage u;
+    crl_sandbox_usage(sb, &u);
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(sb->id));
+    json_object_set_new(o, "backend", json_string(sb->spec.backend));
+    json_object_set_new(o, "image", json_string(sb->spec.image));
+    json_object_set_new(o, "state", json_string(crl_sb_state_name(sb->state)));
+    json_object_set_new(o, "spec", crl_spec_to_json(&sb->spec));
+    fmt_time_or_null(o, "created_at", sb->created_at);
+    fmt_time_or_null(o, "ready_at", sb->ready_at);
+    fmt_time_or_null(o, "ended_at", sb->ended_at);
+    if (sb->spec.ttl_s && sb->created_at > 0)
+        fmt_time_or_null(o, "expires_at", sb->created_at + sb->spec.ttl_s);
+    json_t *labels = json_object();
+    for (size_t i = 0; i < sb->spec.n_labels; i++)
+        json_object_set_new(labels, sb->spec.labels[i].key, json_string(sb->spec.labels[i].value));
+    json_object_set_new(o, "labels", labels);
+    json_object_set_new(
+        o, "usage",
+        json_pack("{s:f, s:I, s:I, s:i, s:I, s:I, s:I}", "cpu_s", u.cpu_s, "memory_bytes",
+                  (json_int_t)u.memory_bytes, "memory_peak_bytes", (json_int_t)u.memory_peak_bytes,
+                  "pids", (json_int_t)u.pids, "disk_bytes", (json_int_t)u.disk_bytes,
+                  "disk_limit_bytes", (json_int_t)u.disk_limit_bytes, "oom_kills",
+                  (json_int_t)u.oom_kills));
+    if (sb->end_reason[0])
+        json_object_set_new(o, "end_reason", json_string(sb->end_reason));
+    if (sb->message[0])
+        json_object_set_new(o, "message", json_string(sb->message));
+    json_object_set_new(o, "sessions", json_integer((json_int_t)crl_session_count(sb)));
+    return o;
+}
+
+/* ---- host ---- */
+
+static uint64_t mem_total_mb(void)
+{
+    char buf[4096];
+    if (crl_read_file_at(AT_FDCWD, "/proc/meminfo", buf, sizeof(buf)) < 0)
+        return 0;
+    char *p = strstr(buf, "MemTotal:");
+    return p ? strtoull(p + 9, NULL, 10) / 1024 : 0;
+}
+
+/* Mounts below the state dir in the host's namespace: none are made there
+ * today, but a crashed corrald must never leave one behind, so look. */
+static void unmount_leftovers(const char *state_dir)
+{
+    char *mi = NULL;
+    size_t len;
+    if (crl_read_file_alloc("/proc/self/mountinfo", 1 << 22, &mi, &len, NULL) < 0)
+        return;
+    size_t sl = strlen(state_dir);
+    for (char *line = mi; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (nl)
+            *nl = 0;
+        /* field 5 is the mount point */
+        char *f = line;
+        for (int i = 0; i < 4 && f; i++) {
+            f = strchr(f, ' ');
+            if (f)
+                f++;
+        }
+        if (f) {
+            char *end = strchr(f, ' ');
+            if (end)
+                *end = 0;
+            if (strncmp(f, state_dir, sl) == 0 && (f[sl] == '/' || f[sl] == 0)) {
+                if (umount2(f, MNT_DETACH) == 0)
+                    crl_warn(NULL, "reconcile: unmounted leftover %s", f);
+            }
+        }
+        line = nl ? nl + 1 : NULL;
+    }
+    free(mi);
+}
+
+int crl_host_open(const struct crl_host_config *cfg, struct crl_loop *loop, struct crl_host **out,
+                  struct crl_err *err)
+{
+    struct crl_host *h = calloc(1, sizeof(*h));
+    if (!h)
+        return crl_err_sys(err, ENOMEM, "host");
+    h->cfg = *cfg;
+    h->loop = loop;
+    h->started_at = crl_wall_s();
+    if (!realpath(cfg->state_dir, h->state_dir)) {
+        if (crl_mkdir_p(cfg->state_dir, 0700) < 0 || !realpath(cfg->state_dir, h->state_dir)) {
+            crl_err_sys(err, errno, "state dir %s", cfg->state_dir);
+            goto fail;
+        }
+    }
+    h->cfg.state_dir = h->state_dir;
+    /* Searchable, not readable, by others: a new sandbox's root (an
+     * unprivileged host uid) must reach run/mnt to mount over it.  Every
+     * directory below that holds anything is 0700. */
+    chmod(h->state_dir, 0711);
+    if (!h->cfg.host_id[0]) {
+        char hn[64] = "";
+        gethostname(hn, sizeof(hn) - 1);
+        uint32_t x = 2166136261u;
+        for (char *p = hn; *p; p++)
+            x = (x ^ (unsigned char)*p) * 16777619u;
+        snprintf(h->cfg.host_id, sizeof(h->cfg.host_id), "%06x", x & 0xffffff);
+    }
+
+    char lock[4200];
+    snprintf(lock, sizeof(lock), "%s/corrald.lock", h->state_dir);
+    int lfd = crl_openat(AT_FDCWD, lock, O_RDWR | O_CREAT, 0600);
+    if (lfd < 0) {
+        crl_err_sys(err, errno, "open %s", lock);
+        goto fail;
+    }
+    if (flock(lfd, LOCK_EX | LOCK_NB) < 0) {
+        crl_err_set(err, CRL_E_UNAVAILABLE, "another corrald is using the state dir %s",
+                    h->state_dir);
+        close(lfd);
+        goto fail;
+    }
+    /* held for our lifetime; O_CLOEXEC keeps it from children */
+
+    snprintf(h->run_dir, sizeof(h->run_dir), "%s/run", h->state_dir);
+    unmount_leftovers(h->state_dir);
+    crl_rm_rf_at(AT_FDCWD, h->run_dir);
+    char sbdir[4200];
+    snprintf(sbdir, sizeof(sbdir), "%s/sandboxes", h->state_dir);
+    crl_rm_rf_at(AT_FDCWD, sbdir);
+    if (crl_mkdir_p(h->run_dir, 0711) < 0 || crl_mkdir_p(sbdir, 0700) < 0) {
+        crl_err_sys(err, errno, "mkdir %s", h->run_dir);
+        goto fail;
+    }
+
+    if (crl_image_store_open(h->state_dir, cfg->images_from, cfg->n_images_from, cfg->busybox_bin,
+                             &h->images, err) < 0)
+        goto fail;
+    struct crl_cgroup_config cgc = {.version = cfg->cgroup_version,
+                                    .mount_root = cfg->cgroup_root,
+                                    .parent = cfg->cgroup_parent};
+    if (crl_cgroup_mgr_open(&cgc, &h->cgroups, err) < 0)
+        goto fail;
+    int n = crl_cgroup_mgr_reconcile(h->cgroups, err);
+    if (n < 0)
+        goto fail;
+    if (n > 0)
+        crl_warn(NULL, "reconcile: removed %d leftover sandbox cgroup(s) and their processes", n);
+    if (crl_netns_pool_new(cfg->netns_pool, &h->netns, err) < 0)
+        goto fail;
+    h->mem_total_mb = mem_total_mb();
+    long nc = sysconf(_SC_NPROCESSORS_ONLN);
+    h->ncpus = nc > 0 ? (unsigned)nc : 1;
+    if (!h->cfg.uid_slots || (uint64_t)h->cfg.uid_base + (uint64_t)h->cfg.uid_slots * 65536 > UINT32_MAX) {
+        crl_err_set(err, CRL_E_INVALID, "uid range %u + %u x 65536 does not fit in 32 bits",
+                    h->cfg.uid_base, h->cfg.uid_slots);
+        goto fail;
+    }
+    h->slots = calloc(h->cfg.uid_slots, 1);
+    if (!h->slots) {
+        crl_err_sys(err, ENOMEM, "slots");
+        goto fail;
+    }
+    for (size_t i = 0; i < CRL_ARRAY_SIZE(backends); i++) {
+        if (backends[i]->init(h, &h->backend_state, err) < 0 ||
+            backends[i]->reconcile(h, h->backend_state, err) < 0) {
+            crl_err_prefix(err, "backend %s", backends[i]->name);
+            goto fail;
+        }
+    }
+    crl_info(NULL, "host %s: state %s, %" PRIu64 " MiB, %u CPUs, cgroup %s", h->cfg.host_id,
+             h->state_dir, h->mem_total_mb, h->ncpus, crl_cgroup_mgr_describe(h->cgroups));
+    *out = h;
+    return 0;
+fail:
+    crl_host_close(h);
+    return -1;
+}
+
+static void drain_destroyed(struct crl_sandbox *sb, const struct crl_err *err, void *ctx)
+{
+    (*(unsigned *)ctx)--;
+}
+
+void crl_host_close(struct crl_host *h)
+{
+    if (!h)
+        return;
+    h->shutting_down = true;
+    /* Destroy what is live and wait for the backends to finish. */
+    unsigned pending = 0;
+    for (struct crl_sandbox *sb = h->sandboxes; sb; sb = sb->next)
+        if (sb->state == CRL_SB_READY || sb->state == CRL_SB_PAUSED ||
+            sb->state == CRL_SB_CREATING) {
+            pending++;
+            if (crl_host_destroy(h, sb, "shutdown", drain_destroyed, &pending, NULL) < 0)
+                pending--;
+        }
+    uint64_t deadline = crl_now_ns() + 30 * NS_PER_S;
+    while (pending && crl_now_ns() < deadline)
+        crl_loop_once(h->loop, 100);
+    if (h->backend_state)
+        for (size_t i = 0; i < CRL_ARRAY_SIZE(backends); i++)
+            backends[i]->shutdown(h, h->backend_state);
+    while (h->sandboxes) {
+        struct crl_sandbox *sb = h->sandboxes;
+        crl_timer_stop(h->loop, &sb->tombstone_timer);
+        crl_timer_stop(h->loop, &sb->ttl_timer);
+        crl_timer_stop(h->loop, &sb->idle_timer);
+        table_remove(h, sb);
+        crl_sandbox_unref(sb);
+    }
+    if (h->cgroups) {
+        struct crl_err e = CRL_ERR_INIT;
+        if (crl_cgroup_mgr_reconcile(h->cgroups, &e) < 0 ||
+            crl_cgroup_mgr_remove_parent(h->cgroups, &e) < 0)
+            crl_warn(NULL, "shutdown: %s", e.msg);
+        crl_cgroup_mgr_free(h->cgroups);
+    }
+    crl_netns_pool_free(h->netns);
+    crl_image_store_free(h->images);
+    if (h->run_dir[0])
+        crl_rm_rf_at(AT_FDCWD, h->run_dir);
+    free(h->slots);
+    free(h);
+}
+
+json_t *crl_host_list_json(struct crl_host *h, const struct crl_kv *sel, size_t n_sel)
+{
+    json_t *a = json_array();
+    for (struct crl_sandbox *sb = h->sandboxes; sb; sb = sb->next)
+        if (crl_spec_labels_match(&sb->spec, sel, n_sel))
+            json_array_append_new(a, crl_sandbox_json(sb));
+    return json_pack("{s:o}", "sandboxes", a);
+}
+
+json_t *crl_host_info_json(struct crl_host *h)
+{
+    uint64_t mem_cap = h->mem_total_mb > h->cfg.reserve_mb ? h->mem_total_mb - h->cfg.reserve_mb : 0;
+    mem_cap = (uint64_t)((double)mem_cap * h->cfg.overcommit);
+    double cpu_cap = h->ncpus * h->cfg.overcommit;
+    unsigned max = h->cfg.max_sandboxes < h->cfg.uid_slots ? h->cfg.max_sandboxes : h->cfg.uid_slots;
+    return json_pack(
+        "{s:s, s:s, s:f, s:{s:I, s:i, s:i, s:f, s:I, s:f, s:i}, s:{s:i, s:I, s:f}, s:{s:I, s:f, "
+        "s:i}, s:[s], s:s}",
+        "host_id", h->cfg.host_id, "state_dir", h->state_dir, "uptime_s",
+        crl_wall_s() - h->started_at, "capacity", "memory_mb", (json_int_t)h->mem_total_mb,
+        "cpus", (json_int_t)h->ncpus, "max_sandboxes", (json_int_t)max, "overcommit",
+        h->cfg.overcommit, "sandbox_memory_mb", (json_int_t)mem_cap, "sandbox_cpus", cpu_cap,
+        "reserve_mb", (json_int_t)h->cfg.reserve_mb, "used", "sandboxes", (json_int_t)h->live,
+        "memory_mb", (json_int_t)h->reserved_mb, "cpus", h->reserved_cpus, "free", "memory_mb",
+        (json_int_t)(mem_cap > h->reserved_mb ? mem_cap - h->reserved_mb : 0), "cpus",
+        cpu_cap - h->reserved_cpus, "sandboxes", (json_int_t)(max > h->live ? max - h->live : 0),
+        "backends", "container", "cgroup", crl_cgroup_mgr_describe(h->cgroups));
+}
+
+char *crl_host_metrics(struct crl_host *h)
+{
+    struct crl_buf b;
+    crl_buf_init(&b, CRL_BUF_UNBOUNDED);
+    const struct crl_host_counters *c = &h->counters;
+#define COUNTER(name, help, v)                                                                     \
+    crl_buf_printf(&b, "# HELP corral_" name " " help "\n# TYPE corral_" name                      \
+                       " counter\ncorral_" name " %" PRIu64 "\n",                                  \
+                   (uint64_t)(v))
+#define GAUGE(name, help, fmt, v)                                                                  \
+    crl_buf_printf(&b, "# HELP corral_" name " " help "\n# TYPE corral_" name                      \
+                       " gauge\ncorral_" name " " fmt "\n",                                        \
+                   v)
+    COUNTER("sandboxes_created_total", "Sandboxes that became ready.", c->created);
+    COUNTER("sandboxes_create_failed_total", "Creates that failed after admission.",
+            c->create_failed);
+    COUNTER("sandboxes_rejected_total", "Creates refused by admission control.",
+            c->rejected_capacity);
+    COUNTER("sandboxes_destroyed_total", "Sandboxes destroyed.", c->destroyed);
+    COUNTER("sandboxes_failed_total", "Sandboxes whose init died.", c->failed);
+    COUNTER("execs_total", "Execs started.", c->execs);
+    COUNTER("exec_timeouts_total", "Execs killed by their timeout.", c->exec_timeouts);
+    COUNTER("exec_ooms_total", "Execs killed by the OOM killer.", c->exec_ooms);
+    GAUGE("sandboxes_live", "Sandboxes holding resources.", "%u", h->live);
+    GAUGE("reserved_memory_bytes", "Memory reserved by live sandboxes.", "%" PRIu64,
+          h->reserved_mb << 20);
+    GAUGE("reserved_cpus", "CPUs reserved by live sandboxes.", "%.2f", h->reserved_cpus);
+    GAUGE("netns_pool_idle", "Idle network namespaces ready for reuse.", "%u",
+          crl_netns_idle(h->netns));
+#undef COUNTER
+#undef GAUGE
+    return b.data;
+}

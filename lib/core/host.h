@@ -1,0 +1,93 @@
+/* One host running corrald: its sandboxes, capacity and admission control,
+ * images, cgroups, network namespaces and backends.  The API layer is a thin
+ * front end over these functions. */
+#ifndef CRL_CORE_HOST_H
+#define CRL_CORE_HOST_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cgroup.h"
+#include "image.h"
+#include "loop.h"
+#include "netns.h"
+#include "sandbox.h"
+
+struct crl_host_config {
+    const char *state_dir;
+    const char *const *images_from;
+    size_t n_images_from;
+    const char *busybox_bin;
+    char host_id[16];
+    /* admission control */
+    unsigned max_sandboxes;
+    double overcommit;    /* reserved memory and CPUs may reach capacity x this */
+    unsigned reserve_mb;  /* memory kept for the host itself */
+    unsigned retry_after_s;
+    /* isolation */
+    enum crl_cgroup_version cgroup_version;
+    const char *cgroup_root;
+    const char *cgroup_parent;
+    uint32_t uid_base;  /* sandbox slot i maps ids 0..65535 to uid_base + i*65536 */
+    uint32_t uid_slots; /* how many slots (bounds concurrent sandboxes too) */
+    const char *spawner_path;
+    unsigned spawners;
+    unsigned netns_pool;
+    /* bookkeeping */
+    double tombstone_s;
+};
+
+struct crl_host_counters {
+    uint64_t created, create_failed, destroyed, failed, rejected_capacity;
+    uint64_t execs, exec_timeouts, exec_ooms;
+};
+
+struct crl_host {
+    struct crl_host_config cfg;
+    char state_dir[4096];
+    char run_dir[4096];
+    struct crl_loop *loop;
+    struct crl_image_store *images;
+    struct crl_cgroup_mgr *cgroups;
+    struct crl_netns_pool *netns;
+    struct crl_sandbox *sandboxes; /* every known sandbox, live or tombstoned */
+    size_t n_sandboxes;
+    unsigned char *slots; /* 1 = in use */
+    /* capacity and what is reserved now */
+    uint64_t mem_total_mb;
+    unsigned ncpus;
+    uint64_t reserved_mb;
+    double reserved_cpus;
+    unsigned live;
+    struct crl_host_counters counters;
+    void *backend_state;
+    bool shutting_down;
+    double started_at;
+};
+
+void crl_host_config_defaults(struct crl_host_config *c);
+/* Open the state dir (locked against a second corrald), reconcile leftovers
+ * of a previous run, start the backends. */
+int crl_host_open(const struct crl_host_config *cfg, struct crl_loop *loop, struct crl_host **out,
+                  struct crl_err *err);
+/* Destroy every sandbox and release everything (clean shutdown). */
+void crl_host_close(struct crl_host *h);
+
+/* Create a sandbox from a validated spec (ownership of *spec moves in).
+ * cb runs once it is ready or has failed; on failure nothing of it remains. */
+int crl_host_create(struct crl_host *h, struct crl_spec *spec, crl_sandbox_cb cb, void *ctx,
+                    struct crl_err *err);
+struct crl_sandbox *crl_host_find(struct crl_host *h, const char *id, struct crl_err *err);
+/* Destroy (idempotent); cb runs once it is gone. */
+int crl_host_destroy(struct crl_host *h, struct crl_sandbox *sb, const char *reason,
+                     crl_sandbox_cb cb, void *ctx, struct crl_err *err);
+json_t *crl_host_list_json(struct crl_host *h, const struct crl_kv *sel, size_t n_sel);
+json_t *crl_host_info_json(struct crl_host *h);
+/* Prometheus text exposition. */
+char *crl_host_metrics(struct crl_host *h);
+
+/* Allocation of a sandbox id: "sb-<host id>-<random>". */
+void crl_host_new_id(struct crl_host *h, char *out, size_t cap);
+
+#endif

@@ -1,0 +1,27 @@
+/* A pool of network namespaces with only loopback, up.  They are made by
+ * corrald, so they belong to the host's user namespace: root inside a
+ * sandbox has no CAP_NET_ADMIN over its network, which keeps netfilter and
+ * friends out of reach.  Creating a namespace costs a few hundred
+ * microseconds and its teardown is deferred work in the kernel, so they are
+ * kept and reused: once every process of a sandbox is gone, nothing of it
+ * remains in its namespace (its sockets closed, and it could change no
+ * configuration there). */
+#ifndef CRL_CORE_NETNS_H
+#define CRL_CORE_NETNS_H
+
+#include "../util/err.h"
+
+struct crl_netns_pool;
+
+int crl_netns_pool_new(unsigned max_idle, struct crl_netns_pool **out, struct crl_err *err);
+void crl_netns_pool_free(struct crl_netns_pool *p);
+/* A namespace fd for a new sandbox: from the pool, or made now.  Must be
+ * called from a single-threaded process's thread (it unshares). */
+int crl_netns_get(struct crl_netns_pool *p, struct crl_err *err);
+/* Give a namespace back once nothing runs in it. */
+void crl_netns_put(struct crl_netns_pool *p, int fd);
+/* Fill the pool to `target` idle namespaces (idle-time work). */
+int crl_netns_fill(struct crl_netns_pool *p, unsigned target, struct crl_err *err);
+unsigned crl_netns_idle(const struct crl_netns_pool *p);
+
+#endif

@@ -1,0 +1,27 @@
+/* Seccomp profiles, compiled once with libseccomp and installed as a BPF
+ * program in each child (installing is a single syscall; compiling is
+ * milliseconds).  The container profile follows Docker's default in spirit:
+ * everything is allowed except what reaches past the sandbox (mounts, new
+ * namespaces, kernel modules, bpf, keyrings, perf, userfaultfd, kexec,
+ * io_uring, clock changes, ...), which fails with EPERM. */
+#ifndef CRL_CORE_SECCOMP_H
+#define CRL_CORE_SECCOMP_H
+
+#include <linux/filter.h>
+
+#include "../util/err.h"
+
+enum crl_seccomp_profile {
+    CRL_SECCOMP_CONTAINER,
+    /* Stacked on the container profile in helpers that run corral's own code
+     * inside a sandbox (tar): no executable mappings, no execve, so no file
+     * of the sandbox's can ever become code in them. */
+    CRL_SECCOMP_NO_NEW_CODE,
+};
+
+/* Fill *prog with a malloc'd filter; free with crl_seccomp_free(). */
+int crl_seccomp_build(enum crl_seccomp_profile profile, struct sock_fprog *prog,
+                      struct crl_err *err);
+void crl_seccomp_free(struct sock_fprog *prog);
+
+#endif

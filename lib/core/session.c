@@ -1,0 +1,458 @@
+#include "session.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "../util/cleanup.h"
+#include "../util/fdio.h"
+#include "../util/log.h"
+#include "host.h"
+
+#define MARK_CHAR '\036' /* ASCII record separator: never in ordinary output */
+
+struct crl_session {
+    char id[24];
+    struct crl_sandbox *sb;
+    struct crl_proc proc;
+    char *argv[2];
+    char **envp;
+    char *cwd;
+    struct crl_watch w_in, w_out, w_err;
+    struct crl_buf inq;
+    struct crl_buf win[2]; /* per stream: bytes not yet known to be outside a marker */
+    bool alive, started, closing;
+    crl_session_open_cb open_cb;
+    void *open_ctx;
+    /* the command running now */
+    bool busy, cancelled, timed_out;
+    bool done[2];
+    int rc;
+    char mark[2][48];
+    size_t mark_len[2];
+    struct crl_exec_req req;
+    struct crl_exec_cbs cbs;
+    void *ctx;
+    struct crl_exec_result res;
+    struct crl_timer timer;
+    uint64_t start_ns;
+    struct crl_session *next;
+};
+
+static unsigned long long session_seq;
+
+const char *crl_session_id(const struct crl_session *s)
+{
+    return s->id;
+}
+
+bool crl_session_alive(const struct crl_session *s)
+{
+    return s->alive;
+}
+
+size_t crl_session_count(struct crl_sandbox *sb)
+{
+    size_t n = 0;
+    for (struct crl_session *s = sb->sessions; s; s = s->next)
+        n++;
+    return n;
+}
+
+json_t *crl_session_json(const struct crl_session *s)
+{
+    return json_pack("{s:s, s:b, s:b}", "session_id", s->id, "alive", s->alive, "busy", s->busy);
+}
+
+json_t *crl_session_list_json(struct crl_sandbox *sb)
+{
+    json_t *a = json_array();
+    for (struct crl_session *s = sb->sessions; s; s = s->next)
+        json_array_append_new(a, crl_session_json(s));
+    return json_pack("{s:o}", "sessions", a);
+}
+
+struct crl_session *crl_session_find(struct crl_sandbox *sb, const char *id, struct crl_err *err)
+{
+    for (struct crl_session *s = sb->sessions; s; s = s->next)
+        if (strcmp(s->id, id) == 0)
+            return s;
+    crl_err_set(err, CRL_E_NOT_FOUND, "session '%s' not found in sandbox %s", id, sb->id);
+    return NULL;
+}
+
+static struct crl_loop *loop_of(struct crl_session *s)
+{
+    return s->sb->host->loop;
+}
+
+static void stop_fd(struct crl_session *s, struct crl_watch *w, int *fd)
+{
+    crl_watch_stop(loop_of(s), w);
+    if (*fd >= 0) {
+        close(*fd);
+        *fd = -1;
+    }
+}
+
+/* ---- the running command ---- */
+
+static void emit(struct crl_session *s, int i, const char *data, size_t len)
+{
+    if (!len)
+        return;
+    struct crl_buf *b = i == 0 ? &s->res.out : &s->res.err;
+    if (s->req.stream) {
+        size_t room = b->cap > b->len ? b->cap - b->len : 0;
+        size_t take = len < room ? len : room;
+        b->len += take;
+        b->dropped += len - take;
+        if (take && !s->cancelled && s->cbs.on_output)
+            s->cbs.on_output(s->ctx, i == 0 ? CRL_STDOUT : CRL_STDERR, data, take);
+    } else {
+        crl_buf_append(b, data, len);
+    }
+}
+
+static void run_finish(struct crl_session *s)
+{
+    crl_timer_stop(loop_of(s), &s->timer);
+    s->res.duration_s = (double)(crl_now_ns() - s->start_ns) / 1e9;
+    if (s->alive) {
+        s->res.exit_code = s->rc;
+        s->res.signal = 0;
+        s->res.reason = s->timed_out ? "timeout" : "exited";
+    } else {
+        crl_exec_describe_end(&s->proc, s->timed_out, false, false, &s->res);
+    }
+    s->busy = false;
+    if (!s->cancelled)
+        s->cbs.on_done(s->ctx, &s->res, NULL);
+    crl_exec_req_free(&s->req);
+    crl_buf_free(&s->res.out);
+    crl_buf_free(&s->res.err);
+}
+
+/* Feed the bytes of stream i through the marker search. */
+static void scan(struct crl_session *s, int i)
+{
+    struct crl_buf *w = &s->win[i];
+    if (!s->busy || s->done[i]) {
+        w->len = 0; /* output between commands (background jobs) is dropped */
+        return;
+    }
+    const char *m = s->mark[i];
+    size_t ml = s->mark_len[i];
+    const char *hit = w->len >= ml ? memmem(w->data, w->len, m, ml) : NULL;
+    if (!hit) {
+        /* Everything but a tail that could be the start of the marker. */
+        size_t keep = ml - 1;
+        if (w->len > keep) {
+            emit(s, i, w->data, w->len - keep);
+            crl_buf_consume(w, w->len - keep);
+        }
+        return;
+    }
+    size_t pos = (size_t)(hit - w->data);
+    if (i == 0) {
+        /* "<rc>\036" follows on stdout */
+        const char *end = memchr(hit + ml, MARK_CHAR, w->len - pos - ml);
+        if (!end) {
+            emit(s, i, w->data, pos);
+            crl_buf_consume(w, pos);
+            return;
+        }
+        s->rc = atoi(hit + ml);
+        emit(s, i, w->data, pos);
+        crl_buf_consume(w, (size_t)(end + 1 - w->data));
+    } else {
+        emit(s, i, w->data, pos);
+        crl_buf_consume(w, pos + ml);
+    }
+    s->done[i] = true;
+    w->len = 0;
+    if (s->done[0] && s->done[1])
+        run_finish(s);
+}
+
+static void read_stream(struct crl_session *s, int i)
+{
+    int *fd = i == 0 ? &s->proc.out_fd : &s->proc.err_fd;
+    char chunk[65536];
+    for (;;) {
+        ssize_t n = read(*fd, chunk, sizeof(chunk));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return;
+        if (n <= 0) {
+            stop_fd(s, i == 0 ? &s->w_out : &s->w_err, fd);
+            return;
+        }
+        crl_buf_append(&s->win[i], chunk, (size_t)n);
+        scan(s, i);
+    }
+}
+
+static void on_out(struct crl_watch *w, uint32_t ev)
+{
+    read_stream(w->data, 0);
+}
+
+static void on_err(struct crl_watch *w, uint32_t ev)
+{
+    read_stream(w->data, 1);
+}
+
+static void on_in(struct crl_watch *w, uint32_t ev)
+{
+    struct crl_session *s = w->data;
+    while (s->inq.len) {
+        ssize_t n = write(s->proc.in_fd, s->inq.data, s->inq.len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return;
+        if (n < 0) {
+            stop_fd(s, &s->w_in, &s->proc.in_fd);
+            return;
+        }
+        crl_buf_consume(&s->inq, (size_t)n);
+    }
+    crl_watch_modify(loop_of(s), &s->w_in, 0);
+}
+
+static void on_timeout(struct crl_timer *t)
+{
+    struct crl_session *s = t->data;
+    s->timed_out = true;
+    s->sb->host->counters.exec_timeouts++;
+    crl_info(s->sb->id, "session %s: command timed out after %.3fs: killing what it started",
+             s->id, s->req.timeout_s);
+    s->sb->ops->kill(s->sb, &s->proc, CRL_KILL_DESCENDANTS);
+}
+
+/* Single-quote for the shell: ' becomes '\'' */
+static int append_quoted(struct crl_buf *b, const char *s)
+{
+    if (crl_buf_append(b, "'", 1) < 0)
+        return -1;
+    for (const char *p = s; *p; p++) {
+        if (*p == '\'') {
+            if (crl_buf_append(b, "'\\''", 4) < 0)
+                return -1;
+        } else if (crl_buf_append(b, p, 1) < 0) {
+            return -1;
+        }
+    }
+    return crl_buf_append(b, "'", 1);
+}
+
+int crl_session_run(struct crl_session *s, struct crl_exec_req *req,
+                    const struct crl_exec_cbs *cbs, void *ctx, struct crl_err *err)
+{
+    if (crl_sandbox_check_ready(s->sb, err) < 0)
+        return -1;
+    if (!s->alive)
+        return crl_err_set(err, CRL_E_CONFLICT, "session %s has ended", s->id);
+    if (s->busy || !s->started)
+        return crl_err_set(err, CRL_E_CONFLICT,
+                           "session %s is %s; run one command at a time", s->id,
+                           s->started ? "running a command" : "starting");
+    unsigned char r[16];
+    if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r))
+        return crl_err_sys(err, errno, "getrandom");
+    char nonce[33];
+    for (int i = 0; i < 16; i++)
+        snprintf(nonce + 2 * i, 3, "%02x", r[i]);
+    s->mark_len[0] = (size_t)snprintf(s->mark[0], sizeof(s->mark[0]), "%c%s ", MARK_CHAR, nonce);
+    s->mark_len[1] =
+        (size_t)snprintf(s->mark[1], sizeof(s->mark[1]), "%c%s%c", MARK_CHAR, nonce, MARK_CHAR);
+    /* argv[2] is the command string (a session takes only strings) */
+    size_t before = s->inq.len;
+    if (crl_buf_append(&s->inq, "command eval ", 13) < 0 || append_quoted(&s->inq, req->argv[2]) < 0 ||
+        crl_buf_printf(&s->inq,
+                       " </dev/null\nprintf '\\036%%s %%d\\036' %s \"$?\"; printf '\\036%%s\\036' "
+                       "%s >&2\n",
+                       nonce, nonce) < 0) {
+        s->inq.len = before;
+        return crl_err_sys(err, ENOMEM, "session command");
+    }
+    s->req = *req;
+    memset(req, 0, sizeof(*req));
+    s->cbs = *cbs;
+    s->ctx = ctx;
+    s->busy = true;
+    s->cancelled = s->timed_out = false;
+    s->done[0] = s->done[1] = false;
+    s->rc = 0;
+    memset(&s->res, 0, sizeof(s->res));
+    crl_buf_init(&s->res.out, s->req.max_output);
+    crl_buf_init(&s->res.err, s->req.max_output);
+    s->win[0].len = s->win[1].len = 0;
+    s->start_ns = crl_now_ns();
+    if (s->proc.in_fd >= 0)
+        crl_watch_modify(loop_of(s), &s->w_in, EPOLLOUT);
+    if (s->req.timeout_s > 0)
+        crl_timer_start(loop_of(s), &s->timer, (uint64_t)(s->req.timeout_s * 1e9), on_timeout, s);
+    s->sb->host->counters.execs++;
+    crl_sandbox_touch(s->sb);
+    return 0;
+}
+
+void crl_session_cancel_run(struct crl_session *s)
+{
+    if (s->busy) {
+        s->cancelled = true;
+        s->sb->ops->kill(s->sb, &s->proc, CRL_KILL_DESCENDANTS);
+    }
+}
+
+/* ---- the shell ---- */
+
+static void session_free(struct crl_session *s)
+{
+    crl_timer_stop(loop_of(s), &s->timer);
+    stop_fd(s, &s->w_in, &s->proc.in_fd);
+    stop_fd(s, &s->w_out, &s->proc.out_fd);
+    stop_fd(s, &s->w_err, &s->proc.err_fd);
+    crl_buf_free(&s->inq);
+    crl_buf_free(&s->win[0]);
+    crl_buf_free(&s->win[1]);
+    crl_exec_req_free(&s->req);
+    crl_buf_free(&s->res.out);
+    crl_buf_free(&s->res.err);
+    crl_strv_free(s->envp);
+    free(s->argv[0]);
+    free(s->cwd);
+    free(s);
+}
+
+static void unlink_session(struct crl_session *s)
+{
+    for (struct crl_session **pp = &s->sb->sessions; *pp; pp = &(*pp)->next)
+        if (*pp == s) {
+            *pp = s->next;
+            return;
+        }
+}
+
+static void shell_exited(struct crl_proc *p)
+{
+    struct crl_session *s = p->owner;
+    s->alive = false;
+    /* Output still in the pipes belongs to the last command. */
+    if (s->proc.out_fd >= 0)
+        read_stream(s, 0);
+    if (s->proc.err_fd >= 0)
+        read_stream(s, 1);
+    if (s->busy) {
+        for (int i = 0; i < 2; i++)
+            if (!s->done[i] && s->win[i].len)
+                emit(s, i, s->win[i].data, s->win[i].len);
+        run_finish(s);
+    }
+    crl_sandbox_proc_done(s->sb, &s->proc);
+    crl_debug(s->sb->id, "session %s: shell exited", s->id);
+    if (s->closing)
+        session_free(s);
+}
+
+static void shell_started(struct crl_proc *p, const struct crl_err *err)
+{
+    struct crl_session *s = p->owner;
+    crl_session_open_cb cb = s->open_cb;
+    void *ctx = s->open_ctx;
+    if (err) {
+        crl_sandbox_proc_done(s->sb, &s->proc);
+        if (!s->closing)
+            unlink_session(s);
+        session_free(s);
+        if (cb)
+            cb(NULL, err, ctx);
+        return;
+    }
+    s->started = true;
+    if (s->closing) {
+        s->sb->ops->kill(s->sb, &s->proc, CRL_KILL_TREE);
+        return;
+    }
+    s->alive = true;
+    crl_set_nonblock(p->in_fd, 1);
+    crl_set_nonblock(p->out_fd, 1);
+    crl_set_nonblock(p->err_fd, 1);
+    crl_watch_start(loop_of(s), &s->w_out, p->out_fd, EPOLLIN, on_out, s);
+    crl_watch_start(loop_of(s), &s->w_err, p->err_fd, EPOLLIN, on_err, s);
+    crl_watch_start(loop_of(s), &s->w_in, p->in_fd, 0, on_in, s);
+    if (cb)
+        cb(s, NULL, ctx);
+}
+
+int crl_session_open(struct crl_sandbox *sb, struct crl_session_req *req, crl_session_open_cb cb,
+                     void *ctx, struct crl_err *err)
+{
+    if (crl_sandbox_check_ready(sb, err) < 0)
+        return -1;
+    struct crl_session *s = calloc(1, sizeof(*s));
+    if (!s)
+        return crl_err_sys(err, ENOMEM, "session");
+    s->sb = sb;
+    snprintf(s->id, sizeof(s->id), "ss-%llu", ++session_seq);
+    crl_buf_init(&s->inq, CRL_BUF_UNBOUNDED);
+    crl_buf_init(&s->win[0], CRL_BUF_UNBOUNDED);
+    crl_buf_init(&s->win[1], CRL_BUF_UNBOUNDED);
+    s->argv[0] = req->shell;
+    req->shell = NULL;
+    s->cwd = req->cwd;
+    req->cwd = NULL;
+    s->envp = crl_env_merge(sb->image->env, sb->spec.env, req->env);
+    if (!s->envp) {
+        session_free(s);
+        return crl_err_sys(err, ENOMEM, "session environment");
+    }
+    s->proc.argv = s->argv;
+    s->proc.envp = s->envp;
+    s->proc.cwd = s->cwd ? s->cwd : sb->spec.cwd ? sb->spec.cwd : sb->image->cwd;
+    s->proc.uid = req->user.uid;
+    s->proc.gid = req->user.gid;
+    s->proc.setsid = true;
+    s->proc.owner = s;
+    s->proc.on_start = shell_started;
+    s->proc.on_exit = shell_exited;
+    s->open_cb = cb;
+    s->open_ctx = ctx;
+    if (crl_sandbox_spawn(sb, &s->proc, err) < 0) {
+        session_free(s);
+        return -1;
+    }
+    s->next = sb->sessions;
+    sb->sessions = s;
+    crl_sandbox_touch(sb);
+    return 0;
+}
+
+void crl_session_close(struct crl_session *s)
+{
+    if (s->closing)
+        return;
+    s->closing = true;
+    s->cancelled = true;
+    s->open_cb = NULL;
+    unlink_session(s);
+    if (s->started && !s->alive) {
+        session_free(s); /* the shell is gone already */
+        return;
+    }
+    /* Freed when the shell's exit is reported (or its start fails). */
+    if (s->started)
+        s->sb->ops->kill(s->sb, &s->proc, CRL_KILL_TREE);
+}
+
+void crl_session_close_all(struct crl_sandbox *sb)
+{
+    while (sb->sessions)
+        crl_session_close(sb->sessions);
+}

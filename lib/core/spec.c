@@ -1,0 +1,699 @@
+#include "spec.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../util/buf.h"
+#include "../util/cleanup.h"
+
+#define MAX_BODY_DEPTH 16
+
+static const char *const known_backends[] = {"container", "function", "microvm", "vm", "auto"};
+
+void crl_strv_free(char **v)
+{
+    if (!v)
+        return;
+    for (char **p = v; *p; p++)
+        free(*p);
+    free(v);
+}
+
+size_t crl_strv_len(char *const *v)
+{
+    size_t n = 0;
+    while (v && v[n])
+        n++;
+    return n;
+}
+
+int crl_json_load(const char *json, size_t len, json_t **out, struct crl_err *err)
+{
+    json_error_t je;
+    if (len == 0)
+        return crl_err_set(err, CRL_E_JSON, "request body is empty; expected a JSON object");
+    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        return crl_err_set(err, CRL_E_JSON, "request body is not valid JSON: %s at line %d column %d",
+                           je.text, je.line, je.column);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return crl_err_set(err, CRL_E_JSON, "request body must be a JSON object");
+    }
+    *out = root;
+    return 0;
+}
+
+static const char *json_type_name(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "a value";
+}
+
+/* Every key of `obj` must be in `allowed`: a misspelt field is an error, not a silent default. */
+static int check_keys(json_t *obj, const char *where, const char *const *allowed, size_t n,
+                      struct crl_err *err)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(obj, key, v)
+    {
+        bool ok = false;
+        for (size_t i = 0; i < n && !ok; i++)
+            ok = strcmp(key, allowed[i]) == 0;
+        if (!ok)
+            return crl_err_set(err, CRL_E_INVALID, "unknown field '%s%s%s'", where, *where ? "." : "",
+                               key);
+    }
+    return 0;
+}
+
+static int get_uint(json_t *v, const char *name, long long lo, long long hi, unsigned *out,
+                    struct crl_err *err)
+{
+    if (!json_is_integer(v))
+        return crl_err_set(err, CRL_E_INVALID, "%s must be an integer between %lld and %lld, not %s",
+                           name, lo, hi, json_type_name(v));
+    long long x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return crl_err_set(err, CRL_E_INVALID, "%s must be between %lld and %lld, not %lld", name, lo,
+                           hi, x);
+    *out = (unsigned)x;
+    return 0;
+}
+
+static int get_number(json_t *v, const char *name, double lo, double hi, double *out,
+                      struct crl_err *err)
+{
+    if (!json_is_number(v))
+        return crl_err_set(err, CRL_E_INVALID, "%s must be a number between %g and %g, not %s", name,
+                           lo, hi, json_type_name(v));
+    double x = json_number_value(v);
+    if (!(x >= lo && x <= hi))
+        return crl_err_set(err, CRL_E_INVALID, "%s must be between %g and %g, not %g", name, lo, hi,
+                           x);
+    *out = x;
+    return 0;
+}
+
+static int get_string(json_t *v, const char *name, size_t maxlen, const char **out,
+                      struct crl_err *err)
+{
+    if (!json_is_string(v))
+        return crl_err_set(err, CRL_E_INVALID, "%s must be a string, not %s", name,
+                           json_type_name(v));
+    size_t len = json_string_length(v);
+    const char *s = json_string_value(v);
+    if (len > maxlen)
+        return crl_err_set(err, CRL_E_INVALID, "%s is longer than %zu bytes", name, maxlen);
+    if (strlen(s) != len)
+        return crl_err_set(err, CRL_E_INVALID, "%s must not contain NUL bytes", name);
+    *out = s;
+    return 0;
+}
+
+static bool label_key_ok(const char *k)
+{
+    size_t n = strlen(k);
+    if (n == 0 || n > 63)
+        return false;
+    for (; *k; k++)
+        if (!isalnum((unsigned char)*k) && !strchr("._/-", *k))
+            return false;
+    return true;
+}
+
+static bool printable(const char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            return false;
+    return true;
+}
+
+static bool env_key_ok(const char *k)
+{
+    if (!*k || strlen(k) > 255 || !(isalpha((unsigned char)*k) || *k == '_'))
+        return false;
+    for (; *k; k++)
+        if (!isalnum((unsigned char)*k) && *k != '_')
+            return false;
+    return true;
+}
+
+/* Path a process works in: absolute, bounded, no NUL. */
+static int check_abs_path(const char *s, const char *name, struct crl_err *err)
+{
+    if (s[0] != '/')
+        return crl_err_set(err, CRL_E_INVALID, "%s must be an absolute path, not '%s'", name, s);
+    if (strlen(s) >= PATH_MAX)
+        return crl_err_set(err, CRL_E_INVALID, "%s is longer than %d bytes", name, PATH_MAX - 1);
+    return 0;
+}
+
+static int parse_env(json_t *v, const char *name, char ***out, struct crl_err *err)
+{
+    if (!json_is_object(v))
+        return crl_err_set(err, CRL_E_INVALID, "%s must be an object of strings, not %s", name,
+                           json_type_name(v));
+    size_t n = json_object_size(v);
+    if (n > CRL_SPEC_MAX_ENV)
+        return crl_err_set(err, CRL_E_INVALID, "%s has %zu variables; at most %d are allowed", name, n,
+                           CRL_SPEC_MAX_ENV);
+    char **env = calloc(n + 1, sizeof(char *));
+    if (!env)
+        return crl_err_sys(err, ENOMEM, "parsing %s", name);
+    size_t i = 0;
+    const char *key;
+    json_t *val;
+    json_object_foreach(v, key, val)
+    {
+        const char *s;
+        char field[300];
+        snprintf(field, sizeof(field), "%s.%s", name, key);
+        if (!env_key_ok(key)) {
+            crl_strv_free(env);
+            return crl_err_set(err, CRL_E_INVALID,
+                               "%s: '%s' is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)", name,
+                               key);
+        }
+        if (get_string(val, field, 128 * 1024, &s, err) < 0) {
+            crl_strv_free(env);
+            return -1;
+        }
+        size_t kl = strlen(key), vl = strlen(s);
+        env[i] = malloc(kl + vl + 2);
+        if (!env[i]) {
+            crl_strv_free(env);
+            return crl_err_sys(err, ENOMEM, "parsing %s", name);
+        }
+        memcpy(env[i], key, kl);
+        env[i][kl] = '=';
+        memcpy(env[i] + kl + 1, s, vl + 1);
+        i++;
+    }
+    *out = env;
+    return 0;
+}
+
+void crl_spec_init(struct crl_spec *s)
+{
+    memset(s, 0, sizeof(*s));
+    strcpy(s->backend, "container");
+    strcpy(s->image, "busybox");
+    s->cpus = 1.0;
+    s->memory_mb = 512;
+    s->pids = 512;
+    s->disk_mb = 1024;
+    strcpy(s->network_mode, "none");
+    s->ttl_s = 3600;
+    s->idle_ttl_s = 0;
+}
+
+void crl_spec_free(struct crl_spec *s)
+{
+    for (size_t i = 0; i < s->n_labels; i++) {
+        free(s->labels[i].key);
+        free(s->labels[i].value);
+    }
+    s->n_labels = 0;
+    crl_strv_free(s->env);
+    s->env = NULL;
+    free(s->cwd);
+    s->cwd = NULL;
+}
+
+static bool image_name_ok(const char *s)
+{
+    if (!*s || strstr(s, ".."))
+        return false;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && !strchr("._-:/@", *s))
+            return false;
+    return true;
+}
+
+static int parse_resources(json_t *v, struct crl_spec *s, struct crl_err *err)
+{
+    static const char *const keys[] = {"cpus", "memory_mb", "pids", "disk_mb"};
+    if (!json_is_object(v))
+        return crl_err_set(err, CRL_E_INVALID, "resources must be an object, not %s",
+                           json_type_name(v));
+    if (check_keys(v, "resources", keys, CRL_ARRAY_SIZE(keys), err) < 0)
+        return -1;
+    json_t *f;
+    if ((f = json_object_get(v, "cpus")) &&
+        get_number(f, "resources.cpus", 0.01, 1024, &s->cpus, err) < 0)
+        return -1;
+    if ((f = json_object_get(v, "memory_mb")) &&
+        get_uint(f, "resources.memory_mb", 16, 1 << 20, &s->memory_mb, err) < 0)
+        return -1;
+    if ((f = json_object_get(v, "pids")) &&
+        get_uint(f, "resources.pids", 8, 1 << 22, &s->pids, err) < 0)
+        return -1;
+    if ((f = json_object_get(v, "disk_mb")) &&
+        get_uint(f, "resources.disk_mb", 1, 1 << 20, &s->disk_mb, err) < 0)
+        return -1;
+    return 0;
+}
+
+int crl_label_parse(const char *kv, struct crl_kv *out, struct crl_err *err)
+{
+    const char *eq = strchr(kv, '=');
+    if (!eq)
+        return crl_err_set(err, CRL_E_INVALID, "label '%s' must have the form key=value", kv);
+    out->key = strndup(kv, (size_t)(eq - kv));
+    out->value = strdup(eq + 1);
+    if (!out->key || !out->value) {
+        free(out->key);
+        free(out->value);
+        return crl_err_sys(err, ENOMEM, "parsing label");
+    }
+    if (!label_key_ok(out->key) || strlen(out->value) > 255 || !printable(out->value)) {
+        crl_err_set(err, CRL_E_INVALID,
+                    "label '%s' is not valid: keys are 1-63 of [A-Za-z0-9._/-], values at most "
+                    "255 printable bytes",
+                    kv);
+        free(out->key);
+        free(out->value);
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_labels(json_t *v, struct crl_spec *s, struct crl_err *err)
+{
+    if (!json_is_object(v))
+        return crl_err_set(err, CRL_E_INVALID, "labels must be an object of strings, not %s",
+                           json_type_name(v));
+    if (json_object_size(v) > CRL_SPEC_MAX_LABELS)
+        return crl_err_set(err, CRL_E_INVALID, "labels: at most %d are allowed",
+                           CRL_SPEC_MAX_LABELS);
+    const char *key;
+    json_t *val;
+    json_object_foreach(v, key, val)
+    {
+        const char *sv;
+        char field[300];
+        snprintf(field, sizeof(field), "labels.%.200s", key);
+        if (!label_key_ok(key))
+            return crl_err_set(err, CRL_E_INVALID,
+                               "labels: key '%.200s' is not valid (1-63 of [A-Za-z0-9._/-])", key);
+        if (get_string(val, field, 255, &sv, err) < 0)
+            return -1;
+        if (!printable(sv))
+            return crl_err_set(err, CRL_E_INVALID, "%s must be printable", field);
+        struct crl_kv *l = &s->labels[s->n_labels];
+        l->key = strdup(key);
+        l->value = strdup(sv);
+        if (!l->key || !l->value) {
+            free(l->key);
+            free(l->value);
+            return crl_err_sys(err, ENOMEM, "parsing labels");
+        }
+        s->n_labels++;
+    }
+    return 0;
+}
+
+int crl_spec_from_json(json_t *root, struct crl_spec *s, struct crl_err *err)
+{
+    static const char *const keys[] = {"backend", "image",  "resources",  "network", "ttl_s",
+                                       "idle_ttl_s", "labels", "env", "cwd", "trajectory"};
+    crl_spec_init(s);
+    if (!json_is_object(root))
+        return crl_err_set(err, CRL_E_INVALID, "the sandbox spec must be a JSON object");
+    if (check_keys(root, "", keys, CRL_ARRAY_SIZE(keys), err) < 0)
+        goto fail;
+    json_t *f;
+    const char *str;
+    if ((f = json_object_get(root, "backend"))) {
+        if (get_string(f, "backend", sizeof(s->backend) - 1, &str, err) < 0)
+            goto fail;
+        bool known = false;
+        for (size_t i = 0; i < CRL_ARRAY_SIZE(known_backends) && !known; i++)
+            known = strcmp(str, known_backends[i]) == 0;
+        if (!known) {
+            crl_err_set(err, CRL_E_INVALID,
+                        "backend '%s' is unknown; expected one of function, container, microvm, vm, "
+                        "auto",
+                        str);
+            goto fail;
+        }
+        strcpy(s->backend, str);
+    }
+    if ((f = json_object_get(root, "image"))) {
+        if (get_string(f, "image", sizeof(s->image) - 1, &str, err) < 0)
+            goto fail;
+        if (!image_name_ok(str)) {
+            crl_err_set(err, CRL_E_INVALID,
+                        "image '%s' is not a valid image name ([A-Za-z0-9._-:/@], no '..')", str);
+            goto fail;
+        }
+        strcpy(s->image, str);
+    }
+    if ((f = json_object_get(root, "resources")) && parse_resources(f, s, err) < 0)
+        goto fail;
+    if ((f = json_object_get(root, "network"))) {
+        static const char *const nkeys[] = {"mode"};
+        if (!json_is_object(f)) {
+            crl_err_set(err, CRL_E_INVALID, "network must be an object, not %s", json_type_name(f));
+            goto fail;
+        }
+        if (check_keys(f, "network", nkeys, 1, err) < 0)
+            goto fail;
+        json_t *m = json_object_get(f, "mode");
+        if (m) {
+            if (get_string(m, "network.mode", 16, &str, err) < 0)
+                goto fail;
+            if (strcmp(str, "allow") == 0 || strcmp(str, "full") == 0) {
+                crl_err_set(err, CRL_E_UNSUPPORTED,
+                            "network.mode '%s' is not available in this version; only 'none' "
+                            "(loopback only) is",
+                            str);
+                goto fail;
+            }
+            if (strcmp(str, "none") != 0) {
+                crl_err_set(err, CRL_E_INVALID,
+                            "network.mode '%s' is unknown; expected none, allow or full", str);
+                goto fail;
+            }
+        }
+    }
+    if ((f = json_object_get(root, "ttl_s")) &&
+        get_uint(f, "ttl_s", 0, 30 * 86400, &s->ttl_s, err) < 0)
+        goto fail;
+    if ((f = json_object_get(root, "idle_ttl_s")) &&
+        get_uint(f, "idle_ttl_s", 0, 30 * 86400, &s->idle_ttl_s, err) < 0)
+        goto fail;
+    if ((f = json_object_get(root, "labels")) && parse_labels(f, s, err) < 0)
+        goto fail;
+    if ((f = json_object_get(root, "env")) && parse_env(f, "env", &s->env, err) < 0)
+        goto fail;
+    if ((f = json_object_get(root, "cwd"))) {
+        if (get_string(f, "cwd", PATH_MAX, &str, err) < 0 || check_abs_path(str, "cwd", err) < 0)
+            goto fail;
+        s->cwd = strdup(str);
+        if (!s->cwd) {
+            crl_err_sys(err, ENOMEM, "parsing cwd");
+            goto fail;
+        }
+    }
+    if (json_object_get(root, "trajectory")) {
+        crl_err_set(err, CRL_E_UNSUPPORTED,
+                    "trajectory recording is not available in this version of corrald");
+        goto fail;
+    }
+    return 0;
+fail:
+    crl_spec_free(s);
+    return -1;
+}
+
+int crl_spec_parse(const char *json, size_t len, struct crl_spec *s, struct crl_err *err)
+{
+    json_t *root;
+    crl_spec_init(s);
+    if (crl_json_load(json, len, &root, err) < 0)
+        return -1;
+    int r = crl_spec_from_json(root, s, err);
+    json_decref(root);
+    return r;
+}
+
+json_t *crl_spec_to_json(const struct crl_spec *s)
+{
+    json_t *labels = json_object();
+    for (size_t i = 0; i < s->n_labels; i++)
+        json_object_set_new(labels, s->labels[i].key, json_string(s->labels[i].value));
+    json_t *env = json_object();
+    for (char **e = s->env; e && *e; e++) {
+        const char *eq = strchr(*e, '=');
+        char *k = strndup(*e, (size_t)(eq - *e));
+        if (k)
+            json_object_set_new(env, k, json_string(eq + 1));
+        free(k);
+    }
+    return json_pack("{s:s, s:s, s:{s:f, s:i, s:i, s:i}, s:{s:s}, s:i, s:i, s:o, s:o, s:s?}",
+                     "backend", s->backend, "image", s->image, "resources", "cpus", s->cpus,
+                     "memory_mb", (json_int_t)s->memory_mb, "pids", (json_int_t)s->pids, "disk_mb",
+                     (json_int_t)s->disk_mb, "network", "mode", s->network_mode, "ttl_s",
+                     (json_int_t)s->ttl_s, "idle_ttl_s", (json_int_t)s->idle_ttl_s, "labels",
+                     labels, "env", env, "cwd", s->cwd);
+}
+
+bool crl_spec_labels_match(const struct crl_spec *s, const struct crl_kv *sel, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        bool hit = false;
+        for (size_t j = 0; j < s->n_labels && !hit; j++)
+            hit = strcmp(s->labels[j].key, sel[i].key) == 0 &&
+                  strcmp(s->labels[j].value, sel[i].value) == 0;
+        if (!hit)
+            return false;
+    }
+    return true;
+}
+
+/* "root", "UID" or "UID:GID", numeric inside the sandbox's 65536-id range. */
+int crl_user_parse(const char *s, struct crl_user *u, struct crl_err *err)
+{
+    if (strcmp(s, "root") == 0) {
+        u->uid = 0;
+        u->gid = 0;
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    unsigned long uid = strtoul(s, &end, 10);
+    unsigned long gid = uid;
+    if (end != s && *end == ':') {
+        const char *g = end + 1;
+        gid = strtoul(g, &end, 10);
+        if (end == g)
+            end = (char *)"x";
+    }
+    if (errno || end == s || *end || uid > 65535 || gid > 65535 || !isdigit((unsigned char)s[0]))
+        return crl_err_set(err, CRL_E_INVALID,
+                           "user '%s' is not valid: expected root, UID or UID:GID with ids below 65536",
+                           s);
+    u->uid = (uid_t)uid;
+    u->gid = (gid_t)gid;
+    return 0;
+}
+
+void crl_exec_req_free(struct crl_exec_req *r)
+{
+    crl_strv_free(r->argv);
+    crl_strv_free(r->env);
+    free(r->cwd);
+    free(r->stdin_data);
+    memset(r, 0, sizeof(*r));
+}
+
+static int parse_cmd(json_t *v, bool session, struct crl_exec_req *r, struct crl_err *err)
+{
+    size_t total = 0;
+    if (json_is_string(v)) {
+        const char *s;
+        if (get_string(v, "cmd", CRL_EXEC_MAX_ARGS_BYTES, &s, err) < 0)
+            return -1;
+        if (!*s)
+            return crl_err_set(err, CRL_E_INVALID, "cmd must not be empty");
+        r->argv = calloc(4, sizeof(char *));
+        if (!r->argv)
+            return crl_err_sys(err, ENOMEM, "parsing cmd");
+        r->argv[0] = strdup("/bin/sh");
+        r->argv[1] = strdup("-c");
+        r->argv[2] = strdup(s);
+        r->shell = true;
+        if (!r->argv[0] || !r->argv[1] || !r->argv[2])
+            return crl_err_sys(err, ENOMEM, "parsing cmd");
+        return 0;
+    }
+    if (session)
+        return crl_err_set(err, CRL_E_INVALID, "cmd must be a string for a session, not %s",
+                           json_type_name(v));
+    if (!json_is_array(v))
+        return crl_err_set(err, CRL_E_INVALID,
+                           "cmd must be a string (run with /bin/sh -c) or an array of strings "
+                           "(argv), not %s",
+                           json_type_name(v));
+    size_t n = json_array_size(v);
+    if (n == 0)
+        return crl_err_set(err, CRL_E_INVALID, "cmd must not be an empty array");
+    if (n > 65536)
+        return crl_err_set(err, CRL_E_INVALID, "cmd has more than 65536 arguments");
+    r->argv = calloc(n + 1, sizeof(char *));
+    if (!r->argv)
+        return crl_err_sys(err, ENOMEM, "parsing cmd");
+    for (size_t i = 0; i < n; i++) {
+        const char *s;
+        char name[32];
+        snprintf(name, sizeof(name), "cmd[%zu]", i);
+        if (get_string(json_array_get(v, i), name, CRL_EXEC_MAX_ARGS_BYTES, &s, err) < 0)
+            return -1;
+        total += strlen(s) + 1;
+        if (total > CRL_EXEC_MAX_ARGS_BYTES)
+            return crl_err_set(err, CRL_E_TOO_LARGE, "cmd is larger than %u bytes",
+                               CRL_EXEC_MAX_ARGS_BYTES);
+        if (!(r->argv[i] = strdup(s)))
+            return crl_err_sys(err, ENOMEM, "parsing cmd");
+    }
+    if (!r->argv[0][0])
+        return crl_err_set(err, CRL_E_INVALID, "cmd[0] must not be empty");
+    return 0;
+}
+
+int crl_exec_req_parse(const char *json, size_t len, bool session, struct crl_exec_req *r,
+                       struct crl_err *err)
+{
+    static const char *const exec_keys[] = {"cmd",       "stdin",            "stdin_b64",
+                                            "env",       "cwd",              "user",
+                                            "timeout_s", "max_output_bytes", "stream"};
+    static const char *const session_keys[] = {"cmd", "timeout_s", "max_output_bytes", "stream"};
+    json_t *root;
+    memset(r, 0, sizeof(*r));
+    r->timeout_s = CRL_EXEC_DEFAULT_TIMEOUT_S;
+    r->max_output = CRL_EXEC_DEFAULT_OUTPUT;
+    if (crl_json_load(json, len, &root, err) < 0)
+        return -1;
+    json_t *f;
+    const char *s;
+    if (session ? check_keys(root, "", session_keys, CRL_ARRAY_SIZE(session_keys), err)
+                : check_keys(root, "", exec_keys, CRL_ARRAY_SIZE(exec_keys), err))
+        goto fail;
+    if (!(f = json_object_get(root, "cmd"))) {
+        crl_err_set(err, CRL_E_INVALID, "cmd is required");
+        goto fail;
+    }
+    if (parse_cmd(f, session, r, err) < 0)
+        goto fail;
+    json_t *in = json_object_get(root, "stdin"), *in64 = json_object_get(root, "stdin_b64");
+    if (in && in64) {
+        crl_err_set(err, CRL_E_INVALID, "give stdin or stdin_b64, not both");
+        goto fail;
+    }
+    if (in) {
+        if (!json_is_string(in)) {
+            crl_err_set(err, CRL_E_INVALID, "stdin must be a string, not %s", json_type_name(in));
+            goto fail;
+        }
+        r->stdin_len = json_string_length(in);
+        r->stdin_data = malloc(r->stdin_len + 1);
+        if (!r->stdin_data) {
+            crl_err_sys(err, ENOMEM, "parsing stdin");
+            goto fail;
+        }
+        memcpy(r->stdin_data, json_string_value(in), r->stdin_len + 1);
+    } else if (in64) {
+        if (get_string(in64, "stdin_b64", 64u << 20, &s, err) < 0)
+            goto fail;
+        if (crl_base64_decode(s, strlen(s), &r->stdin_data, &r->stdin_len) < 0) {
+            crl_err_set(err, CRL_E_INVALID, "stdin_b64 is not valid base64");
+            goto fail;
+        }
+    }
+    if ((f = json_object_get(root, "env")) && parse_env(f, "env", &r->env, err) < 0)
+        goto fail;
+    if ((f = json_object_get(root, "cwd"))) {
+        if (get_string(f, "cwd", PATH_MAX, &s, err) < 0 || check_abs_path(s, "cwd", err) < 0)
+            goto fail;
+        if (!(r->cwd = strdup(s))) {
+            crl_err_sys(err, ENOMEM, "parsing cwd");
+            goto fail;
+        }
+    }
+    if ((f = json_object_get(root, "user"))) {
+        if (get_string(f, "user", 32, &s, err) < 0 || crl_user_parse(s, &r->user, err) < 0)
+            goto fail;
+    }
+    if ((f = json_object_get(root, "timeout_s")) &&
+        get_number(f, "timeout_s", 0, CRL_EXEC_MAX_TIMEOUT_S, &r->timeout_s, err) < 0)
+        goto fail;
+    if ((f = json_object_get(root, "max_output_bytes"))) {
+        unsigned v;
+        if (get_uint(f, "max_output_bytes", 0, CRL_EXEC_MAX_OUTPUT, &v, err) < 0)
+            goto fail;
+        r->max_output = v;
+    }
+    if ((f = json_object_get(root, "stream"))) {
+        if (!json_is_boolean(f)) {
+            crl_err_set(err, CRL_E_INVALID, "stream must be a boolean, not %s", json_type_name(f));
+            goto fail;
+        }
+        r->stream = json_is_true(f);
+    }
+    json_decref(root);
+    return 0;
+fail:
+    json_decref(root);
+    crl_exec_req_free(r);
+    return -1;
+}
+
+void crl_session_req_free(struct crl_session_req *r)
+{
+    crl_strv_free(r->env);
+    free(r->cwd);
+    free(r->shell);
+    memset(r, 0, sizeof(*r));
+}
+
+int crl_session_req_parse(const char *json, size_t len, struct crl_session_req *r,
+                          struct crl_err *err)
+{
+    static const char *const keys[] = {"env", "cwd", "shell", "user"};
+    json_t *root;
+    memset(r, 0, sizeof(*r));
+    /* An empty body is an empty request: every field has a default. */
+    if (len == 0)
+        root = json_object();
+    else if (crl_json_load(json, len, &root, err) < 0)
+        return -1;
+    json_t *f;
+    const char *s;
+    if (check_keys(root, "", keys, CRL_ARRAY_SIZE(keys), err) < 0)
+        goto fail;
+    if ((f = json_object_get(root, "env")) && parse_env(f, "env", &r->env, err) < 0)
+        goto fail;
+    if ((f = json_object_get(root, "cwd"))) {
+        if (get_string(f, "cwd", PATH_MAX, &s, err) < 0 || check_abs_path(s, "cwd", err) < 0)
+            goto fail;
+        if (!(r->cwd = strdup(s)))
+            goto nomem;
+    }
+    if ((f = json_object_get(root, "shell"))) {
+        if (get_string(f, "shell", PATH_MAX, &s, err) < 0 || check_abs_path(s, "shell", err) < 0)
+            goto fail;
+        if (!(r->shell = strdup(s)))
+            goto nomem;
+    }
+    if ((f = json_object_get(root, "user"))) {
+        if (get_string(f, "user", 32, &s, err) < 0 || crl_user_parse(s, &r->user, err) < 0)
+            goto fail;
+    }
+    if (!r->shell && !(r->shell = strdup("/bin/sh")))
+        goto nomem;
+    json_decref(root);
+    return 0;
+nomem:
+    crl_err_sys(err, ENOMEM, "parsing session request");
+fail:
+    json_decref(root);
+    crl_session_req_free(r);
+    return -1;
+}

@@ -1,0 +1,96 @@
+/* The sandbox spec and the exec/session requests: parsed and validated in
+ * one place (here), shared by the daemon, the CLI and the tests.  Parsing is
+ * strict: unknown fields, wrong types and out-of-range values are errors that
+ * name the field.  Defaults and limits are documented in docs/api.md. */
+#ifndef CRL_CORE_SPEC_H
+#define CRL_CORE_SPEC_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "../util/err.h"
+
+#define CRL_SPEC_MAX_LABELS 64
+#define CRL_SPEC_MAX_ENV 256
+#define CRL_IMAGE_NAME_MAX 128
+#define CRL_EXEC_DEFAULT_TIMEOUT_S 300.0
+#define CRL_EXEC_MAX_TIMEOUT_S 86400.0
+#define CRL_EXEC_DEFAULT_OUTPUT (1u << 20)
+#define CRL_EXEC_MAX_OUTPUT (64u << 20)
+#define CRL_EXEC_MAX_ARGS_BYTES (1u << 20)
+
+struct crl_kv {
+    char *key;
+    char *value;
+};
+
+struct crl_spec {
+    char backend[16];
+    char image[CRL_IMAGE_NAME_MAX];
+    double cpus;
+    unsigned memory_mb;
+    unsigned pids;
+    unsigned disk_mb;
+    char network_mode[8];
+    unsigned ttl_s;      /* 0: none */
+    unsigned idle_ttl_s; /* 0: none */
+    struct crl_kv labels[CRL_SPEC_MAX_LABELS];
+    size_t n_labels;
+    char **env; /* "K=V", NULL-terminated; defaults for every exec */
+    char *cwd;  /* default working directory of execs */
+};
+
+void crl_spec_init(struct crl_spec *s);
+void crl_spec_free(struct crl_spec *s);
+/* Parse and validate a create request body into *s (initialised by the call). */
+int crl_spec_parse(const char *json, size_t len, struct crl_spec *s, struct crl_err *err);
+int crl_spec_from_json(json_t *root, struct crl_spec *s, struct crl_err *err);
+json_t *crl_spec_to_json(const struct crl_spec *s);
+/* Does the sandbox match every "k=v" selector? */
+bool crl_spec_labels_match(const struct crl_spec *s, const struct crl_kv *sel, size_t n);
+/* Parse a "k=v" label selector or flag. */
+int crl_label_parse(const char *kv, struct crl_kv *out, struct crl_err *err);
+
+/* The user a process runs as, inside the sandbox. */
+struct crl_user {
+    uid_t uid;
+    gid_t gid;
+};
+int crl_user_parse(const char *s, struct crl_user *u, struct crl_err *err);
+
+struct crl_exec_req {
+    char **argv; /* NULL-terminated */
+    bool shell;  /* cmd was a string, run with /bin/sh -c */
+    char **env;  /* "K=V" given with the request, NULL-terminated */
+    char *cwd;   /* NULL: the sandbox default */
+    struct crl_user user;
+    char *stdin_data;
+    size_t stdin_len;
+    double timeout_s; /* 0: none */
+    size_t max_output;
+    bool stream;
+};
+
+void crl_exec_req_free(struct crl_exec_req *r);
+/* `session` restricts cmd to a string and rejects fields a session run does not take. */
+int crl_exec_req_parse(const char *json, size_t len, bool session, struct crl_exec_req *r,
+                       struct crl_err *err);
+
+struct crl_session_req {
+    char **env;
+    char *cwd;
+    char *shell; /* default /bin/sh */
+    struct crl_user user;
+};
+void crl_session_req_free(struct crl_session_req *r);
+int crl_session_req_parse(const char *json, size_t len, struct crl_session_req *r,
+                          struct crl_err *err);
+
+/* Helpers shared with other request parsers. */
+int crl_json_load(const char *json, size_t len, json_t **out, struct crl_err *err);
+void crl_strv_free(char **v);
+size_t crl_strv_len(char *const *v);
+
+#endif
