@@ -446,10 +446,13 @@ static int set_limits(struct crl_cgroup *cg, const struct crl_cgroup_limits *l, 
     char v[64];
     if (m->version == CRL_CGROUP_V1) {
         snprintf(v, sizeof(v), "%" PRIu64, l->memory_bytes);
+        /* memsw may never be below the memory limit: lift it, set, lower it.
+         * memsw exists where swap accounting does; no swap beyond the limit. */
+        bool memsw = crl_write_file_at(cg->fd[H_MEMORY], "memory.memsw.limit_in_bytes", "-1") == 0;
         if (write_at(cg->fd[H_MEMORY], "memory.limit_in_bytes", v, err) < 0)
             return -1;
-        /* No swap beyond the limit, where swap accounting exists. */
-        crl_write_file_at(cg->fd[H_MEMORY], "memory.memsw.limit_in_bytes", v);
+        if (memsw && write_at(cg->fd[H_MEMORY], "memory.memsw.limit_in_bytes", v, err) < 0)
+            return -1;
         snprintf(v, sizeof(v), "%u", l->pids);
         if (write_at(cg->fd[H_PIDS], "pids.max", v, err) < 0)
             return -1;

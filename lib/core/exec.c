@@ -279,6 +279,8 @@ static void exec_started(struct crl_proc *p, const struct crl_err *err)
         close_watch(x, &x->w_in, &x->proc.in_fd);
     if (x->req.timeout_s > 0)
         crl_timer_start(loop, &x->timer, (uint64_t)(x->req.timeout_s * 1e9), on_timeout, x);
+    if (x->cbs.on_start && !x->cancelled)
+        x->cbs.on_start(x->ctx);
 }
 
 struct crl_exec *crl_exec_start(struct crl_sandbox *sb, struct crl_exec_req *req,

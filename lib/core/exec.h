@@ -26,6 +26,8 @@ struct crl_exec_result {
 struct crl_exec;
 
 struct crl_exec_cbs {
+    /* Optional: the command is running (streams start here). */
+    void (*on_start)(void *ctx);
     /* Streaming only: a chunk of output (already capped). */
     void (*on_output)(void *ctx, enum crl_exec_stream s, const char *data, size_t len);
     /* Exactly once, unless cancelled: the result, or why it never ran. */

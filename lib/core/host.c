@@ -48,6 +48,7 @@ void crl_host_config_defaults(struct crl_host_config *c)
     c->state_dir = "/var/lib/corral";
     c->max_sandboxes = 4096;
     c->overcommit = 1.0;
+    c->cpu_overcommit = 16.0;
     c->reserve_mb = 512;
     c->retry_after_s = 1;
     c->cgroup_parent = "corral";
@@ -129,7 +130,7 @@ static int admit(struct crl_host *h, const struct crl_spec *s, struct crl_err *e
         return crl_err_set(err, CRL_E_UNAVAILABLE, "corrald is shutting down");
     uint64_t mem_cap = h->mem_total_mb > h->cfg.reserve_mb ? h->mem_total_mb - h->cfg.reserve_mb : 0;
     mem_cap = (uint64_t)((double)mem_cap * h->cfg.overcommit);
-    double cpu_cap = h->ncpus * h->cfg.overcommit;
+    double cpu_cap = h->ncpus * h->cfg.cpu_overcommit;
     if (h->live >= h->cfg.max_sandboxes)
         return crl_err_set(err, CRL_E_CAPACITY, "host is full: %u of %u sandboxes are running",
                            h->live, h->cfg.max_sandboxes);
@@ -723,15 +724,15 @@ json_t *crl_host_info_json(struct crl_host *h)
 {
     uint64_t mem_cap = h->mem_total_mb > h->cfg.reserve_mb ? h->mem_total_mb - h->cfg.reserve_mb : 0;
     mem_cap = (uint64_t)((double)mem_cap * h->cfg.overcommit);
-    double cpu_cap = h->ncpus * h->cfg.overcommit;
+    double cpu_cap = h->ncpus * h->cfg.cpu_overcommit;
     unsigned max = h->cfg.max_sandboxes < h->cfg.uid_slots ? h->cfg.max_sandboxes : h->cfg.uid_slots;
     return json_pack(
-        "{s:s, s:s, s:f, s:{s:I, s:i, s:i, s:f, s:I, s:f, s:i}, s:{s:i, s:I, s:f}, s:{s:I, s:f, "
-        "s:i}, s:[s], s:s}",
+        "{s:s, s:s, s:f, s:{s:I, s:i, s:i, s:f, s:f, s:I, s:f, s:i}, s:{s:i, s:I, s:f}, s:{s:I, "
+        "s:f, s:i}, s:[s], s:s}",
         "host_id", h->cfg.host_id, "state_dir", h->state_dir, "uptime_s",
         crl_wall_s() - h->started_at, "capacity", "memory_mb", (json_int_t)h->mem_total_mb,
         "cpus", (json_int_t)h->ncpus, "max_sandboxes", (json_int_t)max, "overcommit",
-        h->cfg.overcommit, "sandbox_memory_mb", (json_int_t)mem_cap, "sandbox_cpus", cpu_cap,
+        h->cfg.overcommit, "cpu_overcommit", h->cfg.cpu_overcommit, "sandbox_memory_mb", (json_int_t)mem_cap, "sandbox_cpus", cpu_cap,
         "reserve_mb", (json_int_t)h->cfg.reserve_mb, "used", "sandboxes", (json_int_t)h->live,
         "memory_mb", (json_int_t)h->reserved_mb, "cpus", h->reserved_cpus, "free", "memory_mb",
         (json_int_t)(mem_cap > h->reserved_mb ? mem_cap - h->reserved_mb : 0), "cpus",

@@ -22,7 +22,8 @@ struct crl_host_config {
     char host_id[16];
     /* admission control */
     unsigned max_sandboxes;
-    double overcommit;    /* reserved memory and CPUs may reach capacity x this */
+    double overcommit;     /* reserved sandbox memory may reach capacity x this */
+    double cpu_overcommit; /* CPU limits are quotas, not reservations: they may add up to more */
     unsigned reserve_mb;  /* memory kept for the host itself */
     unsigned retry_after_s;
     /* isolation */

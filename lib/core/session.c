@@ -300,6 +300,8 @@ int crl_session_run(struct crl_session *s, struct crl_exec_req *req,
         crl_timer_start(loop_of(s), &s->timer, (uint64_t)(s->req.timeout_s * 1e9), on_timeout, s);
     s->sb->host->counters.execs++;
     crl_sandbox_touch(s->sb);
+    if (s->cbs.on_start)
+        s->cbs.on_start(s->ctx);
     return 0;
 }
 
@@ -439,6 +441,12 @@ void crl_session_close(struct crl_session *s)
     if (s->closing)
         return;
     s->closing = true;
+    if (s->busy && !s->cancelled) {
+        struct crl_err e = CRL_ERR_INIT;
+        crl_err_set(&e, CRL_E_CONFLICT, "session %s was closed while its command ran", s->id);
+        s->busy = false;
+        s->cbs.on_done(s->ctx, NULL, &e);
+    }
     s->cancelled = true;
     s->open_cb = NULL;
     unlink_session(s);

@@ -1,1 +1,283 @@
-int main(void){return 0;}
+/* corrald: the Corral host daemon.  A thin front end over libcorral: parse
+ * flags, open the host, serve the API on the host's loop until SIGTERM. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../../lib/api/api.h"
+#include "../../lib/core/host.h"
+#include "../../lib/util/cleanup.h"
+#include "../../lib/util/fdio.h"
+#include "../../lib/util/log.h"
+
+#define MAX_IMAGES_FROM 16
+
+static const char usage[] =
+    "usage: corrald [options]\n"
+    "  --state DIR            state directory (default /var/lib/corral)\n"
+    "  --socket PATH          unix socket, root only (default /run/corral/corrald.sock)\n"
+    "  --listen HOST:PORT     also listen on TCP (loopback unless --allow-remote)\n"
+    "  --token-file FILE      bearer token the TCP listener requires\n"
+    "  --allow-remote         allow --listen on a non-loopback address\n"
+    "  --images-from DIR      use images prebuilt in DIR (repeatable)\n"
+    "  --busybox PATH         static busybox for the busybox image (default /bin/busybox)\n"
+    "  --max-sandboxes N      admission: at most N live sandboxes (default 4096)\n"
+    "  --overcommit X         admission: sandbox memory up to X times the host's (default 1)\n"
+    "  --cpu-overcommit X     admission: CPU limits up to X times the host's CPUs (default 16)\n"
+    "  --reserve-mb N         admission: memory kept for the host (default 512)\n"
+    "  --cgroup auto|v1|v2    cgroup hierarchy to use (default auto)\n"
+    "  --cgroup-root DIR      where cgroups are mounted (default /sys/fs/cgroup)\n"
+    "  --cgroup-parent NAME   corrald's cgroup (default corral)\n"
+    "  --uid-base N           first host uid of sandbox slot 0 (default 1073741824)\n"
+    "  --uid-slots N          sandbox slots of 65536 ids each (default 16384)\n"
+    "  --spawner PATH         corral-spawner binary (default: next to corrald)\n"
+    "  --spawners N           spawner processes (default: CPUs, at most 4)\n"
+    "  --tombstone-s N        keep destroyed sandboxes visible N seconds (default 600)\n"
+    "  --host-id ID           this host's id in sandbox ids (default: from the hostname)\n"
+    "  --max-body-mb N        largest JSON request body (default 16)\n"
+    "  --log-format text|json, --log-level error|warn|info|debug\n";
+
+static int parse_uint(const char *flag, const char *s, unsigned long max, unsigned long *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno || !*s || *end || v > max) {
+        fprintf(stderr, "corrald: %s needs a number up to %lu, not '%s'\n", flag, max, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static char *read_token(const char *path)
+{
+    char *buf = NULL;
+    size_t len;
+    struct crl_err err = CRL_ERR_INIT;
+    if (crl_read_file_alloc(path, 4096, &buf, &len, &err) < 0) {
+        fprintf(stderr, "corrald: --token-file: %s\n", err.msg);
+        return NULL;
+    }
+    while (len && (buf[len - 1] == '\n' || buf[len - 1] == '\r' || buf[len - 1] == ' '))
+        buf[--len] = 0;
+    if (len < 16) {
+        fprintf(stderr, "corrald: the token in %s is shorter than 16 characters\n", path);
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+static void on_signal(struct crl_watch *w, uint32_t ev)
+{
+    struct signalfd_siginfo si;
+    if (read(w->fd, &si, sizeof(si)) == sizeof(si))
+        crl_info(NULL, "signal %s: shutting down", strsignal((int)si.ssi_signo));
+    crl_loop_stop(w->data);
+}
+
+int main(int argc, char **argv)
+{
+    struct crl_host_config hc;
+    crl_host_config_defaults(&hc);
+    struct crl_api_config ac = {.unix_path = "/run/corral/corrald.sock"};
+    const char *images_from[MAX_IMAGES_FROM];
+    size_t n_from = 0;
+    const char *token_file = NULL;
+    enum crl_log_level level = CRL_LOG_INFO;
+    enum crl_log_format format = CRL_LOG_TEXT;
+    unsigned long v;
+    static const struct option opts[] = {
+        {"state", required_argument, 0, 's'},        {"socket", required_argument, 0, 'S'},
+        {"listen", required_argument, 0, 'l'},       {"token-file", required_argument, 0, 't'},
+        {"allow-remote", no_argument, 0, 'R'},       {"images-from", required_argument, 0, 'i'},
+        {"busybox", required_argument, 0, 'b'},      {"max-sandboxes", required_argument, 0, 'm'},
+        {"overcommit", required_argument, 0, 'o'},   {"reserve-mb", required_argument, 0, 'r'},
+        {"cpu-overcommit", required_argument, 0, 'O'},
+        {"cgroup", required_argument, 0, 'c'},       {"cgroup-root", required_argument, 0, 'C'},
+        {"cgroup-parent", required_argument, 0, 'P'}, {"uid-base", required_argument, 0, 'u'},
+        {"uid-slots", required_argument, 0, 'U'},    {"spawner", required_argument, 0, 'x'},
+        {"spawners", required_argument, 0, 'X'},     {"tombstone-s", required_argument, 0, 'T'},
+        {"host-id", required_argument, 0, 'H'},      {"max-body-mb", required_argument, 0, 'B'},
+        {"log-format", required_argument, 0, 'F'},   {"log-level", required_argument, 0, 'L'},
+        {"help", no_argument, 0, 'h'},               {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 's': hc.state_dir = optarg; break;
+        case 'S': ac.unix_path = *optarg ? optarg : NULL; break;
+        case 'l': ac.tcp_listen = optarg; break;
+        case 't': token_file = optarg; break;
+        case 'R': ac.allow_remote = true; break;
+        case 'i':
+            if (n_from == MAX_IMAGES_FROM) {
+                fprintf(stderr, "corrald: at most %d --images-from\n", MAX_IMAGES_FROM);
+                return 2;
+            }
+            images_from[n_from++] = optarg;
+            break;
+        case 'b': hc.busybox_bin = optarg; break;
+        case 'm':
+            if (parse_uint("--max-sandboxes", optarg, 1000000, &v) < 0)
+                return 2;
+            hc.max_sandboxes = (unsigned)v;
+            break;
+        case 'o':
+        case 'O': {
+            char *end;
+            double x = strtod(optarg, &end);
+            if (*end || !(x > 0 && x <= 1000)) {
+                fprintf(stderr, "corrald: --%sovercommit needs a number in (0, 1000]\n",
+                        c == 'O' ? "cpu-" : "");
+                return 2;
+            }
+            *(c == 'o' ? &hc.overcommit : &hc.cpu_overcommit) = x;
+            break;
+        }
+        case 'r':
+            if (parse_uint("--reserve-mb", optarg, 1 << 30, &v) < 0)
+                return 2;
+            hc.reserve_mb = (unsigned)v;
+            break;
+        case 'c':
+            if (strcmp(optarg, "auto") == 0)
+                hc.cgroup_version = CRL_CGROUP_AUTO;
+            else if (strcmp(optarg, "v1") == 0)
+                hc.cgroup_version = CRL_CGROUP_V1;
+            else if (strcmp(optarg, "v2") == 0)
+                hc.cgroup_version = CRL_CGROUP_V2;
+            else {
+                fprintf(stderr, "corrald: --cgroup takes auto, v1 or v2\n");
+                return 2;
+            }
+            break;
+        case 'C': hc.cgroup_root = optarg; break;
+        case 'P': hc.cgroup_parent = optarg; break;
+        case 'u':
+            if (parse_uint("--uid-base", optarg, 4000000000ul, &v) < 0)
+                return 2;
+            hc.uid_base = (uint32_t)v;
+            break;
+        case 'U':
+            if (parse_uint("--uid-slots", optarg, 65535, &v) < 0 || v == 0)
+                return 2;
+            hc.uid_slots = (uint32_t)v;
+            break;
+        case 'x': hc.spawner_path = optarg; break;
+        case 'X':
+            if (parse_uint("--spawners", optarg, 16, &v) < 0)
+                return 2;
+            hc.spawners = (unsigned)v;
+            break;
+        case 'T':
+            if (parse_uint("--tombstone-s", optarg, 86400 * 30, &v) < 0)
+                return 2;
+            hc.tombstone_s = (double)v;
+            break;
+        case 'H':
+            if (strlen(optarg) == 0 || strlen(optarg) >= sizeof(hc.host_id) ||
+                strspn(optarg, "abcdefghijklmnopqrstuvwxyz0123456789") != strlen(optarg)) {
+                fprintf(stderr, "corrald: --host-id is 1-15 of [a-z0-9]\n");
+                return 2;
+            }
+            strcpy(hc.host_id, optarg);
+            break;
+        case 'B':
+            if (parse_uint("--max-body-mb", optarg, 1024, &v) < 0 || v == 0)
+                return 2;
+            ac.max_body = v << 20;
+            break;
+        case 'F':
+            if (crl_log_parse_format(optarg, &format) < 0) {
+                fprintf(stderr, "corrald: --log-format takes text or json\n");
+                return 2;
+            }
+            break;
+        case 'L':
+            if (crl_log_parse_level(optarg, &level) < 0) {
+                fprintf(stderr, "corrald: --log-level takes error, warn, info or debug\n");
+                return 2;
+            }
+            break;
+        case 'h': fputs(usage, stdout); return 0;
+        default: fputs(usage, stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "corrald: unexpected argument '%s'\n%s", argv[optind], usage);
+        return 2;
+    }
+    crl_log_setup(level, format, "corrald");
+    if (geteuid() != 0) {
+        crl_error(NULL, "corrald must run as root (it creates namespaces and cgroups)");
+        return 1;
+    }
+    if (ac.tcp_listen && !token_file) {
+        crl_error(NULL, "--listen needs --token-file: the TCP listener always requires a token");
+        return 2;
+    }
+    cleanup_free char *token = NULL;
+    if (token_file && !(token = read_token(token_file)))
+        return 2;
+    ac.token = token;
+    hc.images_from = images_from;
+    hc.n_images_from = n_from;
+
+    /* Our memory holds the API token: no core dumps, no ptrace, ever. */
+    prctl(PR_SET_DUMPABLE, 0);
+    umask(022);
+    signal(SIGPIPE, SIG_IGN);
+    struct rlimit nofile;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
+        nofile.rlim_cur = nofile.rlim_max = 1 << 20;
+        if (setrlimit(RLIMIT_NOFILE, &nofile) < 0) {
+            getrlimit(RLIMIT_NOFILE, &nofile);
+            nofile.rlim_cur = nofile.rlim_max;
+            setrlimit(RLIMIT_NOFILE, &nofile);
+        }
+    }
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGINT);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+
+    struct crl_loop *loop = crl_loop_new();
+    struct crl_err err = CRL_ERR_INIT;
+    struct crl_host *host = NULL;
+    struct crl_api *api = NULL;
+    struct crl_watch sw;
+    if (!loop || sfd < 0) {
+        crl_error(NULL, "event loop: %s", strerror(errno));
+        return 1;
+    }
+    if (crl_host_open(&hc, loop, &host, &err) < 0 || crl_api_start(host, &ac, &api, &err) < 0) {
+        crl_error(NULL, "%s", err.msg);
+        crl_host_close(host);
+        return 1;
+    }
+    crl_watch_start(loop, &sw, sfd, EPOLLIN, on_signal, loop);
+    if (ac.tcp_listen)
+        crl_info(NULL, "corrald ready: unix %s, tcp 127.0.0.1:%u (token required)",
+                 ac.unix_path ? ac.unix_path : "-", crl_api_tcp_port(api));
+    else
+        crl_info(NULL, "corrald ready: unix %s", ac.unix_path ? ac.unix_path : "-");
+    int rc = crl_loop_run(loop) < 0 ? 1 : 0;
+    crl_watch_stop(loop, &sw);
+    crl_api_stop(api);
+    crl_host_close(host);
+    crl_loop_free(loop);
+    close(sfd);
+    crl_info(NULL, "corrald stopped");
+    return rc;
+}

@@ -10,7 +10,6 @@
 #include <grp.h>
 #include <linux/capability.h>
 #include <linux/mount.h>
-#include <linux/openat2.h>
 #include <linux/sched.h>
 #include <linux/seccomp.h>
 #include <sched.h>
@@ -30,6 +29,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../../core/path.h"
 #include "../../core/seccomp.h"
 #include "../../util/cleanup.h"
 #include "../../util/fdio.h"
@@ -600,10 +600,7 @@ NO_SAN static int stage_open(void *arg)
     /* Our root is the sandbox's root and the host's tree is not in this
      * mount namespace at all; RESOLVE_IN_ROOT and no magic links are a
      * second wall, not the first. */
-    struct open_how how = {.flags = (unsigned long long)(o->flags | O_CLOEXEC | O_NONBLOCK | O_NOCTTY),
-                           .mode = (o->flags & O_CREAT) ? o->mode : 0,
-                           .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
-    r = crl_raw4(SYS_openat2, AT_FDCWD, o->path, &how, sizeof(how));
+    r = crl_path_open_in_root(AT_FDCWD, o->path, o->flags | O_NONBLOCK, o->mode);
     if (r < 0) {
         o->err = (int)-r;
         o->step = CRL_STEP_OPEN;

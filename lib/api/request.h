@@ -1,0 +1,104 @@
+/* Internal to the API layer: one HTTP request being served. */
+#ifndef CRL_API_REQUEST_H
+#define CRL_API_REQUEST_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdbool.h>
+
+#include "../core/backend.h"
+#include "../core/exec.h"
+#include "../core/host.h"
+#include "../core/session.h"
+#include "../util/buf.h"
+#include "api.h"
+#include "router.h"
+
+struct crl_api {
+    struct crl_host *host;
+    struct crl_api_config cfg;
+    struct MHD_Daemon *unix_d, *tcp_d;
+    struct crl_watch unix_w, tcp_w;
+    int unix_fd, tcp_fd;
+    unsigned tcp_port;
+    char unix_path[4096];
+    char *token;
+    struct crl_req *reqs; /* every request in flight, to resume them at stop */
+};
+
+struct crl_req {
+    struct crl_api *api;
+    struct MHD_Connection *conn;
+    const char *method;
+    char url[128]; /* for logs */
+    struct crl_route route;
+    bool tcp;
+    bool dispatched;
+    bool suspended;
+    bool gone; /* MHD finished with the connection; only async callbacks remain */
+    /* the request body, for JSON endpoints */
+    struct crl_buf body;
+    size_t body_limit;
+    struct crl_err body_err;
+    bool body_failed;
+    /* a response decided while suspended, queued once resumed */
+    struct MHD_Response *resp;
+    unsigned status;
+    /* per endpoint */
+    struct crl_sandbox *sb; /* a reference is held */
+    struct crl_exec *exec;
+    struct crl_session *session;
+    /* streamed responses (NDJSON, tar) */
+    bool streaming;
+    struct crl_buf out;
+    bool out_done, out_error;
+    char carry[2][4]; /* an incomplete UTF-8 sequence held for the next chunk */
+    size_t carry_len[2];
+    /* files */
+    struct crl_open_req open;
+    struct crl_tar_req tar;
+    char path[4096];
+    int fd;
+    bool is_dir, upload_tar, upload_failed;
+    uint64_t bytes;
+    struct crl_err upload_err;
+    struct crl_watch w;
+    bool tar_exited;
+    int tar_code;
+    unsigned pending; /* async operations that will still call back */
+    struct crl_req *next;
+};
+
+/* Respond now (in the access handler) or, if suspended, on resume. */
+void crl_req_respond(struct crl_req *r, unsigned status, struct MHD_Response *resp);
+void crl_req_json(struct crl_req *r, unsigned status, json_t *body);
+void crl_req_error(struct crl_req *r, const struct crl_err *err);
+void crl_req_suspend(struct crl_req *r);
+void crl_req_resume(struct crl_req *r);
+/* A query parameter (URL-decoded), or NULL. */
+const char *crl_req_query(struct crl_req *r, const char *key);
+/* Look up the route's sandbox, holding a reference in r->sb. */
+int crl_req_sandbox(struct crl_req *r, struct crl_err *err);
+/* Streamed output: append bytes, wake the reader. */
+void crl_req_stream_append(struct crl_req *r, const char *data, size_t len);
+void crl_req_stream_end(struct crl_req *r, bool error);
+struct MHD_Response *crl_req_stream_response(struct crl_req *r, const char *content_type);
+/* An async operation finished; frees the request if MHD is done with it. */
+void crl_req_pending_done(struct crl_req *r);
+
+/* Endpoint handlers, called once the request body is complete.  A handler
+ * either responds or suspends and responds later. */
+void crl_h_exec(struct crl_req *r);
+void crl_h_session_open(struct crl_req *r);
+void crl_h_session_run(struct crl_req *r);
+/* Files: begin is called when the headers are in (a PUT streams its body
+ * straight to the sandbox), body for each chunk, end when it is complete. */
+void crl_h_files_begin(struct crl_req *r);
+int crl_h_files_body(struct crl_req *r, const char *data, size_t *len);
+void crl_h_files_end(struct crl_req *r);
+void crl_h_files_cleanup(struct crl_req *r);
+/* The stream reader took output: a paused tar stream may read on. */
+void crl_h_files_drained(struct crl_req *r);
+void crl_h_exec_cleanup(struct crl_req *r);
+
+#endif

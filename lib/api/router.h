@@ -1,0 +1,50 @@
+/* The v1 API's routes: a method and path to an endpoint and its ids.  Pure
+ * string work, unit-tested on its own (tests/unit/test_http.c). */
+#ifndef CRL_API_ROUTER_H
+#define CRL_API_ROUTER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+enum crl_endpoint {
+    CRL_EP_NONE = 0,
+    CRL_EP_HEALTHZ,
+    CRL_EP_METRICS,
+    CRL_EP_HOST,
+    CRL_EP_IMAGES,
+    CRL_EP_SANDBOXES,        /* GET list, POST create */
+    CRL_EP_SANDBOX,          /* GET inspect, DELETE destroy */
+    CRL_EP_EXEC,             /* POST */
+    CRL_EP_SESSIONS,         /* GET list, POST open */
+    CRL_EP_SESSION,          /* DELETE close */
+    CRL_EP_SESSION_RUN,      /* POST */
+    CRL_EP_FILES,            /* GET read, PUT write */
+    CRL_EP_SANDBOX_ACTION,   /* POST pause|resume|snapshot|fork */
+};
+
+#define CRL_ROUTE_ID_MAX 64
+
+struct crl_route {
+    enum crl_endpoint ep;
+    char id[CRL_ROUTE_ID_MAX];     /* sandbox id */
+    char sub[CRL_ROUTE_ID_MAX];    /* session id, or the action's name */
+    /* methods the endpoint takes, for 405 and Allow */
+    const char *allow;
+};
+
+/* Match a request path (no query string).  Returns false for an unknown
+ * path (404); a known path with the wrong method is for the caller to
+ * check against route->allow (405). */
+bool crl_route_match(const char *path, struct crl_route *route);
+/* Is `method` one of the comma-separated `allow` list? */
+bool crl_route_allows(const struct crl_route *route, const char *method);
+
+/* "Bearer <token>" against the expected token, in constant time. */
+bool crl_auth_bearer_ok(const char *header, const char *token);
+
+/* Parse "HOST:PORT" or "[V6]:PORT" for the TCP listener; `loopback` tells
+ * whether it is 127.0.0.0/8 or ::1.  Returns -1 on a malformed address. */
+struct sockaddr_storage;
+int crl_parse_listen(const char *s, struct sockaddr_storage *ss, unsigned *len, bool *loopback);
+
+#endif
