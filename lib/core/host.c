@@ -572,6 +572,7 @@ int crl_host_open(const struct crl_host_config *cfg, struct crl_loop *loop, stru
         return crl_err_sys(err, ENOMEM, "host");
     h->cfg = *cfg;
     h->loop = loop;
+    h->lock_fd = h->cgroup_lock_fd = -1;
     h->started_at = crl_wall_s();
     if (!realpath(cfg->state_dir, h->state_dir)) {
         if (crl_mkdir_p(cfg->state_dir, 0700) < 0 || !realpath(cfg->state_dir, h->state_dir)) {
@@ -601,12 +602,36 @@ int crl_host_open(const struct crl_host_config *cfg, struct crl_loop *loop, stru
         goto fail;
     }
     if (flock(lfd, LOCK_EX | LOCK_NB) < 0) {
+        /* a second daemon on this state dir would remove the first one's work */
         crl_err_set(err, CRL_E_UNAVAILABLE, "another corrald is using the state dir %s",
                     h->state_dir);
         close(lfd);
         goto fail;
     }
-    /* held for our lifetime; O_CLOEXEC keeps it from children */
+    h->lock_fd = lfd; /* held for our lifetime; O_CLOEXEC keeps it from children */
+
+    /* Two daemons sharing a cgroup parent would reconcile each other's
+     * sandboxes away: one owner per parent, per host. */
+    if (crl_mkdir_p("/run/corral", 0755) < 0) {
+        crl_err_sys(err, errno, "mkdir /run/corral");
+        goto fail;
+    }
+    char cglock[256];
+    snprintf(cglock, sizeof(cglock), "/run/corral/cgroup-%s.lock", cfg->cgroup_parent);
+    int cfd = crl_openat(AT_FDCWD, cglock, O_RDWR | O_CREAT, 0600);
+    if (cfd < 0) {
+        crl_err_sys(err, errno, "open %s", cglock);
+        goto fail;
+    }
+    if (flock(cfd, LOCK_EX | LOCK_NB) < 0) {
+        crl_err_set(err, CRL_E_UNAVAILABLE,
+                    "another corrald owns the cgroup parent '%s'; give this one its own "
+                    "--cgroup-parent",
+                    cfg->cgroup_parent);
+        close(cfd);
+        goto fail;
+    }
+    h->cgroup_lock_fd = cfd;
 
     snprintf(h->run_dir, sizeof(h->run_dir), "%s/run", h->state_dir);
     unmount_leftovers(h->state_dir);
@@ -708,6 +733,10 @@ void crl_host_close(struct crl_host *h)
     if (h->run_dir[0])
         crl_rm_rf_at(AT_FDCWD, h->run_dir);
     free(h->slots);
+    if (h->cgroup_lock_fd >= 0)
+        close(h->cgroup_lock_fd);
+    if (h->lock_fd >= 0)
+        close(h->lock_fd);
     free(h);
 }
 

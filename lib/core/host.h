@@ -65,6 +65,7 @@ struct crl_host {
     void *backend_state;
     bool shutting_down;
     double started_at;
+    int lock_fd, cgroup_lock_fd; /* flocks held for our lifetime */
 };
 
 void crl_host_config_defaults(struct crl_host_config *c);

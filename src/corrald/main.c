@@ -161,7 +161,16 @@ int main(int argc, char **argv)
             }
             break;
         case 'C': hc.cgroup_root = optarg; break;
-        case 'P': hc.cgroup_parent = optarg; break;
+        case 'P':
+            if (!*optarg || strlen(optarg) > 64 ||
+                strspn(optarg, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
+                    strlen(optarg) ||
+                optarg[0] == '.') {
+                fprintf(stderr, "corrald: --cgroup-parent is 1-64 of [A-Za-z0-9._-]\n");
+                return 2;
+            }
+            hc.cgroup_parent = optarg;
+            break;
         case 'u':
             if (parse_uint("--uid-base", optarg, 4000000000ul, &v) < 0)
                 return 2;

@@ -748,13 +748,16 @@ static int start_spawner(struct ctr_state *st, unsigned i, struct crl_err *err)
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, pair[1], CRL_SPAWN_FD);
-    char workdir_arg[PATH_MAX + 16], level_arg[32];
-    snprintf(workdir_arg, sizeof(workdir_arg), "--workdir=%s", st->workdir);
-    snprintf(level_arg, sizeof(level_arg), "--log-level=%s",
+    /* Settings travel in the environment, not argv: a sandbox's init shares
+     * the spawner's memory, so `ps` inside a sandbox shows this argv (and
+     * only ptrace, which is refused, could read the environment).  Nothing
+     * else of corrald's environment is passed on. */
+    char workdir_env[PATH_MAX + 32], level_env[48];
+    snprintf(workdir_env, sizeof(workdir_env), "CORRAL_SPAWNER_WORKDIR=%s", st->workdir);
+    snprintf(level_env, sizeof(level_env), "CORRAL_SPAWNER_LOG=%s",
              crl_log_max_level >= CRL_LOG_DEBUG ? "debug" : "info");
-    char *argv[] = {(char *)"corral-spawner", workdir_arg, level_arg, NULL};
-    /* A clean environment: nothing of corrald's reaches a sandbox. */
-    char *envp[] = {(char *)"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
+    char *argv[] = {(char *)"corral-spawner", NULL};
+    char *envp[] = {(char *)"PATH=/usr/sbin:/usr/bin:/sbin:/bin", workdir_env, level_env, NULL};
     pid_t pid;
     int r = posix_spawn(&pid, st->spawner_path, &fa, NULL, argv, envp);
     posix_spawn_file_actions_destroy(&fa);

@@ -1,0 +1,25 @@
+#!/bin/sh
+# Install every Debian package Corral needs to build, test, benchmark and
+# demo.  Quick when they are all there already.
+set -eu
+PKGS="build-essential pkg-config libmicrohttpd-dev libjansson-dev libseccomp-dev
+      libarchive-dev libcurl4-openssl-dev busybox-static debootstrap crun
+      python3 python3-pytest clang libclang-rt-14-dev ca-certificates"
+missing=""
+for p in $PKGS; do
+    dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' ||
+        missing="$missing $p"
+done
+if [ -z "$missing" ]; then
+    echo "deps: all installed"
+    exit 0
+fi
+if [ "$(id -u)" != 0 ]; then
+    echo "deps: missing:$missing (run as root to install)" >&2
+    exit 1
+fi
+echo "deps: installing$missing"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# shellcheck disable=SC2086
+apt-get install -y -qq --no-install-recommends $missing >/dev/null

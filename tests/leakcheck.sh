@@ -1,0 +1,44 @@
+#!/bin/sh
+# After the suite: nothing of Corral's may be left on this host.  Checks
+# mounts, cgroups, processes (by name and by sandbox uid range), network
+# namespaces.  Exits 1 listing every leak.
+set -u
+leaks=0
+leak() {
+    echo "LEAK: $*"
+    leaks=$((leaks + 1))
+}
+
+m=$(grep -i corral /proc/self/mountinfo || true)
+[ -z "$m" ] || leak "mounts: $m"
+
+for d in $(find /sys/fs/cgroup -maxdepth 3 -type d -iname '*corral*' 2>/dev/null); do
+    leak "cgroup $d (procs: $(cat "$d/cgroup.procs" 2>/dev/null | tr '\n' ' '))"
+done
+
+for name in corrald corral-spawner; do
+    for p in $(pgrep -x "$name" || true); do
+        leak "process $name pid $p: $(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null)"
+    done
+done
+
+# Sandbox processes run as uids from 2^30 up (corrald's default --uid-base).
+for s in /proc/[0-9]*/status; do
+    uid=$(awk '/^Uid:/ {print $2; exit}' "$s" 2>/dev/null) || continue
+    [ -n "$uid" ] || continue
+    if [ "$uid" -ge 1073741824 ] 2>/dev/null; then
+        pid=${s#/proc/}
+        pid=${pid%/status}
+        leak "sandbox process pid $pid uid $uid: $(tr '\0' ' ' </proc/"$pid"/cmdline 2>/dev/null)"
+    fi
+done
+
+if [ -d /run/netns ] && ls /run/netns 2>/dev/null | grep -qi corral; then
+    leak "network namespaces: $(ls /run/netns | grep -i corral)"
+fi
+
+if [ "$leaks" -gt 0 ]; then
+    echo "leakcheck: $leaks leak(s)"
+    exit 1
+fi
+echo "leakcheck: nothing of Corral's left (mounts, cgroups, processes, netns)"
