@@ -59,7 +59,8 @@ static void on_done(void *ctx, const struct crl_exec_result *res, const struct c
             json_t *j = crl_exec_result_json(res, !r->streaming);
             if (session && r->session) {
                 json_object_set_new(j, "session_id", json_string(crl_session_id(r->session)));
-                json_object_set_new(j, "session_alive", json_boolean(crl_session_alive(r->session)));
+                json_object_set_new(j, "session_alive",
+                                    json_boolean(crl_session_alive(r->session)));
             }
             if (r->streaming) {
                 stream_chunk(r, CRL_STDOUT, "", 0, true);

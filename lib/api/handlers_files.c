@@ -122,10 +122,14 @@ static void tar_finish(struct crl_req *r)
     } else if (r->tar_code == 0) {
         unsigned long entries = 0;
         sscanf(msg, "entries=%lu", &entries);
-        crl_req_json(r, 200, json_pack("{s:s, s:I, s:I}", "path", r->path, "entries",
-                                       (json_int_t)entries, "bytes", (json_int_t)r->bytes));
+        crl_req_json(r, 200,
+                     json_pack("{s:s, s:I, s:I}", "path", r->path, "entries", (json_int_t)entries,
+                               "bytes", (json_int_t)r->bytes));
     } else {
-        crl_err_set(&err, r->tar_code == 2 ? CRL_E_INVALID : r->tar_code == 4 ? CRL_E_INVALID : CRL_E_INTERNAL,
+        crl_err_set(&err,
+                    r->tar_code == 2   ? CRL_E_INVALID
+                    : r->tar_code == 4 ? CRL_E_INVALID
+                                       : CRL_E_INTERNAL,
                     "extracting into %s: %s", r->path, msg[0] ? msg : "the tar helper failed");
         crl_req_error(r, &err);
     }
@@ -172,8 +176,13 @@ static void tar_started(struct crl_tar_req *t, const struct crl_err *err)
 
 static int start_tar(struct crl_req *r, bool in, struct crl_err *err)
 {
-    r->tar = (struct crl_tar_req){.path = r->path, .in = in, .started = tar_started,
-                                  .done = tar_done, .ctx = r, .data_fd = -1, .msg_fd = -1};
+    r->tar = (struct crl_tar_req){.path = r->path,
+                                  .in = in,
+                                  .started = tar_started,
+                                  .done = tar_done,
+                                  .ctx = r,
+                                  .data_fd = -1,
+                                  .msg_fd = -1};
     r->pending++;
     if (r->sb->ops->tar(r->sb, &r->tar, err) < 0) {
         r->pending--;

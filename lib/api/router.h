@@ -12,22 +12,22 @@ enum crl_endpoint {
     CRL_EP_METRICS,
     CRL_EP_HOST,
     CRL_EP_IMAGES,
-    CRL_EP_SANDBOXES,        /* GET list, POST create */
-    CRL_EP_SANDBOX,          /* GET inspect, DELETE destroy */
-    CRL_EP_EXEC,             /* POST */
-    CRL_EP_SESSIONS,         /* GET list, POST open */
-    CRL_EP_SESSION,          /* DELETE close */
-    CRL_EP_SESSION_RUN,      /* POST */
-    CRL_EP_FILES,            /* GET read, PUT write */
-    CRL_EP_SANDBOX_ACTION,   /* POST pause|resume|snapshot|fork */
+    CRL_EP_SANDBOXES,      /* GET list, POST create */
+    CRL_EP_SANDBOX,        /* GET inspect, DELETE destroy */
+    CRL_EP_EXEC,           /* POST */
+    CRL_EP_SESSIONS,       /* GET list, POST open */
+    CRL_EP_SESSION,        /* DELETE close */
+    CRL_EP_SESSION_RUN,    /* POST */
+    CRL_EP_FILES,          /* GET read, PUT write */
+    CRL_EP_SANDBOX_ACTION, /* POST pause|resume|snapshot|fork */
 };
 
 #define CRL_ROUTE_ID_MAX 64
 
 struct crl_route {
     enum crl_endpoint ep;
-    char id[CRL_ROUTE_ID_MAX];     /* sandbox id */
-    char sub[CRL_ROUTE_ID_MAX];    /* session id, or the action's name */
+    char id[CRL_ROUTE_ID_MAX];  /* sandbox id */
+    char sub[CRL_ROUTE_ID_MAX]; /* session id, or the action's name */
     /* methods the endpoint takes, for 405 and Allow */
     const char *allow;
 };

@@ -54,8 +54,8 @@ void crl_req_json(struct crl_req *r, unsigned status, json_t *body)
 void crl_req_error(struct crl_req *r, const struct crl_err *err)
 {
     int status = crl_errc_http_status(err->code);
-    json_t *body = json_pack("{s:{s:s, s:s}}", "error", "code", crl_errc_name(err->code),
-                             "message", err->msg);
+    json_t *body =
+        json_pack("{s:{s:s, s:s}}", "error", "code", crl_errc_name(err->code), "message", err->msg);
     char *s = json_dumps(body, JSON_COMPACT);
     json_decref(body);
     struct MHD_Response *resp =
@@ -210,7 +210,8 @@ static enum MHD_Result collect_labels(void *cls, enum MHD_ValueKind kind, const 
     struct label_sel *ls = cls;
     if (strcmp(key, "label") != 0)
         return MHD_YES;
-    if (!value || ls->n >= CRL_SPEC_MAX_LABELS || crl_label_parse(value, &ls->kv[ls->n], ls->err) < 0) {
+    if (!value || ls->n >= CRL_SPEC_MAX_LABELS ||
+        crl_label_parse(value, &ls->kv[ls->n], ls->err) < 0) {
         if (ls->n >= CRL_SPEC_MAX_LABELS)
             crl_err_set(ls->err, CRL_E_INVALID, "at most %d label selectors", CRL_SPEC_MAX_LABELS);
         else if (!value)
@@ -411,8 +412,8 @@ static void begin(struct crl_req *r, const char *url)
     }
     const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length");
     if (cl && strtoull(cl, NULL, 10) > r->body_limit) {
-        crl_err_set(&err, CRL_E_TOO_LARGE, "request body of %s bytes exceeds the limit of %zu",
-                    cl, r->body_limit);
+        crl_err_set(&err, CRL_E_TOO_LARGE, "request body of %s bytes exceeds the limit of %zu", cl,
+                    r->body_limit);
         crl_req_error(r, &err);
     }
 }
@@ -458,8 +459,8 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
         }
         if (!r->body_failed && r->body.len + *upload_data_size > r->body_limit) {
             r->body_failed = true;
-            crl_err_set(&r->body_err, CRL_E_TOO_LARGE, "request body exceeds the limit of %zu bytes",
-                        r->body_limit);
+            crl_err_set(&r->body_err, CRL_E_TOO_LARGE,
+                        "request body exceeds the limit of %zu bytes", r->body_limit);
             crl_buf_free(&r->body);
         }
         if (!r->body_failed && crl_buf_append(&r->body, upload_data, *upload_data_size) < 0) {
@@ -515,9 +516,8 @@ static struct MHD_Daemon *start_daemon(struct crl_api *a, int fd, struct crl_wat
     struct MHD_Daemon *d = MHD_start_daemon(
         MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO, 0, NULL, NULL, access_handler, a,
         MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_COMPLETED, request_completed, a,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)16384, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
-        MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600, MHD_OPTION_CONNECTION_LIMIT, (unsigned)16384,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024), MHD_OPTION_END);
     if (!d) {
         crl_err_set(err, CRL_E_INTERNAL, "libmicrohttpd would not start");
         return NULL;
@@ -536,7 +536,7 @@ static int listen_unix(struct crl_api *a, const char *path, struct crl_err *err)
     struct sockaddr_un sun = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof(sun.sun_path))
         return crl_err_set(err, CRL_E_INVALID, "socket path %s is too long", path);
-    strcpy(sun.sun_path, path);
+    snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
     char dir[4096];
     snprintf(dir, sizeof(dir), "%s", path);
     char *slash = strrchr(dir, '/');
@@ -590,8 +590,9 @@ static int listen_tcp(struct crl_api *a, const char *addr, struct crl_err *err)
     struct sockaddr_storage bound;
     socklen_t bl = sizeof(bound);
     if (getsockname(fd, (struct sockaddr *)&bound, &bl) == 0)
-        a->tcp_port = ntohs(bound.ss_family == AF_INET ? ((struct sockaddr_in *)&bound)->sin_port
-                                                       : ((struct sockaddr_in6 *)&bound)->sin6_port);
+        a->tcp_port =
+            ntohs(bound.ss_family == AF_INET ? ((struct sockaddr_in *)&bound)->sin_port
+                                             : ((struct sockaddr_in6 *)&bound)->sin6_port);
     a->tcp_fd = fd;
     return 0;
 }

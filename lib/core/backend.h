@@ -78,8 +78,8 @@ struct crl_open_req {
 struct crl_tar_req {
     const char *path;
     bool in;
-    int data_fd;  /* set by the backend: corrald's end of the stream */
-    int msg_fd;   /* set by the backend: error text from the helper */
+    int data_fd; /* set by the backend: corrald's end of the stream */
+    int msg_fd;  /* set by the backend: error text from the helper */
     void (*started)(struct crl_tar_req *t, const struct crl_err *err);
     /* exit_code 0: success; otherwise msg_fd holds why */
     void (*done)(struct crl_tar_req *t, int exit_code);

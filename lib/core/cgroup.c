@@ -625,8 +625,7 @@ int crl_cgroup_attach_fds(struct crl_cgroup *cg, const char *leaf, int *fds, int
     return 0;
 }
 
-int crl_cgroup_kill_leaf(struct crl_cgroup *cg, const char *leaf, pid_t spare,
-                         struct crl_err *err)
+int crl_cgroup_kill_leaf(struct crl_cgroup *cg, const char *leaf, pid_t spare, struct crl_err *err)
 {
     cleanup_close int fd = crl_openat(leaf_parent_fd(cg), leaf, O_RDONLY | O_DIRECTORY, 0);
     if (fd < 0)

@@ -81,8 +81,7 @@ int crl_cgroup_attach_fds(struct crl_cgroup *cg, const char *leaf, int *fds, int
                           struct crl_err *err);
 /* Kill every process in a leaf (an exec's tree) but `spare` (0: none),
  * atomically with respect to forks.  Returns how many were signalled. */
-int crl_cgroup_kill_leaf(struct crl_cgroup *cg, const char *leaf, pid_t spare,
-                         struct crl_err *err);
+int crl_cgroup_kill_leaf(struct crl_cgroup *cg, const char *leaf, pid_t spare, struct crl_err *err);
 /* Kill every process in the whole sandbox cgroup. */
 int crl_cgroup_kill_all(struct crl_cgroup *cg, struct crl_err *err);
 /* Remove an empty leaf; -1 with errno EBUSY while processes remain. */

@@ -88,10 +88,13 @@ json_t *crl_exec_result_json(const struct crl_exec_result *r, bool with_output)
     json_object_set_new(o, "reason", json_string(r->reason));
     if (with_output) {
         /* One encoding for both streams, so a client decodes them alike. */
-        bool text = crl_utf8_valid(r->out.data, r->out.len) && crl_utf8_valid(r->err.data, r->err.len);
+        bool text =
+            crl_utf8_valid(r->out.data, r->out.len) && crl_utf8_valid(r->err.data, r->err.len);
         if (text) {
-            json_object_set_new(o, "stdout", json_stringn(r->out.data ? r->out.data : "", r->out.len));
-            json_object_set_new(o, "stderr", json_stringn(r->err.data ? r->err.data : "", r->err.len));
+            json_object_set_new(o, "stdout",
+                                json_stringn(r->out.data ? r->out.data : "", r->out.len));
+            json_object_set_new(o, "stderr",
+                                json_stringn(r->err.data ? r->err.data : "", r->err.len));
             json_object_set_new(o, "encoding", json_string("utf-8"));
         } else {
             cleanup_free char *o64 = crl_base64_encode(r->out.data, r->out.len, NULL);
@@ -192,7 +195,8 @@ static void on_in(struct crl_watch *w, uint32_t ev)
 {
     struct crl_exec *x = w->data;
     while (x->in_off < x->req.stdin_len) {
-        ssize_t n = write(x->proc.in_fd, x->req.stdin_data + x->in_off, x->req.stdin_len - x->in_off);
+        ssize_t n =
+            write(x->proc.in_fd, x->req.stdin_data + x->in_off, x->req.stdin_len - x->in_off);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && errno == EAGAIN)

@@ -14,8 +14,8 @@
 enum crl_exec_stream { CRL_STDOUT = 1, CRL_STDERR = 2 };
 
 struct crl_exec_result {
-    int exit_code; /* -1 when signaled */
-    int signal;    /* 0 when exited */
+    int exit_code;      /* -1 when signaled */
+    int signal;         /* 0 when exited */
     const char *reason; /* exited, signaled, timeout, oom, killed */
     struct crl_buf out, err;
     double duration_s;

@@ -22,8 +22,8 @@
 #define NS_PER_S 1000000000ull
 
 static const char *const state_names[] = {
-    [CRL_SB_CREATING] = "creating", [CRL_SB_READY] = "ready",
-    [CRL_SB_PAUSED] = "paused",     [CRL_SB_FAILED] = "failed",
+    [CRL_SB_CREATING] = "creating",     [CRL_SB_READY] = "ready",
+    [CRL_SB_PAUSED] = "paused",         [CRL_SB_FAILED] = "failed",
     [CRL_SB_DESTROYING] = "destroying", [CRL_SB_DESTROYED] = "destroyed",
 };
 
@@ -128,7 +128,8 @@ static int admit(struct crl_host *h, const struct crl_spec *s, struct crl_err *e
 {
     if (h->shutting_down)
         return crl_err_set(err, CRL_E_UNAVAILABLE, "corrald is shutting down");
-    uint64_t mem_cap = h->mem_total_mb > h->cfg.reserve_mb ? h->mem_total_mb - h->cfg.reserve_mb : 0;
+    uint64_t mem_cap =
+        h->mem_total_mb > h->cfg.reserve_mb ? h->mem_total_mb - h->cfg.reserve_mb : 0;
     mem_cap = (uint64_t)((double)mem_cap * h->cfg.overcommit);
     double cpu_cap = h->ncpus * h->cfg.cpu_overcommit;
     if (h->live >= h->cfg.max_sandboxes)
@@ -326,8 +327,7 @@ void crl_sandbox_created(struct crl_sandbox *sb, const struct crl_err *err)
                         idle_check, sb);
     notify(&sb->create_waiters, sb, NULL);
     if (sb->destroy_requested)
-        crl_host_destroy(h, sb, sb->end_reason[0] ? sb->end_reason : "destroyed", NULL, NULL,
-                         NULL);
+        crl_host_destroy(h, sb, sb->end_reason[0] ? sb->end_reason : "destroyed", NULL, NULL, NULL);
     crl_sandbox_unref(sb);
 }
 
@@ -411,11 +411,9 @@ int crl_host_destroy(struct crl_host *h, struct crl_sandbox *sb, const char *rea
         sb->destroy_requested = true;
         snprintf(sb->end_reason, sizeof(sb->end_reason), "%s", reason);
         return add_waiter(&sb->destroy_waiters, cb, ctx, err);
-    case CRL_SB_DESTROYING:
-        return add_waiter(&sb->destroy_waiters, cb, ctx, err);
+    case CRL_SB_DESTROYING: return add_waiter(&sb->destroy_waiters, cb, ctx, err);
     case CRL_SB_READY:
-    case CRL_SB_PAUSED:
-        break;
+    case CRL_SB_PAUSED: break;
     }
     if (add_waiter(&sb->destroy_waiters, cb, ctx, err) < 0)
         return -1;
@@ -504,13 +502,13 @@ json_t *crl_sandbox_json(struct crl_sandbox *sb)
     for (size_t i = 0; i < sb->spec.n_labels; i++)
         json_object_set_new(labels, sb->spec.labels[i].key, json_string(sb->spec.labels[i].value));
     json_object_set_new(o, "labels", labels);
-    json_object_set_new(
-        o, "usage",
-        json_pack("{s:f, s:I, s:I, s:i, s:I, s:I, s:I}", "cpu_s", u.cpu_s, "memory_bytes",
-                  (json_int_t)u.memory_bytes, "memory_peak_bytes", (json_int_t)u.memory_peak_bytes,
-                  "pids", (json_int_t)u.pids, "disk_bytes", (json_int_t)u.disk_bytes,
-                  "disk_limit_bytes", (json_int_t)u.disk_limit_bytes, "oom_kills",
-                  (json_int_t)u.oom_kills));
+    json_object_set_new(o, "usage",
+                        json_pack("{s:f, s:I, s:I, s:i, s:I, s:I, s:I}", "cpu_s", u.cpu_s,
+                                  "memory_bytes", (json_int_t)u.memory_bytes, "memory_peak_bytes",
+                                  (json_int_t)u.memory_peak_bytes, "pids", (json_int_t)u.pids,
+                                  "disk_bytes", (json_int_t)u.disk_bytes, "disk_limit_bytes",
+                                  (json_int_t)u.disk_limit_bytes, "oom_kills",
+                                  (json_int_t)u.oom_kills));
     if (sb->end_reason[0])
         json_object_set_new(o, "end_reason", json_string(sb->end_reason));
     if (sb->message[0])
@@ -662,7 +660,8 @@ int crl_host_open(const struct crl_host_config *cfg, struct crl_loop *loop, stru
     h->mem_total_mb = mem_total_mb();
     long nc = sysconf(_SC_NPROCESSORS_ONLN);
     h->ncpus = nc > 0 ? (unsigned)nc : 1;
-    if (!h->cfg.uid_slots || (uint64_t)h->cfg.uid_base + (uint64_t)h->cfg.uid_slots * 65536 > UINT32_MAX) {
+    if (!h->cfg.uid_slots ||
+        (uint64_t)h->cfg.uid_base + (uint64_t)h->cfg.uid_slots * 65536 > UINT32_MAX) {
         crl_err_set(err, CRL_E_INVALID, "uid range %u + %u x 65536 does not fit in 32 bits",
                     h->cfg.uid_base, h->cfg.uid_slots);
         goto fail;
@@ -751,22 +750,25 @@ json_t *crl_host_list_json(struct crl_host *h, const struct crl_kv *sel, size_t 
 
 json_t *crl_host_info_json(struct crl_host *h)
 {
-    uint64_t mem_cap = h->mem_total_mb > h->cfg.reserve_mb ? h->mem_total_mb - h->cfg.reserve_mb : 0;
+    uint64_t mem_cap =
+        h->mem_total_mb > h->cfg.reserve_mb ? h->mem_total_mb - h->cfg.reserve_mb : 0;
     mem_cap = (uint64_t)((double)mem_cap * h->cfg.overcommit);
     double cpu_cap = h->ncpus * h->cfg.cpu_overcommit;
-    unsigned max = h->cfg.max_sandboxes < h->cfg.uid_slots ? h->cfg.max_sandboxes : h->cfg.uid_slots;
+    unsigned max =
+        h->cfg.max_sandboxes < h->cfg.uid_slots ? h->cfg.max_sandboxes : h->cfg.uid_slots;
     return json_pack(
         "{s:s, s:s, s:f, s:{s:I, s:i, s:i, s:f, s:f, s:I, s:f, s:i}, s:{s:i, s:I, s:f}, s:{s:I, "
         "s:f, s:i}, s:[s], s:s}",
         "host_id", h->cfg.host_id, "state_dir", h->state_dir, "uptime_s",
-        crl_wall_s() - h->started_at, "capacity", "memory_mb", (json_int_t)h->mem_total_mb,
-        "cpus", (json_int_t)h->ncpus, "max_sandboxes", (json_int_t)max, "overcommit",
-        h->cfg.overcommit, "cpu_overcommit", h->cfg.cpu_overcommit, "sandbox_memory_mb", (json_int_t)mem_cap, "sandbox_cpus", cpu_cap,
-        "reserve_mb", (json_int_t)h->cfg.reserve_mb, "used", "sandboxes", (json_int_t)h->live,
-        "memory_mb", (json_int_t)h->reserved_mb, "cpus", h->reserved_cpus, "free", "memory_mb",
-        (json_int_t)(mem_cap > h->reserved_mb ? mem_cap - h->reserved_mb : 0), "cpus",
-        cpu_cap - h->reserved_cpus, "sandboxes", (json_int_t)(max > h->live ? max - h->live : 0),
-        "backends", "container", "cgroup", crl_cgroup_mgr_describe(h->cgroups));
+        crl_wall_s() - h->started_at, "capacity", "memory_mb", (json_int_t)h->mem_total_mb, "cpus",
+        (json_int_t)h->ncpus, "max_sandboxes", (json_int_t)max, "overcommit", h->cfg.overcommit,
+        "cpu_overcommit", h->cfg.cpu_overcommit, "sandbox_memory_mb", (json_int_t)mem_cap,
+        "sandbox_cpus", cpu_cap, "reserve_mb", (json_int_t)h->cfg.reserve_mb, "used", "sandboxes",
+        (json_int_t)h->live, "memory_mb", (json_int_t)h->reserved_mb, "cpus", h->reserved_cpus,
+        "free", "memory_mb", (json_int_t)(mem_cap > h->reserved_mb ? mem_cap - h->reserved_mb : 0),
+        "cpus", cpu_cap - h->reserved_cpus, "sandboxes",
+        (json_int_t)(max > h->live ? max - h->live : 0), "backends", "container", "cgroup",
+        crl_cgroup_mgr_describe(h->cgroups));
 }
 
 char *crl_host_metrics(struct crl_host *h)
@@ -775,12 +777,14 @@ char *crl_host_metrics(struct crl_host *h)
     crl_buf_init(&b, CRL_BUF_UNBOUNDED);
     const struct crl_host_counters *c = &h->counters;
 #define COUNTER(name, help, v)                                                                     \
-    crl_buf_printf(&b, "# HELP corral_" name " " help "\n# TYPE corral_" name                      \
-                       " counter\ncorral_" name " %" PRIu64 "\n",                                  \
+    crl_buf_printf(&b,                                                                             \
+                   "# HELP corral_" name " " help "\n# TYPE corral_" name " counter\ncorral_" name \
+                   " %" PRIu64 "\n",                                                               \
                    (uint64_t)(v))
-#define GAUGE(name, help, fmt, v)                                                                  \
-    crl_buf_printf(&b, "# HELP corral_" name " " help "\n# TYPE corral_" name                      \
-                       " gauge\ncorral_" name " " fmt "\n",                                        \
+#define GAUGE(name, help, fmt, v)                                                                \
+    crl_buf_printf(&b,                                                                           \
+                   "# HELP corral_" name " " help "\n# TYPE corral_" name " gauge\ncorral_" name \
+                   " " fmt "\n",                                                                 \
                    v)
     COUNTER("sandboxes_created_total", "Sandboxes that became ready.", c->created);
     COUNTER("sandboxes_create_failed_total", "Creates that failed after admission.",

@@ -24,7 +24,7 @@ struct crl_host_config {
     unsigned max_sandboxes;
     double overcommit;     /* reserved sandbox memory may reach capacity x this */
     double cpu_overcommit; /* CPU limits are quotas, not reservations: they may add up to more */
-    unsigned reserve_mb;  /* memory kept for the host itself */
+    unsigned reserve_mb;   /* memory kept for the host itself */
     unsigned retry_after_s;
     /* isolation */
     enum crl_cgroup_version cgroup_version;

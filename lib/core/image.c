@@ -62,8 +62,8 @@ static json_t *strv_to_json(char **v)
     return a;
 }
 
-static int load_image(const char *dir, const char *name, const char *origin,
-                      struct crl_image **out, struct crl_err *err)
+static int load_image(const char *dir, const char *name, const char *origin, struct crl_image **out,
+                      struct crl_err *err)
 {
     struct crl_image *img = calloc(1, sizeof(*img));
     if (!img)
@@ -102,7 +102,8 @@ static int load_image(const char *dir, const char *name, const char *origin,
     if (!img->env) {
         img->env = calloc(3, sizeof(char *));
         if (img->env) {
-            img->env[0] = strdup("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+            img->env[0] =
+                strdup("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
             img->env[1] = strdup("HOME=/root");
         }
     }
@@ -241,11 +242,11 @@ int crl_image_build_busybox(const char *images_dir, const char *busybox_bin, str
     snprintf(final, sizeof(final), "%s/busybox", images_dir);
     snprintf(tmp, sizeof(tmp), "%s/.busybox.tmp.%d", images_dir, getpid());
     crl_rm_rf_at(AT_FDCWD, tmp);
-    static const char *const dirs[] = {"rootfs", "rootfs/bin", "rootfs/sbin", "rootfs/usr",
-                                       "rootfs/usr/bin", "rootfs/usr/sbin", "rootfs/etc",
-                                       "rootfs/root", "rootfs/home", "rootfs/var",
-                                       "rootfs/var/tmp", "rootfs/run", "rootfs/proc",
-                                       "rootfs/sys", "rootfs/dev", "rootfs/tmp"};
+    static const char *const dirs[] = {
+        "rootfs",         "rootfs/bin",      "rootfs/sbin",    "rootfs/usr",
+        "rootfs/usr/bin", "rootfs/usr/sbin", "rootfs/etc",     "rootfs/root",
+        "rootfs/home",    "rootfs/var",      "rootfs/var/tmp", "rootfs/run",
+        "rootfs/proc",    "rootfs/sys",      "rootfs/dev",     "rootfs/tmp"};
     if (crl_mkdir_p(tmp, 0755) < 0)
         return crl_err_sys(err, errno, "mkdir %s", tmp);
     for (size_t i = 0; i < CRL_ARRAY_SIZE(dirs); i++) {
@@ -301,8 +302,7 @@ fail:
 }
 
 int crl_image_store_open(const char *state_dir, const char *const *images_from, size_t n_from,
-                         const char *busybox_bin, struct crl_image_store **out,
-                         struct crl_err *err)
+                         const char *busybox_bin, struct crl_image_store **out, struct crl_err *err)
 {
     struct crl_image_store *s = calloc(1, sizeof(*s));
     if (!s)
@@ -376,9 +376,9 @@ void crl_image_put(struct crl_image *img)
 json_t *crl_image_json(const struct crl_image *img)
 {
     return json_pack("{s:s, s:s, s:o, s:s, s:s?, s:o, s:o, s:i}", "name", img->name, "origin",
-                     img->origin, "env", strv_to_json(img->env), "cwd", img->cwd, "user",
-                     img->user, "entrypoint", strv_to_json(img->entrypoint), "cmd",
-                     strv_to_json(img->cmd), "sandboxes", (json_int_t)img->refs);
+                     img->origin, "env", strv_to_json(img->env), "cwd", img->cwd, "user", img->user,
+                     "entrypoint", strv_to_json(img->entrypoint), "cmd", strv_to_json(img->cmd),
+                     "sandboxes", (json_int_t)img->refs);
 }
 
 json_t *crl_image_list_json(struct crl_image_store *s)

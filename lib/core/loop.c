@@ -45,8 +45,8 @@ void crl_loop_free(struct crl_loop *l)
     free(l);
 }
 
-int crl_watch_start(struct crl_loop *l, struct crl_watch *w, int fd, uint32_t events,
-                    crl_io_cb cb, void *data)
+int crl_watch_start(struct crl_loop *l, struct crl_watch *w, int fd, uint32_t events, crl_io_cb cb,
+                    void *data)
 {
     w->fd = fd;
     w->events = events;

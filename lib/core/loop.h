@@ -17,7 +17,8 @@ struct crl_timer;
 
 typedef void (*crl_io_cb)(struct crl_watch *w, uint32_t events);
 typedef void (*crl_timer_cb)(struct crl_timer *t);
-typedef int (*crl_prepare_cb)(struct crl_loop *loop, void *data); /* returns max wait ms, -1: none */
+typedef int (*crl_prepare_cb)(struct crl_loop *loop,
+                              void *data); /* returns max wait ms, -1: none */
 
 struct crl_watch {
     int fd;
@@ -43,8 +44,8 @@ int crl_watch_modify(struct crl_loop *loop, struct crl_watch *w, uint32_t events
 /* Safe to call from any callback, including for a watch with a pending event. */
 void crl_watch_stop(struct crl_loop *loop, struct crl_watch *w);
 
-void crl_timer_start(struct crl_loop *loop, struct crl_timer *t, uint64_t delay_ns,
-                     crl_timer_cb cb, void *data);
+void crl_timer_start(struct crl_loop *loop, struct crl_timer *t, uint64_t delay_ns, crl_timer_cb cb,
+                     void *data);
 void crl_timer_stop(struct crl_loop *loop, struct crl_timer *t);
 static inline bool crl_timer_armed(const struct crl_timer *t)
 {

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <net/if.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -58,7 +59,7 @@ static int loopback_up(struct crl_err *err)
         return crl_err_sys(err, errno, "socket in the new netns");
     struct ifreq ifr;
     memset(&ifr, 0, sizeof(ifr));
-    strcpy(ifr.ifr_name, "lo");
+    snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
     if (ioctl(s, SIOCGIFFLAGS, &ifr) < 0)
         return crl_err_sys(err, errno, "SIOCGIFFLAGS lo");
     ifr.ifr_flags |= IFF_UP | IFF_RUNNING;

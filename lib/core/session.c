@@ -165,7 +165,7 @@ static void scan(struct crl_session *s, int i)
             crl_buf_consume(w, pos);
             return;
         }
-        s->rc = atoi(hit + ml);
+        s->rc = (int)strtol(hit + ml, NULL, 10);
         emit(s, i, w->data, pos);
         crl_buf_consume(w, (size_t)(end + 1 - w->data));
     } else {
@@ -230,8 +230,8 @@ static void on_timeout(struct crl_timer *t)
     struct crl_session *s = t->data;
     s->timed_out = true;
     s->sb->host->counters.exec_timeouts++;
-    crl_info(s->sb->id, "session %s: command timed out after %.3fs: killing what it started",
-             s->id, s->req.timeout_s);
+    crl_info(s->sb->id, "session %s: command timed out after %.3fs: killing what it started", s->id,
+             s->req.timeout_s);
     s->sb->ops->kill(s->sb, &s->proc, CRL_KILL_DESCENDANTS);
 }
 
@@ -251,17 +251,16 @@ static int append_quoted(struct crl_buf *b, const char *s)
     return crl_buf_append(b, "'", 1);
 }
 
-int crl_session_run(struct crl_session *s, struct crl_exec_req *req,
-                    const struct crl_exec_cbs *cbs, void *ctx, struct crl_err *err)
+int crl_session_run(struct crl_session *s, struct crl_exec_req *req, const struct crl_exec_cbs *cbs,
+                    void *ctx, struct crl_err *err)
 {
     if (crl_sandbox_check_ready(s->sb, err) < 0)
         return -1;
     if (!s->alive)
         return crl_err_set(err, CRL_E_CONFLICT, "session %s has ended", s->id);
     if (s->busy || !s->started)
-        return crl_err_set(err, CRL_E_CONFLICT,
-                           "session %s is %s; run one command at a time", s->id,
-                           s->started ? "running a command" : "starting");
+        return crl_err_set(err, CRL_E_CONFLICT, "session %s is %s; run one command at a time",
+                           s->id, s->started ? "running a command" : "starting");
     unsigned char r[16];
     if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r))
         return crl_err_sys(err, errno, "getrandom");
@@ -273,7 +272,8 @@ int crl_session_run(struct crl_session *s, struct crl_exec_req *req,
         (size_t)snprintf(s->mark[1], sizeof(s->mark[1]), "%c%s%c", MARK_CHAR, nonce, MARK_CHAR);
     /* argv[2] is the command string (a session takes only strings) */
     size_t before = s->inq.len;
-    if (crl_buf_append(&s->inq, "command eval ", 13) < 0 || append_quoted(&s->inq, req->argv[2]) < 0 ||
+    if (crl_buf_append(&s->inq, "command eval ", 13) < 0 ||
+        append_quoted(&s->inq, req->argv[2]) < 0 ||
         crl_buf_printf(&s->inq,
                        " </dev/null\nprintf '\\036%%s %%d\\036' %s \"$?\"; printf '\\036%%s\\036' "
                        "%s >&2\n",

@@ -38,8 +38,9 @@ int crl_json_load(const char *json, size_t len, json_t **out, struct crl_err *er
         return crl_err_set(err, CRL_E_JSON, "request body is empty; expected a JSON object");
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
     if (!root)
-        return crl_err_set(err, CRL_E_JSON, "request body is not valid JSON: %s at line %d column %d",
-                           je.text, je.line, je.column);
+        return crl_err_set(err, CRL_E_JSON,
+                           "request body is not valid JSON: %s at line %d column %d", je.text,
+                           je.line, je.column);
     if (!json_is_object(root)) {
         json_decref(root);
         return crl_err_set(err, CRL_E_JSON, "request body must be a JSON object");
@@ -75,8 +76,8 @@ static int check_keys(json_t *obj, const char *where, const char *const *allowed
         for (size_t i = 0; i < n && !ok; i++)
             ok = strcmp(key, allowed[i]) == 0;
         if (!ok)
-            return crl_err_set(err, CRL_E_INVALID, "unknown field '%s%s%s'", where, *where ? "." : "",
-                               key);
+            return crl_err_set(err, CRL_E_INVALID, "unknown field '%s%s%s'", where,
+                               *where ? "." : "", key);
     }
     return 0;
 }
@@ -85,12 +86,13 @@ static int get_uint(json_t *v, const char *name, long long lo, long long hi, uns
                     struct crl_err *err)
 {
     if (!json_is_integer(v))
-        return crl_err_set(err, CRL_E_INVALID, "%s must be an integer between %lld and %lld, not %s",
-                           name, lo, hi, json_type_name(v));
+        return crl_err_set(err, CRL_E_INVALID,
+                           "%s must be an integer between %lld and %lld, not %s", name, lo, hi,
+                           json_type_name(v));
     long long x = json_integer_value(v);
     if (x < lo || x > hi)
-        return crl_err_set(err, CRL_E_INVALID, "%s must be between %lld and %lld, not %lld", name, lo,
-                           hi, x);
+        return crl_err_set(err, CRL_E_INVALID, "%s must be between %lld and %lld, not %lld", name,
+                           lo, hi, x);
     *out = (unsigned)x;
     return 0;
 }
@@ -99,8 +101,8 @@ static int get_number(json_t *v, const char *name, double lo, double hi, double 
                       struct crl_err *err)
 {
     if (!json_is_number(v))
-        return crl_err_set(err, CRL_E_INVALID, "%s must be a number between %g and %g, not %s", name,
-                           lo, hi, json_type_name(v));
+        return crl_err_set(err, CRL_E_INVALID, "%s must be a number between %g and %g, not %s",
+                           name, lo, hi, json_type_name(v));
     double x = json_number_value(v);
     if (!(x >= lo && x <= hi))
         return crl_err_set(err, CRL_E_INVALID, "%s must be between %g and %g, not %g", name, lo, hi,
@@ -171,8 +173,8 @@ static int parse_env(json_t *v, const char *name, char ***out, struct crl_err *e
                            json_type_name(v));
     size_t n = json_object_size(v);
     if (n > CRL_SPEC_MAX_ENV)
-        return crl_err_set(err, CRL_E_INVALID, "%s has %zu variables; at most %d are allowed", name, n,
-                           CRL_SPEC_MAX_ENV);
+        return crl_err_set(err, CRL_E_INVALID, "%s has %zu variables; at most %d are allowed", name,
+                           n, CRL_SPEC_MAX_ENV);
     char **env = calloc(n + 1, sizeof(char *));
     if (!env)
         return crl_err_sys(err, ENOMEM, "parsing %s", name);
@@ -187,8 +189,8 @@ static int parse_env(json_t *v, const char *name, char ***out, struct crl_err *e
         if (!env_key_ok(key)) {
             crl_strv_free(env);
             return crl_err_set(err, CRL_E_INVALID,
-                               "%s: '%s' is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)", name,
-                               key);
+                               "%s: '%s' is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)",
+                               name, key);
         }
         if (get_string(val, field, 128 * 1024, &s, err) < 0) {
             crl_strv_free(env);
@@ -212,13 +214,13 @@ static int parse_env(json_t *v, const char *name, char ***out, struct crl_err *e
 void crl_spec_init(struct crl_spec *s)
 {
     memset(s, 0, sizeof(*s));
-    strcpy(s->backend, "container");
-    strcpy(s->image, "busybox");
+    snprintf(s->backend, sizeof(s->backend), "container");
+    snprintf(s->image, sizeof(s->image), "busybox");
     s->cpus = 1.0;
     s->memory_mb = 512;
     s->pids = 512;
     s->disk_mb = 1024;
-    strcpy(s->network_mode, "none");
+    snprintf(s->network_mode, sizeof(s->network_mode), "none");
     s->ttl_s = 3600;
     s->idle_ttl_s = 0;
 }
@@ -331,8 +333,9 @@ static int parse_labels(json_t *v, struct crl_spec *s, struct crl_err *err)
 
 int crl_spec_from_json(json_t *root, struct crl_spec *s, struct crl_err *err)
 {
-    static const char *const keys[] = {"backend", "image",  "resources",  "network", "ttl_s",
-                                       "idle_ttl_s", "labels", "env", "cwd", "trajectory"};
+    static const char *const keys[] = {"backend", "image",      "resources", "network",
+                                       "ttl_s",   "idle_ttl_s", "labels",    "env",
+                                       "cwd",     "trajectory"};
     crl_spec_init(s);
     if (!json_is_object(root))
         return crl_err_set(err, CRL_E_INVALID, "the sandbox spec must be a JSON object");
@@ -347,13 +350,14 @@ int crl_spec_from_json(json_t *root, struct crl_spec *s, struct crl_err *err)
         for (size_t i = 0; i < CRL_ARRAY_SIZE(known_backends) && !known; i++)
             known = strcmp(str, known_backends[i]) == 0;
         if (!known) {
-            crl_err_set(err, CRL_E_INVALID,
-                        "backend '%s' is unknown; expected one of function, container, microvm, vm, "
-                        "auto",
-                        str);
+            crl_err_set(
+                err, CRL_E_INVALID,
+                "backend '%s' is unknown; expected one of function, container, microvm, vm, "
+                "auto",
+                str);
             goto fail;
         }
-        strcpy(s->backend, str);
+        snprintf(s->backend, sizeof(s->backend), "%s", str);
     }
     if ((f = json_object_get(root, "image"))) {
         if (get_string(f, "image", sizeof(s->image) - 1, &str, err) < 0)
@@ -363,7 +367,7 @@ int crl_spec_from_json(json_t *root, struct crl_spec *s, struct crl_err *err)
                         "image '%s' is not a valid image name ([A-Za-z0-9._-:/@], no '..')", str);
             goto fail;
         }
-        strcpy(s->image, str);
+        snprintf(s->image, sizeof(s->image), "%s", str);
     }
     if ((f = json_object_get(root, "resources")) && parse_resources(f, s, err) < 0)
         goto fail;
@@ -487,9 +491,9 @@ int crl_user_parse(const char *s, struct crl_user *u, struct crl_err *err)
             end = (char *)"x";
     }
     if (errno || end == s || *end || uid > 65535 || gid > 65535 || !isdigit((unsigned char)s[0]))
-        return crl_err_set(err, CRL_E_INVALID,
-                           "user '%s' is not valid: expected root, UID or UID:GID with ids below 65536",
-                           s);
+        return crl_err_set(
+            err, CRL_E_INVALID,
+            "user '%s' is not valid: expected root, UID or UID:GID with ids below 65536", s);
     u->uid = (uid_t)uid;
     u->gid = (gid_t)gid;
     return 0;
@@ -561,9 +565,8 @@ static int parse_cmd(json_t *v, bool session, struct crl_exec_req *r, struct crl
 int crl_exec_req_parse(const char *json, size_t len, bool session, struct crl_exec_req *r,
                        struct crl_err *err)
 {
-    static const char *const exec_keys[] = {"cmd",       "stdin",            "stdin_b64",
-                                            "env",       "cwd",              "user",
-                                            "timeout_s", "max_output_bytes", "stream"};
+    static const char *const exec_keys[] = {"cmd",  "stdin",     "stdin_b64",        "env",   "cwd",
+                                            "user", "timeout_s", "max_output_bytes", "stream"};
     static const char *const session_keys[] = {"cmd", "timeout_s", "max_output_bytes", "stream"};
     json_t *root;
     memset(r, 0, sizeof(*r));

@@ -212,7 +212,8 @@ int crl_base64_decode(const char *s, size_t len, char **out, size_t *out_len)
                 return -1;
             }
         }
-        uint32_t x = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | (uint32_t)v[3];
+        uint32_t x =
+            (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | (uint32_t)v[3];
         o[n++] = (char)(x >> 16);
         if (pad < 2)
             o[n++] = (char)(x >> 8);

@@ -12,8 +12,8 @@ struct crl_buf {
     char *data;
     size_t len;
     size_t alloc;
-    size_t cap;      /* most bytes kept; CRL_BUF_UNBOUNDED for no limit */
-    size_t dropped;  /* bytes refused because of the cap */
+    size_t cap;     /* most bytes kept; CRL_BUF_UNBOUNDED for no limit */
+    size_t dropped; /* bytes refused because of the cap */
 };
 
 void crl_buf_init(struct crl_buf *b, size_t cap);

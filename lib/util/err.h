@@ -37,7 +37,13 @@ struct crl_err {
     char msg[480];
 };
 
-#define CRL_ERR_INIT {CRL_OK, 0, {0}}
+#define CRL_ERR_INIT \
+    {                \
+        CRL_OK, 0,   \
+        {            \
+            0        \
+        }            \
+    }
 
 /* Fill *err (if not NULL); always returns -1 so callers can `return crl_err_set(...)`. */
 int crl_err_set(struct crl_err *err, enum crl_errc code, const char *fmt, ...)

@@ -156,10 +156,8 @@ ssize_t crl_recv_fds(int sock, void *msg, size_t len, int *fds, int *nfds)
         struct cmsghdr align;
     } u;
     struct iovec iov = {.iov_base = msg, .iov_len = len};
-    struct msghdr mh = {.msg_iov = &iov,
-                        .msg_iovlen = 1,
-                        .msg_control = u.buf,
-                        .msg_controllen = sizeof(u.buf)};
+    struct msghdr mh = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
     int want = nfds ? *nfds : 0;
     if (nfds)
         *nfds = 0;

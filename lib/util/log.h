@@ -18,10 +18,10 @@ int crl_log_parse_format(const char *s, enum crl_log_format *out);
 void crl_log_write(enum crl_log_level level, const char *sandbox, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-#define crl_log(level, sandbox, ...)                                                              \
-    do {                                                                                           \
-        if ((level) <= crl_log_max_level)                                                          \
-            crl_log_write((level), (sandbox), __VA_ARGS__);                                        \
+#define crl_log(level, sandbox, ...)                        \
+    do {                                                    \
+        if ((level) <= crl_log_max_level)                   \
+            crl_log_write((level), (sandbox), __VA_ARGS__); \
     } while (0)
 
 #define crl_error(sb, ...) crl_log(CRL_LOG_ERROR, sb, __VA_ARGS__)
@@ -30,10 +30,10 @@ void crl_log_write(enum crl_log_level level, const char *sandbox, const char *fm
 #define crl_debug(sb, ...) crl_log(CRL_LOG_DEBUG, sb, __VA_ARGS__)
 
 /* A failed syscall: names the call and its arguments, then strerror(errnum). */
-#define crl_log_syscall(sb, errnum, ...)                                                           \
-    do {                                                                                           \
-        if (CRL_LOG_WARN <= crl_log_max_level)                                                     \
-            crl_log_syscall_write((sb), (errnum), __VA_ARGS__);                                    \
+#define crl_log_syscall(sb, errnum, ...)                        \
+    do {                                                        \
+        if (CRL_LOG_WARN <= crl_log_max_level)                  \
+            crl_log_syscall_write((sb), (errnum), __VA_ARGS__); \
     } while (0)
 void crl_log_syscall_write(const char *sandbox, int errnum, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -8,8 +8,8 @@
 #include <sys/syscall.h>
 
 #if defined(__x86_64__)
-static inline __attribute__((always_inline)) long crl_raw6(long n, long a, long b, long c,
-                                                           long d, long e, long f)
+static inline __attribute__((always_inline)) long crl_raw6(long n, long a, long b, long c, long d,
+                                                           long e, long f)
 {
     long ret;
     register long r10 __asm__("r10") = d;
@@ -22,8 +22,8 @@ static inline __attribute__((always_inline)) long crl_raw6(long n, long a, long 
     return ret;
 }
 #elif defined(__aarch64__)
-static inline __attribute__((always_inline)) long crl_raw6(long n, long a, long b, long c,
-                                                           long d, long e, long f)
+static inline __attribute__((always_inline)) long crl_raw6(long n, long a, long b, long c, long d,
+                                                           long e, long f)
 {
     register long x8 __asm__("x8") = n;
     register long x0 __asm__("x0") = a;
@@ -47,7 +47,7 @@ static inline __attribute__((always_inline)) long crl_raw6(long n, long a, long 
 #define crl_raw2(n, a, b) crl_raw6((n), (long)(a), (long)(b), 0, 0, 0, 0)
 #define crl_raw3(n, a, b, c) crl_raw6((n), (long)(a), (long)(b), (long)(c), 0, 0, 0)
 #define crl_raw4(n, a, b, c, d) crl_raw6((n), (long)(a), (long)(b), (long)(c), (long)(d), 0, 0)
-#define crl_raw5(n, a, b, c, d, e)                                                                 \
+#define crl_raw5(n, a, b, c, d, e) \
     crl_raw6((n), (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), 0)
 
 /* Leave the process at once, without atexit handlers or stdio flushing. */

@@ -96,20 +96,31 @@ int main(int argc, char **argv)
     enum crl_log_level level = CRL_LOG_INFO;
     enum crl_log_format format = CRL_LOG_TEXT;
     unsigned long v;
-    static const struct option opts[] = {
-        {"state", required_argument, 0, 's'},        {"socket", required_argument, 0, 'S'},
-        {"listen", required_argument, 0, 'l'},       {"token-file", required_argument, 0, 't'},
-        {"allow-remote", no_argument, 0, 'R'},       {"images-from", required_argument, 0, 'i'},
-        {"busybox", required_argument, 0, 'b'},      {"max-sandboxes", required_argument, 0, 'm'},
-        {"overcommit", required_argument, 0, 'o'},   {"reserve-mb", required_argument, 0, 'r'},
-        {"cpu-overcommit", required_argument, 0, 'O'},
-        {"cgroup", required_argument, 0, 'c'},       {"cgroup-root", required_argument, 0, 'C'},
-        {"cgroup-parent", required_argument, 0, 'P'}, {"uid-base", required_argument, 0, 'u'},
-        {"uid-slots", required_argument, 0, 'U'},    {"spawner", required_argument, 0, 'x'},
-        {"spawners", required_argument, 0, 'X'},     {"tombstone-s", required_argument, 0, 'T'},
-        {"host-id", required_argument, 0, 'H'},      {"max-body-mb", required_argument, 0, 'B'},
-        {"log-format", required_argument, 0, 'F'},   {"log-level", required_argument, 0, 'L'},
-        {"help", no_argument, 0, 'h'},               {0, 0, 0, 0}};
+    static const struct option opts[] = {{"state", required_argument, 0, 's'},
+                                         {"socket", required_argument, 0, 'S'},
+                                         {"listen", required_argument, 0, 'l'},
+                                         {"token-file", required_argument, 0, 't'},
+                                         {"allow-remote", no_argument, 0, 'R'},
+                                         {"images-from", required_argument, 0, 'i'},
+                                         {"busybox", required_argument, 0, 'b'},
+                                         {"max-sandboxes", required_argument, 0, 'm'},
+                                         {"overcommit", required_argument, 0, 'o'},
+                                         {"reserve-mb", required_argument, 0, 'r'},
+                                         {"cpu-overcommit", required_argument, 0, 'O'},
+                                         {"cgroup", required_argument, 0, 'c'},
+                                         {"cgroup-root", required_argument, 0, 'C'},
+                                         {"cgroup-parent", required_argument, 0, 'P'},
+                                         {"uid-base", required_argument, 0, 'u'},
+                                         {"uid-slots", required_argument, 0, 'U'},
+                                         {"spawner", required_argument, 0, 'x'},
+                                         {"spawners", required_argument, 0, 'X'},
+                                         {"tombstone-s", required_argument, 0, 'T'},
+                                         {"host-id", required_argument, 0, 'H'},
+                                         {"max-body-mb", required_argument, 0, 'B'},
+                                         {"log-format", required_argument, 0, 'F'},
+                                         {"log-level", required_argument, 0, 'L'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
@@ -163,7 +174,8 @@ int main(int argc, char **argv)
         case 'C': hc.cgroup_root = optarg; break;
         case 'P':
             if (!*optarg || strlen(optarg) > 64 ||
-                strspn(optarg, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
+                strspn(optarg,
+                       "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
                     strlen(optarg) ||
                 optarg[0] == '.') {
                 fprintf(stderr, "corrald: --cgroup-parent is 1-64 of [A-Za-z0-9._-]\n");
@@ -198,7 +210,7 @@ int main(int argc, char **argv)
                 fprintf(stderr, "corrald: --host-id is 1-15 of [a-z0-9]\n");
                 return 2;
             }
-            strcpy(hc.host_id, optarg);
+            snprintf(hc.host_id, sizeof(hc.host_id), "%s", optarg);
             break;
         case 'B':
             if (parse_uint("--max-body-mb", optarg, 1024, &v) < 0 || v == 0)

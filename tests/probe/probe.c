@@ -141,7 +141,9 @@ int main(int argc, char **argv)
         return 0;
     }
     if (!strcmp(c, "caps") || !strcmp(c, "seccomp") || !strcmp(c, "nnp")) {
-        const char *key = !strcmp(c, "caps") ? "CapEff:" : !strcmp(c, "seccomp") ? "Seccomp:" : "NoNewPrivs:";
+        const char *key = !strcmp(c, "caps")      ? "CapEff:"
+                          : !strcmp(c, "seccomp") ? "Seccomp:"
+                                                  : "NoNewPrivs:";
         FILE *f = fopen("/proc/self/status", "r");
         char line[256];
         while (f && fgets(line, sizeof(line), f))
@@ -153,7 +155,7 @@ int main(int argc, char **argv)
         DIR *d = opendir("/proc/self/fd");
         struct dirent *de;
         while (d && (de = readdir(d)))
-            if (de->d_name[0] != '.' && atoi(de->d_name) != dirfd(d))
+            if (de->d_name[0] != '.' && strtol(de->d_name, NULL, 10) != dirfd(d))
                 printf("%s\n", de->d_name);
         return d ? 0 : errno;
     }
@@ -179,7 +181,8 @@ int main(int argc, char **argv)
     if (!strcmp(c, "alloc-mb") && arg) {
         long mb = strtol(arg, NULL, 10);
         for (long i = 0; i < mb; i++) {
-            char *p = mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            char *p =
+                mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
             if (p == MAP_FAILED)
                 return errno;
             memset(p, 1, 1 << 20);

@@ -181,8 +181,8 @@ static void spawn_error(const struct crl_spawn_reply *r, const char *what, struc
         crl_err_set(err, CRL_E_NOT_FOUND, "%s: no such file or directory in the sandbox", what);
     else if (r->step == CRL_STEP_OPEN && r->err == EINVAL)
         crl_err_set(err, CRL_E_INVALID, "%s: not a regular file or directory", what);
-    else if (r->step == CRL_STEP_OPEN && (r->err == EISDIR || r->err == ENOTDIR ||
-                                          r->err == ELOOP || r->err == EXDEV))
+    else if (r->step == CRL_STEP_OPEN &&
+             (r->err == EISDIR || r->err == ENOTDIR || r->err == ELOOP || r->err == EXDEV))
         crl_err_set(err, CRL_E_INVALID, "%s: %s", what, strerror(r->err));
     else if (r->step == CRL_STEP_OPEN && (r->err == EACCES || r->err == EPERM || r->err == EROFS))
         crl_err_set(err, CRL_E_FORBIDDEN, "%s: %s", what, strerror(r->err));
@@ -285,8 +285,7 @@ static void ctr_destroy(struct crl_sandbox *sb)
 
 /* ---- create ---- */
 
-static void create_done(struct crl_sandbox *sb, const struct crl_spawn_reply *r, int *fds,
-                        int nfds)
+static void create_done(struct crl_sandbox *sb, const struct crl_spawn_reply *r, int *fds, int nfds)
 {
     struct ctr_sandbox *c = sb->priv;
     struct crl_err err = CRL_ERR_INIT;
@@ -343,7 +342,8 @@ static int ctr_create(struct crl_sandbox *sb, struct crl_err *err)
         goto fail;
     if ((c->netns_fd = crl_netns_get(h->netns, err)) < 0)
         goto fail;
-    if (crl_cgroup_attach_fds(c->cg, crl_cgroup_mgr_version(h->cgroups) == CRL_CGROUP_V2 ? "init" : ".",
+    if (crl_cgroup_attach_fds(c->cg,
+                              crl_cgroup_mgr_version(h->cgroups) == CRL_CGROUP_V2 ? "init" : ".",
                               fds + 2, &ncg, err) < 0)
         goto fail;
     fds[0] = sb->image->rootfs_fd;

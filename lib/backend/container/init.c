@@ -51,13 +51,13 @@ NO_SAN static long report(int sock, int err, unsigned step, const int *fds, int 
     return crl_raw3(SYS_sendmsg, sock, &mh, MSG_NOSIGNAL);
 }
 
-#define CHECK(expr, step)                                                                          \
-    do {                                                                                           \
-        long r_ = (expr);                                                                          \
-        if (r_ < 0) {                                                                              \
-            report(a->sync_fd, (int)-r_, (step), NULL, 0);                                         \
-            crl_raw_exit(1);                                                                       \
-        }                                                                                          \
+#define CHECK(expr, step)                                  \
+    do {                                                   \
+        long r_ = (expr);                                  \
+        if (r_ < 0) {                                      \
+            report(a->sync_fd, (int)-r_, (step), NULL, 0); \
+            crl_raw_exit(1);                               \
+        }                                                  \
     } while (0)
 
 NO_SAN static long raw_mount(const char *src, const char *dst, const char *type,
@@ -77,7 +77,8 @@ NO_SAN static long bind_ro(const char *src, const char *dst, unsigned long extra
 
 NO_SAN static long touch(const char *path)
 {
-    long fd = crl_raw4(SYS_openat, AT_FDCWD, path, O_CREAT | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0644);
+    long fd =
+        crl_raw4(SYS_openat, AT_FDCWD, path, O_CREAT | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0)
         return fd;
     crl_raw1(SYS_close, fd);
@@ -99,8 +100,8 @@ NO_SAN static long recv_fd(int sock)
         struct cmsghdr align;
     } u;
     struct iovec iov = {.iov_base = &byte, .iov_len = 1};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-                        .msg_controllen = sizeof(u.buf)};
+    struct msghdr mh = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
     long r = crl_raw3(SYS_recvmsg, sock, &mh, MSG_CMSG_CLOEXEC);
     if (r < 0)
         return r;
@@ -116,8 +117,8 @@ static const char *const dev_nodes[] = {"null", "zero", "full", "random", "urand
 
 /* Files of /proc that reveal or poke at the host kernel: covered by /dev/null. */
 static const char *const proc_masked_files[] = {
-    "root/proc/kcore",       "root/proc/keys",        "root/proc/timer_list",
-    "root/proc/sched_debug", "root/proc/kpagecount",  "root/proc/kpageflags",
+    "root/proc/kcore",       "root/proc/keys",          "root/proc/timer_list",
+    "root/proc/sched_debug", "root/proc/kpagecount",    "root/proc/kpageflags",
     "root/proc/kpagecgroup", "root/proc/latency_stats", "root/proc/kmsg",
     "root/proc/config.gz",
 };
@@ -225,7 +226,8 @@ NO_SAN int crl_init_main(void *arg)
             CHECK(r, CRL_STEP_MASK);
     }
     for (unsigned i = 0; i < sizeof(proc_masked_dirs) / sizeof(proc_masked_dirs[0]); i++) {
-        long r = raw_mount("tmpfs", proc_masked_dirs[i], "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k");
+        long r = raw_mount("tmpfs", proc_masked_dirs[i], "tmpfs",
+                           MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k");
         if (r < 0 && r != -ENOENT)
             CHECK(r, CRL_STEP_MASK);
     }

@@ -10,7 +10,7 @@
 #include <linux/filter.h>
 
 struct crl_init_args {
-    int sync_fd;    /* the child's end of the create socket */
+    int sync_fd; /* the child's end of the create socket */
     const char *workdir;
     char tmpfs_opts[64];
     char hostname[64];

@@ -26,7 +26,7 @@ enum crl_spawn_op {
     CRL_SPAWN_TAR_OUT,    /* fds: pidfd, tar output pipe, stderr pipe, cgroup.procs... */
     CRL_SPAWN_TAR_IN,     /* fds: pidfd, tar input pipe, stderr pipe, cgroup.procs... */
     CRL_SPAWN_REPLY = 100,
-    CRL_SPAWN_EXITED,     /* a child of the spawner ended (unsolicited) */
+    CRL_SPAWN_EXITED, /* a child of the spawner ended (unsolicited) */
 };
 
 /* Where sandbox creation failed, for the error message. */
@@ -138,11 +138,12 @@ struct crl_spawn_reply {
     int32_t err; /* errno, 0 on success */
     uint64_t id; /* the request's id; 0 for EXITED */
     int32_t pid;
-    uint32_t step; /* enum crl_spawn_step where err happened */
+    uint32_t step;  /* enum crl_spawn_step where err happened */
     int32_t status; /* EXITED: wait status */
     uint32_t kind;  /* OPEN: enum crl_open_kind */
     int64_t size;   /* OPEN: st_size */
-    int64_t utime_us, stime_us, maxrss_kb; /* EXITED: rusage of the process and its waited children */
+    int64_t utime_us, stime_us,
+        maxrss_kb; /* EXITED: rusage of the process and its waited children */
     char msg[256];
 };
 

@@ -42,17 +42,17 @@
 #define NO_SAN __attribute__((no_sanitize("address", "undefined")))
 #define INIT_STACK (64 * 1024)
 #define STAGE_STACK (64 * 1024)
-#define ALL_NS                                                                                     \
-    (CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET |      \
+#define ALL_NS                                                                                 \
+    (CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET | \
      CLONE_NEWCGROUP)
 
 /* Capabilities root keeps inside a sandbox (Docker's default set); the rest
  * leave the bounding set before anything of the user's runs. */
-#define KEEP_CAPS                                                                                  \
-    ((1ull << CAP_CHOWN) | (1ull << CAP_DAC_OVERRIDE) | (1ull << CAP_FSETID) |                     \
-     (1ull << CAP_FOWNER) | (1ull << CAP_MKNOD) | (1ull << CAP_NET_RAW) | (1ull << CAP_SETGID) |   \
-     (1ull << CAP_SETUID) | (1ull << CAP_SETFCAP) | (1ull << CAP_SETPCAP) |                        \
-     (1ull << CAP_NET_BIND_SERVICE) | (1ull << CAP_SYS_CHROOT) | (1ull << CAP_KILL) |              \
+#define KEEP_CAPS                                                                                \
+    ((1ull << CAP_CHOWN) | (1ull << CAP_DAC_OVERRIDE) | (1ull << CAP_FSETID) |                   \
+     (1ull << CAP_FOWNER) | (1ull << CAP_MKNOD) | (1ull << CAP_NET_RAW) | (1ull << CAP_SETGID) | \
+     (1ull << CAP_SETUID) | (1ull << CAP_SETFCAP) | (1ull << CAP_SETPCAP) |                      \
+     (1ull << CAP_NET_BIND_SERVICE) | (1ull << CAP_SYS_CHROOT) | (1ull << CAP_KILL) |            \
      (1ull << CAP_AUDIT_WRITE))
 #define LAST_CAP 63
 
@@ -76,7 +76,7 @@ struct pending_create {
 };
 
 struct spawner {
-    int sock;   /* to corrald */
+    int sock; /* to corrald */
     int epfd;
     int sigfd;
     int host_netns;
@@ -95,8 +95,8 @@ static struct spawner sp;
 static void reply(uint64_t id, int err, unsigned step, pid_t pid, const int *fds, int nfds,
                   const char *msg)
 {
-    struct crl_spawn_reply r = {.op = CRL_SPAWN_REPLY, .err = err, .id = id, .pid = pid,
-                                .step = step};
+    struct crl_spawn_reply r = {
+        .op = CRL_SPAWN_REPLY, .err = err, .id = id, .pid = pid, .step = step};
     if (msg)
         snprintf(r.msg, sizeof(r.msg), "%s", msg);
     if (crl_send_fds(sp.sock, &r, sizeof(r), fds, nfds) < 0)
@@ -357,11 +357,11 @@ NO_SAN static void job_fail(struct exec_job *j, long r, int step)
     crl_raw_exit(127);
 }
 
-#define JCHECK(expr, step)                                                                         \
-    do {                                                                                           \
-        long r_ = (expr);                                                                          \
-        if (r_ < 0)                                                                                \
-            job_fail(j, r_, (step));                                                               \
+#define JCHECK(expr, step)           \
+    do {                             \
+        long r_ = (expr);            \
+        if (r_ < 0)                  \
+            job_fail(j, r_, (step)); \
     } while (0)
 
 /* execvp without libc: search PATH, remember EACCES, as POSIX describes. */
@@ -426,7 +426,8 @@ NO_SAN static int stage_b(void *arg)
         struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3};
         struct __user_cap_data_struct data[2] = {
             {.effective = (unsigned)KEEP_CAPS, .permitted = (unsigned)KEEP_CAPS, .inheritable = 0},
-            {.effective = (unsigned)(KEEP_CAPS >> 32), .permitted = (unsigned)(KEEP_CAPS >> 32),
+            {.effective = (unsigned)(KEEP_CAPS >> 32),
+             .permitted = (unsigned)(KEEP_CAPS >> 32),
              .inheritable = 0}};
         JCHECK(crl_raw2(SYS_capset, &hdr, data), CRL_STEP_CREDS);
     }
@@ -649,9 +650,14 @@ static void handle_open(const struct crl_spawn_req *rq, int *fds, int nfds)
         reply(rq->id, ENOMEM, CRL_STEP_NONE, 0, NULL, 0, NULL);
         return;
     }
-    struct open_job o = {.pid1fd = fds[0], .uid = rq->u.open.uid, .gid = rq->u.open.gid,
-                         .path = path, .flags = rq->u.open.flags, .mode = rq->u.open.mode,
-                         .oflags = rq->u.open.oflags, .fd = -1};
+    struct open_job o = {.pid1fd = fds[0],
+                         .uid = rq->u.open.uid,
+                         .gid = rq->u.open.gid,
+                         .path = path,
+                         .flags = rq->u.open.flags,
+                         .mode = rq->u.open.mode,
+                         .oflags = rq->u.open.oflags,
+                         .fd = -1};
     /* CLONE_FILES: the descriptor it opens lands in our table. */
     pid_t c = clone(stage_open, stage_a_stack + STAGE_STACK,
                     CLONE_VM | CLONE_VFORK | CLONE_FILES | SIGCHLD, &o);
@@ -666,8 +672,8 @@ static void handle_open(const struct crl_spawn_req *rq, int *fds, int nfds)
         return;
     }
     int fd = o.fd;
-    struct crl_spawn_reply r = {.op = CRL_SPAWN_REPLY, .id = rq->id, .kind = o.kind,
-                                .size = o.size};
+    struct crl_spawn_reply r = {
+        .op = CRL_SPAWN_REPLY, .id = rq->id, .kind = o.kind, .size = o.size};
     send_reply(&r, &fd, 1);
     close(fd);
 }

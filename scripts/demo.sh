@@ -1,0 +1,73 @@
+#!/bin/sh
+# `make demo`: start corrald with its default state dir and socket, then show
+# sandboxes being created, used and destroyed from the CLI and the Python SDK.
+set -eu
+cd "$(dirname "$0")/.."
+B=${B:-build}
+SOCK=/run/corral/corrald.sock
+PIDFILE=/run/corral/corrald.pid
+export CORRAL_URL="unix://$SOCK"
+export PATH="$PWD/$B:$PATH"
+
+if [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
+    echo "== corrald already running (pid $(cat "$PIDFILE"))"
+else
+    mkdir -p /run/corral /var/log
+    set -- --state /var/lib/corral --socket "$SOCK"
+    [ -d build/images ] && set -- "$@" --images-from "$PWD/build/images"
+    "$B/corrald" "$@" >>/var/log/corrald.log 2>&1 &
+    echo $! >"$PIDFILE"
+    for _ in $(seq 100); do
+        corral host >/dev/null 2>&1 && break
+        sleep 0.1
+    done
+    echo "== corrald started (pid $(cat "$PIDFILE")), state /var/lib/corral, log /var/log/corrald.log"
+fi
+
+run() {
+    echo "\$ $*"
+    "$@"
+}
+
+echo
+echo "== the CLI"
+run corral run --memory-mb 128 -- sh -c 'echo "hello from $(hostname), uid $(id -u)"; cat /proc/self/uid_map'
+ID=$(corral create --memory-mb 256 --label demo=yes)
+echo "\$ corral create --memory-mb 256 --label demo=yes"
+echo "$ID"
+run corral exec "$ID" -- sh -c 'echo "some state" > /tmp/state.txt; ls -l /tmp'
+run corral ls --label demo=yes
+demo_dir=$(mktemp -d)
+echo "local file" >"$demo_dir/hello.txt"
+run corral cp "$demo_dir/hello.txt" "$ID:/root/hello.txt"
+run corral exec "$ID" -- cat /root/hello.txt
+run corral cp "$ID:/tmp/state.txt" "$demo_dir/state.txt"
+run cat "$demo_dir/state.txt"
+rm -rf "$demo_dir"
+run corral inspect "$ID"
+run corral rm "$ID"
+
+echo
+echo "== the Python SDK"
+PYTHONPATH="$PWD/sdk/python" python3 - <<'PY'
+import corral
+
+client = corral.Client()
+with client.create(backend="container", image="busybox", memory_mb=256) as sb:
+    print("created", sb.id)
+    r = sb.exec("echo hi; exit 3")
+    print("exec ->", r.stdout, "exit", r.exit_code, r.reason)
+    sb.files.write("/tmp/a.txt", b"data")
+    print("files ->", sb.files.read("/tmp/a.txt"))
+    sh = sb.session()
+    sh.run("cd /tmp && export X=1")
+    print("session ->", sh.run("pwd; echo $X").stdout)
+    r = sb.exec("sleep 30 & sleep 30", timeout=0.5)
+    print("timeout ->", r.reason, "after", round(r.duration_s, 2), "s")
+print("destroyed; sandboxes left:", len([s for s in client.list() if s["state"] != "destroyed"]))
+PY
+
+echo
+echo "== corrald keeps running:"
+echo "   reach it:  export CORRAL_URL=unix://$SOCK; $B/corral ls   (or PYTHONPATH=sdk/python python3 -c 'import corral; ...')"
+echo "   stop it:   kill \$(cat $PIDFILE)"

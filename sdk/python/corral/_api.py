@@ -1,0 +1,204 @@
+"""What the sync and async clients share: where corrald is, how each call
+is spelled on the wire (docs/api.md), and how its answers are read."""
+
+import base64
+import dataclasses
+import io
+import json
+import os
+import tarfile
+import urllib.parse
+
+from .errors import Error
+
+DEFAULT_URL = "unix:///run/corral/corrald.sock"
+DEFAULT_TIMEOUT = 60.0  # seconds to wait for any answer but an exec's
+EXEC_GRACE = 30.0  # beyond an exec's own timeout, for corrald to kill and report
+SERVER_EXEC_TIMEOUT = 300.0  # corrald's default timeout_s
+
+
+def parse_url(url):
+    """("unix", path) for unix:///path, ("tcp", (host, port)) for http://host:port."""
+    url = url or os.environ.get("CORRAL_URL") or DEFAULT_URL
+    if url.startswith("unix://"):
+        path = url[len("unix://"):]
+        if not path.startswith("/"):
+            raise ValueError(f"{url!r}: a unix URL is unix:///absolute/path")
+        return "unix", path
+    u = urllib.parse.urlsplit(url)
+    if u.scheme != "http" or not u.hostname:
+        raise ValueError(f"{url!r}: corrald URLs are unix:///path or http://host:port")
+    return "tcp", (u.hostname, u.port or 80)
+
+
+def resolve_token(token):
+    return token if token is not None else os.environ.get("CORRAL_TOKEN")
+
+
+@dataclasses.dataclass
+class Call:
+    """One HTTP request: ``timeout`` None means wait as long as it takes."""
+
+    method: str
+    target: str
+    body: bytes = b""
+    content_type: str = None
+    timeout: float = DEFAULT_TIMEOUT
+
+
+def q(s):
+    return urllib.parse.quote(str(s), safe="")
+
+
+def json_call(method, target, obj=None, timeout=DEFAULT_TIMEOUT):
+    body = b"" if obj is None else json.dumps(obj).encode()
+    return Call(method, target, body, "application/json" if obj is not None else None, timeout)
+
+
+def build_spec(spec=None, *, backend=None, image=None, memory_mb=None, cpus=None, pids=None,
+               disk_mb=None, ttl_s=None, idle_ttl_s=None, labels=None, env=None, cwd=None,
+               network=None):
+    """The sandbox spec of docs/api.md: ``spec`` with the keyword fields over it."""
+    out = json.loads(json.dumps(spec or {}))  # a deep copy
+    for key, value in (("backend", backend), ("image", image), ("ttl_s", ttl_s),
+                       ("idle_ttl_s", idle_ttl_s), ("labels", labels), ("env", env),
+                       ("cwd", cwd)):
+        if value is not None:
+            out[key] = value
+    for key, value in (("memory_mb", memory_mb), ("cpus", cpus), ("pids", pids),
+                       ("disk_mb", disk_mb)):
+        if value is not None:
+            out.setdefault("resources", {})[key] = value
+    if network is not None:
+        out["network"] = {"mode": network} if isinstance(network, str) else network
+    return out
+
+
+def list_target(labels):
+    query = urllib.parse.urlencode([("label", f"{k}={v}") for k, v in (labels or {}).items()])
+    return "/v1/sandboxes" + ("?" + query if query else "")
+
+
+def exec_wait(timeout):
+    """How long the client waits for a command that may run ``timeout`` seconds."""
+    if timeout == 0:
+        return None
+    return (SERVER_EXEC_TIMEOUT if timeout is None else timeout) + EXEC_GRACE
+
+
+def exec_call(target, cmd, *, stdin=None, env=None, cwd=None, user=None, timeout=None,
+              max_output_bytes=None, stream=False):
+    """POST .../exec or .../sessions/{sid}/run (where env, cwd, user, stdin are None)."""
+    body = {"cmd": cmd if isinstance(cmd, str) else list(cmd)}
+    if isinstance(stdin, str):
+        body["stdin"] = stdin
+    elif stdin is not None:
+        body["stdin_b64"] = base64.b64encode(stdin).decode()
+    for key, value in (("env", env), ("cwd", cwd), ("user", user), ("timeout_s", timeout),
+                       ("max_output_bytes", max_output_bytes)):
+        if value is not None:
+            body[key] = value
+    if stream:
+        body["stream"] = True
+    return json_call("POST", target, body, exec_wait(timeout))
+
+
+def file_call(sandbox_id, method, path, body=b"", content_type=None, **params):
+    query = urllib.parse.urlencode(
+        [("path", path)] + [(k, v) for k, v in params.items() if v is not None])
+    return Call(method, f"/v1/sandboxes/{q(sandbox_id)}/files?{query}", body, content_type)
+
+
+def write_call(sandbox_id, path, data, mode=None, user=None):
+    if isinstance(data, str):
+        data = data.encode()
+    if isinstance(mode, int):
+        mode = format(mode, "o")
+    return file_call(sandbox_id, "PUT", path, bytes(data), "application/octet-stream",
+                     mode=mode, user=user)
+
+
+def tar_of(local_dir_or_tar):
+    """A tar archive's bytes: given as bytes, or made of a local directory's contents."""
+    if isinstance(local_dir_or_tar, (bytes, bytearray, memoryview)):
+        return bytes(local_dir_or_tar)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name in sorted(os.listdir(local_dir_or_tar)):
+            tar.add(os.path.join(local_dir_or_tar, name), arcname=name)
+    return buf.getvalue()
+
+
+@dataclasses.dataclass
+class ExecResult:
+    """How a command ended and what it wrote.
+
+    ``reason`` is ``exited`` (``exit_code`` set), ``signaled`` (``signal``
+    set), ``timeout``, ``oom`` or ``killed``.  ``truncated`` says output
+    beyond ``max_output_bytes`` was dropped.  ``session_alive`` is set for
+    session commands only.
+    """
+
+    stdout: bytes
+    stderr: bytes
+    exit_code: int
+    signal: int
+    reason: str
+    duration_s: float
+    truncated: bool
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    cpu_s: float = 0.0
+    peak_memory_bytes: int = 0
+    signal_name: str = None
+    session_alive: bool = None
+
+    @classmethod
+    def from_json(cls, d, stdout=None, stderr=None):
+        """From a result object; ``stdout``/``stderr`` given when it was streamed."""
+        if stdout is None:
+            decode = base64.b64decode if d.get("encoding") == "base64" else str.encode
+            stdout, stderr = decode(d.get("stdout", "")), decode(d.get("stderr", ""))
+        return cls(stdout=stdout, stderr=stderr, exit_code=d.get("exit_code"),
+                   signal=d.get("signal"), reason=d["reason"], duration_s=d.get("duration_s"),
+                   truncated=d.get("truncated", False),
+                   stdout_truncated=d.get("stdout_truncated", False),
+                   stderr_truncated=d.get("stderr_truncated", False),
+                   cpu_s=d.get("cpu_s", 0.0), peak_memory_bytes=d.get("peak_memory_bytes", 0),
+                   signal_name=d.get("signal_name"), session_alive=d.get("session_alive"))
+
+
+class StreamDecoder:
+    """Turns an NDJSON exec stream, fed in pieces as they arrive, into
+    ("stdout"|"stderr", bytes) events and, at its end, an ExecResult."""
+
+    def __init__(self):
+        self._partial = b""
+        self._out = {"stdout": [], "stderr": []}
+        self._result = None
+
+    def feed(self, data):
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        events = []
+        for line in lines:
+            if not line.strip():
+                continue
+            msg = json.loads(line)
+            if "result" in msg:
+                self._result = msg["result"]
+                continue
+            for key in ("stdout", "stderr"):
+                if key in msg:
+                    text = msg[key]
+                    chunk = (base64.b64decode(text) if msg.get("encoding") == "base64"
+                             else text.encode())
+                    self._out[key].append(chunk)
+                    events.append((key, chunk))
+        return events
+
+    def result(self):
+        if self._result is None:
+            raise Error("incomplete", "the exec stream ended without a result")
+        return ExecResult.from_json(self._result, b"".join(self._out["stdout"]),
+                                    b"".join(self._out["stderr"]))

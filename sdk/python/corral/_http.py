@@ -1,0 +1,127 @@
+"""The blocking transport: http.client over a unix socket or TCP, with a
+pool of keep-alive connections."""
+
+import http.client
+import json
+import socket
+import threading
+
+from . import _api, errors
+
+
+class Response:
+    """A whole answer: status, headers (lower-case names) and body."""
+
+    def __init__(self, status, headers, body):
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    def json(self):
+        return json.loads(self.body)
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path):
+        super().__init__("localhost")
+        self.unix_path = path
+
+    def connect(self):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout)
+            sock.connect(self.unix_path)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+class _Stale(Exception):
+    """corrald closed the connection before it answered."""
+
+
+class Transport:
+    """Sends Calls to corrald.  Threads may share one: each request takes an
+    idle connection from the pool, or opens one, and puts it back after."""
+
+    def __init__(self, url=None, token=None):
+        self.kind, self.addr = _api.parse_url(url)
+        self.url = f"unix://{self.addr}" if self.kind == "unix" else "http://%s:%d" % self.addr
+        self._token = _api.resolve_token(token)
+        self._idle = []
+        self._lock = threading.Lock()
+
+    def close(self):
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+    def request(self, call, on_data=None):
+        """Send ``call`` and return its Response, or raise its errors.Error.
+
+        With ``on_data``, a successful answer's body is handed to it piece by
+        piece as it arrives, and the Response's body is empty.
+        """
+        headers = {}
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        if call.content_type:
+            headers["Content-Type"] = call.content_type
+        for attempt in range(2):
+            with self._lock:
+                conn = self._idle.pop() if self._idle else None
+            reused = conn is not None
+            if not reused:
+                conn = (_UnixConnection(self.addr) if self.kind == "unix"
+                        else http.client.HTTPConnection(*self.addr))
+            conn.timeout = call.timeout
+            if conn.sock:
+                conn.sock.settimeout(call.timeout)
+            try:
+                response = self._receive(conn, self._send(conn, call, headers, reused), on_data)
+            except _Stale:
+                conn.close()
+                if reused and attempt == 0:
+                    continue  # it was idle too long: once more on a new connection
+                raise errors.Unavailable("unavailable", f"{self.url} closed the connection")
+            except TimeoutError:
+                conn.close()
+                raise errors.Timeout("timeout", f"no answer from {self.url} in {call.timeout} s")
+            except (OSError, http.client.HTTPException) as e:
+                conn.close()
+                raise errors.Unavailable("unavailable", f"talking to {self.url}: {e!r}") from e
+            except BaseException:
+                conn.close()  # e.g. an on_data callback's exception, mid-answer
+                raise
+            if response.status >= 400:
+                raise errors.from_response(response.status, response.headers, response.body)
+            return response
+
+    def _send(self, conn, call, headers, reused):
+        try:
+            conn.request(call.method, call.target, body=call.body, headers=headers)
+        except (BrokenPipeError, ConnectionResetError):
+            if reused:
+                raise _Stale()
+            # corrald may have answered before it read the whole body (413)
+        try:
+            return conn.getresponse()
+        except http.client.RemoteDisconnected:
+            raise _Stale()
+
+    def _receive(self, conn, resp, on_data):
+        headers = {k.lower(): v for k, v in resp.getheaders()}
+        if on_data is not None and 200 <= resp.status < 300:
+            while piece := resp.read1(65536):
+                on_data(piece)
+            body = b""
+        else:
+            body = resp.read()
+        if resp.will_close:
+            conn.close()
+        else:
+            with self._lock:
+                self._idle.append(conn)
+        return Response(resp.status, headers, body)
