@@ -106,6 +106,8 @@ struct crl_backend_ops {
      * what cannot be removed now is logged and retried by reconcile. */
     void (*destroy)(struct crl_sandbox *sb);
     int (*stats)(struct crl_sandbox *sb, struct crl_usage *u);
+    /* Backend-specific facts for an operator (host pids, cgroup...); may be NULL. */
+    struct json_t *(*info)(struct crl_sandbox *sb);
 
     int (*spawn)(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *err);
     /* Kill a process, everything it started, or only what it started. */

@@ -514,6 +514,9 @@ json_t *crl_sandbox_json(struct crl_sandbox *sb)
     if (sb->message[0])
         json_object_set_new(o, "message", json_string(sb->message));
     json_object_set_new(o, "sessions", json_integer((json_int_t)crl_session_count(sb)));
+    json_t *info = sb->ops->info ? sb->ops->info(sb) : NULL;
+    if (info)
+        json_object_set_new(o, sb->ops->name, info);
     return o;
 }
 

@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "../../core/backend.h"
 #include "../../core/host.h"
 #include "../../core/sandbox.h"
@@ -634,6 +636,17 @@ static int ctr_stats(struct crl_sandbox *sb, struct crl_usage *u)
     return 0;
 }
 
+static json_t *ctr_info(struct crl_sandbox *sb)
+{
+    struct ctr_sandbox *c = sb->priv;
+    if (!c || c->pid <= 0)
+        return NULL;
+    struct crl_host *h = sb->host;
+    return json_pack("{s:i, s:I, s:s, s:i}", "init_pid", (json_int_t)c->pid, "uid_base",
+                     (json_int_t)(h->cfg.uid_base + sb->slot * 65536u), "cgroup",
+                     c->cg ? crl_cgroup_name(c->cg) : "", "spawner", (json_int_t)c->spawner);
+}
+
 /* ---- spawner events ---- */
 
 static void spawner_lost(struct spawner *s);
@@ -871,6 +884,7 @@ const struct crl_backend_ops crl_container_backend = {
     .create = ctr_create,
     .destroy = ctr_destroy,
     .stats = ctr_stats,
+    .info = ctr_info,
     .spawn = ctr_spawn,
     .kill = ctr_kill,
     .open = ctr_open,

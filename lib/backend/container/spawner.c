@@ -54,7 +54,6 @@
      (1ull << CAP_SETUID) | (1ull << CAP_SETFCAP) | (1ull << CAP_SETPCAP) |                      \
      (1ull << CAP_NET_BIND_SERVICE) | (1ull << CAP_SYS_CHROOT) | (1ull << CAP_KILL) |            \
      (1ull << CAP_AUDIT_WRITE))
-#define LAST_CAP 63
 
 static const char default_path[] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -83,6 +82,7 @@ struct spawner {
     struct sock_fprog seccomp;
     struct sock_fprog no_new_code;
     char workdir[256];
+    int last_cap; /* /proc/sys/kernel/cap_last_cap */
     struct init_proc *inits;
     struct pending_create *pending;
     char *msg; /* receive buffer, CRL_SPAWN_MAX_MSG */
@@ -335,6 +335,7 @@ struct exec_job {
     const char *path; /* PATH for the search, from envp or the default */
     const struct sock_fprog *seccomp;
     unsigned flags;
+    int last_cap;
     volatile int b_pid;
     volatile int err;
     volatile int step;
@@ -418,9 +419,9 @@ NO_SAN static int stage_b(void *arg)
 
     JCHECK(crl_raw2(SYS_setgroups, 0, NULL), CRL_STEP_CREDS);
     JCHECK(crl_raw3(SYS_setresgid, j->gid, j->gid, j->gid), CRL_STEP_CREDS);
-    for (int cap = 0; cap <= LAST_CAP; cap++)
+    for (int cap = 0; cap <= j->last_cap; cap++)
         if (!(KEEP_CAPS & (1ull << cap)))
-            crl_raw2(SYS_prctl, PR_CAPBSET_DROP, cap); /* EINVAL past the kernel's last cap */
+            crl_raw2(SYS_prctl, PR_CAPBSET_DROP, cap);
     JCHECK(crl_raw3(SYS_setresuid, j->uid, j->uid, j->uid), CRL_STEP_CREDS);
     if (j->uid == 0) {
         struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3};
@@ -532,6 +533,7 @@ static void handle_exec(const struct crl_spawn_req *rq, int *fds, int nfds)
         .path = path ? path : default_path,
         .seccomp = &sp.seccomp,
         .flags = x->flags,
+        .last_cap = sp.last_cap,
         .b_pid = -1,
     };
     pid_t a = clone(stage_a, stage_a_stack + STAGE_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, &j);
@@ -848,6 +850,10 @@ int crl_spawner_main(int sock, const char *workdir)
         crl_error(NULL, "spawner: setup failed: %s", strerror(errno));
         return 1;
     }
+    char buf[16];
+    sp.last_cap = 63;
+    if (crl_read_file_at(AT_FDCWD, "/proc/sys/kernel/cap_last_cap", buf, sizeof(buf)) > 0)
+        sp.last_cap = (int)strtol(buf, NULL, 10);
     if (crl_seccomp_build(CRL_SECCOMP_CONTAINER, &sp.seccomp, &err) < 0 ||
         crl_seccomp_build(CRL_SECCOMP_NO_NEW_CODE, &sp.no_new_code, &err) < 0) {
         crl_error(NULL, "spawner: %s", err.msg);
