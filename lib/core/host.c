@@ -75,22 +75,49 @@ void crl_host_new_id(struct crl_host *h, char *out, size_t cap)
 static int slot_alloc(struct crl_host *h, unsigned *slot)
 {
     /* Lowest free first, so cgroups of low slots are the ones reused. */
-    for (unsigned i = 0; i < h->cfg.uid_slots; i++)
-        if (!h->slots[i]) {
-            h->slots[i] = 1;
-            *slot = i;
-            return 0;
-        }
-    return -1;
+    unsigned char *free_slot = memchr(h->slots, 0, h->cfg.uid_slots);
+    if (!free_slot)
+        return -1;
+    *free_slot = 1;
+    *slot = (unsigned)(free_slot - h->slots);
+    return 0;
 }
 
 /* ---- the table ---- */
 
+static unsigned id_bucket(const char *id)
+{
+    uint32_t x = 2166136261u; /* FNV-1a */
+    for (; *id; id++)
+        x = (x ^ (unsigned char)*id) * 16777619u;
+    return x % CRL_HOST_BUCKETS;
+}
+
+static void table_add(struct crl_host *h, struct crl_sandbox *sb)
+{
+    sb->prev = NULL;
+    sb->next = h->sandboxes;
+    if (h->sandboxes)
+        h->sandboxes->prev = sb;
+    h->sandboxes = sb;
+    unsigned b = id_bucket(sb->id);
+    sb->next_hash = h->by_id[b];
+    h->by_id[b] = sb;
+    h->n_sandboxes++;
+}
+
 static void table_remove(struct crl_host *h, struct crl_sandbox *sb)
 {
-    for (struct crl_sandbox **pp = &h->sandboxes; *pp; pp = &(*pp)->next)
+    for (struct crl_sandbox **pp = &h->by_id[id_bucket(sb->id)]; *pp; pp = &(*pp)->next_hash)
         if (*pp == sb) {
-            *pp = sb->next;
+            *pp = sb->next_hash;
+            if (sb->prev)
+                sb->prev->next = sb->next;
+            else
+                h->sandboxes = sb->next;
+            if (sb->next)
+                sb->next->prev = sb->prev;
+            sb->next = sb->prev = sb->next_hash = NULL;
             h->n_sandboxes--;
             return;
         }
@@ -98,7 +125,7 @@ static void table_remove(struct crl_host *h, struct crl_sandbox *sb)
 
 struct crl_sandbox *crl_host_find(struct crl_host *h, const char *id, struct crl_err *err)
 {
-    for (struct crl_sandbox *sb = h->sandboxes; sb; sb = sb->next)
+    for (struct crl_sandbox *sb = h->by_id[id_bucket(id)]; sb; sb = sb->next_hash)
         if (strcmp(sb->id, id) == 0)
             return sb;
     crl_err_set(err, CRL_E_NOT_FOUND, "sandbox '%s' not found", id);
@@ -278,9 +305,7 @@ int crl_host_create(struct crl_host *h, struct crl_spec *spec, crl_sandbox_cb cb
     }
     sb->has_slot = true;
     reserve(h, sb, true);
-    sb->next = h->sandboxes;
-    h->sandboxes = sb;
-    h->n_sandboxes++;
+    table_add(h, sb);
     if (add_waiter(&sb->create_waiters, cb, ctx, err) < 0 || ops->create(sb, err) < 0) {
         crl_err_prefix(err, "creating %s", sb->id);
         crl_warn(sb->id, "create failed: %s", err->msg);
@@ -670,7 +695,8 @@ int crl_host_open(const struct crl_host_config *cfg, struct crl_loop *loop, stru
         goto fail;
     }
     h->slots = calloc(h->cfg.uid_slots, 1);
-    if (!h->slots) {
+    h->by_id = calloc(CRL_HOST_BUCKETS, sizeof(*h->by_id));
+    if (!h->slots || !h->by_id) {
         crl_err_sys(err, ENOMEM, "slots");
         goto fail;
     }
@@ -735,6 +761,7 @@ void crl_host_close(struct crl_host *h)
     if (h->run_dir[0])
         crl_rm_rf_at(AT_FDCWD, h->run_dir);
     free(h->slots);
+    free(h->by_id);
     if (h->cgroup_lock_fd >= 0)
         close(h->cgroup_lock_fd);
     if (h->lock_fd >= 0)

@@ -44,6 +44,8 @@ struct crl_host_counters {
     uint64_t execs, exec_timeouts, exec_ooms;
 };
 
+#define CRL_HOST_BUCKETS 8192
+
 struct crl_host {
     struct crl_host_config cfg;
     char state_dir[4096];
@@ -54,6 +56,7 @@ struct crl_host {
     struct crl_netns_pool *netns;
     struct crl_sandbox *sandboxes; /* every known sandbox, live or tombstoned */
     size_t n_sandboxes;
+    struct crl_sandbox **by_id; /* CRL_HOST_BUCKETS chains */
     unsigned char *slots; /* 1 = in use */
     /* capacity and what is reserved now */
     uint64_t mem_total_mb;

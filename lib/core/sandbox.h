@@ -58,7 +58,8 @@ struct crl_sandbox {
     struct crl_sb_waiter *create_waiters, *destroy_waiters;
     struct crl_proc *procs;
     struct crl_session *sessions;
-    struct crl_sandbox *next; /* the host's table */
+    struct crl_sandbox *next, *prev; /* the host's list, in creation order reversed */
+    struct crl_sandbox *next_hash;   /* the host's id index */
 };
 
 void crl_sandbox_ref(struct crl_sandbox *sb);

@@ -1,0 +1,432 @@
+#include "copy.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../util/cleanup.h"
+#include "../util/fdio.h"
+
+#define TAR_BLOCK (64 * 1024)
+
+/* Last component of a path, ignoring trailing slashes, into buf. */
+static const char *base_name(const char *path, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", path);
+    size_t n = strlen(buf);
+    while (n > 1 && buf[n - 1] == '/')
+        buf[--n] = 0;
+    char *slash = strrchr(buf, '/');
+    return slash && slash[1] ? slash + 1 : buf;
+}
+
+/* A helper thread and the socket end it works on; the other end is the
+ * transfer's.  A socket pair, not a pipe, so a write after the other side
+ * gave up is EPIPE without SIGPIPE. */
+struct tar_job {
+    pthread_t thread;
+    bool started;
+    int fd;
+    char *root; /* the local directory */
+    int rc;
+    struct crl_err err;
+};
+
+static int tar_job_start(struct tar_job *j, void *(*fn)(void *), int *other_fd,
+                         struct crl_err *err)
+{
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+        return crl_err_sys(err, errno, "socketpair");
+    j->fd = sv[0];
+    int rc = pthread_create(&j->thread, NULL, fn, j);
+    if (rc != 0) {
+        close(sv[0]);
+        close(sv[1]);
+        j->fd = -1;
+        return crl_err_sys(err, rc, "starting the tar thread");
+    }
+    j->started = true;
+    *other_fd = sv[1];
+    return 0;
+}
+
+/* Wait for the thread; its descriptor is closed by then. */
+static void tar_job_join(struct tar_job *j)
+{
+    if (j->started)
+        pthread_join(j->thread, NULL);
+    j->started = false;
+}
+
+/* ---- a local directory as a tar stream ---- */
+
+static la_ssize_t tar_write_cb(struct archive *a, void *ud, const void *buf, size_t len)
+{
+    struct tar_job *j = ud;
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = send(j->fd, (const char *)buf + done, len - done, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            archive_set_error(a, errno, "sending the archive");
+            return -1;
+        }
+        done += (size_t)n;
+    }
+    return (la_ssize_t)len;
+}
+
+static int write_zeros(struct archive *w, la_int64_t n)
+{
+    static const char zeros[4096];
+    while (n > 0) {
+        size_t k = n > (la_int64_t)sizeof(zeros) ? sizeof(zeros) : (size_t)n;
+        if (archive_write_data(w, zeros, k) < 0)
+            return -1;
+        n -= (la_int64_t)k;
+    }
+    return 0;
+}
+
+static int tar_entry_data(struct archive *d, struct archive *w, struct archive_entry *e,
+                          struct crl_err *err)
+{
+    const void *buf;
+    size_t len;
+    la_int64_t off, pos = 0;
+    int r;
+    while ((r = archive_read_data_block(d, &buf, &len, &off)) == ARCHIVE_OK) {
+        /* A hole (should read_disk report one) becomes zeros: the entry is not sparse. */
+        if ((off > pos && write_zeros(w, off - pos) < 0) || archive_write_data(w, buf, len) < 0)
+            return crl_err_set(err, CRL_E_UNAVAILABLE, "sending %s: %s",
+                               archive_entry_sourcepath(e), archive_error_string(w));
+        pos = off + (la_int64_t)len;
+    }
+    if (r != ARCHIVE_EOF)
+        return crl_err_set(err, CRL_E_INTERNAL, "reading %s: %s", archive_entry_sourcepath(e),
+                           archive_error_string(d));
+    return 0;
+}
+
+static int tar_out(struct tar_job *j, struct archive *d, struct archive *w)
+{
+    struct crl_err *err = &j->err;
+    size_t rootlen = strlen(j->root);
+    /* Names and xattrs of this machine mean nothing in the sandbox. */
+    archive_read_disk_set_symlink_physical(d);
+    archive_read_disk_set_behavior(d, ARCHIVE_READDISK_NO_XATTR | ARCHIVE_READDISK_NO_ACL |
+                                          ARCHIVE_READDISK_NO_FFLAGS | ARCHIVE_READDISK_NO_SPARSE);
+    if (archive_write_set_format_pax_restricted(w) != ARCHIVE_OK ||
+        archive_write_set_bytes_per_block(w, TAR_BLOCK) != ARCHIVE_OK ||
+        archive_write_open(w, j, NULL, tar_write_cb, NULL) != ARCHIVE_OK)
+        return crl_err_set(err, CRL_E_INTERNAL, "tar: %s", archive_error_string(w));
+    if (archive_read_disk_open(d, j->root) != ARCHIVE_OK)
+        return crl_err_set(err, CRL_E_NOT_FOUND, "reading %s: %s", j->root,
+                           archive_error_string(d));
+    for (;;) {
+        struct archive_entry *e = archive_entry_new();
+        if (!e)
+            return crl_err_sys(err, ENOMEM, "tar");
+        int r = archive_read_next_header2(d, e);
+        if (r == ARCHIVE_EOF) {
+            archive_entry_free(e);
+            break;
+        }
+        if (r < ARCHIVE_WARN) {
+            crl_err_set(err, CRL_E_INTERNAL, "reading %s: %s", j->root, archive_error_string(d));
+            archive_entry_free(e);
+            return -1;
+        }
+        archive_read_disk_descend(d);
+        const char *src = archive_entry_pathname(e);
+        const char *rel = strncmp(src, j->root, rootlen) == 0 ? src + rootlen : src;
+        while (*rel == '/')
+            rel++;
+        if (!*rel) { /* the directory itself: its contents go into the target */
+            archive_entry_free(e);
+            continue;
+        }
+        unsigned type = archive_entry_filetype(e);
+        if (type != AE_IFREG && type != AE_IFDIR && type != AE_IFLNK) {
+            crl_err_set(err, CRL_E_INVALID,
+                        "%s is not a file, directory or symlink; only those can be copied", src);
+            archive_entry_free(e);
+            return -1;
+        }
+        archive_entry_copy_sourcepath(e, src);
+        archive_entry_copy_pathname(e, rel);
+        archive_entry_set_uid(e, 0);
+        archive_entry_set_gid(e, 0);
+        archive_entry_copy_uname(e, NULL);
+        archive_entry_copy_gname(e, NULL);
+        archive_entry_sparse_clear(e);
+        if (archive_write_header(w, e) < ARCHIVE_WARN) {
+            crl_err_set(err, CRL_E_UNAVAILABLE, "sending %s: %s", src, archive_error_string(w));
+            archive_entry_free(e);
+            return -1;
+        }
+        int rc = type == AE_IFREG && archive_entry_size(e) > 0 ? tar_entry_data(d, w, e, err) : 0;
+        archive_entry_free(e);
+        if (rc < 0)
+            return -1;
+    }
+    if (archive_write_close(w) != ARCHIVE_OK)
+        return crl_err_set(err, CRL_E_UNAVAILABLE, "tar: %s", archive_error_string(w));
+    return 0;
+}
+
+static void *tar_out_thread(void *p)
+{
+    struct tar_job *j = p;
+    struct archive *d = archive_read_disk_new();
+    struct archive *w = archive_write_new();
+    if (!d || !w)
+        j->rc = crl_err_sys(&j->err, ENOMEM, "libarchive");
+    else
+        j->rc = tar_out(j, d, w);
+    if (w)
+        archive_write_free(w);
+    if (d)
+        archive_read_free(d);
+    /* The end of the stream tells the transfer the archive is complete. */
+    close(j->fd);
+    j->fd = -1;
+    return NULL;
+}
+
+static int put_dir(struct crl_client *c, const char *local, const char *id, const char *path,
+                   struct crl_err *err)
+{
+    cleanup_free char *root = strdup(local);
+    if (!root)
+        return crl_err_sys(err, ENOMEM, "copying %s", local);
+    size_t n = strlen(root);
+    while (n > 1 && root[n - 1] == '/')
+        root[--n] = 0;
+    struct tar_job j = {.fd = -1, .root = root};
+    cleanup_close int fd = -1;
+    if (tar_job_start(&j, tar_out_thread, &fd, err) < 0)
+        return -1;
+    int rc = crl_client_put(c, id, path, fd, -1, "application/x-tar", -1, NULL, err);
+    close(steal_fd(&fd)); /* a thread still writing gets EPIPE and stops */
+    tar_job_join(&j);
+    if (j.rc < 0 && (rc == 0 || j.err.code != CRL_E_UNAVAILABLE)) {
+        *err = j.err; /* the local side's failure is the cause */
+        return -1;
+    }
+    return rc;
+}
+
+int crl_copy_to_sandbox(struct crl_client *c, const char *local, const char *id, const char *path,
+                        struct crl_err *err)
+{
+    char name[NAME_MAX + 1];
+    cleanup_free char *target = NULL;
+    bool to_dir = path[0] && path[strlen(path) - 1] == '/';
+    if (strcmp(local, "-") == 0) {
+        if (to_dir)
+            return crl_err_set(err, CRL_E_INVALID, "copying stdin needs a file path, not '%s'",
+                               path);
+        struct stat st;
+        long long size = fstat(0, &st) == 0 && S_ISREG(st.st_mode) ? (long long)st.st_size : -1;
+        return crl_client_put(c, id, path, 0, size, NULL, -1, NULL, err);
+    }
+    struct stat st;
+    if (stat(local, &st) < 0)
+        return crl_err_sys(err, errno, "%s", local);
+    if (S_ISDIR(st.st_mode))
+        return put_dir(c, local, id, path, err);
+    if (!S_ISREG(st.st_mode))
+        return crl_err_set(err, CRL_E_INVALID, "%s is not a file or directory", local);
+    if (to_dir) {
+        if (asprintf(&target, "%s%s", path, base_name(local, name, sizeof(name))) < 0) {
+            target = NULL;
+            return crl_err_sys(err, ENOMEM, "copying %s", local);
+        }
+        path = target;
+    }
+    cleanup_close int fd = crl_openat(AT_FDCWD, local, O_RDONLY, 0);
+    if (fd < 0)
+        return crl_err_sys(err, errno, "%s", local);
+    return crl_client_put(c, id, path, fd, (long long)st.st_size, NULL, (int)(st.st_mode & 07777),
+                          NULL, err);
+}
+
+/* ---- a tar stream into a local directory ---- */
+
+static int untar_entry(struct archive *a, struct archive *w, struct archive_entry *e,
+                       const char *dest, struct crl_err *err)
+{
+    const char *name = archive_entry_pathname(e);
+    unsigned type = archive_entry_filetype(e);
+    if (!name || name[0] == '/')
+        return crl_err_set(err, CRL_E_INVALID, "the archive has an absolute name '%s'",
+                           name ? name : "");
+    if (archive_entry_hardlink(e))
+        return crl_err_set(err, CRL_E_INVALID, "the archive has a hard link '%s'", name);
+    if (type != AE_IFREG && type != AE_IFDIR && type != AE_IFLNK)
+        return crl_err_set(err, CRL_E_INVALID, "'%s' in the archive is not a file, directory or "
+                           "symlink", name);
+    cleanup_free char *full = NULL;
+    if (asprintf(&full, "%s/%s", dest, name) < 0) {
+        full = NULL;
+        return crl_err_sys(err, ENOMEM, "extracting %s", name);
+    }
+    cleanup_free char *shown = strdup(name);
+    archive_entry_copy_pathname(e, full);
+    if (archive_write_header(w, e) < ARCHIVE_WARN)
+        return crl_err_set(err, CRL_E_INVALID, "extracting '%s': %s", shown ? shown : full,
+                           archive_error_string(w));
+    const void *buf;
+    size_t len;
+    la_int64_t off;
+    int r;
+    while ((r = archive_read_data_block(a, &buf, &len, &off)) == ARCHIVE_OK)
+        if (archive_write_data_block(w, buf, len, off) < ARCHIVE_WARN)
+            return crl_err_set(err, CRL_E_INTERNAL, "writing %s: %s", full,
+                               archive_error_string(w));
+    if (r != ARCHIVE_EOF)
+        return crl_err_set(err, CRL_E_UNAVAILABLE, "reading the archive: %s",
+                           archive_error_string(a));
+    if (archive_write_finish_entry(w) < ARCHIVE_WARN)
+        return crl_err_set(err, CRL_E_INTERNAL, "writing %s: %s", full, archive_error_string(w));
+    return 0;
+}
+
+static int untar(struct tar_job *j, struct archive *a, struct archive *w)
+{
+    archive_read_support_format_tar(a);
+    archive_read_support_format_gnutar(a);
+    archive_read_support_filter_none(a);
+    /* Names are made absolute under the (resolved) target, so refuse '..'
+     * and writing through symlinks; absolute names are refused above. */
+    archive_write_disk_set_options(w, ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME |
+                                          ARCHIVE_EXTRACT_SECURE_SYMLINKS |
+                                          ARCHIVE_EXTRACT_SECURE_NODOTDOT |
+                                          ARCHIVE_EXTRACT_UNLINK);
+    if (archive_read_open_fd(a, j->fd, TAR_BLOCK) != ARCHIVE_OK)
+        return crl_err_set(&j->err, CRL_E_INTERNAL, "reading the archive: %s",
+                           archive_error_string(a));
+    for (;;) {
+        struct archive_entry *e;
+        int r = archive_read_next_header(a, &e);
+        if (r == ARCHIVE_EOF)
+            break;
+        if (r < ARCHIVE_WARN)
+            return crl_err_set(&j->err, CRL_E_UNAVAILABLE, "reading the archive: %s",
+                               archive_error_string(a));
+        if (untar_entry(a, w, e, j->root, &j->err) < 0)
+            return -1;
+    }
+    if (archive_write_close(w) != ARCHIVE_OK)
+        return crl_err_set(&j->err, CRL_E_INTERNAL, "extracting into %s: %s", j->root,
+                           archive_error_string(w));
+    return 0;
+}
+
+static void *untar_thread(void *p)
+{
+    struct tar_job *j = p;
+    struct archive *a = archive_read_new();
+    struct archive *w = archive_write_disk_new();
+    if (!a || !w)
+        j->rc = crl_err_sys(&j->err, ENOMEM, "libarchive");
+    else
+        j->rc = untar(j, a, w);
+    if (w)
+        archive_write_free(w);
+    if (a)
+        archive_read_free(a);
+    /* Closing our end makes a transfer still sending fail at once. */
+    close(j->fd);
+    j->fd = -1;
+    return NULL;
+}
+
+struct get_ctx {
+    const char *path; /* in the sandbox */
+    const char *local;
+    int fd;           /* where the bytes go (ours unless it is stdout) */
+    bool own_fd;
+    struct tar_job job;
+    char root[PATH_MAX];
+};
+
+static int open_local_file(struct get_ctx *g, struct crl_err *err)
+{
+    char name[NAME_MAX + 1];
+    cleanup_free char *target = NULL;
+    const char *dst = g->local;
+    struct stat st;
+    if (stat(dst, &st) == 0 && S_ISDIR(st.st_mode)) {
+        if (asprintf(&target, "%s/%s", dst, base_name(g->path, name, sizeof(name))) < 0) {
+            target = NULL;
+            return crl_err_sys(err, ENOMEM, "copying %s", g->path);
+        }
+        dst = target;
+    }
+    g->fd = crl_openat(AT_FDCWD, dst, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+    if (g->fd < 0)
+        return crl_err_sys(err, errno, "%s", dst);
+    g->own_fd = true;
+    return 0;
+}
+
+static int get_sink(void *ctx, bool is_dir, int *fd, struct crl_err *err)
+{
+    struct get_ctx *g = ctx;
+    if (strcmp(g->local, "-") == 0) {
+        *fd = STDOUT_FILENO; /* a directory comes out as the tar stream */
+        return 0;
+    }
+    if (!is_dir) {
+        if (open_local_file(g, err) < 0)
+            return -1;
+        *fd = g->fd;
+        return 0;
+    }
+    struct stat st;
+    if (stat(g->local, &st) == 0 && !S_ISDIR(st.st_mode))
+        return crl_err_set(err, CRL_E_INVALID, "%s is a directory but %s is not", g->path, g->local);
+    if (crl_mkdir_p(g->local, 0777) < 0)
+        return crl_err_sys(err, errno, "creating %s", g->local);
+    /* Resolved once, so the symlink checks never trip over the target's own path. */
+    if (!realpath(g->local, g->root))
+        return crl_err_sys(err, errno, "%s", g->local);
+    g->job.root = g->root;
+    if (tar_job_start(&g->job, untar_thread, &g->fd, err) < 0)
+        return -1;
+    g->own_fd = true;
+    *fd = g->fd;
+    return 0;
+}
+
+int crl_copy_from_sandbox(struct crl_client *c, const char *id, const char *path,
+                          const char *local, struct crl_err *err)
+{
+    struct get_ctx g = {.path = path, .local = local, .fd = -1, .job = {.fd = -1}};
+    int rc = crl_client_get(c, id, path, get_sink, &g, err);
+    if (g.own_fd && close(g.fd) < 0 && rc == 0 && !g.job.started)
+        rc = crl_err_sys(err, errno, "writing %s", local);
+    tar_job_join(&g.job);
+    if (g.job.started || g.job.root) {
+        /* A failed extraction explains a broken transfer better than EPIPE does. */
+        if (g.job.rc < 0 && (rc == 0 || (err && err->sys_errno == EPIPE))) {
+            *err = g.job.err;
+            return -1;
+        }
+    }
+    return rc;
+}

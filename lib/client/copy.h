@@ -1,0 +1,34 @@
+/* Copying between this machine and a sandbox, over the files endpoint:
+ * one file as raw bytes, a directory as a tar stream (libarchive) made or
+ * unpacked on the fly by a helper thread, so neither side is held in
+ * memory or spooled to disk.
+ *
+ * Both calls use the client `c` from the calling thread only (the helper
+ * thread touches no client), so the one-client-per-thread rule holds. */
+#ifndef CRL_CLIENT_COPY_H
+#define CRL_CLIENT_COPY_H
+
+#include "../util/err.h"
+#include "client.h"
+
+/* Copy `local` into sandbox `id` at `path` (absolute).
+ * - A file becomes the file `path`, or `path`<name> when `path` ends with
+ *   '/'; it keeps its permission bits.  "-" is stdin, to the file `path`.
+ * - A directory's contents go into the directory `path`, created if
+ *   missing (as `cp -R dir/. path` would), owned by root; only files,
+ *   directories and symlinks are copied (anything else is an error). */
+int crl_copy_to_sandbox(struct crl_client *c, const char *local, const char *id, const char *path,
+                        struct crl_err *err);
+
+/* Copy `path` out of sandbox `id` to `local`.
+ * - A file becomes `local`, or `local`/<name> when `local` is a directory;
+ *   "-" is stdout.
+ * - A directory's contents are extracted into the directory `local`,
+ *   created if missing; entries with absolute names or '..', hard links,
+ *   and anything other than files, directories and symlinks are refused,
+ *   and nothing is written through a symlink.  With "-" the tar stream
+ *   itself goes to stdout. */
+int crl_copy_from_sandbox(struct crl_client *c, const char *id, const char *path,
+                          const char *local, struct crl_err *err);
+
+#endif
