@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 
 /* Copy one path segment (up to '/' or end) into out; returns its length, or
@@ -22,7 +23,7 @@ static int segment(const char *p, char *out, size_t cap)
         out[n] = c;
         n++;
     }
-    if (n == 0)
+    if (n == 0 || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
         return -1;
     out[n] = 0;
     return (int)n;
@@ -134,7 +135,8 @@ bool crl_route_allows(const struct crl_route *r, const char *method)
 
 bool crl_auth_bearer_ok(const char *header, const char *token)
 {
-    if (!header || !token || strncmp(header, "Bearer ", 7) != 0)
+    /* RFC 9110: the scheme name is case-insensitive. */
+    if (!header || !token || strncasecmp(header, "Bearer ", 7) != 0)
         return false;
     const char *got = header + 7;
     size_t gl = strlen(got), tl = strlen(token);
@@ -164,9 +166,12 @@ int crl_parse_listen(const char *s, struct sockaddr_storage *ss, unsigned *len, 
         memcpy(host, s, (size_t)(colon - s));
         host[colon - s] = 0;
     }
-    char *end;
-    long port = strtol(colon + 1, &end, 10);
-    if (*end || end == colon + 1 || port < 0 || port > 65535)
+    const char *ps = colon + 1;
+    size_t pl = strlen(ps);
+    if (pl == 0 || pl > 5 || strspn(ps, "0123456789") != pl)
+        return -1;
+    long port = strtol(ps, NULL, 10);
+    if (port > 65535)
         return -1;
     struct sockaddr_in *v4 = (struct sockaddr_in *)ss;
     struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)ss;

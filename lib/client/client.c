@@ -26,6 +26,7 @@ struct crl_client {
     char *auth;      /* "Authorization: Bearer ..." or NULL */
     volatile sig_atomic_t *cancel;
     bool cancelled;
+    bool verbose; /* $CORRAL_DEBUG: curl's trace on stderr (headers, never bodies) */
     char curl_err[CURL_ERROR_SIZE];
 };
 
@@ -44,7 +45,8 @@ struct xfer {
     int sink_fd;
     bool sink_began;
     /* upload */
-    int in_fd;
+    crl_client_source_fn source;
+    void *source_ctx;
     /* a callback's own error, reported instead of curl's */
     bool cb_failed;
     struct crl_err cb_err;
@@ -63,7 +65,6 @@ static void xfer_init(struct xfer *x, struct crl_client *c)
     memset(x, 0, sizeof(*x));
     x->c = c;
     x->sink_fd = -1;
-    x->in_fd = -1;
     crl_buf_init(&x->body, CRL_BUF_UNBOUNDED);
 }
 
@@ -129,6 +130,7 @@ int crl_client_open(const char *url, const char *token, struct crl_client **out,
         goto fail;
     c->url = strdup(url);
     c->curl = curl_easy_init();
+    c->verbose = getenv("CORRAL_DEBUG") && *getenv("CORRAL_DEBUG");
     if (!c->url || !c->curl) {
         crl_err_set(err, CRL_E_INTERNAL, "libcurl: cannot create a handle");
         goto fail;
@@ -302,16 +304,23 @@ static size_t on_write(char *p, size_t size, size_t nmemb, void *ud)
 static size_t on_read(char *p, size_t size, size_t nmemb, void *ud)
 {
     struct xfer *x = ud;
+    struct crl_err e = CRL_ERR_INIT;
+    ssize_t n = x->source(x->source_ctx, p, size * nmemb, &e);
+    if (n >= 0)
+        return (size_t)n;
+    fail_cb(x, &e);
+    return CURL_READFUNC_ABORT;
+}
+
+static ssize_t fd_source(void *ctx, char *buf, size_t len, struct crl_err *err)
+{
+    int fd = *(int *)ctx;
     for (;;) {
-        ssize_t n = read(x->in_fd, p, size * nmemb);
+        ssize_t n = read(fd, buf, len);
         if (n >= 0)
-            return (size_t)n;
-        if (errno != EINTR) {
-            struct crl_err e = CRL_ERR_INIT;
-            crl_err_sys(&e, errno, "reading what to upload");
-            fail_cb(x, &e);
-            return CURL_READFUNC_ABORT;
-        }
+            return n;
+        if (errno != EINTR)
+            return crl_err_sys(err, errno, "reading what to upload");
     }
 }
 
@@ -360,17 +369,26 @@ static int transport_error(struct xfer *x, CURLcode rc, struct crl_err *err)
     }
     if (rc == CURLE_ABORTED_BY_CALLBACK && c->cancelled)
         return crl_err_set(err, CRL_E_UNAVAILABLE, "interrupted");
-    if (x->status)
+    if (x->status >= 200) /* not a 100 Continue: an answer had begun */
         return crl_err_set(err, CRL_E_UNAVAILABLE, "the answer from corrald at %s was cut short: %s",
                            c->url, why);
-    if (rc == CURLE_COULDNT_CONNECT && c->unix_path)
-        return crl_err_set(err, CRL_E_UNAVAILABLE, "cannot reach corrald at %s (is it running?): %s",
-                           c->url, why);
+    if (x->status)
+        return crl_err_set(err, CRL_E_UNAVAILABLE, "corrald at %s closed the connection: %s", c->url,
+                           why);
+    if (rc == CURLE_COULDNT_CONNECT && c->unix_path) {
+        /* curl's message would name "localhost port 80" */
+        long os_errno = 0;
+        curl_easy_getinfo(c->curl, CURLINFO_OS_ERRNO, &os_errno);
+        return crl_err_set(err, CRL_E_UNAVAILABLE, "cannot reach corrald at %s: %s%s", c->url,
+                           os_errno ? strerror((int)os_errno) : why,
+                           os_errno == ENOENT || os_errno == ECONNREFUSED ? " (is it running?)"
+                                                                           : "");
+    }
     return crl_err_set(err, CRL_E_UNAVAILABLE, "cannot reach corrald at %s: %s", c->url, why);
 }
 
 /* Send one request.  `data` (len bytes) is the body of a POST/PUT/other,
- * or x->in_fd is read for an upload of `upload_size` bytes (-1: chunked). */
+ * or x->source is read for an upload of `upload_size` bytes (-1: chunked). */
 static int perform(struct xfer *x, const char *method, const char *path, const char *ctype,
                    const char *data, size_t len, long long upload_size, struct crl_err *err)
 {
@@ -391,6 +409,8 @@ static int perform(struct xfer *x, const char *method, const char *path, const c
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, c->curl_err);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, CONNECT_TIMEOUT_S);
     curl_easy_setopt(h, CURLOPT_USERAGENT, "corral/1");
+    if (c->verbose)
+        curl_easy_setopt(h, CURLOPT_VERBOSE, 1L);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_write);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
@@ -403,8 +423,10 @@ static int perform(struct xfer *x, const char *method, const char *path, const c
 
     struct curl_slist *hdrs = NULL, *tmp;
     char ct_header[128];
-    /* No "Expect: 100-continue" round trip before a body. */
-    hdrs = curl_slist_append(hdrs, "Expect:");
+    /* An upload keeps curl's "Expect: 100-continue": an error answer (no
+     * such sandbox, a bad path) then comes before the body is sent, not as
+     * a broken pipe halfway through it.  A JSON body skips the round trip. */
+    hdrs = curl_slist_append(hdrs, x->source ? "Accept: application/json" : "Expect:");
     if (hdrs && c->auth && (tmp = curl_slist_append(hdrs, c->auth)))
         hdrs = tmp;
     if (hdrs && ctype) {
@@ -416,7 +438,7 @@ static int perform(struct xfer *x, const char *method, const char *path, const c
         return crl_err_sys(err, ENOMEM, "building the request");
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
 
-    if (x->in_fd >= 0) {
+    if (x->source) {
         curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
         curl_easy_setopt(h, CURLOPT_READFUNCTION, on_read);
         curl_easy_setopt(h, CURLOPT_READDATA, x);
@@ -749,8 +771,9 @@ static int files_path(struct crl_client *c, const char *id, const char *path, in
     return 0;
 }
 
-int crl_client_put(struct crl_client *c, const char *id, const char *path, int fd, long long size,
-                   const char *content_type, int mode, json_t **out, struct crl_err *err)
+int crl_client_put_source(struct crl_client *c, const char *id, const char *path,
+                          crl_client_source_fn source, void *ctx, long long size,
+                          const char *content_type, int mode, json_t **out, struct crl_err *err)
 {
     cleanup_free char *url = NULL;
     if (out)
@@ -759,13 +782,20 @@ int crl_client_put(struct crl_client *c, const char *id, const char *path, int f
         return -1;
     struct xfer x;
     xfer_init(&x, c);
-    x.in_fd = fd;
+    x.source = source;
+    x.source_ctx = ctx;
     int rc = perform(&x, "PUT", url, content_type ? content_type : "application/octet-stream", NULL,
                      0, size, err);
     if (rc == 0 && out && x.body.len)
         *out = json_loadb(x.body.data, x.body.len, 0, NULL);
     crl_buf_free(&x.body);
     return rc;
+}
+
+int crl_client_put(struct crl_client *c, const char *id, const char *path, int fd, long long size,
+                   const char *content_type, int mode, json_t **out, struct crl_err *err)
+{
+    return crl_client_put_source(c, id, path, fd_source, &fd, size, content_type, mode, out, err);
 }
 
 int crl_client_get(struct crl_client *c, const char *id, const char *path, crl_client_sink_fn sink,

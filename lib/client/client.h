@@ -16,6 +16,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "../util/err.h"
 
@@ -30,6 +31,12 @@ struct crl_client;
 int crl_client_open(const char *url, const char *token, struct crl_client **out,
                     struct crl_err *err);
 void crl_client_close(struct crl_client *c);
+static inline void crl__client_closep(struct crl_client **c)
+{
+    crl_client_close(*c);
+}
+/* A client closed when it goes out of scope. */
+#define cleanup_client __attribute__((cleanup(crl__client_closep)))
 /* The URL the client talks to, for messages. */
 const char *crl_client_url(const struct crl_client *c);
 
@@ -122,6 +129,16 @@ int crl_client_exit_status(json_t *result);
  * becomes ?mode=.  *out (may be NULL) is corrald's answer. */
 int crl_client_put(struct crl_client *c, const char *id, const char *path, int fd, long long size,
                    const char *content_type, int mode, json_t **out, struct crl_err *err);
+
+/* Where an upload's bytes come from: fill buf[0..len) and return how many
+ * were put there, 0 at the end, or -1 with *err filled to abort the upload
+ * (corrald then sees a broken request, never a complete one). */
+typedef ssize_t (*crl_client_source_fn)(void *ctx, char *buf, size_t len, struct crl_err *err);
+
+/* crl_client_put() with the bytes from `source`. */
+int crl_client_put_source(struct crl_client *c, const char *id, const char *path,
+                          crl_client_source_fn source, void *ctx, long long size,
+                          const char *content_type, int mode, json_t **out, struct crl_err *err);
 
 /* Called once the answer to a GET of a path is known to be good, before
  * any byte of it: `is_dir` says whether a tar stream of a directory

@@ -130,6 +130,9 @@ static int tar_out(struct tar_job *j, struct archive *d, struct archive *w)
                                           ARCHIVE_READDISK_NO_FFLAGS | ARCHIVE_READDISK_NO_SPARSE);
     if (archive_write_set_format_pax_restricted(w) != ARCHIVE_OK ||
         archive_write_set_bytes_per_block(w, TAR_BLOCK) != ARCHIVE_OK ||
+        /* End right after the end-of-archive blocks: corrald's extractor
+         * stops reading there, and padding behind it would meet a closed pipe. */
+        archive_write_set_bytes_in_last_block(w, 1) != ARCHIVE_OK ||
         archive_write_open(w, j, NULL, tar_write_cb, NULL) != ARCHIVE_OK)
         return crl_err_set(err, CRL_E_INTERNAL, "tar: %s", archive_error_string(w));
     if (archive_read_disk_open(d, j->root) != ARCHIVE_OK)
@@ -206,6 +209,33 @@ static void *tar_out_thread(void *p)
     return NULL;
 }
 
+struct put_src {
+    struct tar_job *job;
+    int fd;
+};
+
+/* The archive's bytes; at their end, the thread's verdict: a directory that
+ * could not be read in full must fail the upload, not end it early. */
+static ssize_t put_dir_source(void *ctx, char *buf, size_t len, struct crl_err *err)
+{
+    struct put_src *s = ctx;
+    for (;;) {
+        ssize_t n = read(s->fd, buf, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return crl_err_sys(err, errno, "reading the archive");
+        if (n > 0)
+            return n;
+        tar_job_join(s->job); /* it closed its end: it is done */
+        if (s->job->rc < 0) {
+            *err = s->job->err;
+            return -1;
+        }
+        return 0;
+    }
+}
+
 static int put_dir(struct crl_client *c, const char *local, const char *id, const char *path,
                    struct crl_err *err)
 {
@@ -216,16 +246,15 @@ static int put_dir(struct crl_client *c, const char *local, const char *id, cons
     while (n > 1 && root[n - 1] == '/')
         root[--n] = 0;
     struct tar_job j = {.fd = -1, .root = root};
-    cleanup_close int fd = -1;
-    if (tar_job_start(&j, tar_out_thread, &fd, err) < 0)
+    struct put_src src = {.job = &j, .fd = -1};
+    if (tar_job_start(&j, tar_out_thread, &src.fd, err) < 0)
         return -1;
-    int rc = crl_client_put(c, id, path, fd, -1, "application/x-tar", -1, NULL, err);
-    close(steal_fd(&fd)); /* a thread still writing gets EPIPE and stops */
+    int rc = crl_client_put_source(c, id, path, put_dir_source, &src, -1, "application/x-tar", -1,
+                                   NULL, err);
+    close(src.fd); /* a thread still writing gets EPIPE and stops */
     tar_job_join(&j);
-    if (j.rc < 0 && (rc == 0 || j.err.code != CRL_E_UNAVAILABLE)) {
+    if (rc < 0 && j.rc < 0 && j.err.code != CRL_E_UNAVAILABLE)
         *err = j.err; /* the local side's failure is the cause */
-        return -1;
-    }
     return rc;
 }
 
@@ -260,8 +289,14 @@ int crl_copy_to_sandbox(struct crl_client *c, const char *local, const char *id,
     cleanup_close int fd = crl_openat(AT_FDCWD, local, O_RDONLY, 0);
     if (fd < 0)
         return crl_err_sys(err, errno, "%s", local);
-    return crl_client_put(c, id, path, fd, (long long)st.st_size, NULL, (int)(st.st_mode & 07777),
-                          NULL, err);
+    int rc = crl_client_put(c, id, path, fd, (long long)st.st_size, NULL,
+                            (int)(st.st_mode & 07777), NULL, err);
+    if (rc < 0 && err && strstr(err->msg, "Is a directory")) {
+        char msg[sizeof(err->msg)];
+        snprintf(msg, sizeof(msg), "%s (to copy into the directory, write %s/)", err->msg, path);
+        memcpy(err->msg, msg, sizeof(msg));
+    }
+    return rc;
 }
 
 /* ---- a tar stream into a local directory ---- */

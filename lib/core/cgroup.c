@@ -28,6 +28,7 @@ struct crl_cgroup_mgr {
     int nh;
     int parent_fd[V1_MAX]; /* v1: <root>/<ctl>/<parent> per hierarchy (-1: absent); v2: [0] */
     char parent_path[V1_MAX][512];
+    bool created[V1_MAX]; /* we made the parent dir: remove it if opening fails */
     bool v2_memory, v2_pids, v2_cpu;
     char desc[160];
 };
@@ -82,7 +83,9 @@ static bool is_fs(const char *path, long magic)
 
 static int open_parent(struct crl_cgroup_mgr *m, int i, const char *path, struct crl_err *err)
 {
-    if (mkdir(path, 0755) < 0 && errno != EEXIST)
+    if (mkdir(path, 0755) == 0)
+        m->created[i] = true;
+    else if (errno != EEXIST)
         return crl_err_sys(err, errno, "mkdir %s", path);
     m->parent_fd[i] = crl_openat(AT_FDCWD, path, O_RDONLY | O_DIRECTORY, 0);
     if (m->parent_fd[i] < 0)
@@ -204,6 +207,9 @@ int crl_cgroup_mgr_open(const struct crl_cgroup_config *cfg, struct crl_cgroup_m
             r = enable_v2_controllers(m, root, parent, cfg->allow_missing_controllers, err);
     }
     if (r < 0) {
+        for (int i = 0; i < V1_MAX; i++)
+            if (m->created[i])
+                rmdir(m->parent_path[i]);
         crl_cgroup_mgr_free(m);
         return -1;
     }
@@ -411,10 +417,11 @@ int crl_cgroup_mgr_reconcile(struct crl_cgroup_mgr *m, struct crl_err *err)
                         close(sub);
                     }
                 } else if (pass == 1) {
-                    if (remove_tree(m->parent_fd[i], de->d_name) == 0)
-                        removed++;
-                    else
+                    /* count each sandbox cgroup once, in the hierarchy that ends the walk */
+                    if (remove_tree(m->parent_fd[i], de->d_name) < 0)
                         failed++;
+                    else if (i == killer)
+                        removed++;
                 }
             }
             closedir(d);
@@ -645,11 +652,44 @@ int crl_cgroup_remove_leaf(struct crl_cgroup *cg, const char *leaf)
     return 0;
 }
 
+static int count_tree(int fd)
+{
+    char buf[65536];
+    ssize_t n = crl_read_file_at(fd, "cgroup.procs", buf, sizeof(buf));
+    int count = 0;
+    for (ssize_t i = 0; i < n; i++)
+        count += buf[i] == '\n';
+    int dup_fd = dup(fd);
+    DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+    if (!d) {
+        if (dup_fd >= 0)
+            close(dup_fd);
+        return count;
+    }
+    rewinddir(d);
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (de->d_type == DT_DIR && de->d_name[0] != '.') {
+            int sub = crl_openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY, 0);
+            if (sub >= 0) {
+                count += count_tree(sub);
+                close(sub);
+            }
+        }
+    closedir(d);
+    return count;
+}
+
 int crl_cgroup_count(struct crl_cgroup *cg, const char *leaf)
 {
-    if (!leaf) /* the whole sandbox: the pids controller counts for us */
-        return (int)read_u64_at(cg->m->version == CRL_CGROUP_V1 ? cg->fd[H_PIDS] : cg->fd[0],
-                                "pids.current");
+    if (!leaf) {
+        /* the whole sandbox: the pids controller counts tasks for us */
+        if (cg->m->version == CRL_CGROUP_V1)
+            return (int)read_u64_at(cg->fd[H_PIDS], "pids.current");
+        if (cg->m->v2_pids)
+            return (int)read_u64_at(cg->fd[0], "pids.current");
+        return count_tree(cg->fd[0]);
+    }
     char buf[65536];
     char path[128];
     snprintf(path, sizeof(path), "%s/cgroup.procs", leaf);
@@ -665,10 +705,17 @@ int crl_cgroup_count(struct crl_cgroup *cg, const char *leaf)
 int crl_cgroup_freeze(struct crl_cgroup *cg, bool frozen, struct crl_err *err)
 {
     int r;
-    if (cg->m->version == CRL_CGROUP_V1)
+    if (cg->m->version == CRL_CGROUP_V1) {
         r = v1_freeze_at(cg->fd[H_FREEZER], frozen ? "FROZEN" : "THAWED");
-    else
+    } else {
         r = crl_write_file_at(cg->fd[0], "cgroup.freeze", frozen ? "1" : "0");
+        /* cgroup.events says "frozen 1" once every task has stopped */
+        for (int i = 0; r == 0 && frozen && i < 2000; i++) {
+            if (read_keyed_at(cg->fd[0], "cgroup.events", "frozen") == 1)
+                break;
+            sleep_ms(1);
+        }
+    }
     if (r < 0)
         return crl_err_sys(err, errno, "%s %s", frozen ? "freeze" : "thaw", cg->name);
     return 0;

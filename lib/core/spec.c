@@ -451,12 +451,16 @@ json_t *crl_spec_to_json(const struct crl_spec *s)
             json_object_set_new(env, k, json_string(eq + 1));
         free(k);
     }
-    return json_pack("{s:s, s:s, s:{s:f, s:i, s:i, s:i}, s:{s:s}, s:i, s:i, s:o, s:o, s:s?}",
-                     "backend", s->backend, "image", s->image, "resources", "cpus", s->cpus,
-                     "memory_mb", (json_int_t)s->memory_mb, "pids", (json_int_t)s->pids, "disk_mb",
-                     (json_int_t)s->disk_mb, "network", "mode", s->network_mode, "ttl_s",
-                     (json_int_t)s->ttl_s, "idle_ttl_s", (json_int_t)s->idle_ttl_s, "labels",
-                     labels, "env", env, "cwd", s->cwd);
+    json_t *o = json_pack("{s:s, s:s, s:{s:f, s:i, s:i, s:i}, s:{s:s}, s:i, s:i, s:o, s:o}",
+                          "backend", s->backend, "image", s->image, "resources", "cpus", s->cpus,
+                          "memory_mb", (json_int_t)s->memory_mb, "pids", (json_int_t)s->pids,
+                          "disk_mb", (json_int_t)s->disk_mb, "network", "mode", s->network_mode,
+                          "ttl_s", (json_int_t)s->ttl_s, "idle_ttl_s", (json_int_t)s->idle_ttl_s,
+                          "labels", labels, "env", env);
+    /* Only what was given: the spec a sandbox reports can be posted again. */
+    if (o && s->cwd)
+        json_object_set_new(o, "cwd", json_string(s->cwd));
+    return o;
 }
 
 bool crl_spec_labels_match(const struct crl_spec *s, const struct crl_kv *sel, size_t n)
@@ -472,6 +476,23 @@ bool crl_spec_labels_match(const struct crl_spec *s, const struct crl_kv *sel, s
     return true;
 }
 
+/* Digits only: no sign, no blanks, at most 5 of them, below 65536. */
+static int parse_id(const char *s, size_t len, unsigned long *out)
+{
+    if (len == 0 || len > 5)
+        return -1;
+    unsigned long v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (unsigned long)(s[i] - '0');
+    }
+    if (v > 65535)
+        return -1;
+    *out = v;
+    return 0;
+}
+
 /* "root", "UID" or "UID:GID", numeric inside the sandbox's 65536-id range. */
 int crl_user_parse(const char *s, struct crl_user *u, struct crl_err *err)
 {
@@ -480,22 +501,16 @@ int crl_user_parse(const char *s, struct crl_user *u, struct crl_err *err)
         u->gid = 0;
         return 0;
     }
-    char *end;
-    errno = 0;
-    unsigned long uid = strtoul(s, &end, 10);
-    unsigned long gid = uid;
-    if (end != s && *end == ':') {
-        const char *g = end + 1;
-        gid = strtoul(g, &end, 10);
-        if (end == g)
-            end = (char *)"x";
-    }
-    if (errno || end == s || *end || uid > 65535 || gid > 65535 || !isdigit((unsigned char)s[0]))
-        return crl_err_set(
-            err, CRL_E_INVALID,
-            "user '%s' is not valid: expected root, UID or UID:GID with ids below 65536", s);
+    const char *colon = strchr(s, ':');
+    size_t ul = colon ? (size_t)(colon - s) : strlen(s);
+    unsigned long uid, gid;
+    if (parse_id(s, ul, &uid) < 0 || (colon && parse_id(colon + 1, strlen(colon + 1), &gid) < 0))
+        return crl_err_set(err, CRL_E_INVALID,
+                           "user '%s' is not valid: expected root, UID or UID:GID with ids below "
+                           "65536",
+                           s);
     u->uid = (uid_t)uid;
-    u->gid = (gid_t)gid;
+    u->gid = (gid_t)(colon ? gid : uid);
     return 0;
 }
 
@@ -513,6 +528,9 @@ static int parse_cmd(json_t *v, bool session, struct crl_exec_req *r, struct crl
     size_t total = 0;
     if (json_is_string(v)) {
         const char *s;
+        if (json_string_length(v) > CRL_EXEC_MAX_ARGS_BYTES)
+            return crl_err_set(err, CRL_E_TOO_LARGE, "cmd is larger than %u bytes",
+                               CRL_EXEC_MAX_ARGS_BYTES);
         if (get_string(v, "cmd", CRL_EXEC_MAX_ARGS_BYTES, &s, err) < 0)
             return -1;
         if (!*s)

@@ -51,17 +51,24 @@ int crl_buf_append(struct crl_buf *b, const void *data, size_t len)
 
 int crl_buf_printf(struct crl_buf *b, const char *fmt, ...)
 {
+    char small[256];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
+    int n = vsnprintf(small, sizeof(small), fmt, ap);
     va_end(ap);
-    if (n < 0 || buf_reserve(b, (size_t)n) < 0)
+    if (n < 0)
+        return -1;
+    if ((size_t)n < sizeof(small))
+        return crl_buf_append(b, small, (size_t)n);
+    char *big = malloc((size_t)n + 1);
+    if (!big)
         return -1;
     va_start(ap, fmt);
-    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
     va_end(ap);
-    b->len += (size_t)n;
-    return 0;
+    int r = crl_buf_append(b, big, (size_t)n); /* through the cap, like every append */
+    free(big);
+    return r;
 }
 
 void crl_buf_consume(struct crl_buf *b, size_t n)

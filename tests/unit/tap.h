@@ -136,7 +136,7 @@ static inline bool tap_is_int_(long long got, long long want, const char *file, 
         diag("         got: %lld\n    expected: %lld", got, want);
     return r;
 }
-#define is_int(got, want, ...)                                                                     \
+#define is_int(got, want, ...) \
     tap_is_int_((long long)(got), (long long)(want), __FILE__, __LINE__, __VA_ARGS__)
 
 static inline bool tap_is_str_(const char *got, const char *want, const char *file, int line,

@@ -1,0 +1,64 @@
+#!/bin/sh
+# Build the libFuzzer targets into build-fuzz/, replay their checked-in
+# corpora, then fuzz each for a short fixed time; fail on any crash, leak,
+# UBSan report or failed check.  `make fuzz` runs this.
+#
+#   FUZZ_TIME=20   seconds of fuzzing per target (0: replay only)
+#   FUZZ_CC=clang  the compiler (needs libFuzzer: libclang-rt-*-dev)
+#
+# New inputs found while fuzzing go to build-fuzz/corpus/<target>/, not into
+# the tree; a crash leaves build-fuzz/crash-* to reproduce with
+#   build-fuzz/fuzz_<target> build-fuzz/crash-...
+set -eu
+
+cd "$(dirname "$0")/../.."
+out=build-fuzz
+time_s=${FUZZ_TIME:-20}
+cc=${FUZZ_CC:-clang}
+
+if ! command -v "$cc" >/dev/null 2>&1; then
+    echo "fuzz: $cc not found (apt-get install clang libclang-rt-14-dev)" >&2
+    exit 1
+fi
+
+mkdir -p "$out/corpus/spec" "$out/corpus/router"
+cflags="-std=gnu11 -g -O1 -D_GNU_SOURCE -fno-omit-frame-pointer \
+    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+    -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla \
+    -Wno-unused-parameter"
+
+echo "fuzz: building $out/fuzz_spec and $out/fuzz_router"
+# shellcheck disable=SC2046,SC2086  # word splitting of flags is intended
+$cc $cflags $(pkg-config --cflags jansson) -o "$out/fuzz_spec" tests/fuzz/fuzz_spec.c \
+    lib/core/spec.c lib/util/*.c $(pkg-config --libs jansson)
+# shellcheck disable=SC2086
+$cc $cflags -o "$out/fuzz_router" tests/fuzz/fuzz_router.c lib/api/router.c
+
+status=0
+for t in spec router; do
+    bin=$out/fuzz_$t
+    corpus=tests/fuzz/corpus/$t
+    dict=tests/fuzz/$t.dict
+    echo "fuzz: $t: replaying $(ls "$corpus" | wc -l) corpus inputs"
+    if ! "$bin" -runs=0 "$corpus" >"$out/$t-replay.log" 2>&1; then
+        cat "$out/$t-replay.log"
+        echo "fuzz: $t: FAILED on the checked-in corpus" >&2
+        status=1
+        continue
+    fi
+    [ "$time_s" -gt 0 ] || continue
+    echo "fuzz: $t: fuzzing for ${time_s}s"
+    if ! "$bin" -max_total_time="$time_s" -timeout=10 -rss_limit_mb=2048 -max_len=8192 \
+        -dict="$dict" -artifact_prefix="$out/" -print_final_stats=1 \
+        "$out/corpus/$t" "$corpus" >"$out/$t-fuzz.log" 2>&1; then
+        tail -n 60 "$out/$t-fuzz.log"
+        echo "fuzz: $t: FAILED (reproducer: $(ls -t "$out"/crash-* "$out"/leak-* "$out"/timeout-* \
+            "$out"/oom-* 2>/dev/null | head -n 1))" >&2
+        status=1
+        continue
+    fi
+    grep -E '^stat::(number_of_executed_units|new_units_added)' "$out/$t-fuzz.log" |
+        sed "s/^/fuzz: $t: /"
+done
+[ "$status" -eq 0 ] && echo "fuzz: ok"
+exit "$status"

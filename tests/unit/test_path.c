@@ -1,0 +1,346 @@
+/* lib/core/path: the two walls that keep a files-API path inside a sandbox:
+ * crl_path_check (absolute, no "..", bounded) and crl_path_open_in_root
+ * (openat2 RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS).  The second is tested
+ * against a real tree with hostile symlinks planted in it: whatever a
+ * sandbox plants, resolution must stay under its root. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../../lib/core/path.h"
+#include "../../lib/util/fdio.h"
+#include "tap.h"
+
+/* ---- crl_path_check ---- */
+
+static void check_ok(const char *p)
+{
+    struct crl_err e = CRL_ERR_INIT;
+    int r = crl_path_check(p, "path", &e);
+    if (!ok(r == 0, "'%.80s' is a valid path", p))
+        diag("refused: %s", e.msg);
+}
+
+static void check_bad(const char *p, const char *re)
+{
+    struct crl_err e = CRL_ERR_INIT;
+    int r = crl_path_check(p, "path", &e);
+    ok(r < 0 && e.code == CRL_E_INVALID, "'%.80s' is refused as invalid_argument",
+       p ? p : "(NULL)");
+    like(e.msg, re, "'%.80s': the message matches /%s/", p ? p : "(NULL)", re);
+}
+
+static void test_path_check(void)
+{
+    check_ok("/");
+    check_ok("/etc/passwd");
+    check_ok("/a/b/c/");
+    check_ok("//a//b");
+    check_ok("/a/./b");
+    check_ok("/a/..b");
+    check_ok("/a/b..");
+    check_ok("/...");
+    check_ok("/a/.../b");
+    check_ok("/.hidden");
+    check_ok("/with space/and\xc3\xa9");
+    check_bad(NULL, "^path is required$");
+    check_bad("", "^path is required$");
+    check_bad("etc/passwd", "^path 'etc/passwd' must be absolute$");
+    check_bad("./x", "must be absolute");
+    check_bad("../x", "must be absolute");
+    check_bad("/..", "^path '/\\.\\.' must not contain '\\.\\.'");
+    check_bad("/../etc/passwd", "must not contain '\\.\\.'");
+    check_bad("/a/..", "must not contain '\\.\\.'");
+    check_bad("/a/../b", "must not contain '\\.\\.'");
+    check_bad("/a/b/../../..", "must not contain '\\.\\.'");
+    check_bad("//..//", "must not contain '\\.\\.'");
+    check_bad("/a/..//b", "must not contain '\\.\\.'");
+
+    char *p = malloc(PATH_MAX + 1);
+    memset(p, 'a', PATH_MAX);
+    p[0] = '/';
+    p[PATH_MAX - 1] = 0;
+    check_ok(p); /* 4095 bytes */
+    p[PATH_MAX - 1] = 'a';
+    p[PATH_MAX] = 0;
+    check_bad(p, "^path is longer than 4095 bytes$");
+    free(p);
+
+    struct crl_err e = CRL_ERR_INIT;
+    crl_path_check("rel", "the 'path' query parameter", &e);
+    like(e.msg, "^the 'path' query parameter 'rel' must be absolute", "`what` names the path");
+}
+
+/* ---- crl_path_open_in_root against a planted tree ---- */
+
+static char root[PATH_MAX];
+static int rootfd = -1;
+static char created_name[64]; /* what an escaping O_CREAT would make at the host's / */
+
+static void put(const char *rel, const char *content)
+{
+    char p[PATH_MAX];
+    snprintf(p, sizeof(p), "%s/%s", root, rel);
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0 || crl_write_full(fd, content, strlen(content)) < 0)
+        bail_out("cannot write the test tree");
+    close(fd);
+}
+
+static void plant(const char *target, const char *rel)
+{
+    char p[PATH_MAX];
+    snprintf(p, sizeof(p), "%s/%s", root, rel);
+    if (symlink(target, p) < 0)
+        bail_out("symlink");
+}
+
+static void mkd(const char *rel)
+{
+    char p[PATH_MAX];
+    snprintf(p, sizeof(p), "%s/%s", root, rel);
+    if (mkdir(p, 0755) < 0)
+        bail_out("mkdir");
+}
+
+static void build_tree(void)
+{
+    snprintf(root, sizeof(root), "/tmp/corral-test-path-XXXXXX");
+    if (!mkdtemp(root))
+        bail_out("mkdtemp");
+    mkd("etc");
+    mkd("a");
+    mkd("a/b");
+    mkd("proc");
+    put("etc/passwd", "sandbox-passwd\n");
+    put("etc/hostname", "sandbox-hostname\n");
+    put("a/b/file", "deep\n");
+    plant("/etc/passwd", "abs_passwd");              /* absolute: re-rooted */
+    plant("/etc/hostname", "a/abs_hostname");        /* absolute, from a subdirectory */
+    plant("../../../../../../etc/passwd", "a/b/up"); /* relative escape attempt */
+    plant("/", "a/slash");                           /* the root itself */
+    plant("/proc/self/root", "procroot");            /* magic link, through the sandbox's /proc */
+    plant("/proc/self/root/etc/passwd", "procpasswd");
+    plant("loop2", "loop1"); /* a loop */
+    plant("loop1", "loop2");
+    plant("/nonexistent/x", "dangling");
+    plant("../etc", "a/etcdir"); /* an innocent relative link */
+    snprintf(created_name, sizeof(created_name), "corral-test-path-created-%d", (int)getpid());
+    char t[128];
+    snprintf(t, sizeof(t), "/%s", created_name);
+    plant(t, "creat_link"); /* dangling absolute: O_CREAT through it */
+    rootfd = crl_openat(AT_FDCWD, root, O_RDONLY | O_DIRECTORY, 0);
+    if (rootfd < 0)
+        bail_out("open root");
+}
+
+static void remove_tree(void)
+{
+    if (rootfd >= 0)
+        close(rootfd);
+    int fd = crl_openat(AT_FDCWD, "/tmp", O_RDONLY | O_DIRECTORY, 0);
+    if (fd >= 0) {
+        crl_rm_rf_at(fd, strrchr(root, '/') + 1);
+        close(fd);
+    }
+}
+
+/* Open `path` in the root; read what is there.  Returns the fd or -errno. */
+static long open_read(const char *path, char *buf, size_t cap)
+{
+    long fd = crl_path_open_in_root(rootfd, path, O_RDONLY, 0);
+    buf[0] = 0;
+    if (fd >= 0) {
+        ssize_t n = pread((int)fd, buf, cap - 1, 0);
+        buf[n > 0 ? n : 0] = 0;
+    }
+    return fd;
+}
+
+/* Is fd the file at host path p (same inode)? */
+static bool same_file(long fd, const char *p)
+{
+    struct stat a, b;
+    return fd >= 0 && fstat((int)fd, &a) == 0 && stat(p, &b) == 0 && a.st_dev == b.st_dev &&
+           a.st_ino == b.st_ino;
+}
+
+static void test_open_plain(void)
+{
+    char buf[128];
+    long fd = open_read("/etc/hostname", buf, sizeof(buf));
+    ok(fd >= 0, "/etc/hostname opens in the root");
+    is_str(buf, "sandbox-hostname\n", "and is the root's file, not the host's");
+    if (fd >= 0) {
+        ok(fcntl((int)fd, F_GETFD) & FD_CLOEXEC, "the fd is O_CLOEXEC");
+        close((int)fd);
+    }
+    fd = open_read("etc/hostname", buf, sizeof(buf));
+    is_str(buf, "sandbox-hostname\n", "a relative path resolves from the root too");
+    if (fd >= 0)
+        close((int)fd);
+    fd = open_read("/a/b/file", buf, sizeof(buf));
+    is_str(buf, "deep\n", "a nested file");
+    if (fd >= 0)
+        close((int)fd);
+    fd = open_read("/a/etcdir/passwd", buf, sizeof(buf));
+    is_str(buf, "sandbox-passwd\n", "an innocent relative symlink is followed");
+    if (fd >= 0)
+        close((int)fd);
+    fd = crl_path_open_in_root(rootfd, "/etc/hostname", O_RDONLY, 0644);
+    ok(fd >= 0, "a mode given without O_CREAT is ignored, not an error (openat2 would say EINVAL)");
+    if (fd >= 0)
+        close((int)fd);
+    is_int(crl_path_open_in_root(rootfd, "/missing", O_RDONLY, 0), -ENOENT,
+           "a missing file is -ENOENT");
+    is_int(crl_path_open_in_root(-1, "/etc/hostname", O_RDONLY, 0), -EBADF,
+           "a bad root fd is -EBADF");
+    fd = crl_path_open_in_root(rootfd, "/", O_RDONLY | O_DIRECTORY, 0);
+    ok(same_file(fd, root), "'/' is the root itself");
+    if (fd >= 0)
+        close((int)fd);
+}
+
+static void test_open_symlink_escapes(void)
+{
+    char buf[128];
+    long fd = open_read("/abs_passwd", buf, sizeof(buf));
+    ok(fd >= 0, "a symlink to /etc/passwd opens");
+    is_str(buf, "sandbox-passwd\n", "and lands on <root>/etc/passwd");
+    ok(!same_file(fd, "/etc/passwd"), "not on the host's /etc/passwd");
+    if (fd >= 0)
+        close((int)fd);
+
+    fd = open_read("/a/abs_hostname", buf, sizeof(buf));
+    is_str(buf, "sandbox-hostname\n",
+           "an absolute symlink in a subdirectory lands on <root>/etc/hostname");
+    ok(!same_file(fd, "/etc/hostname"), "not on the host's /etc/hostname");
+    if (fd >= 0)
+        close((int)fd);
+
+    fd = open_read("/a/b/up", buf, sizeof(buf));
+    is_str(buf, "sandbox-passwd\n", "a ../../../.. symlink stops at the root: <root>/etc/passwd");
+    if (fd >= 0)
+        close((int)fd);
+
+    fd = open_read("/../../../etc/passwd", buf, sizeof(buf));
+    is_str(buf, "sandbox-passwd\n", "'..' in the path itself stops at the root");
+    if (fd >= 0)
+        close((int)fd);
+
+    fd = crl_path_open_in_root(rootfd, "/a/slash", O_RDONLY | O_DIRECTORY, 0);
+    ok(same_file(fd, root), "a symlink to / is the root, not the host's /");
+    if (fd >= 0)
+        close((int)fd);
+    fd = open_read("/a/slash/etc/passwd", buf, sizeof(buf));
+    is_str(buf, "sandbox-passwd\n", "and paths through it stay inside");
+    if (fd >= 0)
+        close((int)fd);
+
+    /* The root has an empty /proc: /proc/self/root is re-rooted and missing. */
+    is_int(crl_path_open_in_root(rootfd, "/procroot", O_RDONLY, 0), -ENOENT,
+           "a symlink to /proc/self/root is re-rooted into the tree (-ENOENT here)");
+    is_int(crl_path_open_in_root(rootfd, "/loop1", O_RDONLY, 0), -ELOOP,
+           "a symlink loop is -ELOOP");
+    is_int(crl_path_open_in_root(rootfd, "/dangling", O_RDONLY, 0), -ENOENT,
+           "a dangling symlink is -ENOENT");
+}
+
+static void test_open_creat(void)
+{
+    char host[128], inside[PATH_MAX];
+    snprintf(host, sizeof(host), "/%s", created_name);
+    snprintf(inside, sizeof(inside), "%s/%s", root, created_name);
+    mode_t old = umask(022);
+    long fd = crl_path_open_in_root(rootfd, "/creat_link", O_WRONLY | O_CREAT, 0640);
+    umask(old);
+    ok(fd >= 0, "O_CREAT through a dangling absolute symlink succeeds");
+    if (fd >= 0) {
+        ok(write((int)fd, "x", 1) == 1, "write through it");
+        close((int)fd);
+    }
+    struct stat st;
+    ok(stat(inside, &st) == 0 && st.st_size == 1, "the file was created inside the root");
+    ok((st.st_mode & 0777) == 0640, "with the mode given (0640, umask 022)");
+    bool escaped = access(host, F_OK) == 0;
+    ok(!escaped, "nothing was created at the host's %s", host);
+    if (escaped)
+        unlink(host);
+
+    fd = crl_path_open_in_root(rootfd, "/a/b/up", O_WRONLY | O_TRUNC, 0);
+    if (fd >= 0)
+        close((int)fd);
+    char buf[64];
+    fd = open_read("/etc/passwd", buf, sizeof(buf));
+    is_str(buf, "", "O_TRUNC through an escaping symlink truncated the root's file");
+    if (fd >= 0)
+        close((int)fd);
+    ok(stat("/etc/passwd", &st) == 0 && st.st_size > 0, "and the host's /etc/passwd is untouched");
+    put("etc/passwd", "sandbox-passwd\n");
+
+    fd = crl_path_open_in_root(rootfd, "/new/dir/file", O_WRONLY | O_CREAT, 0644);
+    is_int(fd, -ENOENT, "O_CREAT does not create missing parent directories");
+    if (fd >= 0)
+        close((int)fd);
+}
+
+/* Magic links: a sandbox has its own /proc, so /proc/self/root and
+ * /proc/self/fd/N are there to be planted.  Mount a proc inside the tree, in a
+ * mount namespace of this child only. */
+static void test_open_magic_links(void)
+{
+    if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
+        skip(4, "cannot make a private mount namespace (not root?)");
+        return;
+    }
+    char proc[PATH_MAX];
+    snprintf(proc, sizeof(proc), "%s/proc", root);
+    if (mount("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0) {
+        skip(4, "cannot mount proc in the test tree");
+        return;
+    }
+    /* The tree's fd from before unshare() sees the old namespace's mounts. */
+    int mfd = crl_openat(AT_FDCWD, root, O_RDONLY | O_DIRECTORY, 0);
+    long fd = crl_path_open_in_root(mfd, "/procroot", O_RDONLY | O_DIRECTORY, 0);
+    is_int(fd, -ELOOP, "a symlink to /proc/self/root (a magic link) is refused with -ELOOP");
+    if (fd >= 0)
+        close((int)fd);
+    fd = crl_path_open_in_root(mfd, "/procpasswd", O_RDONLY, 0);
+    is_int(fd, -ELOOP, "a path through /proc/self/root is refused");
+    if (fd >= 0)
+        close((int)fd);
+    int host = open("/etc/passwd", O_RDONLY | O_CLOEXEC);
+    char p[64];
+    snprintf(p, sizeof(p), "/proc/self/fd/%d", host);
+    fd = crl_path_open_in_root(mfd, p, O_RDONLY, 0);
+    is_int(fd, -ELOOP, "/proc/self/fd/N of a host file is refused");
+    if (fd >= 0)
+        close((int)fd);
+    close(host);
+    fd = crl_path_open_in_root(mfd, "/proc/self/status", O_RDONLY, 0);
+    ok(fd >= 0, "an ordinary /proc file still opens (only magic links are refused)");
+    if (fd >= 0)
+        close((int)fd);
+    close(mfd);
+    umount2(proc, MNT_DETACH);
+}
+
+int main(void)
+{
+    TAP_RUN(test_path_check, 10);
+    build_tree();
+    TAP_RUN(test_open_plain, 10);
+    TAP_RUN(test_open_symlink_escapes, 10);
+    TAP_RUN(test_open_creat, 10);
+    TAP_RUN(test_open_magic_links, 10);
+    remove_tree();
+    struct stat st;
+    ok(stat(root, &st) < 0 && errno == ENOENT, "the test tree is gone");
+    return done_testing();
+}
