@@ -117,6 +117,17 @@ static void test_routes_malformed(void)
     }
 }
 
+static void test_route_dot_ids(void)
+{
+    struct crl_route r;
+    ok(!crl_route_match("/v1/sandboxes/.", &r), "'.' is not a sandbox id");
+    ok(!crl_route_match("/v1/sandboxes/..", &r), "'..' is not a sandbox id");
+    ok(!crl_route_match("/v1/sandboxes/../exec", &r), "'..' is not an id before /exec");
+    ok(!crl_route_match("/v1/sandboxes/a/sessions/..", &r), "'..' is not a session id");
+    ok(crl_route_match("/v1/sandboxes/a.b/exec", &r) && strcmp(r.id, "a.b") == 0,
+       "a dot inside an id is fine");
+}
+
 static void test_route_id_length(void)
 {
     char id63[64], id64[65], path[256];
@@ -199,6 +210,9 @@ static void test_bearer(void)
     ok(!crl_auth_bearer_ok("Bearer x", ""), "an empty configured token refuses any token");
     ok(!crl_auth_bearer_ok("Bearer x", NULL), "no configured token accepts nothing");
     ok(crl_auth_bearer_ok("Bearer a", "a"), "a one-byte token works");
+    ok(crl_auth_bearer_ok("bearer s3cr3t-T0ken", tok), "the scheme is case-insensitive");
+    ok(crl_auth_bearer_ok("BEARER s3cr3t-T0ken", tok), "the scheme is case-insensitive (upper)");
+    ok(!crl_auth_bearer_ok("Bearer S3CR3T-T0KEN", tok), "the token itself is case-sensitive");
 }
 
 static void test_listen_ok(void)
@@ -309,6 +323,7 @@ int main(void)
 {
     TAP_RUN(test_routes, 10);
     TAP_RUN(test_routes_malformed, 10);
+    TAP_RUN(test_route_dot_ids, 10);
     TAP_RUN(test_route_id_length, 10);
     TAP_RUN(test_route_allows, 10);
     TAP_RUN(test_bearer, 10);
