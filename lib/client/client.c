@@ -220,7 +220,8 @@ static int feed_lines(struct xfer *x, struct crl_buf *lb, bool flush)
             json_error_t je;
             json_t *line = json_loadb(lb->data, n, 0, &je);
             if (!line) {
-                crl_err_set(&e, CRL_E_INTERNAL, "corrald sent a line that is not JSON: %s", je.text);
+                crl_err_set(&e, CRL_E_INTERNAL, "corrald sent a line that is not JSON: %s",
+                            je.text);
                 return fail_cb(x, &e);
             }
             int rc = x->on_line(x->line_ctx, line, &e);
@@ -353,8 +354,9 @@ static int answer_error(struct xfer *x, struct crl_err *err)
     }
     json_decref(j);
     if (err && err->code == CRL_E_UNAUTHORIZED)
-        crl_err_prefix(err, "%s", x->c->auth ? "corrald refused the token in CORRAL_TOKEN"
-                                             : "corrald needs a token (set CORRAL_TOKEN)");
+        crl_err_prefix(err, "%s",
+                       x->c->auth ? "corrald refused the token in CORRAL_TOKEN"
+                                  : "corrald needs a token (set CORRAL_TOKEN)");
     return -1;
 }
 
@@ -370,11 +372,11 @@ static int transport_error(struct xfer *x, CURLcode rc, struct crl_err *err)
     if (rc == CURLE_ABORTED_BY_CALLBACK && c->cancelled)
         return crl_err_set(err, CRL_E_UNAVAILABLE, "interrupted");
     if (x->status >= 200) /* not a 100 Continue: an answer had begun */
-        return crl_err_set(err, CRL_E_UNAVAILABLE, "the answer from corrald at %s was cut short: %s",
-                           c->url, why);
+        return crl_err_set(err, CRL_E_UNAVAILABLE,
+                           "the answer from corrald at %s was cut short: %s", c->url, why);
     if (x->status)
-        return crl_err_set(err, CRL_E_UNAVAILABLE, "corrald at %s closed the connection: %s", c->url,
-                           why);
+        return crl_err_set(err, CRL_E_UNAVAILABLE, "corrald at %s closed the connection: %s",
+                           c->url, why);
     if (rc == CURLE_COULDNT_CONNECT && c->unix_path) {
         /* curl's message would name "localhost port 80" */
         long os_errno = 0;
@@ -382,7 +384,7 @@ static int transport_error(struct xfer *x, CURLcode rc, struct crl_err *err)
         return crl_err_set(err, CRL_E_UNAVAILABLE, "cannot reach corrald at %s: %s%s", c->url,
                            os_errno ? strerror((int)os_errno) : why,
                            os_errno == ENOENT || os_errno == ECONNREFUSED ? " (is it running?)"
-                                                                           : "");
+                                                                          : "");
     }
     return crl_err_set(err, CRL_E_UNAVAILABLE, "cannot reach corrald at %s: %s", c->url, why);
 }
@@ -531,8 +533,9 @@ int crl_client_stream(struct crl_client *c, const char *method, const char *path
 bool crl_client_id_ok(const char *id)
 {
     size_t n = strlen(id);
-    return n > 0 && n < 64 && strspn(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                          "0123456789._-") == n &&
+    return n > 0 && n < 64 &&
+           strspn(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                      "0123456789._-") == n &&
            strcmp(id, ".") != 0 && strcmp(id, "..") != 0;
 }
 
@@ -749,8 +752,8 @@ int crl_client_exit_status(json_t *result)
 
 /* ---- files ---- */
 
-static int files_path(struct crl_client *c, const char *id, const char *path, int mode,
-                      char **out, struct crl_err *err)
+static int files_path(struct crl_client *c, const char *id, const char *path, int mode, char **out,
+                      struct crl_err *err)
 {
     char prefix[128];
     *out = NULL;

@@ -42,8 +42,7 @@ struct tar_job {
     struct crl_err err;
 };
 
-static int tar_job_start(struct tar_job *j, void *(*fn)(void *), int *other_fd,
-                         struct crl_err *err)
+static int tar_job_start(struct tar_job *j, void *(*fn)(void *), int *other_fd, struct crl_err *err)
 {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
@@ -289,8 +288,8 @@ int crl_copy_to_sandbox(struct crl_client *c, const char *local, const char *id,
     cleanup_close int fd = crl_openat(AT_FDCWD, local, O_RDONLY, 0);
     if (fd < 0)
         return crl_err_sys(err, errno, "%s", local);
-    int rc = crl_client_put(c, id, path, fd, (long long)st.st_size, NULL,
-                            (int)(st.st_mode & 07777), NULL, err);
+    int rc = crl_client_put(c, id, path, fd, (long long)st.st_size, NULL, (int)(st.st_mode & 07777),
+                            NULL, err);
     if (rc < 0 && err && strstr(err->msg, "Is a directory")) {
         char msg[sizeof(err->msg)];
         snprintf(msg, sizeof(msg), "%s (to copy into the directory, write %s/)", err->msg, path);
@@ -312,8 +311,8 @@ static int untar_entry(struct archive *a, struct archive *w, struct archive_entr
     if (archive_entry_hardlink(e))
         return crl_err_set(err, CRL_E_INVALID, "the archive has a hard link '%s'", name);
     if (type != AE_IFREG && type != AE_IFDIR && type != AE_IFLNK)
-        return crl_err_set(err, CRL_E_INVALID, "'%s' in the archive is not a file, directory or "
-                           "symlink", name);
+        return crl_err_set(err, CRL_E_INVALID, "'%s' in the archive: not a file, dir or symlink",
+                           name);
     cleanup_free char *full = NULL;
     if (asprintf(&full, "%s/%s", dest, name) < 0) {
         full = NULL;
@@ -349,8 +348,7 @@ static int untar(struct tar_job *j, struct archive *a, struct archive *w)
      * and writing through symlinks; absolute names are refused above. */
     archive_write_disk_set_options(w, ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME |
                                           ARCHIVE_EXTRACT_SECURE_SYMLINKS |
-                                          ARCHIVE_EXTRACT_SECURE_NODOTDOT |
-                                          ARCHIVE_EXTRACT_UNLINK);
+                                          ARCHIVE_EXTRACT_SECURE_NODOTDOT | ARCHIVE_EXTRACT_UNLINK);
     if (archive_read_open_fd(a, j->fd, TAR_BLOCK) != ARCHIVE_OK)
         return crl_err_set(&j->err, CRL_E_INTERNAL, "reading the archive: %s",
                            archive_error_string(a));
@@ -393,7 +391,7 @@ static void *untar_thread(void *p)
 struct get_ctx {
     const char *path; /* in the sandbox */
     const char *local;
-    int fd;           /* where the bytes go (ours unless it is stdout) */
+    int fd; /* where the bytes go (ours unless it is stdout) */
     bool own_fd;
     struct tar_job job;
     char root[PATH_MAX];
@@ -434,7 +432,8 @@ static int get_sink(void *ctx, bool is_dir, int *fd, struct crl_err *err)
     }
     struct stat st;
     if (stat(g->local, &st) == 0 && !S_ISDIR(st.st_mode))
-        return crl_err_set(err, CRL_E_INVALID, "%s is a directory but %s is not", g->path, g->local);
+        return crl_err_set(err, CRL_E_INVALID, "%s is a directory but %s is not", g->path,
+                           g->local);
     if (crl_mkdir_p(g->local, 0777) < 0)
         return crl_err_sys(err, errno, "creating %s", g->local);
     /* Resolved once, so the symlink checks never trip over the target's own path. */
@@ -448,20 +447,21 @@ static int get_sink(void *ctx, bool is_dir, int *fd, struct crl_err *err)
     return 0;
 }
 
-int crl_copy_from_sandbox(struct crl_client *c, const char *id, const char *path,
-                          const char *local, struct crl_err *err)
+int crl_copy_from_sandbox(struct crl_client *c, const char *id, const char *path, const char *local,
+                          struct crl_err *err)
 {
     struct get_ctx g = {.path = path, .local = local, .fd = -1, .job = {.fd = -1}};
     int rc = crl_client_get(c, id, path, get_sink, &g, err);
-    if (g.own_fd && close(g.fd) < 0 && rc == 0 && !g.job.started)
+    bool extracting = g.job.started;
+    /* Closing the socket tells the extractor the archive is complete. */
+    if (g.own_fd && close(g.fd) < 0 && rc == 0 && !extracting)
         rc = crl_err_sys(err, errno, "writing %s", local);
     tar_job_join(&g.job);
-    if (g.job.started || g.job.root) {
-        /* A failed extraction explains a broken transfer better than EPIPE does. */
-        if (g.job.rc < 0 && (rc == 0 || (err && err->sys_errno == EPIPE))) {
+    /* A failed extraction explains a broken transfer better than EPIPE does. */
+    if (extracting && g.job.rc < 0 && (rc == 0 || (err && err->sys_errno == EPIPE))) {
+        if (err)
             *err = g.job.err;
-            return -1;
-        }
+        return -1;
     }
     return rc;
 }

@@ -28,7 +28,7 @@ int crl_copy_to_sandbox(struct crl_client *c, const char *local, const char *id,
  *   and anything other than files, directories and symlinks are refused,
  *   and nothing is written through a symlink.  With "-" the tar stream
  *   itself goes to stdout. */
-int crl_copy_from_sandbox(struct crl_client *c, const char *id, const char *path,
-                          const char *local, struct crl_err *err);
+int crl_copy_from_sandbox(struct crl_client *c, const char *id, const char *path, const char *local,
+                          struct crl_err *err);
 
 #endif

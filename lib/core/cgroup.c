@@ -410,13 +410,18 @@ int crl_cgroup_mgr_reconcile(struct crl_cgroup_mgr *m, struct crl_err *err)
             while ((de = readdir(d))) {
                 if (de->d_type != DT_DIR || de->d_name[0] == '.')
                     continue;
-                if (pass == 0 && i == killer) {
+                if (pass == 0) {
+                    /* The freezer (or v2) kills atomically; other v1 hierarchies may
+                     * still hold a process someone moved there alone. */
                     int sub = crl_openat(m->parent_fd[i], de->d_name, O_RDONLY | O_DIRECTORY, 0);
                     if (sub >= 0) {
-                        kill_tree(m, sub, 0);
+                        if (i == killer)
+                            kill_tree(m, sub, 0);
+                        else
+                            kill_tree_procs(sub, 0);
                         close(sub);
                     }
-                } else if (pass == 1) {
+                } else {
                     /* count each sandbox cgroup once, in the hierarchy that ends the walk */
                     if (remove_tree(m->parent_fd[i], de->d_name) < 0)
                         failed++;

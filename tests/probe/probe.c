@@ -162,7 +162,8 @@ int main(int argc, char **argv)
     if (!strcmp(c, "forks") && arg) {
         long want = strtol(arg, NULL, 10), n = 0;
         int err = 0;
-        for (; n < want; n++) {
+        pid_t *kids = calloc((size_t)want + 1, sizeof(pid_t));
+        for (; kids && n < want; n++) {
             pid_t p = fork();
             if (p == 0) {
                 pause();
@@ -172,10 +173,13 @@ int main(int argc, char **argv)
                 err = errno;
                 break;
             }
+            kids[n] = p;
         }
         printf("%ld\n", n);
-        fflush(stdout);
-        kill(0, SIGKILL);
+        for (long i = 0; i < n; i++) {
+            kill(kids[i], SIGKILL);
+            waitpid(kids[i], NULL, 0);
+        }
         return err;
     }
     if (!strcmp(c, "alloc-mb") && arg) {

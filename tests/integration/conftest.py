@@ -1,0 +1,298 @@
+"""Integration tests drive a real corrald through the Python SDK.
+
+Fixtures:
+  corrald          one daemon for the whole run (unix socket + TCP with a token)
+  corrald_factory  start(extra_args=[...]) -> a separate daemon of the test's own,
+                   stopped (and checked) when the test ends
+  client           a corral.Client on the shared daemon
+  sandbox          a small fresh sandbox on the shared daemon, destroyed after
+
+A Corrald stops with SIGTERM; it must exit 0 and leave no cgroup, mount,
+process or sandbox of its own behind, or the run fails.  CORRAL_BUILD names
+the build directory (default: build/ of this tree).
+"""
+
+import glob
+import http.client
+import itertools
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "sdk" / "python"))
+
+import corral  # noqa: E402
+
+BUILD = Path(os.environ.get("CORRAL_BUILD", REPO / "build")).resolve()
+TOKEN = "integration-" + uuid.uuid4().hex
+_serial = itertools.count()
+
+
+class RawResponse:
+    """An answer as it came: ``status``, ``headers`` (lower-case names), ``body``."""
+
+    def __init__(self, status, headers, body):
+        self.status, self.headers, self.body = status, headers, body
+
+    def json(self):
+        return json.loads(self.body)
+
+    @property
+    def error(self):
+        """The ``{"code", "message"}`` of an error answer."""
+        return self.json()["error"]
+
+    def __repr__(self):
+        return f"<{self.status} {self.body[:300]!r}>"
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path, timeout):
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.unix_path)
+
+
+class Corrald:
+    """One corrald process started by the tests."""
+
+    def __init__(self, base_dir, extra_args=(), state_dir=None):
+        self.build = BUILD
+        self.base_dir = Path(base_dir)  # the log and the token
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        # State and socket live apart, in a short path (sun_path holds 108
+        # bytes) that sandbox users can traverse, which pytest's 0700
+        # /tmp/pytest-of-root is not.
+        self.run_dir = Path(tempfile.mkdtemp(prefix="corral-it-", dir="/tmp"))
+        self.run_dir.chmod(0o711)
+        self.state_dir = Path(state_dir) if state_dir else self.run_dir / "state"
+        self.socket_path = self.run_dir / "corrald.sock"
+        self.token = TOKEN
+        self.token_file = self.base_dir / "token"
+        self.token_file.write_text(TOKEN + "\n")
+        self.token_file.chmod(0o600)
+        # Our own cgroup parent: corrald's start-up reconcile kills whatever
+        # sits under its parent, and other daemons run on this machine.
+        self.cgroup_parent = f"corral-it-{os.getpid()}-{next(_serial)}"
+        self.extra_args = list(extra_args)
+        self.log_path = self.base_dir / "corrald.log"
+        self.url = f"unix://{self.socket_path}"
+        self.proc = None
+        self.start()
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def args(self):
+        args = [str(BUILD / "corrald"), "--state", str(self.state_dir),
+                "--socket", str(self.socket_path), "--cgroup-parent", self.cgroup_parent,
+                "--listen", "127.0.0.1:0", "--token-file", str(self.token_file)]
+        if (BUILD / "images").is_dir():
+            args += ["--images-from", str(BUILD / "images")]
+        return args + self.extra_args
+
+    def start(self, timeout=20):
+        """Start the process (again, after stop() or kill(): same state, socket
+        and cgroup parent) and wait until it answers /healthz."""
+        assert self.proc is None or self.proc.poll() is not None, "already running"
+        self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(self.args(), stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"corrald exited with {self.proc.returncode}:\n{self.log()}")
+            port = self._tcp_port()
+            if port and self.socket_path.exists():
+                try:
+                    if self.request("GET", "/healthz", timeout=2).status == 200:
+                        break
+                except OSError:
+                    pass
+            if time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"corrald did not become ready in {timeout}s:\n{self.log()}")
+            time.sleep(0.01)
+        self.tcp_url = f"http://127.0.0.1:{port}"
+        self.tcp_port = port
+        return self
+
+    def _tcp_port(self):
+        for line in self.log(this_run=True).splitlines():
+            if "corrald ready:" in line and "tcp 127.0.0.1:" in line:
+                return int(line.split("tcp 127.0.0.1:")[1].split()[0])
+        return None
+
+    def log(self, this_run=False):
+        """The daemon's log (stdout and stderr), all runs or just the last one."""
+        data = self.log_path.read_bytes() if self.log_path.exists() else b""
+        return data[self._log_offset if this_run else 0:].decode("utf-8", "replace")
+
+    def client(self, tcp=False, **kw):
+        """A corral.Client on this daemon (over TCP with the token if ``tcp``)."""
+        if tcp:
+            return corral.Client(self.tcp_url, token=kw.pop("token", self.token), **kw)
+        return corral.Client(self.url, **kw)
+
+    def async_client(self, **kw):
+        return corral.AsyncClient(self.url, **kw)
+
+    def request(self, method, target, body=None, headers=None, tcp=False, timeout=30):
+        """One raw HTTP request on a fresh connection: a RawResponse.  ``body``
+        may be bytes or a JSON-able object.  Over TCP, pass the Authorization
+        header yourself."""
+        if body is not None and not isinstance(body, (bytes, bytearray)):
+            body = json.dumps(body).encode()
+        conn = (http.client.HTTPConnection("127.0.0.1", self.tcp_port, timeout=timeout) if tcp
+                else _UnixConnection(str(self.socket_path), timeout))
+        try:
+            try:
+                conn.request(method, target, body=body, headers=headers or {})
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # answered before it read the whole body (413): read the answer
+            resp = conn.getresponse()
+            return RawResponse(resp.status, {k.lower(): v for k, v in resp.getheaders()},
+                               resp.read())
+        finally:
+            conn.close()
+
+    def sandboxes(self, **labels):
+        """GET /v1/sandboxes[?label=...] as a list of dicts."""
+        with self.client() as c:
+            return [s.info for s in c.list(labels)]
+
+    def live_sandboxes(self):
+        return [s for s in self.sandboxes() if s["state"] not in ("destroyed", "failed")]
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        """Signal the daemon, wait for it and return its exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError(f"corrald ignored {sig!r} for {timeout}s:\n{self.log()}")
+        return self.proc.returncode
+
+    def kill(self):
+        """SIGKILL: a crash, leaving its sandboxes for the next start to reconcile."""
+        return self.stop(signal.SIGKILL)
+
+    def leftovers(self):
+        """What of this daemon's is still on the host (for after it exited)."""
+        found = [p for p in glob.glob(f"/sys/fs/cgroup/{self.cgroup_parent}") +
+                 glob.glob(f"/sys/fs/cgroup/*/{self.cgroup_parent}")]
+        state = str(self.state_dir)
+        with open("/proc/self/mountinfo") as f:
+            found += [f"mount {line.split()[4]}" for line in f if state in line.split()[4]]
+        for pid_dir in glob.glob("/proc/[0-9]*"):
+            try:
+                seen = (Path(pid_dir, "cmdline").read_bytes() +
+                        Path(pid_dir, "environ").read_bytes())
+            except OSError:
+                continue
+            if state.encode() in seen and int(pid_dir[6:]) != os.getpid():
+                found.append(f"process {pid_dir[6:]}: {seen[:200]!r}")
+        if (self.state_dir / "sandboxes").is_dir():
+            found += [f"state {p}" for p in (self.state_dir / "sandboxes").iterdir()]
+        return found
+
+    def shutdown_and_check(self):
+        """Stop with SIGTERM; fail unless it exits 0 leaving nothing behind."""
+        rc = self.stop()
+        assert rc == 0, f"corrald exited with {rc}:\n{self.log()[-4000:]}"
+        left = self.leftovers()
+        assert not left, f"corrald left behind: {left}"
+
+    def teardown(self):
+        """At the end of a test: a running daemon is shut down and checked; one
+        the test killed must have been restarted to clean up (else this
+        cleans up and fails).  Then its state goes."""
+        try:
+            if self.proc.poll() is None:
+                self.shutdown_and_check()
+                return
+            left = self.leftovers()
+            if left:
+                self.start()
+                self.shutdown_and_check()
+            assert not left, f"a killed corrald left behind (restart it to reconcile): {left}"
+        finally:
+            if self.proc.poll() is not None and not any(
+                    thing.startswith("mount") for thing in self.leftovers()):
+                shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
+def start_corrald(base_dir, extra_args=(), state_dir=None):
+    """Start a corrald of its own in ``base_dir`` and wait until it is ready."""
+    return Corrald(base_dir, extra_args, state_dir)
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.geteuid() != 0:
+        skip = pytest.mark.skip(reason="corrald needs root (namespaces, cgroups)")
+    elif not (BUILD / "corrald").exists():
+        skip = pytest.mark.skip(reason=f"no {BUILD}/corrald: run make (or set CORRAL_BUILD)")
+    else:
+        return
+    for item in items:
+        item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def corrald(tmp_path_factory):
+    d = start_corrald(tmp_path_factory.mktemp("corrald"))
+    yield d
+    live = d.live_sandboxes() if d.proc.poll() is None else []
+    d.teardown()
+    assert not live, f"tests left sandboxes behind: {[s['id'] for s in live]}"
+
+
+@pytest.fixture
+def corrald_factory(tmp_path):
+    """start(extra_args=(), state_dir=None) -> a Corrald of the test's own."""
+    started = []
+
+    def start(extra_args=(), state_dir=None):
+        d = start_corrald(tmp_path / f"corrald{len(started)}", extra_args, state_dir)
+        started.append(d)
+        return d
+
+    yield start
+    for d in started:
+        d.teardown()
+
+
+@pytest.fixture(scope="session")
+def client(corrald):
+    with corrald.client() as c:
+        yield c
+
+
+# Small, so that many fit the host's admission budget at once.
+SMALL = {"memory_mb": 128, "cpus": 0.25}
+
+
+@pytest.fixture
+def sandbox(client):
+    with client.create(**SMALL) as sb:
+        yield sb
