@@ -1,9 +1,15 @@
 """Faults of corrald itself: SIGKILL and restart, clean shutdown, lifetimes."""
 
+import glob
 import os
 import re
+import shutil
 import time
 from pathlib import Path
+
+import pytest
+
+import corral
 
 from conftest import SMALL
 
@@ -76,15 +82,21 @@ def test_ttl_and_idle_ttl(corrald_factory):
         busy.destroy()
 
 
-def test_failed_create_leaves_nothing(corrald_factory):
-    """A create that fails in the middle (a cwd for the image that cannot be
-    made: the init's mount fails) removes its cgroup and answers an error."""
-    d = corrald_factory(["--spawner", "/bin/false"]) if False else corrald_factory()
+def test_failed_create_leaves_nothing(corrald_factory, tmp_path):
+    """A create that fails half-way, in the sandbox's init after its cgroups,
+    namespaces and mounts were made, answers an error naming the step and
+    leaves none of them behind."""
+    images = tmp_path / "images"
+    root = images / "broken" / "rootfs"
+    (root / "bin").mkdir(parents=True)
+    shutil.copy("/bin/busybox", root / "bin" / "busybox")
+    (root / "dev").write_text("a file where /dev must be a directory")
+    d = corrald_factory(["--images-from", str(images)])
     with d.client() as c:
-        before = d.leftovers()
-        try:
-            c.create(image="busybox", disk_mb=0)
-        except Exception as e:  # noqa: BLE001 - any refusal is right here
-            assert getattr(e, "status", 400) == 400
+        with pytest.raises(corral.Error) as e:
+            c.create(image="broken", **SMALL)
+        assert e.value.status == 500 and "/dev" in e.value.message
         assert d.live_sandboxes() == []
-        assert d.leftovers() == before
+        assert not glob.glob(f"/sys/fs/cgroup/*/{d.cgroup_parent}/s*")
+        with c.create(**SMALL) as sb:  # and the host is fine
+            assert sb.exec("echo ok").stdout == b"ok\n"

@@ -204,7 +204,9 @@ static void close_fd(int *fd)
     }
 }
 
-/* Give back what corrald holds for a sandbox whose processes are all gone. */
+/* Give back what corrald holds for a sandbox whose processes are all gone.
+ * A destroyed sandbox's cgroup is kept for the next one of its slot; a
+ * failed create removes it, leaving nothing of the attempt. */
 static void release(struct crl_sandbox *sb, bool completed)
 {
     struct ctr_sandbox *c = sb->priv;
@@ -212,7 +214,7 @@ static void release(struct crl_sandbox *sb, bool completed)
     crl_timer_stop(h->loop, &c->drain_timer);
     crl_watch_stop(h->loop, &c->w_init);
     struct crl_err err = CRL_ERR_INIT;
-    if (c->cg && crl_cgroup_release(c->cg, false, &err) < 0)
+    if (c->cg && crl_cgroup_release(c->cg, !completed, &err) < 0)
         crl_warn(sb->id, "%s", err.msg);
     c->cg = NULL;
     if (c->netns_fd >= 0) {
