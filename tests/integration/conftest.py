@@ -7,9 +7,15 @@ Fixtures:
   client           a corral.Client on the shared daemon
   sandbox          a small fresh sandbox on the shared daemon, destroyed after
 
-A Corrald stops with SIGTERM; it must exit 0 and leave no cgroup, mount,
-process or sandbox of its own behind, or the run fails.  CORRAL_BUILD names
-the build directory (default: build/ of this tree).
+A Corrald has .url (unix), .tcp_url and .token, .pid, .state_dir, .build,
+.cgroup_parent, .log(), .client(tcp=False), .async_client(), .request() for
+raw HTTP, .sandboxes(**labels), .stop(sig), .kill() (a crash), .start()
+(again, on the same state, socket and cgroup parent) and .leftovers().  At
+the end it stops with SIGTERM; it must exit 0 and leave no cgroup, mount,
+process or sandbox of its own behind, or the run fails.  Each daemon has a
+cgroup parent of its own: corrald's start-up reconcile kills whatever sits
+under its parent.  CORRAL_BUILD names the build directory (default: build/
+of this tree); build/images is served when it exists.
 """
 
 import glob
@@ -86,8 +92,6 @@ class Corrald:
         self.token_file = self.base_dir / "token"
         self.token_file.write_text(TOKEN + "\n")
         self.token_file.chmod(0o600)
-        # Our own cgroup parent: corrald's start-up reconcile kills whatever
-        # sits under its parent, and other daemons run on this machine.
         self.cgroup_parent = f"corral-it-{os.getpid()}-{next(_serial)}"
         self.extra_args = list(extra_args)
         self.log_path = self.base_dir / "corrald.log"

@@ -3,6 +3,7 @@ HTTP, and the corral exceptions the SDK raises for them."""
 
 import asyncio
 import json
+import threading
 import uuid
 
 import pytest
@@ -121,9 +122,16 @@ def test_bad_exec(corrald, sandbox):
 def test_oversized_body(corrald, client, tag):
     big = b'{"env": {"X": "' + b"a" * (17 << 20) + b'"}}'
     check(corrald.request("POST", "/v1/sandboxes", big), 413, "payload_too_large")
-    with pytest.raises(corral.PayloadTooLarge) as e:
-        client.create(spec={"env": {"X": "a" * (17 << 20)}, "labels": {"probe": tag}})
-    check_exc(e, corral.PayloadTooLarge, 413, "payload_too_large")
+    # on kept-alive connections too (a few, from threads), again and again
+    threads = [threading.Thread(target=client.health) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for _ in range(3):
+        with pytest.raises(corral.PayloadTooLarge) as e:
+            client.create(spec={"env": {"X": "a" * (17 << 20)}, "labels": {"probe": tag}})
+        check_exc(e, corral.PayloadTooLarge, 413, "payload_too_large")
     assert client.health()["status"] == "ok"  # and the client goes on
 
     async def via_asyncio():

@@ -5,11 +5,12 @@ import base64
 import dataclasses
 import io
 import json
+import math
 import os
 import tarfile
 import urllib.parse
 
-from .errors import Error
+from .errors import Error, InvalidSpec
 
 DEFAULT_URL = "unix:///run/corral/corrald.sock"
 DEFAULT_TIMEOUT = 60.0  # seconds to wait for any answer but an exec's
@@ -37,20 +38,26 @@ def resolve_token(token):
 
 @dataclasses.dataclass
 class Call:
-    """One HTTP request: ``timeout`` None means wait as long as it takes."""
+    """One HTTP request.  ``timeout`` is how long to wait for its answer:
+    None for the client's timeout, math.inf for as long as it takes."""
 
     method: str
     target: str
     body: bytes = b""
     content_type: str = None
-    timeout: float = DEFAULT_TIMEOUT
+    timeout: float = None
+
+    def waiting(self, client_timeout):
+        """This call with its timeout resolved for a transport (None: no limit)."""
+        t = client_timeout if self.timeout is None else self.timeout
+        return dataclasses.replace(self, timeout=None if t == math.inf else t)
 
 
 def q(s):
     return urllib.parse.quote(str(s), safe="")
 
 
-def json_call(method, target, obj=None, timeout=DEFAULT_TIMEOUT):
+def json_call(method, target, obj=None, timeout=None):
     body = b"" if obj is None else json.dumps(obj).encode()
     return Call(method, target, body, "application/json" if obj is not None else None, timeout)
 
@@ -82,7 +89,7 @@ def list_target(labels):
 def exec_wait(timeout):
     """How long the client waits for a command that may run ``timeout`` seconds."""
     if timeout == 0:
-        return None
+        return math.inf
     return (SERVER_EXEC_TIMEOUT if timeout is None else timeout) + EXEC_GRACE
 
 
@@ -116,6 +123,13 @@ def write_call(sandbox_id, path, data, mode=None, user=None):
         mode = format(mode, "o")
     return file_call(sandbox_id, "PUT", path, bytes(data), "application/octet-stream",
                      mode=mode, user=user)
+
+
+def dir_tar(path, response):
+    """The tar of a directory read with GET .../files; a file is refused."""
+    if response.headers.get("x-corral-kind") != "directory":
+        raise InvalidSpec("invalid_argument", f"{path} is not a directory")
+    return response.body
 
 
 def tar_of(local_dir_or_tar):

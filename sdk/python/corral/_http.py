@@ -70,8 +70,10 @@ class Transport:
         if call.content_type:
             headers["Content-Type"] = call.content_type
         for attempt in range(2):
-            with self._lock:
-                conn = self._idle.pop() if self._idle else None
+            conn = None
+            if attempt == 0:
+                with self._lock:
+                    conn = self._idle.pop() if self._idle else None
             reused = conn is not None
             if not reused:
                 conn = (_UnixConnection(self.addr) if self.kind == "unix"
@@ -80,11 +82,11 @@ class Transport:
             if conn.sock:
                 conn.sock.settimeout(call.timeout)
             try:
-                response = self._receive(conn, self._send(conn, call, headers, reused), on_data)
+                response = self._receive(conn, self._send(conn, call, headers), on_data)
             except _Stale:
                 conn.close()
                 if reused and attempt == 0:
-                    continue  # it was idle too long: once more on a new connection
+                    continue  # it had been closed while idle: once more on a new connection
                 raise errors.Unavailable("unavailable", f"{self.url} closed the connection")
             except TimeoutError:
                 conn.close()
@@ -99,16 +101,15 @@ class Transport:
                 raise errors.from_response(response.status, response.headers, response.body)
             return response
 
-    def _send(self, conn, call, headers, reused):
+    @staticmethod
+    def _send(conn, call, headers):
         try:
             conn.request(call.method, call.target, body=call.body, headers=headers)
         except (BrokenPipeError, ConnectionResetError):
-            if reused:
-                raise _Stale()
-            # corrald may have answered before it read the whole body (413)
+            pass  # corrald may have answered before it read the whole body (413)
         try:
             return conn.getresponse()
-        except http.client.RemoteDisconnected:
+        except (http.client.RemoteDisconnected, ConnectionResetError):
             raise _Stale()
 
     def _receive(self, conn, resp, on_data):

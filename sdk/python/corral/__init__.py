@@ -1,0 +1,29 @@
+"""Python client for corrald, Corral's sandbox daemon (standard library only).
+
+    import corral
+    client = corral.Client()   # $CORRAL_URL / $CORRAL_TOKEN, else the local unix socket
+    with client.create(image="busybox", memory_mb=256) as sb:
+        r = sb.exec("echo hi; exit 3")
+        assert r.stdout == b"hi\\n" and r.exit_code == 3
+        sb.files.write("/tmp/a.txt", b"data")
+        sh = sb.session()
+        sh.run("cd /tmp")
+
+corral.AsyncClient offers the same from asyncio (see corral.aio).  Errors
+are corral.Error subclasses carrying the API's ``code``, ``message`` and
+HTTP ``status``.  The API itself is described in docs/api.md.
+"""
+
+from ._api import ExecResult
+from .aio import AsyncClient, AsyncFiles, AsyncSandbox, AsyncSession
+from .client import Client, Files, Sandbox, Session
+from .errors import (CapacityError, Conflict, Error, Forbidden, InternalError, InvalidSpec,
+                     MethodNotAllowed, NoSpace, NotFound, PayloadTooLarge, Timeout, Unauthorized,
+                     Unavailable, Unsupported)
+
+__all__ = [
+    "AsyncClient", "AsyncFiles", "AsyncSandbox", "AsyncSession", "CapacityError", "Client",
+    "Conflict", "Error", "ExecResult", "Files", "Forbidden", "InternalError", "InvalidSpec",
+    "MethodNotAllowed", "NoSpace", "NotFound", "PayloadTooLarge", "Sandbox", "Session", "Timeout",
+    "Unauthorized", "Unavailable", "Unsupported",
+]

@@ -1,0 +1,180 @@
+"""The asyncio transport: a small HTTP/1.1 client over asyncio streams
+(unix socket or TCP) with a pool of keep-alive connections.  It speaks just
+what corrald answers: Content-Length, chunked, or a body up to the close."""
+
+import asyncio
+
+from . import _api, errors
+from ._http import Response
+
+
+class _Stale(Exception):
+    """corrald closed the connection before it answered."""
+
+
+class _BadAnswer(Exception):
+    """The answer is not HTTP/1.1 as this client reads it."""
+
+
+# From this size on a request asks "Expect: 100-continue", so that a refusal
+# (413) comes back before the body is sent, not as a broken pipe after it.
+_EXPECT_MIN = 1 << 20
+
+
+class AsyncTransport:
+    """Sends Calls to corrald from one event loop; at most ``max_connections``
+    requests are in flight at once, the others wait for a connection."""
+
+    def __init__(self, url=None, token=None, max_connections=256):
+        self.kind, self.addr = _api.parse_url(url)
+        self.url = f"unix://{self.addr}" if self.kind == "unix" else "http://%s:%d" % self.addr
+        self._token = _api.resolve_token(token)
+        self._idle = []  # (reader, writer) pairs with nothing in flight
+        self._slots = asyncio.Semaphore(max_connections)
+
+    async def close(self):
+        idle, self._idle = self._idle, []
+        for _, writer in idle:
+            writer.close()
+
+    def _head(self, call):
+        lines = [f"{call.method} {call.target} HTTP/1.1", "Host: localhost",
+                 f"Content-Length: {len(call.body)}"]
+        if self._token:
+            lines.append(f"Authorization: Bearer {self._token}")
+        if call.content_type:
+            lines.append(f"Content-Type: {call.content_type}")
+        if len(call.body) >= _EXPECT_MIN:
+            lines.append("Expect: 100-continue")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+    async def request(self, call, on_data=None):
+        """Send ``call`` and return its Response, or raise its errors.Error.
+
+        With ``on_data`` (a coroutine function), a successful answer's body is
+        awaited into it piece by piece as it arrives; the Response's body is
+        empty.  ``call.timeout`` bounds the whole exchange.
+        """
+        async with self._slots:
+            for attempt in range(2):
+                conn = None
+                while attempt == 0 and self._idle and conn is None:
+                    conn = self._idle.pop()
+                    if conn[0].at_eof():
+                        conn[1].close()
+                        conn = None
+                reused = conn is not None
+                try:
+                    async with asyncio.timeout(call.timeout):
+                        if conn is None:
+                            conn = await self._connect()
+                        response, keep = await self._exchange(conn, call, on_data)
+                except _Stale:
+                    conn[1].close()
+                    if reused and attempt == 0:
+                        continue  # it had been closed while idle: once more on a new connection
+                    raise errors.Unavailable("unavailable", f"{self.url} closed the connection")
+                except TimeoutError:
+                    if conn:
+                        conn[1].close()
+                    raise errors.Timeout("timeout",
+                                         f"no answer from {self.url} in {call.timeout} s")
+                except (OSError, EOFError, _BadAnswer) as e:
+                    if conn:
+                        conn[1].close()
+                    raise errors.Unavailable("unavailable",
+                                             f"talking to {self.url}: {e!r}") from e
+                except BaseException:
+                    if conn:
+                        conn[1].close()  # cancelled, or on_data raised, mid-answer
+                    raise
+                if keep:
+                    self._idle.append(conn)
+                else:
+                    conn[1].close()
+                if response.status >= 400:
+                    raise errors.from_response(response.status, response.headers, response.body)
+                return response
+
+    @staticmethod
+    async def _read_head(reader):
+        """(status, headers with lower-case names, keep-alive) of an answer,
+        or None if the connection closed first."""
+        status_line = await reader.readline()
+        if not status_line:
+            return None
+        parts = status_line.split(None, 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+            raise _BadAnswer(f"status line {status_line!r}")
+        headers = {}
+        while (line := await reader.readline()) not in (b"\r\n", b"\n", b""):
+            name, _, value = line.decode("latin-1").partition(":")
+            headers[name.strip().lower()] = value.strip()
+        keep = parts[0] == b"HTTP/1.1" and headers.get("connection", "").lower() != "close"
+        return int(parts[1]), headers, keep
+
+    async def _connect(self):
+        if self.kind == "unix":
+            return await asyncio.open_unix_connection(self.addr)
+        return await asyncio.open_connection(*self.addr)
+
+    async def _exchange(self, conn, call, on_data):
+        reader, writer = conn
+        body = call.body
+        expect = len(body) >= _EXPECT_MIN
+        try:
+            writer.write(self._head(call))
+            if body and not expect:
+                writer.write(body)
+            await writer.drain()
+            answer = await self._read_head(reader)
+        except ConnectionError:
+            answer = None
+        if answer is None:
+            raise _Stale()  # not a byte of an answer: retried if the connection was reused
+        status, headers, keep = answer
+        if expect and status == 100:
+            writer.write(body)
+            await writer.drain()
+            answer = await self._read_head(reader)
+            if answer is None:
+                raise EOFError("the connection closed after 100 Continue")
+            status, headers, keep = answer
+        elif expect:
+            keep = False  # refused before the body was sent: the connection is spoilt
+
+        stream = on_data is not None and 200 <= status < 300
+        pieces = []
+
+        async def sink(piece):
+            if stream:
+                await on_data(piece)
+            else:
+                pieces.append(piece)
+
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            while True:
+                size_line = await reader.readline()
+                try:
+                    size = int(size_line.split(b";")[0], 16)
+                except ValueError:
+                    raise _BadAnswer(f"chunk size {size_line!r}") from None
+                if size == 0:
+                    while (await reader.readline()) not in (b"\r\n", b"\n", b""):
+                        pass  # trailers
+                    break
+                await sink(await reader.readexactly(size))
+                await reader.readexactly(2)
+        elif "content-length" in headers:
+            left = int(headers["content-length"])
+            while left:
+                piece = await reader.read(min(left, 1 << 20))
+                if not piece:
+                    raise EOFError(f"the answer ended {left} bytes short")
+                left -= len(piece)
+                await sink(piece)
+        else:
+            keep = False
+            while piece := await reader.read(1 << 20):
+                await sink(piece)
+        return Response(status, headers, b"".join(pieces)), keep

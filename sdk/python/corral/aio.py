@@ -1,0 +1,198 @@
+"""The asyncio client: the blocking client's methods as coroutines, so one
+event loop can drive thousands of sandboxes at once.
+
+    async with corral.AsyncClient() as client:
+        async with await client.create(image="busybox") as sb:
+            r = await sb.exec("echo hi")
+
+``create()`` is a coroutine that returns the ready AsyncSandbox; ``async
+with`` on it destroys it on exit.
+"""
+
+import inspect
+
+from . import _api, errors
+from ._aio_http import AsyncTransport
+from ._api import ExecResult, q
+
+
+class AsyncClient:
+    """Like Client, from an asyncio event loop.  ``max_connections`` bounds
+    the requests in flight at once (each running exec holds one)."""
+
+    def __init__(self, url=None, token=None, timeout=_api.DEFAULT_TIMEOUT, max_connections=256):
+        self._transport = AsyncTransport(url, token, max_connections)
+        self.url = self._transport.url
+        self.timeout = timeout
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.close()
+
+    async def close(self):
+        """Close the idle connections."""
+        await self._transport.close()
+
+    async def _call(self, call, on_data=None):
+        return await self._transport.request(call.waiting(self.timeout), on_data)
+
+    async def _json(self, method, target, obj=None):
+        return (await self._call(_api.json_call(method, target, obj))).json()
+
+    async def create(self, spec=None, **fields):
+        """Create a sandbox; see Client.create()."""
+        info = await self._json("POST", "/v1/sandboxes", _api.build_spec(spec, **fields))
+        return AsyncSandbox(self, info)
+
+    async def get(self, sandbox_id):
+        """The sandbox with this id (NotFound if corrald does not know it)."""
+        return AsyncSandbox(self, await self._json("GET", f"/v1/sandboxes/{q(sandbox_id)}"))
+
+    async def list(self, labels=None):
+        """Every sandbox corrald knows, or those with all of ``labels``."""
+        found = (await self._json("GET", _api.list_target(labels)))["sandboxes"]
+        return [AsyncSandbox(self, info) for info in found]
+
+    async def host(self):
+        """The host's capacity and use: a dict."""
+        return await self._json("GET", "/v1/host")
+
+    async def images(self):
+        """The images sandboxes can be created from: a list of dicts."""
+        return (await self._json("GET", "/v1/images"))["images"]
+
+    async def health(self):
+        """``{"status": "ok", "host_id": ...}`` when corrald is up."""
+        return await self._json("GET", "/healthz")
+
+    async def _exec(self, call, on_stdout, on_stderr):
+        if on_stdout is None and on_stderr is None:
+            return ExecResult.from_json((await self._call(call)).json())
+        decoder = _api.StreamDecoder()
+        callbacks = {"stdout": on_stdout, "stderr": on_stderr}
+
+        async def on_data(piece):
+            for stream, chunk in decoder.feed(piece):
+                if callbacks[stream]:
+                    done = callbacks[stream](chunk)
+                    if inspect.isawaitable(done):
+                        await done
+
+        await self._call(call, on_data)
+        return decoder.result()
+
+
+class AsyncSandbox:
+    """Like Sandbox, with coroutines; ``async with`` destroys it on exit."""
+
+    def __init__(self, client, info):
+        self.client = client
+        self.id = info["id"]
+        self.info = info
+        self.files = AsyncFiles(self)
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.destroy()
+
+    def __repr__(self):
+        return f"<corral.AsyncSandbox {self.id} {self.info.get('state')}>"
+
+    @property
+    def _path(self):
+        return f"/v1/sandboxes/{q(self.id)}"
+
+    async def inspect(self):
+        """The sandbox as corrald sees it now: a dict."""
+        self.info = await self.client._json("GET", self._path)
+        return self.info
+
+    async def destroy(self):
+        """Destroy the sandbox and wait until all of it is gone (idempotent)."""
+        try:
+            self.info = await self.client._json("DELETE", self._path)
+        except errors.NotFound:
+            pass
+
+    async def exec(self, cmd, stdin=None, env=None, cwd=None, user=None, timeout=None,
+                   max_output_bytes=None, on_stdout=None, on_stderr=None):
+        """Run a command; see Sandbox.exec().  ``on_stdout``/``on_stderr`` may
+        be plain functions or coroutine functions."""
+        call = _api.exec_call(f"{self._path}/exec", cmd, stdin=stdin, env=env, cwd=cwd, user=user,
+                              timeout=timeout, max_output_bytes=max_output_bytes,
+                              stream=on_stdout is not None or on_stderr is not None)
+        return await self.client._exec(call, on_stdout, on_stderr)
+
+    async def session(self, env=None, cwd=None, shell=None, user=None):
+        """Open an AsyncSession; see Sandbox.session()."""
+        body = {k: v for k, v in (("env", env), ("cwd", cwd), ("shell", shell), ("user", user))
+                if v is not None}
+        return AsyncSession(self, await self.client._json("POST", f"{self._path}/sessions", body))
+
+
+class AsyncFiles:
+    """A sandbox's files; see Files."""
+
+    def __init__(self, sandbox):
+        self._sb = sandbox
+
+    async def write(self, path, data, mode=None, user=None):
+        """Write bytes (or str) to a file; see Files.write()."""
+        resp = await self._sb.client._call(_api.write_call(self._sb.id, path, data, mode, user))
+        return resp.json()
+
+    async def read(self, path):
+        """A file's bytes."""
+        return (await self._sb.client._call(_api.file_call(self._sb.id, "GET", path))).body
+
+    async def put_dir(self, local_dir_or_tar, path):
+        """Copy a local directory (or tar bytes) into ``path``; see Files.put_dir()."""
+        call = _api.file_call(self._sb.id, "PUT", path, _api.tar_of(local_dir_or_tar),
+                              "application/x-tar")
+        return (await self._sb.client._call(call)).json()
+
+    async def get_dir(self, path):
+        """A directory's tree as tar bytes."""
+        resp = await self._sb.client._call(_api.file_call(self._sb.id, "GET", path))
+        return _api.dir_tar(path, resp)
+
+
+class AsyncSession:
+    """A shell in a sandbox; see Session.  ``async with`` closes it on exit."""
+
+    def __init__(self, sandbox, info):
+        self.sandbox = sandbox
+        self.session_id = info["session_id"]
+        self.alive = info["alive"]
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.close()
+
+    @property
+    def _path(self):
+        return f"{self.sandbox._path}/sessions/{q(self.session_id)}"
+
+    async def run(self, cmd, timeout=None, max_output_bytes=None, on_stdout=None,
+                  on_stderr=None):
+        """Run a shell command line in the session; see Session.run()."""
+        call = _api.exec_call(f"{self._path}/run", cmd, timeout=timeout,
+                              max_output_bytes=max_output_bytes,
+                              stream=on_stdout is not None or on_stderr is not None)
+        result = await self.sandbox.client._exec(call, on_stdout, on_stderr)
+        self.alive = result.session_alive
+        return result
+
+    async def close(self):
+        """End the session (nothing happens if it has ended already)."""
+        try:
+            await self.sandbox.client._json("DELETE", self._path)
+        except errors.NotFound:
+            pass
+        self.alive = False

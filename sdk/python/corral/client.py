@@ -1,0 +1,228 @@
+"""The blocking client: Client, Sandbox, Files, Session."""
+
+from . import _api, errors
+from ._api import ExecResult, q
+from ._http import Transport
+
+
+class Client:
+    """A connection to corrald.
+
+    ``url`` is ``unix:///path/to/corrald.sock`` or ``http://127.0.0.1:PORT``
+    (default: ``$CORRAL_URL``, else ``unix:///run/corral/corrald.sock``);
+    ``token`` is the bearer token the TCP listener needs (default:
+    ``$CORRAL_TOKEN``).  ``timeout`` is how many seconds to wait for an
+    answer, else errors.Timeout (an exec waits for its own timeout plus 30 s).  Connections are
+    kept alive in a pool, so threads may share one Client.
+    """
+
+    def __init__(self, url=None, token=None, timeout=_api.DEFAULT_TIMEOUT):
+        self._transport = Transport(url, token)
+        self.url = self._transport.url
+        self.timeout = timeout
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        """Close the idle connections (the client stays usable)."""
+        self._transport.close()
+
+    def _call(self, call, on_data=None):
+        return self._transport.request(call.waiting(self.timeout), on_data)
+
+    def _json(self, method, target, obj=None):
+        return self._call(_api.json_call(method, target, obj)).json()
+
+    def create(self, spec=None, **fields):
+        """Create a sandbox and return it once it is ready.
+
+        Keyword fields: backend, image, memory_mb, cpus, pids, disk_mb, ttl_s,
+        idle_ttl_s, labels, env, cwd, network; they go over ``spec``, a dict
+        in the form of docs/api.md.  Use the Sandbox as a context manager to
+        destroy it when done.
+        """
+        return Sandbox(self, self._json("POST", "/v1/sandboxes", _api.build_spec(spec, **fields)))
+
+    def get(self, sandbox_id):
+        """The sandbox with this id (NotFound if corrald does not know it)."""
+        return Sandbox(self, self._json("GET", f"/v1/sandboxes/{q(sandbox_id)}"))
+
+    def list(self, labels=None):
+        """Every sandbox corrald knows (destroyed ones for a while too), or
+        those with all of ``labels``."""
+        found = self._json("GET", _api.list_target(labels))["sandboxes"]
+        return [Sandbox(self, info) for info in found]
+
+    def host(self):
+        """The host's capacity and use: a dict."""
+        return self._json("GET", "/v1/host")
+
+    def images(self):
+        """The images sandboxes can be created from: a list of dicts."""
+        return self._json("GET", "/v1/images")["images"]
+
+    def health(self):
+        """``{"status": "ok", "host_id": ...}`` when corrald is up."""
+        return self._json("GET", "/healthz")
+
+    def _exec(self, call, on_stdout, on_stderr):
+        if on_stdout is None and on_stderr is None:
+            return ExecResult.from_json(self._call(call).json())
+        decoder = _api.StreamDecoder()
+        callbacks = {"stdout": on_stdout, "stderr": on_stderr}
+
+        def on_data(piece):
+            for stream, chunk in decoder.feed(piece):
+                if callbacks[stream]:
+                    callbacks[stream](chunk)
+
+        self._call(call, on_data)
+        return decoder.result()
+
+
+class Sandbox:
+    """One sandbox.  ``id`` is its id, ``info`` what corrald last said of it.
+
+    As a context manager it destroys the sandbox on exit.
+    """
+
+    def __init__(self, client, info):
+        self.client = client
+        self.id = info["id"]
+        self.info = info
+        self.files = Files(self)
+
+    @classmethod
+    def create(cls, spec=None, **fields):
+        """Client.create() on a Client made from the environment."""
+        return _default_client().create(spec, **fields)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.destroy()
+
+    def __repr__(self):
+        return f"<corral.Sandbox {self.id} {self.info.get('state')}>"
+
+    @property
+    def _path(self):
+        return f"/v1/sandboxes/{q(self.id)}"
+
+    def inspect(self):
+        """The sandbox as corrald sees it now (state, spec, usage, ...): a dict."""
+        self.info = self.client._json("GET", self._path)
+        return self.info
+
+    def destroy(self):
+        """Destroy the sandbox and wait until all of it is gone.  Destroying a
+        destroyed (or forgotten) sandbox does nothing."""
+        try:
+            self.info = self.client._json("DELETE", self._path)
+        except errors.NotFound:
+            pass
+
+    def exec(self, cmd, stdin=None, env=None, cwd=None, user=None, timeout=None,
+             max_output_bytes=None, on_stdout=None, on_stderr=None):
+        """Run a command and return its ExecResult.
+
+        ``cmd`` is a string (run by ``/bin/sh -c``) or an argv list.  ``stdin``
+        is bytes or str; ``user`` is ``"root"``, ``"UID"`` or ``"UID:GID"``;
+        ``timeout`` is in seconds (0: none; corrald's default is 300), after
+        which the command's whole process tree is killed and the result's
+        reason is ``"timeout"``.  ``on_stdout``/``on_stderr`` are called with
+        bytes as output arrives; the result has all of it too.
+        """
+        call = _api.exec_call(f"{self._path}/exec", cmd, stdin=stdin, env=env, cwd=cwd, user=user,
+                              timeout=timeout, max_output_bytes=max_output_bytes,
+                              stream=on_stdout is not None or on_stderr is not None)
+        return self.client._exec(call, on_stdout, on_stderr)
+
+    def session(self, env=None, cwd=None, shell=None, user=None):
+        """Open a shell Session that keeps its cwd and environment between
+        commands.  Use it as a context manager to close it when done."""
+        body = {k: v for k, v in (("env", env), ("cwd", cwd), ("shell", shell), ("user", user))
+                if v is not None}
+        return Session(self, self.client._json("POST", f"{self._path}/sessions", body))
+
+
+class Files:
+    """A sandbox's files: ``sandbox.files``.  Paths are absolute, without ``..``."""
+
+    def __init__(self, sandbox):
+        self._sb = sandbox
+
+    def write(self, path, data, mode=None, user=None):
+        """Write bytes (or str, as UTF-8) to a file, creating missing parent
+        directories; ``mode`` is an int (0o644) and ``user`` ``"UID[:GID]"``.
+        Returns ``{"path", "bytes"}``."""
+        return self._sb.client._call(_api.write_call(self._sb.id, path, data, mode, user)).json()
+
+    def read(self, path):
+        """A file's bytes."""
+        return self._sb.client._call(_api.file_call(self._sb.id, "GET", path)).body
+
+    def put_dir(self, local_dir_or_tar, path):
+        """Copy a local directory's contents (or extract a tar archive given as
+        bytes, optionally compressed) into the directory ``path``, created if
+        missing.  Returns ``{"path", "entries", "bytes"}``."""
+        call = _api.file_call(self._sb.id, "PUT", path, _api.tar_of(local_dir_or_tar),
+                              "application/x-tar")
+        return self._sb.client._call(call).json()
+
+    def get_dir(self, path):
+        """A directory's tree as tar bytes (open it with tarfile)."""
+        resp = self._sb.client._call(_api.file_call(self._sb.id, "GET", path))
+        return _api.dir_tar(path, resp)
+
+
+class Session:
+    """A shell in a sandbox: ``session_id``, and ``alive`` until it exits."""
+
+    def __init__(self, sandbox, info):
+        self.sandbox = sandbox
+        self.session_id = info["session_id"]
+        self.alive = info["alive"]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def _path(self):
+        return f"{self.sandbox._path}/sessions/{q(self.session_id)}"
+
+    def run(self, cmd, timeout=None, max_output_bytes=None, on_stdout=None, on_stderr=None):
+        """Run a shell command line in the session; see Sandbox.exec().  A
+        timeout kills what the command started but keeps the shell."""
+        call = _api.exec_call(f"{self._path}/run", cmd, timeout=timeout,
+                              max_output_bytes=max_output_bytes,
+                              stream=on_stdout is not None or on_stderr is not None)
+        result = self.sandbox.client._exec(call, on_stdout, on_stderr)
+        self.alive = result.session_alive
+        return result
+
+    def close(self):
+        """End the session (nothing happens if it has ended already)."""
+        try:
+            self.sandbox.client._json("DELETE", self._path)
+        except errors.NotFound:
+            pass
+        self.alive = False
+
+
+_default = None
+
+
+def _default_client():
+    global _default
+    if _default is None:
+        _default = Client()
+    return _default

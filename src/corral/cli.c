@@ -1,0 +1,373 @@
+#include "cli.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../lib/core/spec.h"
+#include "../../lib/util/buf.h"
+#include "../../lib/util/cleanup.h"
+#include "../../lib/util/fdio.h"
+
+#define STDIN_MAX (12u << 20) /* base64 of it must fit corrald's 16 MiB body limit */
+
+volatile sig_atomic_t crl_cli_interrupted;
+
+/* ---- reporting ---- */
+
+int crl_cli_fail(const struct crl_err *err)
+{
+    fflush(stdout);
+    fprintf(stderr, "corral: %s\n", err->msg[0] ? err->msg : "failed");
+    return CRL_EXIT_FAIL;
+}
+
+int crl_cli_failf(const char *fmt, ...)
+{
+    struct crl_err err = CRL_ERR_INIT;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err.msg, sizeof(err.msg), fmt, ap);
+    va_end(ap);
+    return crl_cli_fail(&err);
+}
+
+int crl_cli_usage(const char *cmd, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+    if (cmd)
+        fprintf(stderr, "corral: %s: %s; see 'corral %s --help'\n", cmd, msg, cmd);
+    else
+        fprintf(stderr, "corral: %s; see 'corral --help'\n", msg);
+    return CRL_EXIT_USAGE;
+}
+
+int crl_cli_bad_option(const char *cmd, char **argv, int c)
+{
+    const char *arg = optind > 0 ? argv[optind - 1] : "?";
+    if (c == ':')
+        return crl_cli_usage(cmd, "option '%s' needs a value", arg);
+    if (optopt && optopt < 0x100)
+        return crl_cli_usage(cmd, "unknown option '-%c'", optopt);
+    return crl_cli_usage(cmd, "unknown option '%s'", arg);
+}
+
+int crl_cli_help(const char *text)
+{
+    fputs(text, stdout);
+    return 0;
+}
+
+int crl_cli_connect(struct crl_client **c)
+{
+    struct crl_err err = CRL_ERR_INIT;
+    if (crl_client_open(NULL, NULL, c, &err) < 0)
+        return crl_cli_fail(&err);
+    return 0;
+}
+
+void crl_cli_print_json(json_t *j)
+{
+    json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    putchar('\n');
+}
+
+const char *crl_cli_bytes(double bytes, char *buf, size_t cap)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    size_t u = 0;
+    while (bytes >= 1024 && u + 1 < CRL_ARRAY_SIZE(units)) {
+        bytes /= 1024;
+        u++;
+    }
+    snprintf(buf, cap, u ? "%.1f %s" : "%.0f %s", bytes, units[u]);
+    return buf;
+}
+
+const char *crl_cli_age(const char *rfc3339, char *buf, size_t cap)
+{
+    struct tm tm = {0};
+    const char *end = rfc3339 ? strptime(rfc3339, "%Y-%m-%dT%H:%M:%S", &tm) : NULL;
+    if (!end) {
+        snprintf(buf, cap, "-");
+        return buf;
+    }
+    double age = difftime(time(NULL), timegm(&tm));
+    if (age < 0)
+        age = 0;
+    if (age < 120)
+        snprintf(buf, cap, "%.0fs", age);
+    else if (age < 2 * 3600)
+        snprintf(buf, cap, "%.0fm", age / 60);
+    else if (age < 2 * 86400)
+        snprintf(buf, cap, "%.0fh", age / 3600);
+    else
+        snprintf(buf, cap, "%.0fd", age / 86400);
+    return buf;
+}
+
+const char *crl_cli_str(json_t *obj, const char *key, const char *dflt)
+{
+    const char *s = json_string_value(json_object_get(obj, key));
+    return s ? s : dflt;
+}
+
+/* ---- flags ---- */
+
+int crl_cli_parse_int(const char *flag, const char *s, long long lo, long long hi, long long *out,
+                      struct crl_err *err)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end)
+        return crl_err_set(err, CRL_E_INVALID, "%s needs an integer, not '%s'", flag, s);
+    if (v < lo || v > hi)
+        return crl_err_set(err, CRL_E_INVALID, "%s needs an integer from %lld to %lld, not '%s'",
+                           flag, lo, hi, s);
+    *out = v;
+    return 0;
+}
+
+int crl_cli_parse_double(const char *flag, const char *s, double lo, double hi, double *out,
+                         struct crl_err *err)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v))
+        return crl_err_set(err, CRL_E_INVALID, "%s needs a number, not '%s'", flag, s);
+    if (v < lo || v > hi)
+        return crl_err_set(err, CRL_E_INVALID, "%s needs a number from %g to %g, not '%s'", flag,
+                           lo, hi, s);
+    *out = v;
+    return 0;
+}
+
+int crl_cli_parse_kv(const char *flag, const char *s, json_t *obj, struct crl_err *err)
+{
+    const char *eq = strchr(s, '=');
+    if (!eq || eq == s)
+        return crl_err_set(err, CRL_E_INVALID, "%s needs KEY=VALUE, not '%s'", flag, s);
+    cleanup_free char *key = strndup(s, (size_t)(eq - s));
+    if (!key || json_object_set_new(obj, key, json_string(eq + 1)) < 0)
+        return crl_err_set(err, CRL_E_INVALID, "%s: '%s' is not valid UTF-8 text", flag, s);
+    return 0;
+}
+
+/* The object at spec[key], created if missing. */
+static json_t *sub_object(json_t *spec, const char *key)
+{
+    json_t *o = json_object_get(spec, key);
+    if (!o) {
+        o = json_object();
+        json_object_set_new(spec, key, o);
+    }
+    return o;
+}
+
+static const struct {
+    int opt;
+    const char *flag;
+    const char *field; /* where it goes in the spec, and how corrald's messages name it */
+} spec_flags[] = {
+    {CRL_CLI_OPT_BACKEND, "--backend", "backend"},
+    {CRL_CLI_OPT_IMAGE, "--image", "image"},
+    {CRL_CLI_OPT_CPUS, "--cpus", "resources.cpus"},
+    {CRL_CLI_OPT_MEMORY, "--memory-mb", "resources.memory_mb"},
+    {CRL_CLI_OPT_PIDS, "--pids", "resources.pids"},
+    {CRL_CLI_OPT_DISK, "--disk-mb", "resources.disk_mb"},
+    {CRL_CLI_OPT_IDLE_TTL, "--idle-ttl", "idle_ttl_s"}, /* before ttl_s, its suffix */
+    {CRL_CLI_OPT_TTL, "--ttl", "ttl_s"},
+    {CRL_CLI_OPT_LABEL, "--label", "label"},
+    {CRL_CLI_OPT_ENV, "--env", "env"},
+    {CRL_CLI_OPT_CWD, "--cwd", "cwd"},
+};
+
+int crl_cli_spec_flag(json_t *spec, int opt, const char *arg, struct crl_err *err)
+{
+    const char *flag = NULL, *field = NULL;
+    for (size_t i = 0; i < CRL_ARRAY_SIZE(spec_flags); i++)
+        if (spec_flags[i].opt == opt) {
+            flag = spec_flags[i].flag;
+            field = spec_flags[i].field;
+        }
+    if (!flag)
+        return crl_err_set(err, CRL_E_INTERNAL, "not a spec flag: %d", opt);
+    long long n;
+    double x;
+    switch (opt) {
+    case CRL_CLI_OPT_BACKEND:
+    case CRL_CLI_OPT_IMAGE:
+    case CRL_CLI_OPT_CWD:
+        json_object_set_new(spec, field, json_string(arg));
+        if (!json_object_get(spec, field))
+            return crl_err_set(err, CRL_E_INVALID, "%s: '%s' is not valid UTF-8 text", flag, arg);
+        return 0;
+    case CRL_CLI_OPT_CPUS:
+        /* ranges are the spec's to check, in crl_cli_spec_check() */
+        if (crl_cli_parse_double(flag, arg, -HUGE_VAL, HUGE_VAL, &x, err) < 0)
+            return -1;
+        return json_object_set_new(sub_object(spec, "resources"), "cpus", json_real(x));
+    case CRL_CLI_OPT_MEMORY:
+    case CRL_CLI_OPT_PIDS:
+    case CRL_CLI_OPT_DISK:
+        if (crl_cli_parse_int(flag, arg, LLONG_MIN, LLONG_MAX, &n, err) < 0)
+            return -1;
+        return json_object_set_new(sub_object(spec, "resources"), field + strlen("resources."),
+                                   json_integer(n));
+    case CRL_CLI_OPT_TTL:
+    case CRL_CLI_OPT_IDLE_TTL:
+        if (crl_cli_parse_int(flag, arg, LLONG_MIN, LLONG_MAX, &n, err) < 0)
+            return -1;
+        return json_object_set_new(spec, field, json_integer(n));
+    case CRL_CLI_OPT_LABEL: return crl_cli_parse_kv(flag, arg, sub_object(spec, "labels"), err);
+    case CRL_CLI_OPT_ENV: return crl_cli_parse_kv(flag, arg, sub_object(spec, "env"), err);
+    }
+    return crl_err_set(err, CRL_E_INTERNAL, "not a spec flag: %d", opt);
+}
+
+int crl_cli_spec_check(json_t *spec, struct crl_err *err)
+{
+    struct crl_spec s;
+    if (crl_spec_from_json(spec, &s, err) == 0) {
+        crl_spec_free(&s);
+        return 0;
+    }
+    /* corrald's messages name JSON fields; name the flag that set it. */
+    for (size_t i = 0; i < CRL_ARRAY_SIZE(spec_flags); i++) {
+        size_t n = strlen(spec_flags[i].field);
+        if (strncmp(err->msg, spec_flags[i].field, n) == 0 && strchr(" .:s", err->msg[n])) {
+            crl_err_prefix(err, "%s", spec_flags[i].flag);
+            break;
+        }
+    }
+    return -1;
+}
+
+/* ---- running commands ---- */
+
+static int read_stdin(json_t *req, struct crl_err *err)
+{
+    struct crl_buf b;
+    crl_buf_init(&b, CRL_BUF_UNBOUNDED);
+    char chunk[65536];
+    for (;;) {
+        ssize_t n = read(STDIN_FILENO, chunk, sizeof(chunk));
+        if (n < 0 && errno == EINTR && !crl_cli_interrupted)
+            continue;
+        if (n < 0) {
+            crl_buf_free(&b);
+            return crl_err_sys(err, errno, "reading stdin");
+        }
+        if (n == 0)
+            break;
+        if (b.len + (size_t)n > STDIN_MAX) {
+            crl_buf_free(&b);
+            return crl_err_set(err, CRL_E_TOO_LARGE,
+                               "stdin is larger than %u MiB; copy it in with 'corral cp' instead",
+                               STDIN_MAX >> 20);
+        }
+        if (crl_buf_append(&b, chunk, (size_t)n) < 0) {
+            crl_buf_free(&b);
+            return crl_err_sys(err, ENOMEM, "reading stdin");
+        }
+    }
+    int rc = 0;
+    if (crl_utf8_valid(b.data ? b.data : "", b.len)) {
+        rc = json_object_set_new(req, "stdin", json_stringn(b.data ? b.data : "", b.len));
+    } else {
+        size_t len;
+        cleanup_free char *enc = crl_base64_encode(b.data, b.len, &len);
+        rc = enc ? json_object_set_new(req, "stdin_b64", json_stringn(enc, len)) : -1;
+    }
+    crl_buf_free(&b);
+    if (rc < 0)
+        return crl_err_sys(err, ENOMEM, "encoding stdin");
+    return 0;
+}
+
+int crl_cli_exec_request(const struct crl_cli_exec *o, int argc, char **argv, json_t **out,
+                         struct crl_err *err)
+{
+    json_t *req = json_object();
+    json_t *cmd = json_array();
+    json_object_set_new(req, "cmd", cmd);
+    for (int i = 0; i < argc; i++) {
+        json_t *s = json_string(argv[i]);
+        if (!s) {
+            json_decref(req);
+            return crl_err_set(err, CRL_E_INVALID, "argument '%s' is not valid UTF-8", argv[i]);
+        }
+        json_array_append_new(cmd, s);
+    }
+    if (o->env && json_object_size(o->env))
+        json_object_set(req, "env", o->env);
+    if (o->cwd)
+        json_object_set_new(req, "cwd", json_string(o->cwd));
+    if (o->user)
+        json_object_set_new(req, "user", json_string(o->user));
+    if (o->timeout_s >= 0)
+        json_object_set_new(req, "timeout_s", json_real(o->timeout_s));
+    if (o->forward_stdin && read_stdin(req, err) < 0) {
+        json_decref(req);
+        return -1;
+    }
+    *out = req;
+    return 0;
+}
+
+int crl_cli_write_output(void *ctx, enum crl_client_fd which, const char *data, size_t len,
+                         struct crl_err *err)
+{
+    int fd = which == CRL_CLIENT_STDERR ? STDERR_FILENO : STDOUT_FILENO;
+    if (crl_write_full(fd, data, len) < 0)
+        return crl_err_sys(err, errno, "writing the command's %s",
+                           fd == STDOUT_FILENO ? "stdout" : "stderr");
+    return 0;
+}
+
+int crl_cli_result_status(json_t *result, struct crl_err *err)
+{
+    int status = crl_client_exit_status(result);
+    if (status < 0)
+        return crl_err_set(err, CRL_E_INTERNAL, "corrald's result has no exit status");
+    const char *reason = json_string_value(json_object_get(result, "reason"));
+    double secs = json_number_value(json_object_get(result, "duration_s"));
+    if (strcmp(reason, "timeout") == 0)
+        fprintf(stderr, "corral: the command timed out after %.1f s and was killed\n", secs);
+    else if (strcmp(reason, "oom") == 0)
+        fprintf(stderr, "corral: the command was killed: out of memory (the sandbox's limit)\n");
+    else if (strcmp(reason, "killed") == 0)
+        fprintf(stderr, "corral: the command was killed: its sandbox was destroyed\n");
+    if (json_is_true(json_object_get(result, "truncated")))
+        fprintf(stderr, "corral: output past max_output_bytes was dropped\n");
+    return status;
+}
+
+static void on_signal(int sig)
+{
+    crl_cli_interrupted = sig;
+}
+
+void crl_cli_catch_signals(struct crl_client *c)
+{
+    struct sigaction sa = {.sa_handler = on_signal}; /* no SA_RESTART: reads return EINTR */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    if (c)
+        crl_client_set_cancel(c, &crl_cli_interrupted);
+}

@@ -1,0 +1,139 @@
+/* corral sh: an interactive session in a sandbox.  Each line typed runs in
+ * one shell that keeps its working directory and environment; Ctrl-C stops
+ * the running command, not the session. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../lib/util/cleanup.h"
+#include "cli.h"
+
+static const char help[] =
+    "usage: corral sh [OPTIONS] ID\n"
+    "\n"
+    "Open a shell session in sandbox ID and run each line read from stdin in it,\n"
+    "printing its output as it comes (the prompt is 'corral:ID$ ' on a terminal).\n"
+    "The session keeps its working directory and environment between lines.\n"
+    "End of input or 'exit' ends it; corral exits with the last command's status.\n"
+    "\n"
+    "  --timeout S         kill each command after S seconds (default 300; 0: none)\n"
+    "  --env K=V           an environment variable of the session (repeatable)\n"
+    "  --cwd DIR           its starting directory\n"
+    "  --user U            root, UID or UID:GID (default root)\n"
+    "  --shell PATH        the shell (default /bin/sh)\n";
+
+int crl_cmd_sh(int argc, char **argv)
+{
+    enum { OPT_TIMEOUT = CRL_CLI_OPT_OTHER, OPT_ENV, OPT_CWD, OPT_USER, OPT_SHELL };
+    static const struct option opts[] = {{"timeout", required_argument, 0, OPT_TIMEOUT},
+                                         {"env", required_argument, 0, OPT_ENV},
+                                         {"cwd", required_argument, 0, OPT_CWD},
+                                         {"user", required_argument, 0, OPT_USER},
+                                         {"shell", required_argument, 0, OPT_SHELL},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    struct crl_err err = CRL_ERR_INIT;
+    json_auto_t *open_req = json_object();
+    json_auto_t *env = json_object();
+    double timeout_s = -1;
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (c) {
+        case OPT_TIMEOUT:
+            if (crl_cli_parse_double("--timeout", optarg, 0, 86400, &timeout_s, &err) < 0)
+                return crl_cli_usage(argv[0], "%s", err.msg);
+            break;
+        case OPT_ENV:
+            if (crl_cli_parse_kv("--env", optarg, env, &err) < 0)
+                return crl_cli_usage(argv[0], "%s", err.msg);
+            break;
+        case OPT_CWD: json_object_set_new(open_req, "cwd", json_string(optarg)); break;
+        case OPT_USER: json_object_set_new(open_req, "user", json_string(optarg)); break;
+        case OPT_SHELL: json_object_set_new(open_req, "shell", json_string(optarg)); break;
+        case 'h': return crl_cli_help(help);
+        default: return crl_cli_bad_option(argv[0], argv, c);
+        }
+    }
+    if (optind == argc)
+        return crl_cli_usage(argv[0], "needs a sandbox id");
+    if (optind + 1 < argc)
+        return crl_cli_usage(argv[0], "unexpected argument '%s'", argv[optind + 1]);
+    const char *id = argv[optind];
+    if (!crl_client_id_ok(id))
+        return crl_cli_usage(argv[0], "'%s' is not a sandbox id", id);
+    if (json_object_size(env))
+        json_object_set(open_req, "env", env);
+
+    cleanup_client struct crl_client *cl = NULL;
+    if (crl_cli_connect(&cl) != 0)
+        return CRL_EXIT_FAIL;
+    char sid[64];
+    if (crl_client_session_open(cl, id, open_req, sid, sizeof(sid), &err) < 0)
+        return crl_cli_fail(&err);
+    crl_cli_catch_signals(cl);
+
+    bool tty = isatty(STDIN_FILENO);
+    bool alive = true;
+    int status = 0;
+    cleanup_free char *line = NULL;
+    size_t cap = 0;
+    while (alive) {
+        if (tty) {
+            fprintf(stderr, "corral:%s$ ", id);
+            fflush(stderr);
+        }
+        errno = 0;
+        ssize_t n = getline(&line, &cap, stdin);
+        if (n < 0 && errno == EINTR) { /* Ctrl-C at the prompt: a fresh prompt */
+            clearerr(stdin);
+            crl_cli_interrupted = 0;
+            if (tty)
+                fputc('\n', stderr);
+            continue;
+        }
+        if (n < 0)
+            break;
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+            line[--n] = 0;
+        if (strspn(line, " \t") == (size_t)n)
+            continue;
+        json_auto_t *req = json_pack("{s:s}", "cmd", line);
+        json_auto_t *result = NULL;
+        if (!req) {
+            fprintf(stderr, "corral: the line is not valid UTF-8\n");
+            status = CRL_EXIT_FAIL;
+            continue;
+        }
+        if (timeout_s >= 0)
+            json_object_set_new(req, "timeout_s", json_real(timeout_s));
+        if (crl_client_session_run_stream(cl, id, sid, req, crl_cli_write_output, NULL, &result,
+                                          &err) < 0) {
+            if (crl_cli_interrupted) { /* the command is killed; the session goes on */
+                status = 128 + crl_cli_interrupted;
+                crl_cli_interrupted = 0;
+                fputc('\n', stderr);
+                continue;
+            }
+            crl_cli_fail(&err);
+            status = CRL_EXIT_FAIL;
+            /* A session or sandbox that is gone will not come back. */
+            if (err.code == CRL_E_NOT_FOUND || err.code == CRL_E_UNAVAILABLE)
+                return status;
+            continue;
+        }
+        status = crl_cli_result_status(result, &err);
+        if (status < 0)
+            status = crl_cli_fail(&err);
+        alive = !json_is_false(json_object_get(result, "session_alive"));
+    }
+    if (tty && alive)
+        fputc('\n', stderr);
+    /* An ended session stays listed until it is closed. */
+    crl_client_set_cancel(cl, NULL);
+    if (crl_client_session_close(cl, id, sid, &err) < 0 && err.code != CRL_E_NOT_FOUND)
+        crl_cli_fail(&err);
+    return status;
+}
