@@ -32,12 +32,13 @@ LIB_OBJ := $(LIB_SRC:%.c=$(B)/obj/%.o)
 LIB := $(B)/libcorral.a
 
 CORRALD_SRC := $(wildcard src/corrald/*.c)
+# corral-init is freestanding (no libc): built by its own rule below.
 CORRAL_SRC := $(wildcard src/corral/*.c)
 SPAWNER_SRC := $(wildcard src/corral-spawner/*.c)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 
-BINS := $(B)/corrald $(B)/corral $(B)/corral-spawner $(B)/corral-probe
+BINS := $(B)/corrald $(B)/corral $(B)/corral-spawner $(B)/corral-init $(B)/corral-probe
 
 .PHONY: all clean check check-unit check-integration check-san check-style deps images \
         demo bench leakcheck fuzz
@@ -63,6 +64,13 @@ $(B)/corral-spawner: $(SPAWNER_SRC:%.c=$(B)/obj/%.o) $(LIB)
 $(B)/corral-probe: tests/probe/probe.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -static -o $@ $<
+
+# A sandbox's PID 1 after its root is built: freestanding and tiny, so a
+# sandbox's init owns a few pages of its own.  Never sanitized.
+$(B)/corral-init: src/corral-init/main.c lib/util/rawsys.h lib/backend/container/spawn_proto.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 -Os -Wall -Wextra -Werror -D_GNU_SOURCE -static -nostdlib \
+	    -fno-stack-protector -fno-asynchronous-unwind-tables -fno-builtin -o $@ $<
 
 $(B)/tests/test_%: tests/unit/test_%.c tests/unit/tap.h $(LIB)
 	@mkdir -p $(dir $@)

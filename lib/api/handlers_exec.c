@@ -154,7 +154,6 @@ void crl_h_session_run(struct crl_req *r)
     if (crl_session_run(s, &req, req.stream ? &stream_cbs : &buffered_cbs, r, &err) < 0) {
         r->pending--;
         r->session = NULL;
-        crl_exec_req_free(&req);
         crl_req_error(r, &err);
     }
 }

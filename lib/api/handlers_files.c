@@ -1,7 +1,10 @@
 /* GET and PUT .../files?path=P: one file as raw bytes, or a directory as a
- * tar stream, both ways.  The path is opened inside the sandbox by the
- * backend (lib/core/path.h); bytes then flow between that descriptor and
- * the connection without a copy in between where the kernel allows. */
+ * tar stream, both ways.
+ *
+ * A read opens the path inside the sandbox (lib/core/path.h) and sends the
+ * descriptor with sendfile.  Everything else streams through a helper the
+ * backend runs inside the sandbox, so what an upload writes is charged to
+ * the sandbox's memory and disk and is done with its user's rights. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -22,54 +25,60 @@ static bool is_put(struct crl_req *r)
     return strcmp(r->method, "PUT") == 0;
 }
 
-/* ?user=UID[:GID] (default root); ?mode=0644 (octal). */
+/* ?path=, ?user=UID[:GID] (default root), ?mode=0644 (octal). */
 static int parse_params(struct crl_req *r, struct crl_err *err)
 {
     const char *path = crl_req_query(r, "path");
     if (crl_path_check(path, "path", err) < 0)
         return -1;
     snprintf(r->path, sizeof(r->path), "%s", path);
-    r->open.path = r->path;
-    r->open.uid = r->open.gid = 0;
+    struct crl_user u = {0, 0};
     const char *user = crl_req_query(r, "user");
-    if (user) {
-        struct crl_user u;
-        if (crl_user_parse(user, &u, err) < 0)
-            return -1;
-        r->open.uid = u.uid;
-        r->open.gid = u.gid;
-    }
-    r->open.mode = 0644;
+    if (user && crl_user_parse(user, &u, err) < 0)
+        return -1;
+    r->open.path = r->stream.path = r->path;
+    r->open.uid = r->stream.uid = u.uid;
+    r->open.gid = r->stream.gid = u.gid;
+    r->stream.mode = 0644;
     const char *mode = crl_req_query(r, "mode");
     if (mode) {
         char *end;
         unsigned long m = strtoul(mode, &end, 8);
         if (!*mode || *end || m > 07777)
             return crl_err_set(err, CRL_E_INVALID, "mode '%s' is not an octal file mode", mode);
-        r->open.mode = (mode_t)m;
+        r->stream.mode = (mode_t)m;
     }
     return 0;
 }
 
-/* ---- directory as tar ---- */
+static int begin(struct crl_req *r, struct crl_err *err)
+{
+    if (crl_req_sandbox(r, err) < 0 || parse_params(r, err) < 0 ||
+        crl_sandbox_check_ready(r->sb, err) < 0)
+        return -1;
+    crl_sandbox_touch(r->sb);
+    return 0;
+}
 
-static void tar_finish(struct crl_req *r);
+/* ---- streams ---- */
+
+static void stream_finish(struct crl_req *r);
 
 static void tar_out_readable(struct crl_watch *w, uint32_t ev)
 {
     struct crl_req *r = w->data;
     char buf[65536];
     while (r->out.len < TAR_READAHEAD) {
-        ssize_t n = read(r->tar.data_fd, buf, sizeof(buf));
+        ssize_t n = read(r->stream.data_fd, buf, sizeof(buf));
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && errno == EAGAIN)
             return;
         if (n <= 0) {
             crl_watch_stop(r->api->host->loop, &r->w);
-            close(r->tar.data_fd);
-            r->tar.data_fd = -1;
-            tar_finish(r);
+            close(r->stream.data_fd);
+            r->stream.data_fd = -1;
+            stream_finish(r);
             return;
         }
         r->bytes += (uint64_t)n;
@@ -79,77 +88,111 @@ static void tar_out_readable(struct crl_watch *w, uint32_t ev)
     crl_watch_modify(r->api->host->loop, &r->w, 0);
 }
 
-static void tar_out_drained(struct crl_req *r)
+void crl_h_files_drained(struct crl_req *r)
 {
-    if (r->w.active && r->out.len < TAR_READAHEAD / 2)
+    if (r->route.ep == CRL_EP_FILES && r->stream.kind == CRL_STREAM_TAR_OUT && r->w.active &&
+        r->out.len < TAR_READAHEAD / 2)
         crl_watch_modify(r->api->host->loop, &r->w, EPOLLIN);
 }
 
+/* The helper's last line: an error message, or "bytes=N" / "entries=N". */
 static void read_msg(struct crl_req *r, char *msg, size_t cap)
 {
     msg[0] = 0;
-    if (r->tar.msg_fd < 0)
+    if (r->stream.msg_fd < 0)
         return;
-    crl_set_nonblock(r->tar.msg_fd, 1);
-    ssize_t n = read(r->tar.msg_fd, msg, cap - 1);
+    crl_set_nonblock(r->stream.msg_fd, 1);
+    ssize_t n = read(r->stream.msg_fd, msg, cap - 1);
     msg[n > 0 ? n : 0] = 0;
     char *nl = strrchr(msg, '\n');
     if (nl && nl[1] == 0)
         *nl = 0;
 }
 
-/* Both the stream's end and the helper's exit are needed to finish. */
-static void tar_finish(struct crl_req *r)
+static enum crl_errc status_errc(int code)
 {
-    if (!r->tar_exited || (!r->tar.in && r->tar.data_fd >= 0))
+    switch (code) {
+    case CRL_STREAM_BAD_INPUT:
+    case CRL_STREAM_NOTDIR:
+    case CRL_STREAM_ISDIR: return CRL_E_INVALID;
+    case CRL_STREAM_NOENT: return CRL_E_NOT_FOUND;
+    case CRL_STREAM_DENIED: return CRL_E_FORBIDDEN;
+    case CRL_STREAM_NOSPACE: return CRL_E_NO_SPACE;
+    case 128 + 9: return CRL_E_NO_SPACE; /* killed: the sandbox ran out of memory */
+    default: return CRL_E_INTERNAL;
+    }
+}
+
+/* Both the end of the bytes and the helper's exit are needed to answer. */
+static void stream_finish(struct crl_req *r)
+{
+    if (!r->stream_exited || r->stream.data_fd >= 0)
         return;
     char msg[512];
     read_msg(r, msg, sizeof(msg));
-    close(r->tar.msg_fd);
-    r->tar.msg_fd = -1;
+    close(r->stream.msg_fd);
+    r->stream.msg_fd = -1;
     if (r->gone)
         return;
-    if (!r->tar.in) {
-        if (r->tar_code != 0)
+    int code = r->stream_code;
+    if (r->stream.kind == CRL_STREAM_TAR_OUT) {
+        if (code != CRL_STREAM_OK)
             crl_warn(r->sb->id, "tar of %s failed after %" PRIu64 " bytes: %s", r->path, r->bytes,
                      msg);
-        crl_req_stream_end(r, r->tar_code != 0);
+        crl_req_stream_end(r, code != CRL_STREAM_OK);
         return;
     }
     struct crl_err err = CRL_ERR_INIT;
-    if (r->upload_failed) {
-        crl_req_error(r, &r->upload_err);
-    } else if (r->tar_code == 0) {
-        unsigned long entries = 0;
-        sscanf(msg, "entries=%lu", &entries);
-        crl_req_json(r, 200,
-                     json_pack("{s:s, s:I, s:I}", "path", r->path, "entries", (json_int_t)entries,
-                               "bytes", (json_int_t)r->bytes));
-    } else {
-        crl_err_set(&err,
-                    r->tar_code == 2   ? CRL_E_INVALID
-                    : r->tar_code == 4 ? CRL_E_INVALID
-                                       : CRL_E_INTERNAL,
-                    "extracting into %s: %s", r->path, msg[0] ? msg : "the tar helper failed");
-        crl_req_error(r, &err);
+    if (code == CRL_STREAM_OK && !r->upload_failed) {
+        unsigned long long n = 0;
+        if (r->stream.kind == CRL_STREAM_TAR_IN) {
+            sscanf(msg, "entries=%llu", &n);
+            crl_req_json(r, 200,
+                         json_pack("{s:s, s:I, s:I}", "path", r->path, "entries", (json_int_t)n,
+                                   "bytes", (json_int_t)r->bytes));
+        } else {
+            sscanf(msg, "bytes=%llu", &n);
+            crl_req_json(r, 200, json_pack("{s:s, s:I}", "path", r->path, "bytes", (json_int_t)n));
+        }
+        return;
     }
+    if (code == CRL_STREAM_OK) {
+        crl_req_error(r, &r->upload_err);
+        return;
+    }
+    enum crl_errc ec = status_errc(code);
+    if (code == 128 + 9)
+        snprintf(msg, sizeof(msg), "the sandbox ran out of memory (memory_mb) while writing");
+    crl_err_set(&err, ec, "%s %s: %s",
+                r->stream.kind == CRL_STREAM_TAR_IN ? "extracting into" : "writing", r->path,
+                msg[0] ? msg : "the helper failed");
+    crl_req_error(r, &err);
 }
 
-static void tar_done(struct crl_tar_req *t, int code)
+static void stream_done(struct crl_stream_req *t, int code)
 {
     struct crl_req *r = t->ctx;
-    r->tar_exited = true;
-    r->tar_code = code;
-    tar_finish(r);
+    r->stream_exited = true;
+    r->stream_code = code;
+    /* an upload the helper stopped reading: answer now */
+    if (r->stream.kind != CRL_STREAM_TAR_OUT && r->stream.data_fd >= 0 && code != CRL_STREAM_OK) {
+        crl_watch_stop(r->api->host->loop, &r->w);
+        close(r->stream.data_fd);
+        r->stream.data_fd = -1;
+        r->fd = -1;
+        r->upload_failed = true;
+        crl_req_resume(r);
+    }
+    stream_finish(r);
     crl_req_pending_done(r);
 }
 
-static void tar_started(struct crl_tar_req *t, const struct crl_err *err)
+static void stream_started(struct crl_stream_req *t, const struct crl_err *err)
 {
     struct crl_req *r = t->ctx;
     if (err) {
         if (!r->gone) {
-            if (t->in) {
+            if (t->kind != CRL_STREAM_TAR_OUT) {
                 r->upload_failed = true;
                 r->upload_err = *err;
                 crl_req_resume(r);
@@ -160,9 +203,9 @@ static void tar_started(struct crl_tar_req *t, const struct crl_err *err)
         crl_req_pending_done(r);
         return;
     }
-    r->pending++; /* tar_done will come */
+    r->pending++; /* stream_done will come */
     crl_set_nonblock(t->data_fd, 1);
-    if (t->in) {
+    if (t->kind != CRL_STREAM_TAR_OUT) {
         r->fd = t->data_fd;
         crl_req_resume(r);
     } else if (!r->gone) {
@@ -174,17 +217,14 @@ static void tar_started(struct crl_tar_req *t, const struct crl_err *err)
     crl_req_pending_done(r);
 }
 
-static int start_tar(struct crl_req *r, bool in, struct crl_err *err)
+static int start_stream(struct crl_req *r, enum crl_stream_kind kind, struct crl_err *err)
 {
-    r->tar = (struct crl_tar_req){.path = r->path,
-                                  .in = in,
-                                  .started = tar_started,
-                                  .done = tar_done,
-                                  .ctx = r,
-                                  .data_fd = -1,
-                                  .msg_fd = -1};
+    r->stream.kind = kind;
+    r->stream.started = stream_started;
+    r->stream.done = stream_done;
+    r->stream.ctx = r;
     r->pending++;
-    if (r->sb->ops->tar(r->sb, &r->tar, err) < 0) {
+    if (r->sb->ops->stream(r->sb, &r->stream, err) < 0) {
         r->pending--;
         return -1;
     }
@@ -205,7 +245,7 @@ static void get_opened(struct crl_open_req *o, int fd, bool is_dir, uint64_t siz
         crl_req_error(r, err);
     } else if (is_dir) {
         close(fd);
-        if (start_tar(r, false, &e) < 0)
+        if (start_stream(r, CRL_STREAM_TAR_OUT, &e) < 0)
             crl_req_error(r, &e);
     } else {
         struct MHD_Response *resp = MHD_create_response_from_fd((uint64_t)size, fd);
@@ -216,28 +256,28 @@ static void get_opened(struct crl_open_req *o, int fd, bool is_dir, uint64_t siz
     crl_req_pending_done(r);
 }
 
-/* ---- PUT ---- */
-
-static void put_opened(struct crl_open_req *o, int fd, bool is_dir, uint64_t size,
-                       const struct crl_err *err)
+static void get(struct crl_req *r)
 {
-    struct crl_req *r = o->ctx;
-    if (r->gone) {
-        if (fd >= 0)
-            close(fd);
-    } else {
-        if (err) {
-            r->upload_failed = true;
-            r->upload_err = *err;
-        } else {
-            r->fd = fd;
-        }
-        crl_req_resume(r);
+    struct crl_err err = CRL_ERR_INIT;
+    if (r->open.ctx) /* already asked */
+        return;
+    if (begin(r, &err) < 0) {
+        crl_req_error(r, &err);
+        return;
     }
-    crl_req_pending_done(r);
+    r->open.flags = O_RDONLY;
+    r->open.done = get_opened;
+    r->open.ctx = r;
+    r->pending++;
+    if (r->sb->ops->open(r->sb, &r->open, &err) < 0) {
+        r->pending--;
+        crl_req_error(r, &err);
+    }
 }
 
-static bool opening(struct crl_req *r)
+/* ---- PUT ---- */
+
+static bool starting(struct crl_req *r)
 {
     return r->fd < 0 && !r->upload_failed;
 }
@@ -245,28 +285,14 @@ static bool opening(struct crl_req *r)
 void crl_h_files_begin(struct crl_req *r)
 {
     struct crl_err err = CRL_ERR_INIT;
-    if (crl_req_sandbox(r, &err) < 0 || parse_params(r, &err) < 0 ||
-        crl_sandbox_check_ready(r->sb, &err) < 0) {
+    if (begin(r, &err) < 0) {
         crl_req_error(r, &err);
         return;
     }
-    crl_sandbox_touch(r->sb);
     const char *ct = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Type");
-    r->upload_tar = ct && strncmp(ct, "application/x-tar", 17) == 0;
-    if (r->upload_tar) {
-        if (start_tar(r, true, &err) < 0)
-            crl_req_error(r, &err);
-        return;
-    }
-    r->open.flags = O_WRONLY | O_CREAT | O_TRUNC;
-    r->open.mkdirs = true;
-    r->open.done = put_opened;
-    r->open.ctx = r;
-    r->pending++;
-    if (r->sb->ops->open(r->sb, &r->open, &err) < 0) {
-        r->pending--;
+    bool tar = ct && strncmp(ct, "application/x-tar", 17) == 0;
+    if (start_stream(r, tar ? CRL_STREAM_TAR_IN : CRL_STREAM_FILE_IN, &err) < 0)
         crl_req_error(r, &err);
-    }
 }
 
 static void pipe_writable(struct crl_watch *w, uint32_t ev)
@@ -282,24 +308,21 @@ int crl_h_files_body(struct crl_req *r, const char *data, size_t *len)
         *len = 0; /* keep reading the body, to answer once it is in */
         return 0;
     }
-    if (opening(r))
+    if (starting(r))
         return -1;
     while (*len) {
         ssize_t n = write(r->fd, data, *len);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && errno == EAGAIN) {
-            /* the tar helper is behind: wait for room, MHD keeps the rest */
+            /* the helper is behind: wait for room, MHD keeps the rest */
             crl_watch_start(r->api->host->loop, &r->w, r->fd, EPOLLOUT, pipe_writable, r);
             return -1;
         }
         if (n < 0) {
+            /* the helper stopped reading: its exit status says why */
             r->upload_failed = true;
-            if (r->upload_tar && errno == EPIPE)
-                crl_err_set(&r->upload_err, CRL_E_INVALID, "extracting into %s stopped early",
-                            r->path);
-            else
-                crl_err_sys(&r->upload_err, errno, "writing %s", r->path);
+            crl_err_set(&r->upload_err, CRL_E_INTERNAL, "writing %s stopped early", r->path);
             *len = 0;
             return 0;
         }
@@ -312,50 +335,23 @@ int crl_h_files_body(struct crl_req *r, const char *data, size_t *len)
 
 void crl_h_files_end(struct crl_req *r)
 {
-    struct crl_err err = CRL_ERR_INIT;
     if (!is_put(r)) {
-        if (r->open.ctx) /* already asked */
-            return;
-        if (crl_req_sandbox(r, &err) < 0 || parse_params(r, &err) < 0 ||
-            crl_sandbox_check_ready(r->sb, &err) < 0) {
-            crl_req_error(r, &err);
-            return;
-        }
-        crl_sandbox_touch(r->sb);
-        r->open.flags = O_RDONLY;
-        r->open.done = get_opened;
-        r->open.ctx = r;
-        r->pending++;
-        if (r->sb->ops->open(r->sb, &r->open, &err) < 0) {
-            r->pending--;
-            crl_req_error(r, &err);
-        }
+        get(r);
         return;
     }
-    if (opening(r))
-        return; /* called again once the file or the tar helper is ready */
-    if (r->upload_tar) {
-        /* End of the archive: the helper's exit answers. */
-        if (r->fd >= 0) {
-            close(r->fd);
-            r->fd = -1;
-            r->tar.data_fd = -1;
-        }
-        tar_finish(r);
+    if (starting(r))
+        return; /* called again once the helper is ready */
+    /* End of the body: the helper sees EOF, and its exit answers. */
+    if (r->fd >= 0) {
+        close(r->fd);
+        r->fd = -1;
+        r->stream.data_fd = -1;
+    }
+    if (!r->stream_exited && r->upload_failed && !r->pending) {
+        crl_req_error(r, &r->upload_err); /* it never started */
         return;
     }
-    if (r->upload_failed) {
-        crl_req_error(r, &r->upload_err);
-        return;
-    }
-    int fd = r->fd;
-    r->fd = -1;
-    if (close(fd) < 0) {
-        crl_err_sys(&err, errno, "writing %s", r->path);
-        crl_req_error(r, &err);
-        return;
-    }
-    crl_req_json(r, 200, json_pack("{s:s, s:I}", "path", r->path, "bytes", (json_int_t)r->bytes));
+    stream_finish(r);
 }
 
 void crl_h_files_cleanup(struct crl_req *r)
@@ -364,20 +360,11 @@ void crl_h_files_cleanup(struct crl_req *r)
         return;
     if (r->w.active)
         crl_watch_stop(r->api->host->loop, &r->w);
-    if (r->fd >= 0) {
+    if (r->fd >= 0 && r->fd != r->stream.data_fd)
         close(r->fd);
-        if (r->tar.data_fd == r->fd)
-            r->tar.data_fd = -1;
-        r->fd = -1;
+    r->fd = -1;
+    if (r->stream.data_fd >= 0) {
+        close(r->stream.data_fd);
+        r->stream.data_fd = -1;
     }
-    if (r->tar.data_fd >= 0) {
-        close(r->tar.data_fd);
-        r->tar.data_fd = -1;
-    }
-}
-
-void crl_h_files_drained(struct crl_req *r)
-{
-    if (r->route.ep == CRL_EP_FILES && !r->tar.in)
-        tar_out_drained(r);
 }

@@ -56,15 +56,15 @@ struct crl_req {
     size_t carry_len[2];
     /* files */
     struct crl_open_req open;
-    struct crl_tar_req tar;
+    struct crl_stream_req stream;
     char path[4096];
-    int fd;
-    bool is_dir, upload_tar, upload_failed;
+    int fd; /* an upload's end of the stream */
+    bool upload_failed;
     uint64_t bytes;
     struct crl_err upload_err;
     struct crl_watch w;
-    bool tar_exited;
-    int tar_code;
+    bool stream_exited;
+    int stream_code;
     unsigned pending; /* async operations that will still call back */
     struct crl_req *next;
 };

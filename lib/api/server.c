@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -434,7 +435,7 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
         r->method = method;
         snprintf(r->url, sizeof(r->url), "%s", url);
         r->fd = -1;
-        r->tar.data_fd = r->tar.msg_fd = -1;
+        r->stream.data_fd = r->stream.msg_fd = -1;
         r->body_limit = api->cfg.max_body ? api->cfg.max_body : DEFAULT_MAX_BODY;
         crl_buf_init(&r->body, CRL_BUF_UNBOUNDED);
         crl_buf_init(&r->out, CRL_BUF_UNBOUNDED);
@@ -447,6 +448,12 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
         begin(r, url);
         if (r->resp)
             return queue(r);
+        return MHD_YES;
+    }
+    if (r->resp && *upload_data_size) {
+        /* Answered already (an upload that failed): MHD takes no response
+         * while a body is coming, so read the rest and answer at its end. */
+        *upload_data_size = 0;
         return MHD_YES;
     }
     if (r->resp)
@@ -510,13 +517,24 @@ static int prepare(struct crl_loop *loop, void *data)
     return wait;
 }
 
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    char msg[512];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    size_t n = strlen(msg);
+    while (n && msg[n - 1] == '\n')
+        msg[--n] = 0;
+    crl_debug(NULL, "libmicrohttpd: %s", msg);
+}
+
 static struct MHD_Daemon *start_daemon(struct crl_api *a, int fd, struct crl_watch *w,
                                        struct crl_err *err)
 {
     struct MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO, 0, NULL, NULL, access_handler, a,
-        MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_COMPLETED, request_completed, a,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600, MHD_OPTION_CONNECTION_LIMIT, (unsigned)16384,
+        MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO | MHD_USE_ERROR_LOG, 0, NULL, NULL,
+        access_handler, a, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, a, MHD_OPTION_LISTEN_SOCKET, fd,
+        MHD_OPTION_NOTIFY_COMPLETED, request_completed, a, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)600, MHD_OPTION_CONNECTION_LIMIT, (unsigned)16384,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024), MHD_OPTION_END);
     if (!d) {
         crl_err_set(err, CRL_E_INTERNAL, "libmicrohttpd would not start");

@@ -61,30 +61,51 @@ struct crl_proc {
     struct crl_proc *next_in_sb; /* the host's list of a sandbox's live processes */
 };
 
-/* Open one path inside a sandbox, as the sandbox's user `uid`. */
+/* Open one path inside a sandbox to read it, as the sandbox's user `uid`. */
 struct crl_open_req {
     const char *path;
     int flags; /* O_RDONLY, or O_WRONLY|O_CREAT|O_TRUNC */
     mode_t mode;
     uid_t uid;
     gid_t gid;
-    bool mkdirs;
     void (*done)(struct crl_open_req *o, int fd, bool is_dir, uint64_t size,
                  const struct crl_err *err);
     void *ctx;
 };
 
-/* A directory as a tar stream: out (read the fd) or in (write the fd). */
-struct crl_tar_req {
+/* Bytes flowing between corrald and a path inside a sandbox, through a
+ * helper the backend runs in the sandbox (its ids, its cgroup: a write is
+ * charged to the sandbox).  corrald reads data_fd for TAR_OUT and writes it
+ * for TAR_IN and FILE_IN. */
+enum crl_stream_kind {
+    CRL_STREAM_TAR_OUT, /* a directory, out as a tar stream */
+    CRL_STREAM_TAR_IN,  /* a tar stream extracted into a directory */
+    CRL_STREAM_FILE_IN, /* bytes written to one file (created, truncated) */
+};
+
+/* How a stream helper ended: its exit code. */
+enum crl_stream_status {
+    CRL_STREAM_OK = 0,
+    CRL_STREAM_FAILED = 1,   /* see the message */
+    CRL_STREAM_BAD_INPUT = 2, /* not a (valid, safe) tar archive */
+    CRL_STREAM_NOENT = 3,
+    CRL_STREAM_NOTDIR = 4,
+    CRL_STREAM_NOSPACE = 5,
+    CRL_STREAM_DENIED = 6,
+    CRL_STREAM_ISDIR = 7,
+};
+
+struct crl_stream_req {
+    enum crl_stream_kind kind;
     const char *path;
-    bool in;
-    int data_fd; /* set by the backend: corrald's end of the stream */
-    int msg_fd;  /* set by the backend: error text from the helper */
-    void (*started)(struct crl_tar_req *t, const struct crl_err *err);
-    /* exit_code 0: success; otherwise msg_fd holds why */
-    void (*done)(struct crl_tar_req *t, int exit_code);
+    mode_t mode; /* FILE_IN */
+    uid_t uid;
+    gid_t gid;
+    int data_fd; /* set by the backend: corrald's end of the bytes */
+    int msg_fd;  /* set by the backend: the helper's last words */
+    void (*started)(struct crl_stream_req *t, const struct crl_err *err);
+    void (*done)(struct crl_stream_req *t, int exit_code); /* enum crl_stream_status */
     void *ctx;
-    void *priv;
 };
 
 enum crl_kill_scope {
@@ -113,7 +134,7 @@ struct crl_backend_ops {
     /* Kill a process, everything it started, or only what it started. */
     int (*kill)(struct crl_sandbox *sb, struct crl_proc *p, enum crl_kill_scope scope);
     int (*open)(struct crl_sandbox *sb, struct crl_open_req *o, struct crl_err *err);
-    int (*tar)(struct crl_sandbox *sb, struct crl_tar_req *t, struct crl_err *err);
+    int (*stream)(struct crl_sandbox *sb, struct crl_stream_req *t, struct crl_err *err);
 
     int (*pause)(struct crl_sandbox *sb, struct crl_err *err);
     int (*resume)(struct crl_sandbox *sb, struct crl_err *err);

@@ -290,10 +290,13 @@ static void exec_started(struct crl_proc *p, const struct crl_err *err)
 struct crl_exec *crl_exec_start(struct crl_sandbox *sb, struct crl_exec_req *req,
                                 const struct crl_exec_cbs *cbs, void *ctx, struct crl_err *err)
 {
-    if (crl_sandbox_check_ready(sb, err) < 0)
+    if (crl_sandbox_check_ready(sb, err) < 0) {
+        crl_exec_req_free(req);
         return NULL;
+    }
     struct crl_exec *x = calloc(1, sizeof(*x));
     if (!x) {
+        crl_exec_req_free(req);
         crl_err_sys(err, ENOMEM, "exec");
         return NULL;
     }

@@ -34,7 +34,7 @@ struct crl_exec_cbs {
     void (*on_done)(void *ctx, const struct crl_exec_result *r, const struct crl_err *err);
 };
 
-/* Start `req` (moved in) in the sandbox. */
+/* Start `req` in the sandbox.  It is moved in, even when this fails. */
 struct crl_exec *crl_exec_start(struct crl_sandbox *sb, struct crl_exec_req *req,
                                 const struct crl_exec_cbs *cbs, void *ctx, struct crl_err *err);
 /* The client went away: kill the command's tree and never call back. */

@@ -590,6 +590,25 @@ static void unmount_leftovers(const char *state_dir)
     free(mi);
 }
 
+/* A new sandbox's root is an unprivileged host uid that must walk down to
+ * run/mnt to mount over it: every directory above must be searchable by
+ * others.  Say so at start, not as a failed create later. */
+static int check_searchable(const char *path, struct crl_err *err)
+{
+    char p[4096];
+    snprintf(p, sizeof(p), "%s", path);
+    for (char *slash = p + strlen(p); slash > p; slash = strrchr(p, '/')) {
+        struct stat st;
+        if (stat(p, &st) == 0 && S_ISDIR(st.st_mode) && !(st.st_mode & S_IXOTH))
+            return crl_err_set(err, CRL_E_INVALID,
+                               "sandboxes cannot reach %s: %s is not searchable by others "
+                               "(mode %04o); chmod o+x it or choose another --state",
+                               path, p, st.st_mode & 07777);
+        *slash = 0;
+    }
+    return 0;
+}
+
 int crl_host_open(const struct crl_host_config *cfg, struct crl_loop *loop, struct crl_host **out,
                   struct crl_err *err)
 {
@@ -669,6 +688,8 @@ int crl_host_open(const struct crl_host_config *cfg, struct crl_loop *loop, stru
         crl_err_sys(err, errno, "mkdir %s", h->run_dir);
         goto fail;
     }
+    if (check_searchable(h->run_dir, err) < 0)
+        goto fail;
 
     if (crl_image_store_open(h->state_dir, cfg->images_from, cfg->n_images_from, cfg->busybox_bin,
                              &h->images, err) < 0)

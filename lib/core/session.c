@@ -251,19 +251,31 @@ static int append_quoted(struct crl_buf *b, const char *s)
     return crl_buf_append(b, "'", 1);
 }
 
+static int run_refused(struct crl_exec_req *req)
+{
+    crl_exec_req_free(req);
+    return -1;
+}
+
 int crl_session_run(struct crl_session *s, struct crl_exec_req *req, const struct crl_exec_cbs *cbs,
                     void *ctx, struct crl_err *err)
 {
     if (crl_sandbox_check_ready(s->sb, err) < 0)
-        return -1;
-    if (!s->alive)
-        return crl_err_set(err, CRL_E_CONFLICT, "session %s has ended", s->id);
-    if (s->busy || !s->started)
-        return crl_err_set(err, CRL_E_CONFLICT, "session %s is %s; run one command at a time",
-                           s->id, s->started ? "running a command" : "starting");
+        return run_refused(req);
+    if (!s->alive) {
+        crl_err_set(err, CRL_E_CONFLICT, "session %s has ended", s->id);
+        return run_refused(req);
+    }
+    if (s->busy || !s->started) {
+        crl_err_set(err, CRL_E_CONFLICT, "session %s is %s; run one command at a time", s->id,
+                    s->started ? "running a command" : "starting");
+        return run_refused(req);
+    }
     unsigned char r[16];
-    if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r))
-        return crl_err_sys(err, errno, "getrandom");
+    if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
+        crl_err_sys(err, errno, "getrandom");
+        return run_refused(req);
+    }
     char nonce[33];
     for (int i = 0; i < 16; i++)
         snprintf(nonce + 2 * i, 3, "%02x", r[i]);
@@ -279,7 +291,8 @@ int crl_session_run(struct crl_session *s, struct crl_exec_req *req, const struc
                        "%s >&2\n",
                        nonce, nonce) < 0) {
         s->inq.len = before;
-        return crl_err_sys(err, ENOMEM, "session command");
+        crl_err_sys(err, ENOMEM, "session command");
+        return run_refused(req);
     }
     s->req = *req;
     memset(req, 0, sizeof(*req));

@@ -30,8 +30,8 @@ json_t *crl_session_json(const struct crl_session *s);
 json_t *crl_session_list_json(struct crl_sandbox *sb);
 size_t crl_session_count(struct crl_sandbox *sb);
 
-/* Run one command (req moved in; only cmd, timeout, output cap and stream
- * are used).  CRL_E_CONFLICT if a command is already running. */
+/* Run one command (req moved in, even on failure; only cmd, timeout, output
+ * cap and stream are used).  CRL_E_CONFLICT if a command is already running. */
 int crl_session_run(struct crl_session *s, struct crl_exec_req *req, const struct crl_exec_cbs *cbs,
                     void *ctx, struct crl_err *err);
 /* The client of the running command went away: stop calling back. */

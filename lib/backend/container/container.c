@@ -29,20 +29,20 @@
 
 #define MAX_SPAWNERS 16
 
-enum pending_kind { P_CREATE, P_SPAWN, P_OPEN, P_TAR };
+enum pending_kind { P_CREATE, P_SPAWN, P_OPEN, P_STREAM };
 
 struct pending {
     uint64_t id;
     enum pending_kind kind;
     struct crl_sandbox *sb;
-    void *obj; /* crl_proc, crl_open_req or crl_tar_req */
+    void *obj; /* crl_proc, crl_open_req or crl_stream_req */
     struct pending *next;
 };
 
 /* A process of ours that a spawner will report the exit of. */
 struct running {
     pid_t pid;
-    enum pending_kind kind; /* P_SPAWN or P_TAR */
+    enum pending_kind kind; /* P_SPAWN or P_STREAM */
     struct crl_sandbox *sb;
     void *obj;
     struct running *next;
@@ -260,7 +260,7 @@ static void init_exited(struct crl_watch *w, uint32_t ev)
         crl_sandbox_failed(sb, "init_exited", "the sandbox's init process (pid %d) died", c->pid);
         return;
     }
-    /* Helpers that are not in the sandbox's pid namespace (tar) die too. */
+    /* Helpers that are not in the sandbox's pid namespace (streams) die too. */
     if (c->cg)
         crl_cgroup_kill_all(c->cg, NULL);
     c->drain_tries = 0;
@@ -538,7 +538,6 @@ static int ctr_open(struct crl_sandbox *sb, struct crl_open_req *o, struct crl_e
     rq->u.open.mode = o->mode;
     rq->u.open.uid = o->uid;
     rq->u.open.gid = o->gid;
-    rq->u.open.oflags = o->mkdirs ? CRL_OPEN_F_MKDIRS : 0;
     size_t off = pack(rq->strings, 0, CRL_SPAWN_MAX_MSG - sizeof(*rq), o->path);
     rq->strings_len = (uint32_t)off;
     return send_req(s, rq, sizeof(*rq) + off, &c->pidfd, 1, P_OPEN, sb, o, err);
@@ -561,7 +560,7 @@ static void open_done(struct crl_sandbox *sb, struct crl_open_req *o,
     o->done(o, fds[0], r->kind == CRL_OPEN_DIRECTORY, (uint64_t)r->size, NULL);
 }
 
-static int ctr_tar(struct crl_sandbox *sb, struct crl_tar_req *t, struct crl_err *err)
+static int ctr_stream(struct crl_sandbox *sb, struct crl_stream_req *t, struct crl_err *err)
 {
     struct ctr_state *st = g_state;
     struct ctr_sandbox *c = sb->priv;
@@ -574,17 +573,22 @@ static int ctr_tar(struct crl_sandbox *sb, struct crl_tar_req *t, struct crl_err
     int ret = -1;
     char leaf[32];
     snprintf(leaf, sizeof(leaf), "t%llu", (unsigned long long)++sb->next_seq);
-    if (pipe_pair(&t->data_fd, &fds[1], t->in, err) < 0 ||
+    bool ours_writes = t->kind != CRL_STREAM_TAR_OUT;
+    if (pipe_pair(&t->data_fd, &fds[1], ours_writes, err) < 0 ||
         pipe_pair(&t->msg_fd, &fds[2], false, err) < 0 ||
         crl_cgroup_attach_fds(c->cg, leaf, fds + 3, &ncg, err) < 0)
         goto out;
     struct crl_spawn_req *rq = (struct crl_spawn_req *)st->msg;
     memset(rq, 0, sizeof(*rq));
-    rq->op = t->in ? CRL_SPAWN_TAR_IN : CRL_SPAWN_TAR_OUT;
-    rq->u.tar.n_cgroup_fds = (uint32_t)ncg;
+    rq->op = CRL_SPAWN_STREAM;
+    rq->u.stream.kind = t->kind;
+    rq->u.stream.mode = t->mode;
+    rq->u.stream.uid = t->uid;
+    rq->u.stream.gid = t->gid;
+    rq->u.stream.n_cgroup_fds = (uint32_t)ncg;
     size_t off = pack(rq->strings, 0, CRL_SPAWN_MAX_MSG - sizeof(*rq), t->path);
     rq->strings_len = (uint32_t)off;
-    ret = send_req(s, rq, sizeof(*rq) + off, fds, 3 + ncg, P_TAR, sb, t, err);
+    ret = send_req(s, rq, sizeof(*rq) + off, fds, 3 + ncg, P_STREAM, sb, t, err);
 out:
     for (int i = 1; i < 3 + ncg; i++)
         if (fds[i] >= 0)
@@ -596,8 +600,8 @@ out:
     return ret;
 }
 
-static void tar_started(struct spawner *s, struct crl_sandbox *sb, struct crl_tar_req *t,
-                        const struct crl_spawn_reply *r, int *fds, int nfds)
+static void stream_started(struct spawner *s, struct crl_sandbox *sb, struct crl_stream_req *t,
+                           const struct crl_spawn_reply *r, int *fds, int nfds)
 {
     for (int i = 0; i < nfds; i++)
         close(fds[i]);
@@ -609,7 +613,7 @@ static void tar_started(struct spawner *s, struct crl_sandbox *sb, struct crl_ta
         t->started(t, &err);
         return;
     }
-    add_running(s, r->pid, P_TAR, sb, t);
+    add_running(s, r->pid, P_STREAM, sb, t);
     t->started(t, NULL);
 }
 
@@ -677,7 +681,7 @@ static void on_spawner(struct crl_watch *w, uint32_t ev)
             if (run->kind == P_SPAWN) {
                 proc_exited(run->sb, run->obj, &r);
             } else {
-                struct crl_tar_req *t = run->obj;
+                struct crl_stream_req *t = run->obj;
                 t->done(t, WIFEXITED(r.status) ? WEXITSTATUS(r.status) : 128 + WTERMSIG(r.status));
             }
             free(run);
@@ -695,7 +699,7 @@ static void on_spawner(struct crl_watch *w, uint32_t ev)
         case P_CREATE: create_done(p->sb, &r, fds, nfds); break;
         case P_SPAWN: spawn_done(s, p->sb, p->obj, &r, fds, nfds); break;
         case P_OPEN: open_done(p->sb, p->obj, &r, fds, nfds); break;
-        case P_TAR: tar_started(s, p->sb, p->obj, &r, fds, nfds); break;
+        case P_STREAM: stream_started(s, p->sb, p->obj, &r, fds, nfds); break;
         }
         free(p);
     }
@@ -725,7 +729,7 @@ static void spawner_lost(struct spawner *s)
         case P_CREATE: create_done(p->sb, &r, NULL, 0); break;
         case P_SPAWN: spawn_done(s, p->sb, p->obj, &r, NULL, 0); break;
         case P_OPEN: open_done(p->sb, p->obj, &r, NULL, 0); break;
-        case P_TAR: tar_started(s, p->sb, p->obj, &r, NULL, 0); break;
+        case P_STREAM: stream_started(s, p->sb, p->obj, &r, NULL, 0); break;
         }
         free(p);
     }
@@ -736,7 +740,7 @@ static void spawner_lost(struct spawner *s)
         if (run->kind == P_SPAWN) {
             proc_exited(run->sb, run->obj, &dead);
         } else {
-            struct crl_tar_req *t = run->obj;
+            struct crl_stream_req *t = run->obj;
             t->done(t, 128 + SIGKILL);
         }
         free(run);
@@ -890,5 +894,5 @@ const struct crl_backend_ops crl_container_backend = {
     .spawn = ctr_spawn,
     .kill = ctr_kill,
     .open = ctr_open,
-    .tar = ctr_tar,
+    .stream = ctr_stream,
 };

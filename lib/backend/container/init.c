@@ -18,9 +18,9 @@
 
 #define NO_SAN __attribute__((no_sanitize("address", "undefined")))
 
-/* Report to the spawner: a failure (err, step) or success with the root and
- * tmpfs descriptors. */
-NO_SAN static long report(int sock, int err, unsigned step, const int *fds, int nfds)
+/* Tell the spawner why building the sandbox failed (corral-init reports
+ * success). */
+NO_SAN static long report(int sock, int err, unsigned step)
 {
     struct crl_spawn_reply r;
     char *p = (char *)&r;
@@ -29,35 +29,18 @@ NO_SAN static long report(int sock, int err, unsigned step, const int *fds, int 
     r.op = CRL_SPAWN_REPLY;
     r.err = err;
     r.step = step;
-    union {
-        char buf[CMSG_SPACE(sizeof(int) * 2)];
-        struct cmsghdr align;
-    } u;
     struct iovec iov = {.iov_base = &r, .iov_len = sizeof(r)};
     struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (nfds > 0) {
-        for (unsigned i = 0; i < sizeof(u.buf); i++)
-            u.buf[i] = 0;
-        mh.msg_control = u.buf;
-        mh.msg_controllen = CMSG_SPACE(sizeof(int) * (unsigned)nfds);
-        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-        cm->cmsg_level = SOL_SOCKET;
-        cm->cmsg_type = SCM_RIGHTS;
-        cm->cmsg_len = CMSG_LEN(sizeof(int) * (unsigned)nfds);
-        int *dst = (int *)CMSG_DATA(cm);
-        for (int i = 0; i < nfds; i++)
-            dst[i] = fds[i];
-    }
     return crl_raw3(SYS_sendmsg, sock, &mh, MSG_NOSIGNAL);
 }
 
-#define CHECK(expr, step)                                  \
-    do {                                                   \
-        long r_ = (expr);                                  \
-        if (r_ < 0) {                                      \
-            report(a->sync_fd, (int)-r_, (step), NULL, 0); \
-            crl_raw_exit(1);                               \
-        }                                                  \
+#define CHECK(expr, step)                   \
+    do {                                    \
+        long r_ = (expr);                   \
+        if (r_ < 0) {                       \
+            report(sync, (int)-r_, (step)); \
+            crl_raw_exit(1);                \
+        }                                   \
     } while (0)
 
 NO_SAN static long raw_mount(const char *src, const char *dst, const char *type,
@@ -127,15 +110,33 @@ static const char *const proc_masked_dirs[] = {"root/proc/acpi", "root/proc/scsi
 static const char *const proc_readonly[] = {"root/proc/sys", "root/proc/sysrq-trigger",
                                             "root/proc/irq", "root/proc/bus", "root/proc/fs"};
 
+/* Put fd at `to` without close-on-exec (dup3 refuses from == to). */
+NO_SAN static long move_fd(long from, int to)
+{
+    if (from == to)
+        return crl_raw3(SYS_fcntl, to, F_SETFD, 0);
+    long r = crl_raw3(SYS_dup3, from, to, 0);
+    if (r >= 0)
+        crl_raw1(SYS_close, from);
+    return r;
+}
+
+/* Where the two descriptors we keep wait, out of the way of what we open. */
+enum { HIGH_SYNC = 1000, HIGH_INIT = 1001 };
+
 NO_SAN int crl_init_main(void *arg)
 {
     struct crl_init_args *a = arg;
-    int sync = a->sync_fd;
 
-    /* The fd table is a copy of the spawner's: keep only the create socket. */
-    if (sync > 0)
-        crl_raw3(SYS_close_range, 0, (unsigned)sync - 1, 0);
-    crl_raw3(SYS_close_range, (unsigned)sync + 1, ~0u, 0);
+    /* The fd table is a copy of the spawner's: keep only the create socket
+     * and the corral-init binary. */
+    long r0 = crl_raw3(SYS_fcntl, a->sync_fd, F_DUPFD_CLOEXEC, HIGH_SYNC);
+    long r1 = crl_raw3(SYS_fcntl, a->init_fd, F_DUPFD_CLOEXEC, HIGH_INIT);
+    if (r0 != HIGH_SYNC || r1 != HIGH_INIT)
+        crl_raw_exit(1);
+    crl_raw3(SYS_close_range, 0, HIGH_SYNC - 1, 0);
+    crl_raw3(SYS_close_range, HIGH_INIT + 1, ~0u, 0);
+    int sync = HIGH_SYNC;
 
     long lower = recv_fd(sync);
     CHECK(lower, CRL_STEP_SYNC);
@@ -245,35 +246,22 @@ NO_SAN int crl_init_main(void *arg)
     long root_fd = crl_raw4(SYS_openat, AT_FDCWD, "/", O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
     CHECK(root_fd, CRL_STEP_PIVOT);
 
-    /* Die with the spawner, and never be a target inside the sandbox.  Set
-     * after the uid change above, which clears the parent-death signal. */
-    crl_raw2(SYS_prctl, PR_SET_NAME, "corral-init");
+    /* Die with the spawner (set after the uid change above, which clears
+     * the parent-death signal; it survives the exec).  No capabilities
+     * after the exec, though we are root: the bounding set goes. */
     CHECK(crl_raw2(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL), CRL_STEP_CREDS);
+    for (int cap = 0; cap <= a->last_cap; cap++)
+        CHECK(crl_raw2(SYS_prctl, PR_CAPBSET_DROP, cap), CRL_STEP_CREDS);
     CHECK(crl_raw5(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), CRL_STEP_SECCOMP);
     CHECK(crl_raw3(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, a->seccomp), CRL_STEP_SECCOMP);
-    struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
-    struct __user_cap_data_struct none[2];
-    for (unsigned i = 0; i < sizeof(none); i++)
-        ((char *)none)[i] = 0;
-    CHECK(crl_raw2(SYS_capset, &hdr, none), CRL_STEP_CREDS);
 
-    int fds[2] = {(int)root_fd, (int)tmpfs_fd};
-    /* If the spawner died before PR_SET_PDEATHSIG took, nobody hears this: leave. */
-    if (report(sync, 0, CRL_STEP_NONE, fds, 2) < 0)
-        crl_raw_exit(1);
-    crl_raw1(SYS_close, root_fd);
-    crl_raw1(SYS_close, tmpfs_fd);
-    crl_raw1(SYS_close, sync);
-
-    /* Reap whatever is reparented to us, forever.  All signals stay blocked:
-     * from inside the sandbox only handled signals reach a namespace's init,
-     * and we handle none. */
-    unsigned long all = ~0ul, chld = 1ul << (SIGCHLD - 1);
-    crl_raw4(SYS_rt_sigprocmask, SIG_SETMASK, &all, NULL, sizeof(all));
-    for (;;) {
-        int status;
-        while (crl_raw4(SYS_wait4, -1, &status, WNOHANG | __WALL, NULL) > 0)
-            ;
-        crl_raw4(SYS_rt_sigtimedwait, &chld, NULL, NULL, sizeof(chld));
-    }
+    /* corral-init reports with these, at the numbers it expects. */
+    CHECK(move_fd(root_fd, 4), CRL_STEP_EXEC);
+    CHECK(move_fd(tmpfs_fd, 5), CRL_STEP_EXEC);
+    CHECK(move_fd(HIGH_SYNC, 3), CRL_STEP_EXEC);
+    sync = 3;
+    static char *const argv[] = {(char *)"corral-init", NULL};
+    static char *const envp[] = {NULL};
+    CHECK(crl_raw5(SYS_execveat, HIGH_INIT, "", argv, envp, AT_EMPTY_PATH), CRL_STEP_EXEC);
+    return 1;
 }

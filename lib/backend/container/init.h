@@ -1,9 +1,10 @@
-/* A sandbox's PID 1.  The spawner clone()s it with CLONE_VM into fresh user,
- * mount, pid, ipc and uts namespaces; it builds the root filesystem, reports
- * back, then only reaps orphans until it is killed.  It never executes a
- * binary, so a sandbox costs no extra address space (docs/architecture.md
- * explains why this is safe: the spawner is non-dumpable and holds no
- * secrets).  Everything here runs on the child's own stack with raw syscalls. */
+/* The start of a sandbox's PID 1.  The spawner clone()s it with CLONE_VM
+ * into fresh user, mount, pid, ipc and uts namespaces (no address space is
+ * copied); it builds the root filesystem and then executes corral-init
+ * (src/corral-init), which reports back and reaps orphans until it is
+ * killed.  Until that exec it shares the spawner's memory and thread-local
+ * storage, so everything here runs on the child's own stack with raw
+ * syscalls. */
 #ifndef CRL_CONTAINER_INIT_H
 #define CRL_CONTAINER_INIT_H
 
@@ -15,6 +16,8 @@ struct crl_init_args {
     char tmpfs_opts[64];
     char hostname[64];
     const struct sock_fprog *seccomp;
+    int init_fd;  /* O_PATH of the corral-init binary */
+    int last_cap; /* /proc/sys/kernel/cap_last_cap */
 };
 
 /* clone() entry point; `arg` is a struct crl_init_args.  Never returns. */

@@ -3,7 +3,7 @@
  * A spawner (src/corral-spawner) is a small single-threaded helper that
  * corrald starts at boot.  Everything that enters a sandbox's namespaces runs
  * there: creating a sandbox's PID 1, spawning execs, opening files inside a
- * sandbox, tar in and out.  corrald itself never shares memory with a process
+ * sandbox, streaming files and tar in and out.  corrald itself never shares memory with a process
  * inside a sandbox, and the spawner holds no secret of corrald's.
  *
  * Messages are SOCK_SEQPACKET datagrams: a fixed struct, then a string area;
@@ -23,8 +23,7 @@ enum crl_spawn_op {
     CRL_SPAWN_CREATE = 1, /* fds: image dir (O_PATH), netns, cgroup.procs... */
     CRL_SPAWN_EXEC,       /* fds: sandbox PID 1 pidfd, stdin, stdout, stderr, cgroup.procs... */
     CRL_SPAWN_OPEN,       /* fds: sandbox PID 1 pidfd */
-    CRL_SPAWN_TAR_OUT,    /* fds: pidfd, tar output pipe, stderr pipe, cgroup.procs... */
-    CRL_SPAWN_TAR_IN,     /* fds: pidfd, tar input pipe, stderr pipe, cgroup.procs... */
+    CRL_SPAWN_STREAM,     /* fds: pidfd, data pipe, message pipe, cgroup.procs... */
     CRL_SPAWN_REPLY = 100,
     CRL_SPAWN_EXITED, /* a child of the spawner ended (unsolicited) */
 };
@@ -103,17 +102,17 @@ struct crl_spawn_exec {
     uint32_t flags;
 };
 
-#define CRL_OPEN_F_MKDIRS 1u /* create missing parent directories */
-
 struct crl_spawn_open {
     int32_t flags; /* open(2) flags; O_CLOEXEC/O_NONBLOCK are added */
     uint32_t mode;
     uint32_t uid, gid; /* who opens, inside the sandbox */
-    uint32_t oflags;   /* CRL_OPEN_F_* */
 };
 
-struct crl_spawn_tar {
-    uint32_t n_cgroup_fds; /* strings: the directory path */
+struct crl_spawn_stream {
+    uint32_t kind; /* enum crl_stream_kind; strings: the path */
+    uint32_t mode;
+    uint32_t uid, gid;
+    uint32_t n_cgroup_fds;
 };
 
 struct crl_spawn_req {
@@ -124,7 +123,7 @@ struct crl_spawn_req {
         struct crl_spawn_create create;
         struct crl_spawn_exec exec;
         struct crl_spawn_open open;
-        struct crl_spawn_tar tar;
+        struct crl_spawn_stream stream;
     } u;
     uint32_t strings_len;
     char strings[];

@@ -29,6 +29,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../../core/backend.h"
 #include "../../core/path.h"
 #include "../../core/seccomp.h"
 #include "../../util/cleanup.h"
@@ -83,6 +84,7 @@ struct spawner {
     struct sock_fprog no_new_code;
     char workdir[256];
     int last_cap; /* /proc/sys/kernel/cap_last_cap */
+    int init_fd;  /* O_PATH of corral-init */
     struct init_proc *inits;
     struct pending_create *pending;
     char *msg; /* receive buffer, CRL_SPAWN_MAX_MSG */
@@ -197,6 +199,8 @@ static void handle_create(const struct crl_spawn_req *rq, int *fds, int nfds)
     pc->args.sync_fd = pair[1];
     pc->args.workdir = sp.workdir;
     pc->args.seccomp = &sp.seccomp;
+    pc->args.init_fd = sp.init_fd;
+    pc->args.last_cap = sp.last_cap;
     snprintf(pc->args.tmpfs_opts, sizeof(pc->args.tmpfs_opts), "size=%um,mode=0755", c->disk_mb);
     snprintf(pc->args.hostname, sizeof(pc->args.hostname), "%s", c->hostname);
 
@@ -572,7 +576,6 @@ struct open_job {
     char *path; /* writable: the mkdir -p walk cuts it in place */
     int flags;
     mode_t mode;
-    unsigned oflags;
     volatile int fd;
     volatile int err;
     volatile int step;
@@ -590,16 +593,6 @@ NO_SAN static int stage_open(void *arg)
         (r = crl_raw3(SYS_setresgid, o->gid, o->gid, o->gid)) < 0 ||
         (r = crl_raw3(SYS_setresuid, o->uid, o->uid, o->uid)) < 0)
         goto fail_creds;
-    crl_raw1(SYS_umask, 0);
-    if (o->oflags & CRL_OPEN_F_MKDIRS) {
-        for (char *p = o->path + 1; *p; p++) {
-            if (*p != '/')
-                continue;
-            *p = 0;
-            crl_raw3(SYS_mkdirat, AT_FDCWD, o->path, 0755);
-            *p = '/';
-        }
-    }
     /* Our root is the sandbox's root and the host's tree is not in this
      * mount namespace at all; RESOLVE_IN_ROOT and no magic links are a
      * second wall, not the first. */
@@ -658,7 +651,7 @@ static void handle_open(const struct crl_spawn_req *rq, int *fds, int nfds)
                          .path = path,
                          .flags = rq->u.open.flags,
                          .mode = rq->u.open.mode,
-                         .oflags = rq->u.open.oflags,
+
                          .fd = -1};
     /* CLONE_FILES: the descriptor it opens lands in our table. */
     pid_t c = clone(stage_open, stage_a_stack + STAGE_STACK,
@@ -680,75 +673,143 @@ static void handle_open(const struct crl_spawn_req *rq, int *fds, int nfds)
     close(fd);
 }
 
-/* ---- tar in and out: a forked child inside the sandbox ---- */
+/* ---- streams: a forked child inside the sandbox ---- */
 
-static void tar_child(const struct crl_spawn_req *rq, int *fds, const char *dir)
+/* mkdir -p of path's parents (and of path itself if `all`), inside the sandbox. */
+static void mkdirs(const char *path, bool all)
 {
-    int data = fds[1], errfd = fds[2];
+    char *p = strdup(path);
+    for (char *s = p ? p + 1 : NULL; s && *s; s++)
+        if (*s == '/') {
+            *s = 0;
+            mkdir(p, 0755);
+            *s = '/';
+        }
+    if (p && all)
+        mkdir(p, 0755);
+    free(p);
+}
+
+static int errno_status(int e)
+{
+    switch (e) {
+    case ENOENT: return CRL_STREAM_NOENT;
+    case ENOTDIR: return CRL_STREAM_NOTDIR;
+    case ENOSPC:
+    case EDQUOT: return CRL_STREAM_NOSPACE;
+    case EACCES:
+    case EPERM:
+    case EROFS: return CRL_STREAM_DENIED;
+    case EISDIR: return CRL_STREAM_ISDIR;
+    default: return CRL_STREAM_FAILED;
+    }
+}
+
+/* Copy the pipe into one file the sandbox's user opens, inside its root. */
+static int file_in(int data, const char *path, mode_t mode, char *msg, size_t msglen)
+{
+    mkdirs(path, false);
+    umask(0);
+    long fd = crl_path_open_in_root(AT_FDCWD, path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+    if (fd < 0) {
+        snprintf(msg, msglen, "%s", strerror((int)-fd));
+        return errno_status((int)-fd);
+    }
+    unsigned long long total = 0;
+    for (;;) {
+        /* splice moves pages from the pipe to the file without a copy here */
+        ssize_t n = splice(data, NULL, (int)fd, NULL, 1 << 20, SPLICE_F_MOVE);
+        if (n < 0 && errno == EINVAL) { /* a file system without splice: copy */
+            char buf[65536];
+            n = read(data, buf, sizeof(buf));
+            if (n > 0 && crl_write_full((int)fd, buf, (size_t)n) < 0)
+                n = -1;
+        }
+        if (n == 0)
+            break;
+        if (n < 0) {
+            int e = errno;
+            snprintf(msg, msglen, "%s", strerror(e));
+            return errno_status(e);
+        }
+        total += (unsigned long long)n;
+    }
+    if (close((int)fd) < 0) {
+        int e = errno;
+        snprintf(msg, msglen, "%s", strerror(e));
+        return errno_status(e);
+    }
+    snprintf(msg, msglen, "bytes=%llu", total);
+    return CRL_STREAM_OK;
+}
+
+static void stream_child(const struct crl_spawn_req *rq, int *fds, const char *path)
+{
+    const struct crl_spawn_stream *st = &rq->u.stream;
+    int data = fds[1], msgfd = fds[2];
+    int code = CRL_STREAM_FAILED;
     char msg[512] = "";
     close(sp.sock);
     close(sp.epfd);
     close(sp.sigfd);
     crl_write_file_at(AT_FDCWD, "/proc/self/oom_score_adj", "0");
-    for (unsigned i = 0; i < rq->u.tar.n_cgroup_fds; i++)
+    for (unsigned i = 0; i < st->n_cgroup_fds; i++)
         if (write(fds[3 + i], "0", 1) != 1) {
             snprintf(msg, sizeof(msg), "cgroup attach: %s", strerror(errno));
-            goto fail;
+            goto out;
         }
     if (setns(fds[0], CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET |
                           CLONE_NEWCGROUP) < 0 ||
-        setgroups(0, NULL) < 0 || setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0) {
+        setgroups(0, NULL) < 0 || setresgid(st->gid, st->gid, st->gid) < 0 ||
+        setresuid(st->uid, st->uid, st->uid) < 0) {
         snprintf(msg, sizeof(msg), "entering the sandbox: %s", strerror(errno));
-        goto fail;
+        goto out;
     }
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
         syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &sp.seccomp) < 0 ||
         syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &sp.no_new_code) < 0) {
         snprintf(msg, sizeof(msg), "seccomp: %s", strerror(errno));
-        goto fail;
+        goto out;
     }
-    if (rq->op == CRL_SPAWN_TAR_IN) {
-        /* mkdir -p the target, as its parent may not exist yet */
-        char *p = strdup(dir);
-        for (char *s = p ? p + 1 : NULL; s && *s; s++)
-            if (*s == '/') {
-                *s = 0;
-                mkdir(p, 0755);
-                *s = '/';
-            }
-        if (p)
-            mkdir(p, 0755);
-        free(p);
+    if (st->kind == CRL_STREAM_FILE_IN) {
+        code = file_in(data, path, st->mode, msg, sizeof(msg));
+        goto out;
     }
-    if (chdir(dir) < 0) {
+    if (st->kind == CRL_STREAM_TAR_IN)
+        mkdirs(path, true);
+    if (chdir(path) < 0) {
         int e = errno;
-        dprintf(errfd, "%s: %s\n", dir, strerror(e));
-        _exit(e == ENOENT ? 3 : e == ENOTDIR ? 4 : 1);
+        snprintf(msg, sizeof(msg), "%s: %s", path, strerror(e));
+        code = errno_status(e);
+        goto out;
     }
-    if (rq->op == CRL_SPAWN_TAR_OUT) {
-        if (crl_tar_out(data, msg, sizeof(msg)) < 0)
-            goto fail;
+    if (st->kind == CRL_STREAM_TAR_OUT) {
+        code = crl_tar_out(data, msg, sizeof(msg)) < 0 ? CRL_STREAM_FAILED : CRL_STREAM_OK;
     } else {
         unsigned long n;
-        if (crl_tar_in(data, &n, msg, sizeof(msg)) < 0)
-            goto bad_input;
-        dprintf(errfd, "entries=%lu\n", n);
+        if (crl_tar_in(data, &n, msg, sizeof(msg)) < 0) {
+            code = CRL_STREAM_BAD_INPUT;
+            goto out;
+        }
+        /* Read to the end: tar's records may pad past the end-of-archive
+         * marker, and the uploader must not meet a closed pipe. */
+        char sink[65536];
+        while (read(data, sink, sizeof(sink)) > 0)
+            ;
+        snprintf(msg, sizeof(msg), "entries=%lu", n);
+        code = CRL_STREAM_OK;
     }
-    _exit(0);
-bad_input:
-    dprintf(errfd, "%s\n", msg);
-    _exit(2);
-fail:
-    dprintf(errfd, "%s\n", msg);
-    _exit(1);
+out:
+    dprintf(msgfd, "%s\n", msg);
+    _exit(code);
 }
 
-static void handle_tar(const struct crl_spawn_req *rq, int *fds, int nfds)
+static void handle_stream(const struct crl_spawn_req *rq, int *fds, int nfds)
 {
-    if ((unsigned)nfds != 3 + rq->u.tar.n_cgroup_fds || rq->strings_len == 0 ||
-        rq->strings[rq->strings_len - 1] != 0) {
-        reply(rq->id, EPROTO, CRL_STEP_NONE, 0, NULL, 0, "tar: malformed request");
+    if ((unsigned)nfds != 3 + rq->u.stream.n_cgroup_fds || rq->strings_len == 0 ||
+        rq->strings[rq->strings_len - 1] != 0 || rq->u.stream.kind > CRL_STREAM_FILE_IN) {
+        reply(rq->id, EPROTO, CRL_STEP_NONE, 0, NULL, 0, "stream: malformed request");
         return;
     }
     pid_t pid = fork();
@@ -757,7 +818,7 @@ static void handle_tar(const struct crl_spawn_req *rq, int *fds, int nfds)
         return;
     }
     if (pid == 0)
-        tar_child(rq, fds, rq->strings);
+        stream_child(rq, fds, rq->strings);
     int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
     reply(rq->id, 0, CRL_STEP_NONE, pid, &pidfd, pidfd >= 0 ? 1 : 0, NULL);
     if (pidfd >= 0)
@@ -814,8 +875,7 @@ static int handle_request(void)
         case CRL_SPAWN_CREATE: handle_create(rq, fds, nfds); break;
         case CRL_SPAWN_EXEC: handle_exec(rq, fds, nfds); break;
         case CRL_SPAWN_OPEN: handle_open(rq, fds, nfds); break;
-        case CRL_SPAWN_TAR_OUT:
-        case CRL_SPAWN_TAR_IN: handle_tar(rq, fds, nfds); break;
+        case CRL_SPAWN_STREAM: handle_stream(rq, fds, nfds); break;
         default: reply(rq->id, EOPNOTSUPP, CRL_STEP_NONE, 0, NULL, 0, "unknown request"); break;
         }
     }
@@ -824,18 +884,28 @@ static int handle_request(void)
     return 0;
 }
 
-int crl_spawner_main(int sock, const char *workdir)
+int crl_spawner_main(int sock, const char *workdir, const char *init_path)
 {
     struct crl_err err = CRL_ERR_INIT;
     sp.sock = sock;
     snprintf(sp.workdir, sizeof(sp.workdir), "%s", workdir);
-    /* Die with corrald; never dumpable, so no sandbox process can read our
-     * memory (PID 1s and execs share it); never the OOM killer's choice. */
+    /* Die with corrald.  The OOM killer should spare us where we may ask
+     * (CAP_SYS_RESOURCE; before going non-dumpable, which makes /proc/self
+     * ours no more).  Never dumpable: the clone children that build a
+     * sandbox and start its processes share our memory until they exec, and
+     * no process in a sandbox may read or trace it. */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() == 1)
         return 1;
+    if (crl_write_file_at(AT_FDCWD, "/proc/self/oom_score_adj", "-1000") < 0)
+        crl_debug(NULL, "spawner: oom_score_adj -1000 refused (%s): OOM kills may pick us",
+                  strerror(errno));
     prctl(PR_SET_DUMPABLE, 0);
-    crl_write_file_at(AT_FDCWD, "/proc/self/oom_score_adj", "-1000");
+    sp.init_fd = crl_openat(AT_FDCWD, init_path, O_PATH, 0);
+    if (sp.init_fd < 0) {
+        crl_error(NULL, "spawner: %s: %s", init_path, strerror(errno));
+        return 1;
+    }
     umask(022);
     signal(SIGPIPE, SIG_IGN);
     sigset_t chld;
