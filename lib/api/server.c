@@ -76,16 +76,42 @@ void crl_req_error(struct crl_req *r, const struct crl_err *err)
     crl_req_respond(r, (unsigned)status, resp);
 }
 
+/* The client hung up while we held its connection suspended: stop what it
+ * asked for (a command is killed) and let MHD find the closed socket. */
+static void client_hung_up(struct crl_watch *w, uint32_t ev)
+{
+    struct crl_req *r = w->data;
+    crl_watch_stop(r->api->host->loop, w);
+    crl_info(r->sb ? r->sb->id : NULL, "%s %s: the client hung up; cancelling", r->method, r->url);
+    crl_h_exec_cleanup(r);
+    crl_h_files_cleanup(r);
+    r->out_done = r->out_error = true;
+    if (!r->resp && !r->streaming) {
+        struct crl_err e = CRL_ERR_INIT;
+        crl_err_set(&e, CRL_E_INTERNAL, "the client closed the connection");
+        crl_req_error(r, &e); /* resumes */
+    } else {
+        crl_req_resume(r);
+    }
+}
+
 void crl_req_suspend(struct crl_req *r)
 {
-    if (!r->suspended && !r->gone) {
-        r->suspended = true;
-        MHD_suspend_connection(r->conn);
-    }
+    if (r->suspended || r->gone)
+        return;
+    r->suspended = true;
+    MHD_suspend_connection(r->conn);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci && !r->hup.active)
+        crl_watch_start(r->api->host->loop, &r->hup, ci->connect_fd, EPOLLRDHUP, client_hung_up,
+                        r);
 }
 
 void crl_req_resume(struct crl_req *r)
 {
+    if (r->hup.active)
+        crl_watch_stop(r->api->host->loop, &r->hup);
     if (r->suspended && !r->gone) {
         r->suspended = false;
         MHD_resume_connection(r->conn);
@@ -188,6 +214,8 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **con
         return;
     *con_cls = NULL;
     unlink_req(r);
+    if (r->hup.active)
+        crl_watch_stop(r->api->host->loop, &r->hup);
     r->gone = true;
     r->suspended = false;
     crl_h_exec_cleanup(r);

@@ -100,3 +100,33 @@ def test_failed_create_leaves_nothing(corrald_factory, tmp_path):
         assert not glob.glob(f"/sys/fs/cgroup/*/{d.cgroup_parent}/s*")
         with c.create(**SMALL) as sb:  # and the host is fine
             assert sb.exec("echo ok").stdout == b"ok\n"
+
+
+def test_client_hangup_kills_its_command(corrald, sandbox):
+    """A client that goes away mid-command takes its command with it, for a
+    buffered exec, a streamed one and a session command alike."""
+    import json
+    import socket
+
+    session = sandbox.session()
+    targets = [f"/v1/sandboxes/{sandbox.id}/exec", f"/v1/sandboxes/{sandbox.id}/exec",
+               f"/v1/sandboxes/{sandbox.id}/sessions/{session.session_id}/run"]
+    bodies = [{"cmd": ["sleep", "101"]}, {"cmd": ["sleep", "102"], "stream": True},
+              {"cmd": "sleep 103"}]
+    for target, body in zip(targets, bodies):
+        data = json.dumps(body).encode()
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(str(corrald.socket_path))
+        s.sendall(f"POST {target} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+        time.sleep(0.3)
+        s.close()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        ps = sandbox.exec(["ps", "-o", "args"]).stdout
+        if b"sleep 10" not in ps:
+            break
+        time.sleep(0.05)
+    assert b"sleep 10" not in ps, ps
+    # the session survives and is free for the next command
+    assert session.run("echo free").stdout == b"free\n"
