@@ -35,7 +35,7 @@ struct crl_req {
     bool tcp;
     bool dispatched;
     bool suspended;
-    bool gone; /* MHD finished with the connection; only async callbacks remain */
+    bool gone;            /* MHD finished with the connection; only async callbacks remain */
     struct crl_watch hup; /* while suspended: MHD does not watch the socket, we do */
     /* the request body, for JSON endpoints */
     struct crl_buf body;

@@ -104,8 +104,7 @@ void crl_req_suspend(struct crl_req *r)
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (ci && !r->hup.active)
-        crl_watch_start(r->api->host->loop, &r->hup, ci->connect_fd, EPOLLRDHUP, client_hung_up,
-                        r);
+        crl_watch_start(r->api->host->loop, &r->hup, ci->connect_fd, EPOLLRDHUP, client_hung_up, r);
 }
 
 void crl_req_resume(struct crl_req *r)

@@ -86,7 +86,7 @@ enum crl_stream_kind {
 /* How a stream helper ended: its exit code. */
 enum crl_stream_status {
     CRL_STREAM_OK = 0,
-    CRL_STREAM_FAILED = 1,   /* see the message */
+    CRL_STREAM_FAILED = 1,    /* see the message */
     CRL_STREAM_BAD_INPUT = 2, /* not a (valid, safe) tar archive */
     CRL_STREAM_NOENT = 3,
     CRL_STREAM_NOTDIR = 4,

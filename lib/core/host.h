@@ -57,7 +57,7 @@ struct crl_host {
     struct crl_sandbox *sandboxes; /* every known sandbox, live or tombstoned */
     size_t n_sandboxes;
     struct crl_sandbox **by_id; /* CRL_HOST_BUCKETS chains */
-    unsigned char *slots; /* 1 = in use */
+    unsigned char *slots;       /* 1 = in use */
     /* capacity and what is reserved now */
     uint64_t mem_total_mb;
     unsigned ncpus;
