@@ -260,30 +260,63 @@ static int kill_procs_at(int cgfd, pid_t spare)
     return count;
 }
 
-/* Kill every process in dirfd's cgroup and all below it. */
+/* Call fn(parent_fd, name, ctx) for each child cgroup (subdirectory) of
+ * the cgroup at fd, until one returns nonzero, which is returned; -1 if the
+ * directory cannot be read. */
+typedef int (*child_fn)(int parent_fd, const char *name, void *ctx);
+
+static int each_child(int fd, child_fn fn, void *ctx)
+{
+    int dup_fd = dup(fd);
+    DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+    if (!d) {
+        if (dup_fd >= 0)
+            close(dup_fd);
+        return -1;
+    }
+    rewinddir(d); /* the dup shares its offset with fd */
+    struct dirent *de;
+    int r = 0;
+    while (!r && (de = readdir(d)))
+        if (de->d_type == DT_DIR && de->d_name[0] != '.')
+            r = fn(fd, de->d_name, ctx);
+    closedir(d);
+    return r;
+}
+
+/* Call fn(child_fd, ctx) on the child `name` of parent_fd, opened. */
+static int with_child(int parent_fd, const char *name, int (*fn)(int fd, void *ctx), void *ctx)
+{
+    cleanup_close int fd = crl_openat(parent_fd, name, O_RDONLY | O_DIRECTORY, 0);
+    return fd < 0 ? 0 : fn(fd, ctx);
+}
+
+struct kill_ctx {
+    pid_t spare;
+    int count;
+};
+
+static int kill_tree_procs_fn(int fd, void *ctx);
+
+static int kill_child(int parent_fd, const char *name, void *ctx)
+{
+    return with_child(parent_fd, name, kill_tree_procs_fn, ctx);
+}
+
+static int kill_tree_procs_fn(int fd, void *ctx)
+{
+    struct kill_ctx *k = ctx;
+    k->count += kill_procs_at(fd, k->spare);
+    each_child(fd, kill_child, k);
+    return 0;
+}
+
+/* Kill every process in fd's cgroup and all below it. */
 static int kill_tree_procs(int cgfd, pid_t spare)
 {
-    int count = kill_procs_at(cgfd, spare);
-    int dup_fd = dup(cgfd);
-    if (dup_fd < 0)
-        return count;
-    DIR *d = fdopendir(dup_fd);
-    if (!d) {
-        close(dup_fd);
-        return count;
-    }
-    rewinddir(d);
-    struct dirent *de;
-    while ((de = readdir(d)))
-        if (de->d_type == DT_DIR && de->d_name[0] != '.') {
-            int sub = crl_openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY, 0);
-            if (sub >= 0) {
-                count += kill_tree_procs(sub, spare);
-                close(sub);
-            }
-        }
-    closedir(d);
-    return count;
+    struct kill_ctx k = {spare, 0};
+    kill_tree_procs_fn(cgfd, &k);
+    return k.count;
 }
 
 static void sleep_ms(int ms)
@@ -292,32 +325,27 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-/* Does the cgroup at fd, or one below it, hold a process other than spare? */
-static bool tree_populated(int fd, pid_t spare)
+static int populated_fn(int fd, void *ctx);
+
+static int populated_child(int parent_fd, const char *name, void *ctx)
 {
+    return with_child(parent_fd, name, populated_fn, ctx);
+}
+
+/* 1 if the cgroup at fd, or one below it, holds a process other than spare. */
+static int populated_fn(int fd, void *ctx)
+{
+    pid_t spare = *(pid_t *)ctx;
     char buf[64];
     ssize_t n = crl_read_file_at(fd, "cgroup.procs", buf, sizeof(buf));
     if (n > 0 && (spare == 0 || strtol(buf, NULL, 10) != spare || strchr(buf, '\n') != buf + n - 1))
-        return true;
-    int dup_fd = dup(fd);
-    DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
-    if (!d) {
-        if (dup_fd >= 0)
-            close(dup_fd);
-        return true; /* cannot tell: assume so */
-    }
-    rewinddir(d);
-    struct dirent *de;
-    bool found = false;
-    while (!found && (de = readdir(d)))
-        if (de->d_type == DT_DIR && de->d_name[0] != '.') {
-            int sub = crl_openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY, 0);
-            found = sub < 0 || tree_populated(sub, spare);
-            if (sub >= 0)
-                close(sub);
-        }
-    closedir(d);
-    return found;
+        return 1;
+    return each_child(fd, populated_child, ctx) != 0; /* unreadable: assume so */
+}
+
+static bool tree_populated(int fd, pid_t spare)
+{
+    return populated_fn(fd, &spare) != 0;
 }
 
 /* v1 freezer: stop the tree so nothing forks between reading and killing. */
@@ -360,25 +388,17 @@ static int kill_tree(struct crl_cgroup_mgr *m, int fd, pid_t spare)
     return n;
 }
 
+static int remove_child(int parent_fd, const char *name, void *ctx);
+
 /* rmdir a cgroup and everything below it, bottom up; waits briefly for
  * killed processes to leave. */
 static int remove_tree(int parent_fd, const char *name)
 {
-    int fd = crl_openat(parent_fd, name, O_RDONLY | O_DIRECTORY, 0);
+    cleanup_close int fd = crl_openat(parent_fd, name, O_RDONLY | O_DIRECTORY, 0);
     if (fd < 0)
         return errno == ENOENT ? 0 : -1;
-    DIR *d = fdopendir(fd);
-    if (!d) {
-        close(fd);
-        return -1;
-    }
-    struct dirent *de;
     int ret = 0;
-    while ((de = readdir(d)))
-        if (de->d_type == DT_DIR && de->d_name[0] != '.')
-            if (remove_tree(dirfd(d), de->d_name) < 0)
-                ret = -1;
-    closedir(d);
+    each_child(fd, remove_child, &ret);
     for (int i = 0; i < 500; i++) {
         if (unlinkat(parent_fd, name, AT_REMOVEDIR) == 0 || errno == ENOENT)
             return ret;
@@ -389,54 +409,64 @@ static int remove_tree(int parent_fd, const char *name)
     return -1;
 }
 
+/* each_child callback: remove the child's tree, remember failure, go on. */
+static int remove_child(int parent_fd, const char *name, void *ctx)
+{
+    if (remove_tree(parent_fd, name) < 0)
+        *(int *)ctx = -1;
+    return 0;
+}
+
+struct reconcile_ctx {
+    struct crl_cgroup_mgr *m;
+    bool killer; /* the hierarchy that kills atomically: the freezer, or v2 */
+    int removed, failed;
+};
+
+static int reconcile_kill(int fd, void *ctx)
+{
+    struct reconcile_ctx *rc = ctx;
+    /* Other v1 hierarchies may still hold a process someone moved there alone. */
+    if (rc->killer)
+        kill_tree(rc->m, fd, 0);
+    else
+        kill_tree_procs(fd, 0);
+    return 0;
+}
+
+static int reconcile_kill_child(int parent_fd, const char *name, void *ctx)
+{
+    return with_child(parent_fd, name, reconcile_kill, ctx);
+}
+
+static int reconcile_remove_child(int parent_fd, const char *name, void *ctx)
+{
+    struct reconcile_ctx *rc = ctx;
+    if (remove_tree(parent_fd, name) < 0)
+        rc->failed++;
+    else if (rc->killer) /* count each sandbox cgroup once */
+        rc->removed++;
+    return 0;
+}
+
 int crl_cgroup_mgr_reconcile(struct crl_cgroup_mgr *m, struct crl_err *err)
 {
-    int removed = 0, failed = 0;
-    /* Kill first everywhere (the freezer or cgroup.kill stops forks), then remove. */
+    struct reconcile_ctx rc = {.m = m};
     int killer = m->version == CRL_CGROUP_V2 ? 0 : H_FREEZER;
-    for (int pass = 0; pass < 2; pass++) {
+    /* Kill first everywhere (the freezer or cgroup.kill stops forks), then remove. */
+    for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < m->nh; i++) {
             if (m->parent_fd[i] < 0)
                 continue;
-            int dfd = dup(m->parent_fd[i]);
-            DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
-            if (!d) {
-                if (dfd >= 0)
-                    close(dfd);
-                continue;
-            }
-            rewinddir(d);
-            struct dirent *de;
-            while ((de = readdir(d))) {
-                if (de->d_type != DT_DIR || de->d_name[0] == '.')
-                    continue;
-                if (pass == 0) {
-                    /* The freezer (or v2) kills atomically; other v1 hierarchies may
-                     * still hold a process someone moved there alone. */
-                    int sub = crl_openat(m->parent_fd[i], de->d_name, O_RDONLY | O_DIRECTORY, 0);
-                    if (sub >= 0) {
-                        if (i == killer)
-                            kill_tree(m, sub, 0);
-                        else
-                            kill_tree_procs(sub, 0);
-                        close(sub);
-                    }
-                } else {
-                    /* count each sandbox cgroup once, in the hierarchy that ends the walk */
-                    if (remove_tree(m->parent_fd[i], de->d_name) < 0)
-                        failed++;
-                    else if (i == killer)
-                        removed++;
-                }
-            }
-            closedir(d);
+            rc.killer = i == killer;
+            each_child(m->parent_fd[i], pass == 0 ? reconcile_kill_child : reconcile_remove_child,
+                       &rc);
         }
-    }
-    if (failed)
+    if (rc.failed)
         return crl_err_set(err, CRL_E_INTERNAL,
-                           "%d leftover cgroup(s) under %s could not be removed", failed,
+                           "%d leftover cgroup(s) under %s could not be removed", rc.failed,
                            m->parent_path[0]);
-    return removed;
+    return rc.removed;
 }
 
 int crl_cgroup_mgr_remove_parent(struct crl_cgroup_mgr *m, struct crl_err *err)
@@ -657,31 +687,27 @@ int crl_cgroup_remove_leaf(struct crl_cgroup *cg, const char *leaf)
     return 0;
 }
 
-static int count_tree(int fd)
+static int count_fn(int fd, void *ctx);
+
+static int count_child(int parent_fd, const char *name, void *ctx)
+{
+    return with_child(parent_fd, name, count_fn, ctx);
+}
+
+static int count_fn(int fd, void *ctx)
 {
     char buf[65536];
     ssize_t n = crl_read_file_at(fd, "cgroup.procs", buf, sizeof(buf));
-    int count = 0;
     for (ssize_t i = 0; i < n; i++)
-        count += buf[i] == '\n';
-    int dup_fd = dup(fd);
-    DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
-    if (!d) {
-        if (dup_fd >= 0)
-            close(dup_fd);
-        return count;
-    }
-    rewinddir(d);
-    struct dirent *de;
-    while ((de = readdir(d)))
-        if (de->d_type == DT_DIR && de->d_name[0] != '.') {
-            int sub = crl_openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY, 0);
-            if (sub >= 0) {
-                count += count_tree(sub);
-                close(sub);
-            }
-        }
-    closedir(d);
+        *(int *)ctx += buf[i] == '\n';
+    each_child(fd, count_child, ctx);
+    return 0;
+}
+
+static int count_tree(int fd)
+{
+    int count = 0;
+    count_fn(fd, &count);
     return count;
 }
 
@@ -761,23 +787,10 @@ int crl_cgroup_release(struct crl_cgroup *cg, bool remove, struct crl_err *err)
     int ret = 0;
     struct crl_cgroup_mgr *m = cg->m;
     /* Leaves always go: they are cheap, and a stale one would mislead. */
+    int leaves_ok = 0;
     int lp = leaf_parent_fd(cg);
-    if (lp >= 0) {
-        int dfd = dup(lp);
-        DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
-        if (d) {
-            rewinddir(d);
-            struct dirent *de;
-            while ((de = readdir(d)))
-                if (de->d_type == DT_DIR && de->d_name[0] != '.' &&
-                    remove_tree(lp, de->d_name) < 0) {
-                    ret = crl_err_sys(err, errno, "removing cgroup %s/%s", cg->name, de->d_name);
-                }
-            closedir(d);
-        } else if (dfd >= 0) {
-            close(dfd);
-        }
-    }
+    if (lp >= 0 && (each_child(lp, remove_child, &leaves_ok) < 0 || leaves_ok < 0))
+        ret = crl_err_sys(err, errno, "removing the leaves of cgroup %s", cg->name);
     for (int i = 0; i < V1_MAX; i++) {
         if (cg->fd[i] >= 0)
             close(cg->fd[i]);

@@ -609,6 +609,20 @@ static int check_searchable(const char *path, struct crl_err *err)
     return 0;
 }
 
+/* An exclusive, non-blocking flock on path (created): the fd, or -1. */
+static int take_lock(const char *path, struct crl_err *err)
+{
+    int fd = crl_openat(AT_FDCWD, path, O_RDWR | O_CREAT, 0600);
+    if (fd < 0)
+        return crl_err_sys(err, errno, "open %s", path);
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        crl_err_set(err, CRL_E_UNAVAILABLE, "%s is locked", path);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 int crl_host_open(const struct crl_host_config *cfg, struct crl_loop *loop, struct crl_host **out,
                   struct crl_err *err)
 {
@@ -639,44 +653,27 @@ int crl_host_open(const struct crl_host_config *cfg, struct crl_loop *loop, stru
         snprintf(h->cfg.host_id, sizeof(h->cfg.host_id), "%06x", x & 0xffffff);
     }
 
+    /* A second daemon on this state dir would remove the first one's work;
+     * two sharing a cgroup parent would reconcile each other's sandboxes
+     * away.  Both locks are held for our lifetime (O_CLOEXEC: not by children). */
     char lock[4200];
     snprintf(lock, sizeof(lock), "%s/corrald.lock", h->state_dir);
-    int lfd = crl_openat(AT_FDCWD, lock, O_RDWR | O_CREAT, 0600);
-    if (lfd < 0) {
-        crl_err_sys(err, errno, "open %s", lock);
+    if ((h->lock_fd = take_lock(lock, err)) < 0) {
+        crl_err_prefix(err, "another corrald is using the state dir %s", h->state_dir);
         goto fail;
     }
-    if (flock(lfd, LOCK_EX | LOCK_NB) < 0) {
-        /* a second daemon on this state dir would remove the first one's work */
-        crl_err_set(err, CRL_E_UNAVAILABLE, "another corrald is using the state dir %s",
-                    h->state_dir);
-        close(lfd);
-        goto fail;
-    }
-    h->lock_fd = lfd; /* held for our lifetime; O_CLOEXEC keeps it from children */
-
-    /* Two daemons sharing a cgroup parent would reconcile each other's
-     * sandboxes away: one owner per parent, per host. */
     if (crl_mkdir_p("/run/corral", 0755) < 0) {
         crl_err_sys(err, errno, "mkdir /run/corral");
         goto fail;
     }
-    char cglock[256];
-    snprintf(cglock, sizeof(cglock), "/run/corral/cgroup-%s.lock", cfg->cgroup_parent);
-    int cfd = crl_openat(AT_FDCWD, cglock, O_RDWR | O_CREAT, 0600);
-    if (cfd < 0) {
-        crl_err_sys(err, errno, "open %s", cglock);
+    snprintf(lock, sizeof(lock), "/run/corral/cgroup-%s.lock", cfg->cgroup_parent);
+    if ((h->cgroup_lock_fd = take_lock(lock, err)) < 0) {
+        crl_err_prefix(err,
+                       "another corrald owns the cgroup parent '%s'; give this one its own "
+                       "--cgroup-parent",
+                       cfg->cgroup_parent);
         goto fail;
     }
-    if (flock(cfd, LOCK_EX | LOCK_NB) < 0) {
-        crl_err_set(err, CRL_E_UNAVAILABLE,
-                    "another corrald owns the cgroup parent '%s'; give this one its own "
-                    "--cgroup-parent",
-                    cfg->cgroup_parent);
-        close(cfd);
-        goto fail;
-    }
-    h->cgroup_lock_fd = cfd;
 
     snprintf(h->run_dir, sizeof(h->run_dir), "%s/run", h->state_dir);
     unmount_leftovers(h->state_dir);

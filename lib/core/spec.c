@@ -156,13 +156,19 @@ static bool env_key_ok(const char *k)
     return true;
 }
 
-/* Path a process works in: absolute, bounded, no NUL. */
-static int check_abs_path(const char *s, const char *name, struct crl_err *err)
+/* A path field (cwd, shell): a string, absolute, bounded, no NUL; *out is
+ * a malloc'd copy. */
+static int get_abs_path(json_t *v, const char *name, char **out, struct crl_err *err)
 {
+    const char *s;
+    if (get_string(v, name, PATH_MAX, &s, err) < 0)
+        return -1;
     if (s[0] != '/')
         return crl_err_set(err, CRL_E_INVALID, "%s must be an absolute path, not '%s'", name, s);
     if (strlen(s) >= PATH_MAX)
         return crl_err_set(err, CRL_E_INVALID, "%s is longer than %d bytes", name, PATH_MAX - 1);
+    if (!(*out = strdup(s)))
+        return crl_err_sys(err, ENOMEM, "parsing %s", name);
     return 0;
 }
 
@@ -407,15 +413,8 @@ int crl_spec_from_json(json_t *root, struct crl_spec *s, struct crl_err *err)
         goto fail;
     if ((f = json_object_get(root, "env")) && parse_env(f, "env", &s->env, err) < 0)
         goto fail;
-    if ((f = json_object_get(root, "cwd"))) {
-        if (get_string(f, "cwd", PATH_MAX, &str, err) < 0 || check_abs_path(str, "cwd", err) < 0)
-            goto fail;
-        s->cwd = strdup(str);
-        if (!s->cwd) {
-            crl_err_sys(err, ENOMEM, "parsing cwd");
-            goto fail;
-        }
-    }
+    if ((f = json_object_get(root, "cwd")) && get_abs_path(f, "cwd", &s->cwd, err) < 0)
+        goto fail;
     if (json_object_get(root, "trajectory")) {
         crl_err_set(err, CRL_E_UNSUPPORTED,
                     "trajectory recording is not available in this version of corrald");
@@ -630,14 +629,8 @@ int crl_exec_req_parse(const char *json, size_t len, bool session, struct crl_ex
     }
     if ((f = json_object_get(root, "env")) && parse_env(f, "env", &r->env, err) < 0)
         goto fail;
-    if ((f = json_object_get(root, "cwd"))) {
-        if (get_string(f, "cwd", PATH_MAX, &s, err) < 0 || check_abs_path(s, "cwd", err) < 0)
-            goto fail;
-        if (!(r->cwd = strdup(s))) {
-            crl_err_sys(err, ENOMEM, "parsing cwd");
-            goto fail;
-        }
-    }
+    if ((f = json_object_get(root, "cwd")) && get_abs_path(f, "cwd", &r->cwd, err) < 0)
+        goto fail;
     if ((f = json_object_get(root, "user"))) {
         if (get_string(f, "user", 32, &s, err) < 0 || crl_user_parse(s, &r->user, err) < 0)
             goto fail;
@@ -691,18 +684,10 @@ int crl_session_req_parse(const char *json, size_t len, struct crl_session_req *
         goto fail;
     if ((f = json_object_get(root, "env")) && parse_env(f, "env", &r->env, err) < 0)
         goto fail;
-    if ((f = json_object_get(root, "cwd"))) {
-        if (get_string(f, "cwd", PATH_MAX, &s, err) < 0 || check_abs_path(s, "cwd", err) < 0)
-            goto fail;
-        if (!(r->cwd = strdup(s)))
-            goto nomem;
-    }
-    if ((f = json_object_get(root, "shell"))) {
-        if (get_string(f, "shell", PATH_MAX, &s, err) < 0 || check_abs_path(s, "shell", err) < 0)
-            goto fail;
-        if (!(r->shell = strdup(s)))
-            goto nomem;
-    }
+    if ((f = json_object_get(root, "cwd")) && get_abs_path(f, "cwd", &r->cwd, err) < 0)
+        goto fail;
+    if ((f = json_object_get(root, "shell")) && get_abs_path(f, "shell", &r->shell, err) < 0)
+        goto fail;
     if ((f = json_object_get(root, "user"))) {
         if (get_string(f, "user", 32, &s, err) < 0 || crl_user_parse(s, &r->user, err) < 0)
             goto fail;

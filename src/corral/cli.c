@@ -371,3 +371,44 @@ void crl_cli_catch_signals(struct crl_client *c)
     if (c)
         crl_client_set_cancel(c, &crl_cli_interrupted);
 }
+
+int crl_cli_read_flags(int argc, char **argv, const char *help, int nargs, const char *what,
+                       bool *as_json, const char **arg)
+{
+    enum { OPT_JSON = CRL_CLI_OPT_OTHER };
+    static const struct option opts[] = {
+        {"json", no_argument, 0, OPT_JSON}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    int c;
+    *as_json = false;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (c) {
+        case OPT_JSON: *as_json = true; break;
+        case 'h': return crl_cli_help(help);
+        default: return crl_cli_bad_option(argv[0], argv, c);
+        }
+    }
+    if (nargs && optind == argc)
+        return crl_cli_usage(argv[0], "needs %s", what);
+    if (optind + nargs < argc)
+        return crl_cli_usage(argv[0], "unexpected argument '%s'", argv[optind + nargs]);
+    if (nargs)
+        *arg = argv[optind];
+    return -1;
+}
+
+int crl_cli_show(const char *path, bool as_json, void (*show)(json_t *answer))
+{
+    struct crl_err err = CRL_ERR_INIT;
+    cleanup_client struct crl_client *cl = NULL;
+    json_auto_t *out = NULL;
+    if (crl_cli_connect(&cl) != 0)
+        return CRL_EXIT_FAIL;
+    if (crl_client_request(cl, "GET", path, NULL, &out, NULL, &err) < 0)
+        return crl_cli_fail(&err);
+    if (as_json)
+        crl_cli_print_json(out);
+    else
+        show(out);
+    return 0;
+}

@@ -48,6 +48,14 @@ int crl_cli_help(const char *text);
  * Returns 0 or CRL_EXIT_FAIL. */
 int crl_cli_connect(struct crl_client **c);
 
+/* A read-only command: parse --json and --help and `nargs` (0 or 1)
+ * positional arguments, naming the missing one `what` (*arg gets it).
+ * Returns -1 to go on, or the status to exit with. */
+int crl_cli_read_flags(int argc, char **argv, const char *help, int nargs, const char *what,
+                       bool *as_json, const char **arg);
+/* GET path and print the answer: as JSON, or through show(). */
+int crl_cli_show(const char *path, bool as_json, void (*show)(json_t *answer));
+
 /* Pretty-print JSON to stdout, with a newline. */
 void crl_cli_print_json(json_t *j);
 /* Human forms: "3.2 MiB"; the age of an RFC 3339 time ("42s", "5m", "3h",

@@ -42,31 +42,7 @@ static void show(json_t *h)
 
 int crl_cmd_host(int argc, char **argv)
 {
-    enum { OPT_JSON = CRL_CLI_OPT_OTHER };
-    static const struct option opts[] = {
-        {"json", no_argument, 0, OPT_JSON}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    bool as_json = false;
-    int c;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-        switch (c) {
-        case OPT_JSON: as_json = true; break;
-        case 'h': return crl_cli_help(help);
-        default: return crl_cli_bad_option(argv[0], argv, c);
-        }
-    }
-    if (optind < argc)
-        return crl_cli_usage(argv[0], "unexpected argument '%s'", argv[optind]);
-    struct crl_err err = CRL_ERR_INIT;
-    cleanup_client struct crl_client *cl = NULL;
-    json_auto_t *h = NULL;
-    if (crl_cli_connect(&cl) != 0)
-        return CRL_EXIT_FAIL;
-    if (crl_client_request(cl, "GET", "/v1/host", NULL, &h, NULL, &err) < 0)
-        return crl_cli_fail(&err);
-    if (as_json)
-        crl_cli_print_json(h);
-    else
-        show(h);
-    return 0;
+    bool as_json;
+    int rc = crl_cli_read_flags(argc, argv, help, 0, NULL, &as_json, NULL);
+    return rc >= 0 ? rc : crl_cli_show("/v1/host", as_json, show);
 }

@@ -95,12 +95,15 @@ static int start_spawner(struct ctr_state *st, unsigned i, struct crl_err *err);
 
 /* ---- requests ---- */
 
-static struct spawner *pick_spawner(struct ctr_state *st)
+/* The least busy running spawner; CRL_E_UNAVAILABLE if none runs. */
+static struct spawner *pick_spawner(struct ctr_state *st, struct crl_err *err)
 {
     struct spawner *best = NULL;
     for (unsigned i = 0; i < st->n_sp; i++)
         if (st->sp[i].sock >= 0 && (!best || st->sp[i].inflight < best->inflight))
             best = &st->sp[i];
+    if (!best)
+        crl_err_set(err, CRL_E_UNAVAILABLE, "no container spawner is running");
     return best;
 }
 
@@ -337,11 +340,9 @@ static int ctr_create(struct crl_sandbox *sb, struct crl_err *err)
                                     .cpus = sb->spec.cpus};
     int fds[3 + CRL_CGROUP_MAX_FDS];
     int ncg = 0;
-    struct spawner *s = pick_spawner(st);
-    if (!s) {
-        crl_err_set(err, CRL_E_UNAVAILABLE, "no container spawner is running");
+    struct spawner *s = pick_spawner(st, err);
+    if (!s)
         goto fail;
-    }
     if (crl_cgroup_create(h->cgroups, name, &lim, &c->cg, err) < 0)
         goto fail;
     if ((c->netns_fd = crl_netns_get(h->netns, err)) < 0)
@@ -413,11 +414,9 @@ static int ctr_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err 
     snprintf(cp->leaf, sizeof(cp->leaf), "e%llu", (unsigned long long)p->seq);
     int fds[4 + CRL_CGROUP_MAX_FDS] = {-1, -1, -1, -1};
     int ncg = 0;
-    struct spawner *s = pick_spawner(st);
-    if (!s) {
-        crl_err_set(err, CRL_E_UNAVAILABLE, "no container spawner is running");
+    struct spawner *s = pick_spawner(st, err);
+    if (!s)
         goto fail;
-    }
     if (pipe_pair(&p->in_fd, &fds[1], true, err) < 0 ||
         pipe_pair(&p->out_fd, &fds[2], false, err) < 0 ||
         pipe_pair(&p->err_fd, &fds[3], false, err) < 0)
@@ -528,9 +527,9 @@ static int ctr_open(struct crl_sandbox *sb, struct crl_open_req *o, struct crl_e
 {
     struct ctr_state *st = g_state;
     struct ctr_sandbox *c = sb->priv;
-    struct spawner *s = pick_spawner(st);
+    struct spawner *s = pick_spawner(st, err);
     if (!s)
-        return crl_err_set(err, CRL_E_UNAVAILABLE, "no container spawner is running");
+        return -1;
     struct crl_spawn_req *rq = (struct crl_spawn_req *)st->msg;
     memset(rq, 0, sizeof(*rq));
     rq->op = CRL_SPAWN_OPEN;
@@ -564,9 +563,9 @@ static int ctr_stream(struct crl_sandbox *sb, struct crl_stream_req *t, struct c
 {
     struct ctr_state *st = g_state;
     struct ctr_sandbox *c = sb->priv;
-    struct spawner *s = pick_spawner(st);
+    struct spawner *s = pick_spawner(st, err);
     if (!s)
-        return crl_err_set(err, CRL_E_UNAVAILABLE, "no container spawner is running");
+        return -1;
     int fds[3 + CRL_CGROUP_MAX_FDS] = {c->pidfd, -1, -1};
     int ncg = 0;
     t->data_fd = t->msg_fd = -1;
