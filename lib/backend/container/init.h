@@ -8,14 +8,11 @@
 #ifndef CRL_CONTAINER_INIT_H
 #define CRL_CONTAINER_INIT_H
 
-#include <linux/filter.h>
-
 struct crl_init_args {
     int sync_fd; /* the child's end of the create socket */
     const char *workdir;
     char tmpfs_opts[64];
     char hostname[64];
-    const struct sock_fprog *seccomp;
     int init_fd;  /* O_PATH of the corral-init binary */
     int last_cap; /* /proc/sys/kernel/cap_last_cap */
 };

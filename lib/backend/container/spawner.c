@@ -198,7 +198,6 @@ static void handle_create(const struct crl_spawn_req *rq, int *fds, int nfds)
     pc->sock = pair[0];
     pc->args.sync_fd = pair[1];
     pc->args.workdir = sp.workdir;
-    pc->args.seccomp = &sp.seccomp;
     pc->args.init_fd = sp.init_fd;
     pc->args.last_cap = sp.last_cap;
     snprintf(pc->args.tmpfs_opts, sizeof(pc->args.tmpfs_opts), "size=%um,mode=0755", c->disk_mb);
