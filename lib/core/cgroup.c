@@ -40,6 +40,7 @@ struct crl_cgroup {
     uint64_t cpu_base_ns;
     uint64_t oom_base;
     int peak_fd; /* v2: memory.peak, reset for this fd */
+    int init_fd; /* v2: <name>/init, where PID 1 lives and leaves hang */
 };
 
 static int write_at(int dirfd, const char *file, const char *value, struct crl_err *err)
@@ -548,7 +549,7 @@ int crl_cgroup_create(struct crl_cgroup_mgr *m, const char *name,
     if (!cg)
         return crl_err_sys(err, ENOMEM, "cgroup");
     cg->m = m;
-    cg->peak_fd = -1;
+    cg->peak_fd = cg->init_fd = -1;
     snprintf(cg->name, sizeof(cg->name), "%s", name);
     for (int i = 0; i < V1_MAX; i++)
         cg->fd[i] = -1;
@@ -602,6 +603,18 @@ int crl_cgroup_create(struct crl_cgroup_mgr *m, const char *name,
             crl_err_sys(err, errno, "enabling controllers in %s", name);
             goto fail;
         }
+        /* With controllers on, processes may only live in leaves ("no
+         * internal processes"): the sandbox's init lives in init/, with its
+         * cgroup namespace rooted there, and exec leaves go below it. */
+        if (mkdirat(cg->fd[0], "init", 0755) < 0 && errno != EEXIST) {
+            crl_err_sys(err, errno, "mkdir %s/init", name);
+            goto fail;
+        }
+        cg->init_fd = crl_openat(cg->fd[0], "init", O_RDONLY | O_DIRECTORY, 0);
+        if (cg->init_fd < 0) {
+            crl_err_sys(err, errno, "open %s/init", name);
+            goto fail;
+        }
         if (m->v2_memory) {
             cg->peak_fd = crl_openat(cg->fd[0], "memory.peak", O_RDWR, 0);
             /* Since 6.12 a write resets the peak as seen through this fd. */
@@ -628,10 +641,11 @@ const char *crl_cgroup_name(const struct crl_cgroup *cg)
     return cg->name;
 }
 
-/* The directory leaves live in: the freezer hierarchy on v1, the cgroup on v2. */
+/* The cgroup init lives in, below which exec leaves go: the sandbox's cgroup
+ * in the freezer hierarchy on v1, its init/ on v2. */
 static int leaf_parent_fd(struct crl_cgroup *cg)
 {
-    return cg->m->version == CRL_CGROUP_V1 ? cg->fd[H_FREEZER] : cg->fd[0];
+    return cg->m->version == CRL_CGROUP_V1 ? cg->fd[H_FREEZER] : cg->init_fd;
 }
 
 int crl_cgroup_attach_fds(struct crl_cgroup *cg, const char *leaf, int *fds, int *nfds,
@@ -798,6 +812,8 @@ int crl_cgroup_release(struct crl_cgroup *cg, bool remove, struct crl_err *err)
     }
     if (cg->peak_fd >= 0)
         close(cg->peak_fd);
+    if (cg->init_fd >= 0)
+        close(cg->init_fd);
     free(cg);
     return ret;
 }

@@ -2,11 +2,13 @@
  * (the unified hierarchy), behind one interface.
  *
  * Every sandbox gets a cgroup named after its slot, under a parent ("corral")
- * that corrald owns: limits live there.  Its processes go in leaves under it:
- * PID 1 in "init" and each exec in its own leaf, so a timeout can kill an
- * exec's whole process tree, however it daemonised, and nothing else.  On v1
- * the leaves are in the freezer hierarchy (which can stop and kill a tree
- * atomically) and the other controllers see the sandbox cgroup only.
+ * that corrald owns: limits live there.  PID 1 joins leaf "." (the sandbox
+ * cgroup itself on v1, its init/ child on v2, where processes may only live
+ * in leaves) and each exec gets a leaf of its own below that, so a timeout
+ * can kill an exec's whole process tree, however it daemonised, and nothing
+ * else.  On v1 the leaves are in the freezer hierarchy (which can stop and
+ * kill a tree atomically) and the other controllers see the sandbox cgroup
+ * only.
  *
  * Cgroups are reused: a released slot's cgroup is reset and handed to the
  * next sandbox of that slot, because creating and removing memory cgroups at
@@ -75,8 +77,8 @@ int crl_cgroup_release(struct crl_cgroup *cg, bool remove, struct crl_err *err);
 const char *crl_cgroup_name(const struct crl_cgroup *cg);
 
 /* cgroup.procs descriptors a new process writes itself (or its pid) into
- * to join the leaf `leaf` ("init" for PID 1, "e<N>" for an exec).  The leaf
- * is created if needed.  Caller closes the fds. */
+ * to join the leaf `leaf` ("." for PID 1, "e<N>" for an exec).  The leaf is
+ * created if needed.  Caller closes the fds. */
 int crl_cgroup_attach_fds(struct crl_cgroup *cg, const char *leaf, int *fds, int *nfds,
                           struct crl_err *err);
 /* Kill every process in a leaf (an exec's tree) but `spare` (0: none),

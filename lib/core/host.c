@@ -693,6 +693,7 @@ int crl_host_open(const struct crl_host_config *cfg, struct crl_loop *loop, stru
         goto fail;
     struct crl_cgroup_config cgc = {.version = cfg->cgroup_version,
                                     .mount_root = cfg->cgroup_root,
+                                    .allow_missing_controllers = cfg->cgroup_no_limits,
                                     .parent = cfg->cgroup_parent};
     if (crl_cgroup_mgr_open(&cgc, &h->cgroups, err) < 0)
         goto fail;

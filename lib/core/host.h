@@ -29,6 +29,7 @@ struct crl_host_config {
     /* isolation */
     enum crl_cgroup_version cgroup_version;
     const char *cgroup_root;
+    bool cgroup_no_limits; /* v2 without memory/pids controllers: run unlimited (tests) */
     const char *cgroup_parent;
     uint32_t uid_base;  /* sandbox slot i maps ids 0..65535 to uid_base + i*65536 */
     uint32_t uid_slots; /* how many slots (bounds concurrent sandboxes too) */

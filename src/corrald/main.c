@@ -36,6 +36,8 @@ static const char usage[] =
     "  --cgroup auto|v1|v2    cgroup hierarchy to use (default auto)\n"
     "  --cgroup-root DIR      where cgroups are mounted (default /sys/fs/cgroup)\n"
     "  --cgroup-parent NAME   corrald's cgroup (default corral)\n"
+    "  --cgroup-no-limits     accept a cgroup v2 tree without the memory and pids\n"
+    "                         controllers: sandboxes then run unlimited (for tests only)\n"
     "  --uid-base N           first host uid of sandbox slot 0 (default 1073741824)\n"
     "  --uid-slots N          sandbox slots of 65536 ids each (default 16384)\n"
     "  --spawner PATH         corral-spawner binary (default: next to corrald)\n"
@@ -109,6 +111,7 @@ int main(int argc, char **argv)
                                          {"cpu-overcommit", required_argument, 0, 'O'},
                                          {"cgroup", required_argument, 0, 'c'},
                                          {"cgroup-root", required_argument, 0, 'C'},
+                                         {"cgroup-no-limits", no_argument, 0, 'N'},
                                          {"cgroup-parent", required_argument, 0, 'P'},
                                          {"uid-base", required_argument, 0, 'u'},
                                          {"uid-slots", required_argument, 0, 'U'},
@@ -172,6 +175,7 @@ int main(int argc, char **argv)
             }
             break;
         case 'C': hc.cgroup_root = optarg; break;
+        case 'N': hc.cgroup_no_limits = true; break;
         case 'P':
             if (!*optarg || strlen(optarg) > 64 ||
                 strspn(optarg,

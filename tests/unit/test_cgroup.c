@@ -768,10 +768,12 @@ static void test_v2(void)
     ok(existsf(CG "/unified/%s/sb", parent), "the cgroup is a directory under the parent");
     int fds[CRL_CGROUP_MAX_FDS], n = 0;
     struct crl_err e = CRL_ERR_INIT;
-    ok(crl_cgroup_attach_fds(cg, "init", fds, &n, &e) == 0 && n == 1, "v2 attach gives one fd");
+    ok(crl_cgroup_attach_fds(cg, ".", fds, &n, &e) == 0 && n == 1, "v2 attach gives one fd");
     for (int i = 0; i < n; i++)
         close(fds[i]);
-    pid_t init = spawn_in(cg, "init", w_pause);
+    ok(existsf(CG "/unified/%s/sb/init", parent),
+       "init/ is made: processes live in leaves below the controllers");
+    pid_t init = spawn_in(cg, ".", w_pause);
     pid_t spare = spawn_in(cg, "e1", w_pause);
     pid_t victim = spawn_in(cg, "e1", w_pause);
     pid_t tree = spawn_in(cg, "e2", w_tree);
@@ -784,14 +786,14 @@ static void test_v2(void)
     snprintf(want, sizeof(want), "/%s/sb/init", parent);
     ok(proc_cgroup(init, "", path, sizeof(path)) && strcmp(path, want) == 0, "init worker is in %s",
        want);
-    is_int(crl_cgroup_count(cg, "init"), 1, "count(init)");
+    is_int(crl_cgroup_count(cg, "."), 1, "count(init)");
     is_int(crl_cgroup_count(cg, "e1"), 2, "count(e1)");
     is_int(crl_cgroup_count(cg, "e2"), 3, "count(e2): the whole tree");
 
     ok(crl_cgroup_kill_leaf(cg, "e1", spare, &e) == 1, "kill_leaf(e1, spare) signals one");
     ok(killed(reap(victim, 5000)), "the victim died");
     ok(alive(spare), "the spare lives");
-    snprintf(path, sizeof(path), CG "/unified/%s/sb/e1/cgroup.events", parent);
+    snprintf(path, sizeof(path), CG "/unified/%s/sb/init/e1/cgroup.events", parent);
     ok(wait_file_has(path, "frozen 0", 0), "the leaf is not left frozen after a kill with a spare");
     ok(crl_cgroup_kill_leaf(cg, "e2", 0, &e) >= 1, "kill_leaf(e2) (cgroup.kill)");
     ok(killed(reap(tree, 5000)) && killed(reap(sh->pids[1], 5000)) &&
@@ -823,14 +825,14 @@ static void test_v2(void)
     ok(crl_cgroup_kill_all(cg, &e) >= 1, "kill_all (cgroup.kill on the sandbox)");
     ok(killed(reap(w, 5000)) && killed(reap(init, 5000)) && killed(reap(spare, 5000)),
        "every worker died");
-    is_int(crl_cgroup_count(cg, "init") + crl_cgroup_count(cg, "e1") + crl_cgroup_count(cg, "e3"),
-           0, "the leaves are empty");
+    is_int(crl_cgroup_count(cg, ".") + crl_cgroup_count(cg, "e1") + crl_cgroup_count(cg, "e3"), 0,
+           "the leaves are empty");
 
     /* reuse: a cgroup released frozen starts thawed */
     crl_cgroup_freeze(cg, true, &e);
     ok(release(cg, false), "release for reuse");
-    ok(!existsf(CG "/unified/%s/sb/init", parent) && !existsf(CG "/unified/%s/sb/e1", parent),
-       "release removed the leaves");
+    ok(existsf(CG "/unified/%s/sb/init", parent) && !existsf(CG "/unified/%s/sb/init/e1", parent),
+       "release removed the exec leaves and kept init/ for reuse");
     cg = create(m, "sb", 64, 32, 1);
     if (cg) {
         char buf[16];

@@ -347,9 +347,7 @@ static int ctr_create(struct crl_sandbox *sb, struct crl_err *err)
         goto fail;
     if ((c->netns_fd = crl_netns_get(h->netns, err)) < 0)
         goto fail;
-    if (crl_cgroup_attach_fds(c->cg,
-                              crl_cgroup_mgr_version(h->cgroups) == CRL_CGROUP_V2 ? "init" : ".",
-                              fds + 2, &ncg, err) < 0)
+    if (crl_cgroup_attach_fds(c->cg, ".", fds + 2, &ncg, err) < 0)
         goto fail;
     fds[0] = sb->image->rootfs_fd;
     fds[1] = c->netns_fd;
