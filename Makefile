@@ -4,6 +4,12 @@
 
 CC ?= gcc
 SAN ?= 0
+# V=1 shows every command
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
 ifeq ($(SAN),1)
 B := build-san
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -46,35 +52,43 @@ all: $(BINS) $(UNIT_BIN)
 
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c -o $@ $<
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
 
 $(LIB): $(LIB_OBJ)
 	@rm -f $@
-	ar rcs $@ $^
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)ar rcs $@ $^
 
 $(B)/corrald: $(CORRALD_SRC:%.c=$(B)/obj/%.o) $(LIB)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 $(B)/corral: $(CORRAL_SRC:%.c=$(B)/obj/%.o) $(LIB)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lpthread -lm
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lpthread -lm
 $(B)/corral-spawner: $(SPAWNER_SRC:%.c=$(B)/obj/%.o) $(LIB)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The probe runs inside sandboxes, which may have no libc: always static,
 # never sanitized.
 $(B)/corral-probe: tests/probe/probe.c
 	@mkdir -p $(dir $@)
-	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -static -o $@ $<
+	@$(if $(Q),echo "  LD      $@ (static)")
+	$(Q)$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -static -o $@ $<
 
 # A sandbox's PID 1 after its root is built: freestanding and tiny, so a
 # sandbox's init owns a few pages of its own.  Never sanitized.
 $(B)/corral-init: src/corral-init/main.c lib/util/rawsys.h lib/backend/container/spawn_proto.h
 	@mkdir -p $(dir $@)
-	$(CC) -std=gnu11 -Os -Wall -Wextra -Werror -D_GNU_SOURCE -static -nostdlib \
+	@$(if $(Q),echo "  LD      $@ (static, freestanding)")
+	$(Q)$(CC) -std=gnu11 -Os -Wall -Wextra -Werror -D_GNU_SOURCE -static -nostdlib \
 	    -fno-stack-protector -fno-asynchronous-unwind-tables -fno-builtin -o $@ $<
 
 $(B)/tests/test_%: tests/unit/test_%.c tests/unit/tap.h $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+	@$(if $(Q),echo "  CC+LD   $@")
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 deps:
 	scripts/install-deps.sh

@@ -64,7 +64,7 @@ with client.create(backend="container", image="busybox", memory_mb=256) as sb:
     print("session ->", sh.run("pwd; echo $X").stdout)
     r = sb.exec("sleep 30 & sleep 30", timeout=0.5)
     print("timeout ->", r.reason, "after", round(r.duration_s, 2), "s")
-print("destroyed; sandboxes left:", len([s for s in client.list() if s["state"] != "destroyed"]))
+print("destroyed; live sandboxes left:", len([s for s in client.list() if s.info["state"] != "destroyed"]))
 PY
 
 echo
