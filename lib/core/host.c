@@ -57,6 +57,7 @@ void crl_host_config_defaults(struct crl_host_config *c)
     c->spawners = 0; /* one per CPU, at most 4 */
     c->netns_pool = 256;
     c->tombstone_s = 600;
+    c->max_tombstones = 10000;
 }
 
 /* ---- ids and slots ---- */
@@ -217,11 +218,62 @@ static int add_waiter(struct crl_sb_waiter **list, crl_sandbox_cb cb, void *ctx,
     return 0;
 }
 
+/* Take an ended sandbox off the list of tombstones (and its timer). */
+static void unlink_tomb(struct crl_host *h, struct crl_sandbox *sb)
+{
+    if (!sb->buried)
+        return;
+    if (sb->tomb_prev)
+        sb->tomb_prev->tomb_next = sb->tomb_next;
+    else
+        h->tomb_head = sb->tomb_next;
+    if (sb->tomb_next)
+        sb->tomb_next->tomb_prev = sb->tomb_prev;
+    else
+        h->tomb_tail = sb->tomb_prev;
+    sb->tomb_next = sb->tomb_prev = NULL;
+    sb->buried = false;
+    h->n_tombs--;
+    crl_timer_stop(h->loop, &sb->tombstone_timer);
+}
+
+/* Forget a sandbox: out of the table, the table's reference dropped (the
+ * caller holds its own if it goes on using sb). */
+static void forget(struct crl_host *h, struct crl_sandbox *sb)
+{
+    unlink_tomb(h, sb);
+    table_remove(h, sb);
+    crl_sandbox_unref(sb);
+}
+
 static void tombstone_expired(struct crl_timer *t)
 {
     struct crl_sandbox *sb = t->data;
-    table_remove(sb->host, sb);
-    crl_sandbox_unref(sb);
+    forget(sb->host, sb);
+}
+
+/* An ended sandbox stays visible (state, final usage) for tombstone_s, and
+ * at most max_tombstones of them: at thousands of sandboxes a second, the
+ * oldest go first.  Without a tombstone time it is forgotten at once.  The
+ * caller holds a reference. */
+static void bury(struct crl_host *h, struct crl_sandbox *sb)
+{
+    if (h->cfg.tombstone_s <= 0 || h->shutting_down || !h->cfg.max_tombstones) {
+        forget(h, sb);
+        return;
+    }
+    unlink_tomb(h, sb); /* failed, then destroyed: its time starts again */
+    crl_timer_start(h->loop, &sb->tombstone_timer, (uint64_t)(h->cfg.tombstone_s * 1e9),
+                    tombstone_expired, sb);
+    sb->buried = true;
+    sb->tomb_prev = h->tomb_tail;
+    if (h->tomb_tail)
+        h->tomb_tail->tomb_next = sb;
+    else
+        h->tomb_head = sb;
+    h->tomb_tail = sb;
+    if (++h->n_tombs > h->cfg.max_tombstones)
+        forget(h, h->tomb_head);
 }
 
 static void ttl_expired(struct crl_timer *t)
@@ -333,10 +385,9 @@ void crl_sandbox_created(struct crl_sandbox *sb, const struct crl_err *err)
         h->counters.create_failed++;
         release_host_side(sb);
         sb->state = CRL_SB_DESTROYED;
-        table_remove(h, sb);
+        forget(h, sb);
         notify(&sb->create_waiters, sb, err);
         notify(&sb->destroy_waiters, sb, NULL);
-        sb->refs--; /* the table's; ours keeps it alive until the line below */
         crl_sandbox_unref(sb);
         return;
     }
@@ -400,13 +451,7 @@ void crl_sandbox_destroyed(struct crl_sandbox *sb)
                  sb->usage.memory_peak_bytes, sb->usage.disk_bytes);
         notify(&sb->destroy_waiters, sb, NULL);
     }
-    if (h->cfg.tombstone_s > 0 && !h->shutting_down) {
-        crl_timer_start(h->loop, &sb->tombstone_timer, (uint64_t)(h->cfg.tombstone_s * 1e9),
-                        tombstone_expired, sb);
-    } else {
-        table_remove(h, sb);
-        sb->refs--; /* the table's; ours keeps it alive until the line below */
-    }
+    bury(h, sb);
     crl_sandbox_unref(sb); /* the one taken when the teardown began */
 }
 
@@ -421,16 +466,11 @@ int crl_host_destroy(struct crl_host *h, struct crl_sandbox *sb, const char *rea
     case CRL_SB_FAILED:
         /* Its resources are already released: forget it now. */
         sb->state = CRL_SB_DESTROYED;
-        crl_timer_stop(h->loop, &sb->tombstone_timer);
+        crl_sandbox_ref(sb);
         if (cb)
             cb(sb, NULL, ctx);
-        if (h->cfg.tombstone_s > 0 && !h->shutting_down) {
-            crl_timer_start(h->loop, &sb->tombstone_timer, (uint64_t)(h->cfg.tombstone_s * 1e9),
-                            tombstone_expired, sb);
-        } else {
-            table_remove(h, sb);
-            crl_sandbox_unref(sb);
-        }
+        bury(h, sb);
+        crl_sandbox_unref(sb);
         return 0;
     case CRL_SB_CREATING:
         sb->destroy_requested = true;
@@ -762,11 +802,9 @@ void crl_host_close(struct crl_host *h)
             backends[i]->shutdown(h, h->backend_state);
     while (h->sandboxes) {
         struct crl_sandbox *sb = h->sandboxes;
-        crl_timer_stop(h->loop, &sb->tombstone_timer);
         crl_timer_stop(h->loop, &sb->ttl_timer);
         crl_timer_stop(h->loop, &sb->idle_timer);
-        table_remove(h, sb);
-        crl_sandbox_unref(sb);
+        forget(h, sb);
     }
     if (h->cgroups) {
         struct crl_err e = CRL_ERR_INIT;

@@ -38,6 +38,7 @@ struct crl_host_config {
     unsigned netns_pool;
     /* bookkeeping */
     double tombstone_s;
+    unsigned max_tombstones; /* the oldest ended sandbox is forgotten beyond this */
 };
 
 struct crl_host_counters {
@@ -58,6 +59,8 @@ struct crl_host {
     struct crl_sandbox *sandboxes; /* every known sandbox, live or tombstoned */
     size_t n_sandboxes;
     struct crl_sandbox **by_id; /* CRL_HOST_BUCKETS chains */
+    struct crl_sandbox *tomb_head, *tomb_tail; /* ended sandboxes kept for accounting */
+    unsigned n_tombs;
     unsigned char *slots;       /* 1 = in use */
     /* capacity and what is reserved now */
     uint64_t mem_total_mb;

@@ -43,6 +43,7 @@ static const char usage[] =
     "  --spawner PATH         corral-spawner binary (default: next to corrald)\n"
     "  --spawners N           spawner processes (default: CPUs, at most 4)\n"
     "  --tombstone-s N        keep destroyed sandboxes visible N seconds (default 600)\n"
+    "  --max-tombstones N     and at most N of them, oldest forgotten first (default 10000)\n"
     "  --host-id ID           this host's id in sandbox ids (default: from the hostname)\n"
     "  --max-body-mb N        largest JSON request body (default 16)\n"
     "  --log-format text|json, --log-level error|warn|info|debug\n";
@@ -118,6 +119,7 @@ int main(int argc, char **argv)
                                          {"spawner", required_argument, 0, 'x'},
                                          {"spawners", required_argument, 0, 'X'},
                                          {"tombstone-s", required_argument, 0, 'T'},
+                                         {"max-tombstones", required_argument, 0, 'M'},
                                          {"host-id", required_argument, 0, 'H'},
                                          {"max-body-mb", required_argument, 0, 'B'},
                                          {"log-format", required_argument, 0, 'F'},
@@ -207,6 +209,11 @@ int main(int argc, char **argv)
             if (parse_uint("--tombstone-s", optarg, 86400 * 30, &v) < 0)
                 return 2;
             hc.tombstone_s = (double)v;
+            break;
+        case 'M':
+            if (parse_uint("--max-tombstones", optarg, 10000000, &v) < 0)
+                return 2;
+            hc.max_tombstones = (unsigned)v;
             break;
         case 'H':
             if (strlen(optarg) == 0 || strlen(optarg) >= sizeof(hc.host_id) ||

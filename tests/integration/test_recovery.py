@@ -130,3 +130,20 @@ def test_client_hangup_kills_its_command(corrald, sandbox):
     assert b"sleep 10" not in ps, ps
     # the session survives and is free for the next command
     assert session.run("echo free").stdout == b"free\n"
+
+
+def test_tombstones_are_bounded(corrald_factory):
+    """Ended sandboxes stay readable for accounting, but only so many: the
+    oldest are forgotten first."""
+    d = corrald_factory(["--max-tombstones", "2"])
+    with d.client() as c:
+        ids = []
+        for _ in range(3):
+            sb = c.create(**SMALL)
+            ids.append(sb.id)
+            sb.destroy()
+        assert d.request("GET", f"/v1/sandboxes/{ids[0]}").status == 404
+        for sid in ids[1:]:
+            r = d.request("GET", f"/v1/sandboxes/{sid}")
+            assert r.status == 200 and r.json()["state"] == "destroyed"
+        assert sorted(s["id"] for s in d.sandboxes()) == sorted(ids[1:])
