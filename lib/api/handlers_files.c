@@ -118,7 +118,8 @@ static enum crl_errc status_errc(int code)
     case CRL_STREAM_NOENT: return CRL_E_NOT_FOUND;
     case CRL_STREAM_DENIED: return CRL_E_FORBIDDEN;
     case CRL_STREAM_NOSPACE: return CRL_E_NO_SPACE;
-    case 128 + 9: return CRL_E_NO_SPACE; /* killed: the sandbox ran out of memory */
+    case CRL_STREAM_GONE: return CRL_E_CONFLICT;
+    case 128 + 9: return CRL_E_NO_SPACE; /* killed in a live sandbox: it ran out of memory */
     default: return CRL_E_INTERNAL;
     }
 }
@@ -161,7 +162,11 @@ static void stream_finish(struct crl_req *r)
         return;
     }
     enum crl_errc ec = status_errc(code);
-    if (code == 128 + 9)
+    if (code == 128 + 9 && r->sb->state != CRL_SB_READY)
+        code = CRL_STREAM_GONE, ec = CRL_E_CONFLICT;
+    if (code == CRL_STREAM_GONE)
+        snprintf(msg, sizeof(msg), "the sandbox ended meanwhile");
+    else if (code == 128 + 9)
         snprintf(msg, sizeof(msg), "the sandbox ran out of memory (memory_mb) while writing");
     crl_err_set(&err, ec, "%s %s: %s",
                 r->stream.kind == CRL_STREAM_TAR_IN ? "extracting into" : "writing", r->path,
@@ -245,7 +250,7 @@ static void get_opened(struct crl_open_req *o, int fd, bool is_dir, uint64_t siz
         crl_req_error(r, err);
     } else if (is_dir) {
         close(fd);
-        if (start_stream(r, CRL_STREAM_TAR_OUT, &e) < 0)
+        if (crl_sandbox_check_ready(r->sb, &e) < 0 || start_stream(r, CRL_STREAM_TAR_OUT, &e) < 0)
             crl_req_error(r, &e);
     } else {
         struct MHD_Response *resp = MHD_create_response_from_fd((uint64_t)size, fd);

@@ -93,6 +93,7 @@ enum crl_stream_status {
     CRL_STREAM_NOSPACE = 5,
     CRL_STREAM_DENIED = 6,
     CRL_STREAM_ISDIR = 7,
+    CRL_STREAM_GONE = 8, /* the sandbox ended meanwhile */
 };
 
 struct crl_stream_req {

@@ -267,10 +267,22 @@ static void exec_started(struct crl_proc *p, const struct crl_err *err)
     struct crl_exec *x = p->owner;
     struct crl_loop *loop = x->sb->host->loop;
     if (err) {
-        if (!x->cancelled)
+        if (x->timed_out && !x->cancelled) {
+            /* It never got going before its time ran out (stopped, or stuck in
+             * exec): that is a timeout, not an error of the request. */
+            p->status = SIGKILL;
+            x->res.duration_s = (double)(crl_now_ns() - x->start_ns) / 1e9;
+            crl_exec_describe_end(p, true, false, false, &x->res);
+            x->cbs.on_done(x->ctx, &x->res, NULL);
+        } else if (!x->cancelled) {
             x->cbs.on_done(x->ctx, NULL, err);
+        }
         exec_free(x);
         return;
+    }
+    if (x->cancelled || x->timed_out) {
+        /* Its client left, or its time ran out, before it started: end it. */
+        x->sb->ops->kill(x->sb, p, CRL_KILL_TREE);
     }
     crl_set_nonblock(p->out_fd, 1);
     crl_set_nonblock(p->err_fd, 1);
@@ -281,8 +293,6 @@ static void exec_started(struct crl_proc *p, const struct crl_err *err)
         crl_watch_start(loop, &x->w_in, p->in_fd, EPOLLOUT, on_in, x);
     else
         close_watch(x, &x->w_in, &x->proc.in_fd);
-    if (x->req.timeout_s > 0)
-        crl_timer_start(loop, &x->timer, (uint64_t)(x->req.timeout_s * 1e9), on_timeout, x);
     if (x->cbs.on_start && !x->cancelled)
         x->cbs.on_start(x->ctx);
 }
@@ -325,6 +335,10 @@ struct crl_exec *crl_exec_start(struct crl_sandbox *sb, struct crl_exec_req *req
     x->start_ns = crl_now_ns();
     if (crl_sandbox_spawn(sb, &x->proc, err) < 0)
         goto fail;
+    /* The timeout runs from now: a command that never gets going is ended too. */
+    if (x->req.timeout_s > 0)
+        crl_timer_start(sb->host->loop, &x->timer, (uint64_t)(x->req.timeout_s * 1e9), on_timeout,
+                        x);
     sb->host->counters.execs++;
     crl_sandbox_touch(sb);
     return x;
@@ -340,6 +354,6 @@ fail:
 void crl_exec_cancel(struct crl_exec *x)
 {
     x->cancelled = true;
-    if (x->proc.started && !x->proc.exited)
+    if (!x->proc.exited) /* before its start too: it is in its cgroup leaf already */
         x->sb->ops->kill(x->sb, &x->proc, CRL_KILL_TREE);
 }

@@ -58,10 +58,10 @@ struct crl_host {
     struct crl_netns_pool *netns;
     struct crl_sandbox *sandboxes; /* every known sandbox, live or tombstoned */
     size_t n_sandboxes;
-    struct crl_sandbox **by_id; /* CRL_HOST_BUCKETS chains */
+    struct crl_sandbox **by_id;                /* CRL_HOST_BUCKETS chains */
     struct crl_sandbox *tomb_head, *tomb_tail; /* ended sandboxes kept for accounting */
     unsigned n_tombs;
-    unsigned char *slots;       /* 1 = in use */
+    unsigned char *slots; /* 1 = in use */
     /* capacity and what is reserved now */
     uint64_t mem_total_mb;
     unsigned ncpus;

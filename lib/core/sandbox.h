@@ -58,8 +58,8 @@ struct crl_sandbox {
     struct crl_sb_waiter *create_waiters, *destroy_waiters;
     struct crl_proc *procs;
     struct crl_session *sessions;
-    struct crl_sandbox *next, *prev; /* the host's list, in creation order reversed */
-    struct crl_sandbox *next_hash;   /* the host's id index */
+    struct crl_sandbox *next, *prev;           /* the host's list, in creation order reversed */
+    struct crl_sandbox *next_hash;             /* the host's id index */
     struct crl_sandbox *tomb_next, *tomb_prev; /* the host's ended sandboxes, oldest first */
     bool buried;
 };

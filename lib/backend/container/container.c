@@ -35,7 +35,8 @@ struct pending {
     uint64_t id;
     enum pending_kind kind;
     struct crl_sandbox *sb;
-    void *obj; /* crl_proc, crl_open_req or crl_stream_req */
+    void *obj;     /* crl_proc, crl_open_req or crl_stream_req */
+    char leaf[24]; /* a stream's cgroup leaf, removed when it ends */
     struct pending *next;
 };
 
@@ -45,6 +46,7 @@ struct running {
     enum pending_kind kind; /* P_SPAWN or P_STREAM */
     struct crl_sandbox *sb;
     void *obj;
+    char leaf[24];
     struct running *next;
 };
 
@@ -109,7 +111,7 @@ static struct spawner *pick_spawner(struct ctr_state *st, struct crl_err *err)
 
 static int send_req(struct spawner *s, struct crl_spawn_req *rq, size_t len, const int *fds,
                     int nfds, enum pending_kind kind, struct crl_sandbox *sb, void *obj,
-                    struct crl_err *err)
+                    const char *leaf, struct crl_err *err)
 {
     struct pending *p = malloc(sizeof(*p));
     if (!p)
@@ -126,6 +128,7 @@ static int send_req(struct spawner *s, struct crl_spawn_req *rq, size_t len, con
     p->kind = kind;
     p->sb = sb;
     p->obj = obj;
+    snprintf(p->leaf, sizeof(p->leaf), "%s", leaf ? leaf : "");
     /* append: replies mostly come in order */
     struct pending **pp = &s->pending;
     while (*pp)
@@ -149,7 +152,7 @@ static struct pending *take_pending(struct spawner *s, uint64_t id)
 }
 
 static void add_running(struct spawner *s, pid_t pid, enum pending_kind kind,
-                        struct crl_sandbox *sb, void *obj)
+                        struct crl_sandbox *sb, void *obj, const char *leaf)
 {
     struct running *r = malloc(sizeof(*r));
     if (!r) {
@@ -157,6 +160,7 @@ static void add_running(struct spawner *s, pid_t pid, enum pending_kind kind,
         return;
     }
     *r = (struct running){.pid = pid, .kind = kind, .sb = sb, .obj = obj, .next = s->running};
+    snprintf(r->leaf, sizeof(r->leaf), "%s", leaf ? leaf : "");
     s->running = r;
 }
 
@@ -175,7 +179,11 @@ static struct running *take_running(struct spawner *s, pid_t pid)
 static void spawn_error(const struct crl_spawn_reply *r, const char *what, struct crl_err *err)
 {
     const char *step = crl_spawn_step_name(r->step);
-    if (r->step == CRL_STEP_EXEC && r->err == ENOENT)
+    if (r->err == ESRCH && (r->step == CRL_STEP_SETNS || r->step == CRL_STEP_OPEN))
+        crl_err_set(err, CRL_E_CONFLICT, "%s: the sandbox is not running", what);
+    else if (r->err == ECANCELED)
+        crl_err_set(err, CRL_E_CONFLICT, "%s: killed before it started", what);
+    else if (r->step == CRL_STEP_EXEC && r->err == ENOENT)
         crl_err_set(err, CRL_E_NOT_FOUND, "%s: executable not found in the sandbox", what);
     else if (r->step == CRL_STEP_EXEC && (r->err == EACCES || r->err == ENOEXEC))
         crl_err_set(err, CRL_E_INVALID, "%s: cannot be executed: %s", what, strerror(r->err));
@@ -358,7 +366,7 @@ static int ctr_create(struct crl_sandbox *sb, struct crl_err *err)
     rq.u.create.n_cgroup_fds = (uint32_t)ncg;
     snprintf(rq.u.create.hostname, sizeof(rq.u.create.hostname), "%s", sb->id);
     snprintf(rq.u.create.workdir, sizeof(rq.u.create.workdir), "%s", st->workdir);
-    int r = send_req(s, &rq, sizeof(rq), fds, 2 + ncg, P_CREATE, sb, NULL, err);
+    int r = send_req(s, &rq, sizeof(rq), fds, 2 + ncg, P_CREATE, sb, NULL, NULL, err);
     for (int i = 0; i < ncg; i++)
         close(fds[2 + i]);
     if (r < 0)
@@ -405,6 +413,8 @@ static int ctr_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err 
 {
     struct ctr_state *st = g_state;
     struct ctr_sandbox *c = sb->priv;
+    if (!c || c->releasing)
+        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
     struct ctr_proc *cp = calloc(1, sizeof(*cp));
     if (!cp)
         return crl_err_sys(err, ENOMEM, "process");
@@ -442,7 +452,7 @@ static int ctr_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err 
         goto fail;
     }
     rq->strings_len = (uint32_t)off;
-    if (send_req(s, rq, sizeof(*rq) + off, fds, 4 + ncg, P_SPAWN, sb, p, err) < 0)
+    if (send_req(s, rq, sizeof(*rq) + off, fds, 4 + ncg, P_SPAWN, sb, p, NULL, err) < 0)
         goto fail;
     cp->spawner = s->idx;
     for (int i = 1; i < 4 + ncg; i++)
@@ -462,7 +472,7 @@ static void spawn_done(struct spawner *s, struct crl_sandbox *sb, struct crl_pro
                        const struct crl_spawn_reply *r, int *fds, int nfds)
 {
     struct ctr_proc *cp = p->priv;
-    if (r->err || nfds != 1) {
+    if (r->err || nfds > 1) {
         for (int i = 0; i < nfds; i++)
             close(fds[i]);
         struct crl_err err = CRL_ERR_INIT;
@@ -470,7 +480,7 @@ static void spawn_done(struct spawner *s, struct crl_sandbox *sb, struct crl_pro
         if (r->err)
             spawn_error(r, what, &err);
         else
-            crl_err_set(&err, CRL_E_INTERNAL, "spawn: no pidfd");
+            crl_err_set(&err, CRL_E_INTERNAL, "spawn: %d descriptors", nfds);
         spawn_failed_cleanup(p, cp, sb->priv);
         free(cp);
         p->priv = NULL;
@@ -478,9 +488,9 @@ static void spawn_done(struct spawner *s, struct crl_sandbox *sb, struct crl_pro
         return;
     }
     p->pid = r->pid;
-    p->pidfd = fds[0];
+    p->pidfd = nfds ? fds[0] : -1; /* none when it has ended already: its exit follows */
     p->started = true;
-    add_running(s, r->pid, P_SPAWN, sb, p);
+    add_running(s, r->pid, P_SPAWN, sb, p, NULL);
     p->on_start(p, NULL);
 }
 
@@ -505,7 +515,8 @@ static int ctr_kill(struct crl_sandbox *sb, struct crl_proc *p, enum crl_kill_sc
 {
     struct ctr_sandbox *c = sb->priv;
     struct ctr_proc *cp = p->priv;
-    if (!p->started || p->exited || !cp)
+    /* Before its start is confirmed it is already in its leaf: kill there. */
+    if (p->exited || !cp)
         return 0;
     if (scope != CRL_KILL_PROC && c && c->cg) {
         struct crl_err err = CRL_ERR_INIT;
@@ -513,7 +524,7 @@ static int ctr_kill(struct crl_sandbox *sb, struct crl_proc *p, enum crl_kill_sc
                                  &err) < 0)
             crl_warn(sb->id, "%s", err.msg);
     }
-    if (scope != CRL_KILL_DESCENDANTS &&
+    if (scope != CRL_KILL_DESCENDANTS && p->pidfd >= 0 &&
         syscall(SYS_pidfd_send_signal, p->pidfd, SIGKILL, NULL, 0) < 0 && errno != ESRCH)
         crl_log_syscall(sb->id, errno, "pidfd_send_signal(%d, SIGKILL)", p->pid);
     return 0;
@@ -525,6 +536,8 @@ static int ctr_open(struct crl_sandbox *sb, struct crl_open_req *o, struct crl_e
 {
     struct ctr_state *st = g_state;
     struct ctr_sandbox *c = sb->priv;
+    if (!c || c->releasing)
+        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
     struct spawner *s = pick_spawner(st, err);
     if (!s)
         return -1;
@@ -537,7 +550,7 @@ static int ctr_open(struct crl_sandbox *sb, struct crl_open_req *o, struct crl_e
     rq->u.open.gid = o->gid;
     size_t off = pack(rq->strings, 0, CRL_SPAWN_MAX_MSG - sizeof(*rq), o->path);
     rq->strings_len = (uint32_t)off;
-    return send_req(s, rq, sizeof(*rq) + off, &c->pidfd, 1, P_OPEN, sb, o, err);
+    return send_req(s, rq, sizeof(*rq) + off, &c->pidfd, 1, P_OPEN, sb, o, NULL, err);
 }
 
 static void open_done(struct crl_sandbox *sb, struct crl_open_req *o,
@@ -557,10 +570,20 @@ static void open_done(struct crl_sandbox *sb, struct crl_open_req *o,
     o->done(o, fds[0], r->kind == CRL_OPEN_DIRECTORY, (uint64_t)r->size, NULL);
 }
 
+/* A helper's leaf goes when it ends (its tree is gone or dying). */
+static void remove_leaf(struct crl_sandbox *sb, const char *leaf)
+{
+    struct ctr_sandbox *c = sb->priv;
+    if (c && c->cg && leaf[0])
+        crl_cgroup_remove_leaf(c->cg, leaf);
+}
+
 static int ctr_stream(struct crl_sandbox *sb, struct crl_stream_req *t, struct crl_err *err)
 {
     struct ctr_state *st = g_state;
     struct ctr_sandbox *c = sb->priv;
+    if (!c || c->releasing)
+        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
     struct spawner *s = pick_spawner(st, err);
     if (!s)
         return -1;
@@ -585,7 +608,7 @@ static int ctr_stream(struct crl_sandbox *sb, struct crl_stream_req *t, struct c
     rq->u.stream.n_cgroup_fds = (uint32_t)ncg;
     size_t off = pack(rq->strings, 0, CRL_SPAWN_MAX_MSG - sizeof(*rq), t->path);
     rq->strings_len = (uint32_t)off;
-    ret = send_req(s, rq, sizeof(*rq) + off, fds, 3 + ncg, P_STREAM, sb, t, err);
+    ret = send_req(s, rq, sizeof(*rq) + off, fds, 3 + ncg, P_STREAM, sb, t, leaf, err);
 out:
     for (int i = 1; i < 3 + ncg; i++)
         if (fds[i] >= 0)
@@ -598,7 +621,7 @@ out:
 }
 
 static void stream_started(struct spawner *s, struct crl_sandbox *sb, struct crl_stream_req *t,
-                           const struct crl_spawn_reply *r, int *fds, int nfds)
+                           const char *leaf, const struct crl_spawn_reply *r, int *fds, int nfds)
 {
     for (int i = 0; i < nfds; i++)
         close(fds[i]);
@@ -607,10 +630,11 @@ static void stream_started(struct spawner *s, struct crl_sandbox *sb, struct crl
         spawn_error(r, t->path, &err);
         close_fd(&t->data_fd);
         close_fd(&t->msg_fd);
+        remove_leaf(sb, leaf);
         t->started(t, &err);
         return;
     }
-    add_running(s, r->pid, P_STREAM, sb, t);
+    add_running(s, r->pid, P_STREAM, sb, t, leaf);
     t->started(t, NULL);
 }
 
@@ -679,6 +703,7 @@ static void on_spawner(struct crl_watch *w, uint32_t ev)
                 proc_exited(run->sb, run->obj, &r);
             } else {
                 struct crl_stream_req *t = run->obj;
+                remove_leaf(run->sb, run->leaf);
                 t->done(t, WIFEXITED(r.status) ? WEXITSTATUS(r.status) : 128 + WTERMSIG(r.status));
             }
             free(run);
@@ -696,7 +721,7 @@ static void on_spawner(struct crl_watch *w, uint32_t ev)
         case P_CREATE: create_done(p->sb, &r, fds, nfds); break;
         case P_SPAWN: spawn_done(s, p->sb, p->obj, &r, fds, nfds); break;
         case P_OPEN: open_done(p->sb, p->obj, &r, fds, nfds); break;
-        case P_STREAM: stream_started(s, p->sb, p->obj, &r, fds, nfds); break;
+        case P_STREAM: stream_started(s, p->sb, p->obj, p->leaf, &r, fds, nfds); break;
         }
         free(p);
     }
@@ -726,7 +751,7 @@ static void spawner_lost(struct spawner *s)
         case P_CREATE: create_done(p->sb, &r, NULL, 0); break;
         case P_SPAWN: spawn_done(s, p->sb, p->obj, &r, NULL, 0); break;
         case P_OPEN: open_done(p->sb, p->obj, &r, NULL, 0); break;
-        case P_STREAM: stream_started(s, p->sb, p->obj, &r, NULL, 0); break;
+        case P_STREAM: stream_started(s, p->sb, p->obj, p->leaf, &r, NULL, 0); break;
         }
         free(p);
     }
@@ -738,7 +763,7 @@ static void spawner_lost(struct spawner *s)
             proc_exited(run->sb, run->obj, &dead);
         } else {
             struct crl_stream_req *t = run->obj;
-            t->done(t, 128 + SIGKILL);
+            t->done(t, CRL_STREAM_GONE);
         }
         free(run);
     }

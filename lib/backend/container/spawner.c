@@ -35,6 +35,7 @@
 #include "../../util/cleanup.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"
+#include "../../util/rawclone.h"
 #include "../../util/rawsys.h"
 #include "init.h"
 #include "spawn_proto.h"
@@ -323,35 +324,86 @@ static void create_reported(struct pending_create *pc)
     pending_free(pc);
 }
 
-/* ---- exec: two vfork-style stages, no copy of any address space ---- */
-
-struct exec_job {
-    int pid1fd;
-    int stdio[3];
-    const int *cg_fds;
-    unsigned n_cg;
-    uid_t uid;
-    gid_t gid;
-    char **argv;
-    char **envp;
-    const char *cwd;
-    const char *path; /* PATH for the search, from envp or the default */
-    const struct sock_fprog *seccomp;
-    unsigned flags;
-    int last_cap;
-    volatile int b_pid;
-    volatile int err;
-    volatile int step;
-};
-
-static char stage_a_stack[STAGE_STACK] __attribute__((aligned(16)));
-static char stage_b_stack[STAGE_STACK] __attribute__((aligned(16)));
+/* ---- identity inside a sandbox ---- */
 
 struct kernel_sigaction {
     void *handler;
     unsigned long flags;
     void *restorer;
     unsigned long mask;
+};
+
+/* Join the sandbox's user namespace (pidfd of its init) and become uid:gid
+ * there, with Docker's capabilities for root and none for anyone else.  We
+ * enter as host root, which is nobody in the namespace: become its root
+ * first, so that the switch to another uid drops every capability.  Raw
+ * syscalls: this runs in CLONE_VM children.  Returns 0 or -errno, and the
+ * step that failed in *step. */
+NO_SAN static long enter_identity(int pid1fd, uid_t uid, gid_t gid, int last_cap, int *step)
+{
+    long r;
+    *step = CRL_STEP_SETNS;
+    if ((r = crl_raw2(SYS_setns, pid1fd, CLONE_NEWUSER)) < 0)
+        return r;
+    *step = CRL_STEP_CREDS;
+    if ((r = crl_raw3(SYS_setresgid, 0, 0, 0)) < 0 || (r = crl_raw3(SYS_setresuid, 0, 0, 0)) < 0 ||
+        (r = crl_raw2(SYS_setgroups, 0, NULL)) < 0 ||
+        (r = crl_raw3(SYS_setresgid, gid, gid, gid)) < 0)
+        return r;
+    if (last_cap > 63)
+        last_cap = 63;
+    for (int cap = 0; cap <= last_cap; cap++)
+        if (!(KEEP_CAPS & (1ull << cap)) && (r = crl_raw2(SYS_prctl, PR_CAPBSET_DROP, cap)) < 0)
+            return r;
+    if ((r = crl_raw3(SYS_setresuid, uid, uid, uid)) < 0)
+        return r;
+    if (uid == 0) {
+        struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3};
+        struct __user_cap_data_struct data[2] = {
+            {.effective = (unsigned)KEEP_CAPS, .permitted = (unsigned)KEEP_CAPS, .inheritable = 0},
+            {.effective = (unsigned)(KEEP_CAPS >> 32),
+             .permitted = (unsigned)(KEEP_CAPS >> 32),
+             .inheritable = 0}};
+        if ((r = crl_raw2(SYS_capset, &hdr, data)) < 0)
+            return r;
+    }
+    return crl_raw5(SYS_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+}
+
+/* ---- exec: two CLONE_VM stages, no copy of any address space ----
+ *
+ * A (not a vfork child: the spawner goes on at once) joins the exec's
+ * cgroups while still host root, enters the sandbox's namespaces but its
+ * user namespace, and vforks B into its pid namespace as a child of the
+ * spawner (CLONE_PARENT).  B stays host root, so nothing in the sandbox may
+ * signal it, until it takes the sandbox identity just before it executes
+ * the command.  Nothing here waits on anything a sandbox can stop: a B
+ * stopped in that last moment holds only its own A, and corrald's timeout
+ * kills both through the exec's cgroup. */
+
+struct exec_job {
+    uint64_t id;
+    int fds[4 + CRL_SPAWN_MAX_CGROUP_FDS]; /* pid1fd, stdin, stdout, stderr, cgroup.procs... */
+    int nfds;
+    char *strings; /* a copy of the request's */
+    char **argv;
+    char **envp;
+    const char *cwd;
+    const char *path; /* PATH for the search, from envp or the default */
+    uid_t uid;
+    gid_t gid;
+    unsigned flags;
+    int last_cap;
+    const struct sock_fprog *seccomp;
+    char *stacks; /* A's and B's */
+    pid_t a_pid;
+    volatile int b_pid; /* CLONE_PARENT_SETTID: set before B runs */
+    volatile int err;
+    volatile int step;
+    bool b_reaped; /* B ended before A's end was seen */
+    int b_status;
+    struct rusage b_ru;
+    struct exec_job *next;
 };
 
 NO_SAN static void job_fail(struct exec_job *j, long r, int step)
@@ -413,39 +465,29 @@ NO_SAN static int stage_b(void *arg)
     crl_raw4(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, sizeof(none));
     struct kernel_sigaction dfl = {0};
     crl_raw4(SYS_rt_sigaction, SIGPIPE, &dfl, NULL, sizeof(unsigned long));
-    /* The spawner is unkillable by the OOM killer; the user's processes are not. */
-    long fd = crl_raw4(SYS_openat, AT_FDCWD, "/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC, 0);
-    if (fd >= 0) {
-        crl_raw3(SYS_write, fd, "0", 1);
-        crl_raw1(SYS_close, fd);
-    }
-
-    JCHECK(crl_raw2(SYS_setgroups, 0, NULL), CRL_STEP_CREDS);
-    JCHECK(crl_raw3(SYS_setresgid, j->gid, j->gid, j->gid), CRL_STEP_CREDS);
-    for (int cap = 0; cap <= j->last_cap; cap++)
-        if (!(KEEP_CAPS & (1ull << cap)))
-            crl_raw2(SYS_prctl, PR_CAPBSET_DROP, cap);
-    JCHECK(crl_raw3(SYS_setresuid, j->uid, j->uid, j->uid), CRL_STEP_CREDS);
-    if (j->uid == 0) {
-        struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3};
-        struct __user_cap_data_struct data[2] = {
-            {.effective = (unsigned)KEEP_CAPS, .permitted = (unsigned)KEEP_CAPS, .inheritable = 0},
-            {.effective = (unsigned)(KEEP_CAPS >> 32),
-             .permitted = (unsigned)(KEEP_CAPS >> 32),
-             .inheritable = 0}};
-        JCHECK(crl_raw2(SYS_capset, &hdr, data), CRL_STEP_CREDS);
-    }
-    crl_raw5(SYS_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
-    JCHECK(crl_raw5(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), CRL_STEP_SECCOMP);
     if (j->flags & CRL_EXEC_F_SETSID)
         crl_raw0(SYS_setsid);
     struct rlimit nofile = {1024, 65536}, core = {0, 0};
     crl_raw4(SYS_prlimit64, 0, RLIMIT_NOFILE, &nofile, NULL);
     crl_raw4(SYS_prlimit64, 0, RLIMIT_CORE, &core, NULL);
-
+    /* stdio: through high numbers first, so no target is also a source */
+    int hi[3];
+    for (int i = 0; i < 3; i++) {
+        long r = crl_raw3(SYS_fcntl, j->fds[1 + i], F_DUPFD_CLOEXEC, 100);
+        JCHECK(r, CRL_STEP_EXEC);
+        hi[i] = (int)r;
+    }
     for (int i = 0; i < 3; i++)
-        JCHECK(crl_raw3(SYS_dup3, j->stdio[i], i, 0), CRL_STEP_EXEC);
-    crl_raw3(SYS_close_range, 3, ~0u, 0);
+        JCHECK(crl_raw3(SYS_dup3, hi[i], i, 0), CRL_STEP_EXEC);
+    /* everything else goes, but the init's pidfd, until the exec */
+    int pid1fd = (int)crl_raw3(SYS_fcntl, j->fds[0], F_DUPFD_CLOEXEC, 3);
+    JCHECK(pid1fd, CRL_STEP_EXEC);
+    if (pid1fd > 3)
+        crl_raw3(SYS_close_range, 3, (unsigned)pid1fd - 1, 0);
+    crl_raw3(SYS_close_range, (unsigned)pid1fd + 1, ~0u, 0);
+    int step;
+    JCHECK(enter_identity(pid1fd, j->uid, j->gid, j->last_cap, &step), step);
+    JCHECK(crl_raw5(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), CRL_STEP_SECCOMP);
     JCHECK(crl_raw1(SYS_chdir, j->cwd), CRL_STEP_CWD);
     JCHECK(crl_raw3(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, j->seccomp), CRL_STEP_SECCOMP);
     job_fail(j, exec_search(j), CRL_STEP_EXEC);
@@ -455,19 +497,38 @@ NO_SAN static int stage_b(void *arg)
 NO_SAN static int stage_a(void *arg)
 {
     struct exec_job *j = arg;
-    /* Join the sandbox's cgroups first, while we are still host root. */
-    for (unsigned i = 0; i < j->n_cg; i++)
-        JCHECK(crl_raw3(SYS_write, j->cg_fds[i], "0", 1), CRL_STEP_CGROUP);
-    JCHECK(crl_raw2(SYS_setns, j->pid1fd, ALL_NS), CRL_STEP_SETNS);
-    /* Our children are born in the sandbox's pid namespace; CLONE_PARENT
-     * makes the spawner their parent, so it reaps them and reports. */
-    long b = clone(stage_b, stage_b_stack + STAGE_STACK, CLONE_VM | CLONE_VFORK | CLONE_PARENT, j);
-    if (b < 0 && !j->err) {
-        j->err = EAGAIN;
-        j->step = CRL_STEP_CLONE;
+    /* The spawner asks the OOM killer to spare it; the user's processes
+     * must not inherit that (as host root we may also lower the floor). */
+    long fd = crl_raw4(SYS_openat, AT_FDCWD, "/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC, 0);
+    if (fd >= 0) {
+        crl_raw3(SYS_write, fd, "0", 1);
+        crl_raw1(SYS_close, fd);
     }
-    j->b_pid = (int)b;
-    crl_raw_exit(0);
+    /* Join the exec's cgroups while still host root: B inherits them, and a
+     * kill of the exec's leaf reaches us both. */
+    for (int i = 4; i < j->nfds; i++)
+        JCHECK(crl_raw3(SYS_write, j->fds[i], "0", 1), CRL_STEP_CGROUP);
+    JCHECK(crl_raw2(SYS_setns, j->fds[0], ALL_NS & ~CLONE_NEWUSER), CRL_STEP_SETNS);
+    long b = crl_raw_clone(CLONE_VM | CLONE_VFORK | CLONE_PARENT | CLONE_PARENT_SETTID,
+                           j->stacks + 2 * STAGE_STACK, (int *)&j->b_pid, stage_b, j);
+    if (b < 0)
+        job_fail(j, b, CRL_STEP_CLONE);
+    return 0;
+}
+
+static struct exec_job *jobs;
+
+static void job_free(struct exec_job *j)
+{
+    for (int i = 0; i < j->nfds; i++)
+        if (j->fds[i] >= 0)
+            close(j->fds[i]);
+    if (j->stacks)
+        munmap(j->stacks, 2 * STAGE_STACK);
+    free(j->strings);
+    free(j->argv);
+    free(j->envp);
+    free(j);
 }
 
 static char *env_get(char **envp, const char *name)
@@ -479,94 +540,115 @@ static char *env_get(char **envp, const char *name)
     return NULL;
 }
 
-/* Unpack "argv... env... cwd" from the request's string area. */
-static int unpack_strings(const struct crl_spawn_req *rq, size_t n_strings, char ***out)
+/* Split "argv... env... cwd" from the request's string area into j. */
+static int job_strings(struct exec_job *j, const struct crl_spawn_req *rq)
 {
-    char **v = calloc(n_strings + 1, sizeof(char *));
-    if (!v)
-        return -1;
-    const char *p = rq->strings, *end = rq->strings + rq->strings_len;
-    for (size_t i = 0; i < n_strings; i++) {
+    const struct crl_spawn_exec *x = &rq->u.exec;
+    size_t n = (size_t)x->argc + x->envc + 1;
+    j->strings = malloc(rq->strings_len ? rq->strings_len : 1);
+    j->argv = calloc((size_t)x->argc + 1, sizeof(char *));
+    j->envp = calloc((size_t)x->envc + 1, sizeof(char *));
+    if (!j->strings || !j->argv || !j->envp)
+        return -ENOMEM;
+    memcpy(j->strings, rq->strings, rq->strings_len);
+    const char *p = j->strings, *end = j->strings + rq->strings_len;
+    for (size_t i = 0; i < n; i++) {
         const char *z = memchr(p, 0, (size_t)(end - p));
-        if (!z) {
-            free(v);
-            errno = EPROTO;
-            return -1;
-        }
-        v[i] = (char *)p;
+        if (!z)
+            return -EPROTO;
+        if (i < x->argc)
+            j->argv[i] = (char *)p;
+        else if (i < (size_t)x->argc + x->envc)
+            j->envp[i - x->argc] = (char *)p;
+        else
+            j->cwd = p;
         p = z + 1;
     }
-    *out = v;
+    const char *path = env_get(j->envp, "PATH");
+    j->path = path ? path : default_path;
     return 0;
 }
 
 static void handle_exec(const struct crl_spawn_req *rq, int *fds, int nfds)
 {
     const struct crl_spawn_exec *x = &rq->u.exec;
-    if ((unsigned)nfds != 4 + x->n_cgroup_fds || x->argc == 0) {
+    if ((unsigned)nfds != 4 + x->n_cgroup_fds || x->argc == 0 ||
+        nfds > 4 + CRL_SPAWN_MAX_CGROUP_FDS) {
         reply(rq->id, EPROTO, CRL_STEP_NONE, 0, NULL, 0, "exec: malformed request");
         return;
     }
-    cleanup_free char **strs = NULL;
-    if (unpack_strings(rq, x->argc + x->envc + 1, &strs) < 0) {
-        reply(rq->id, errno, CRL_STEP_NONE, 0, NULL, 0, "exec: malformed strings");
+    struct exec_job *j = calloc(1, sizeof(*j));
+    int r = j ? job_strings(j, rq) : -ENOMEM;
+    if (r == 0) {
+        j->stacks = mmap(NULL, 2 * STAGE_STACK, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+        if (j->stacks == MAP_FAILED) {
+            j->stacks = NULL;
+            r = -ENOMEM;
+        }
+    }
+    if (r < 0) {
+        if (j)
+            job_free(j);
+        reply(rq->id, -r, CRL_STEP_NONE, 0, NULL, 0, "exec: malformed request");
         return;
     }
-    char **envp = calloc(x->envc + 1, sizeof(char *));
-    char **argv = calloc(x->argc + 1, sizeof(char *));
-    if (!envp || !argv) {
-        free(envp);
-        free(argv);
-        reply(rq->id, ENOMEM, CRL_STEP_NONE, 0, NULL, 0, NULL);
-        return;
+    /* The job owns the descriptors now. */
+    for (int i = 0; i < nfds; i++) {
+        j->fds[i] = fds[i];
+        fds[i] = -1;
     }
-    memcpy(argv, strs, x->argc * sizeof(char *));
-    memcpy(envp, strs + x->argc, x->envc * sizeof(char *));
-    const char *path = env_get(envp, "PATH");
-    struct exec_job j = {
-        .pid1fd = fds[0],
-        .stdio = {fds[1], fds[2], fds[3]},
-        .cg_fds = fds + 4,
-        .n_cg = x->n_cgroup_fds,
-        .uid = x->uid,
-        .gid = x->gid,
-        .argv = argv,
-        .envp = envp,
-        .cwd = strs[x->argc + x->envc],
-        .path = path ? path : default_path,
-        .seccomp = &sp.seccomp,
-        .flags = x->flags,
-        .last_cap = sp.last_cap,
-        .b_pid = -1,
-    };
-    pid_t a = clone(stage_a, stage_a_stack + STAGE_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, &j);
+    j->nfds = nfds;
+    j->id = rq->id;
+    j->uid = x->uid;
+    j->gid = x->gid;
+    j->flags = x->flags;
+    j->last_cap = sp.last_cap;
+    j->seccomp = &sp.seccomp;
+    j->b_pid = -1;
+    long a = crl_raw_clone(CLONE_VM | SIGCHLD, j->stacks + STAGE_STACK, NULL, stage_a, j);
     if (a < 0) {
-        j.err = errno;
-        j.step = CRL_STEP_CLONE;
-    } else {
-        int st;
-        while (waitpid(a, &st, __WALL) < 0 && errno == EINTR)
-            ;
+        reply(rq->id, (int)-a, CRL_STEP_CLONE, 0, NULL, 0, NULL);
+        job_free(j);
+        return;
     }
-    free(argv);
-    free(envp);
-    if (j.err) {
-        if (j.b_pid > 0) /* B ran and failed before exec: it is ours to reap, silently */
-            while (waitpid(j.b_pid, NULL, __WALL) < 0 && errno == EINTR)
+    j->a_pid = (pid_t)a;
+    j->next = jobs;
+    jobs = j;
+}
+
+static void send_exited(pid_t pid, int status, const struct rusage *ru);
+
+/* A ended: B executed the command, or failed before, or was killed. */
+static void job_finished(struct exec_job *j, int a_status)
+{
+    if (!j->err && (!WIFEXITED(a_status) || WEXITSTATUS(a_status) != 0)) {
+        j->err = ECANCELED; /* killed before the command started (a timeout, a destroy) */
+        j->step = CRL_STEP_EXEC;
+    }
+    if (j->err) {
+        /* B never ran the command: its end is nobody's business */
+        if (j->b_pid > 0 && !j->b_reaped)
+            while (waitpid(j->b_pid, NULL, __WALL) < 0 && errno == EINTR)
                 ;
-        reply(rq->id, j.err, (unsigned)j.step, 0, NULL, 0, NULL);
+        reply(j->id, j->err, (unsigned)j->step, 0, NULL, 0, NULL);
         return;
     }
-    int pidfd = (int)syscall(SYS_pidfd_open, j.b_pid, 0);
-    if (pidfd < 0) {
-        reply(rq->id, errno, CRL_STEP_EXEC, j.b_pid, NULL, 0, "pidfd_open");
+    if (j->b_reaped) {
+        /* It ran and ended already: say it started, then that it ended. */
+        reply(j->id, 0, CRL_STEP_NONE, j->b_pid, NULL, 0, NULL);
+        send_exited(j->b_pid, j->b_status, &j->b_ru);
         return;
     }
-    reply(rq->id, 0, CRL_STEP_NONE, j.b_pid, &pidfd, 1, NULL);
-    close(pidfd);
+    int pidfd = (int)syscall(SYS_pidfd_open, j->b_pid, 0);
+    reply(j->id, 0, CRL_STEP_NONE, j->b_pid, &pidfd, pidfd >= 0 ? 1 : 0, NULL);
+    if (pidfd >= 0)
+        close(pidfd);
 }
 
 /* ---- open a path inside a sandbox ---- */
+
+static char open_stack[STAGE_STACK] __attribute__((aligned(16)));
 
 struct open_job {
     int pid1fd;
@@ -575,6 +657,7 @@ struct open_job {
     char *path; /* writable: the mkdir -p walk cuts it in place */
     int flags;
     mode_t mode;
+    int last_cap;
     volatile int fd;
     volatile int err;
     volatile int step;
@@ -585,13 +668,13 @@ struct open_job {
 NO_SAN static int stage_open(void *arg)
 {
     struct open_job *o = arg;
-    long r = crl_raw2(SYS_setns, o->pid1fd, CLONE_NEWUSER | CLONE_NEWNS);
-    if (r < 0)
-        goto fail_setns;
-    if ((r = crl_raw2(SYS_setgroups, 0, NULL)) < 0 ||
-        (r = crl_raw3(SYS_setresgid, o->gid, o->gid, o->gid)) < 0 ||
-        (r = crl_raw3(SYS_setresuid, o->uid, o->uid, o->uid)) < 0)
-        goto fail_creds;
+    int step = CRL_STEP_SETNS;
+    long r = crl_raw2(SYS_setns, o->pid1fd, CLONE_NEWNS);
+    if (r < 0 || (r = enter_identity(o->pid1fd, o->uid, o->gid, o->last_cap, &step)) < 0) {
+        o->err = (int)-r;
+        o->step = step;
+        crl_raw_exit(1);
+    }
     /* Our root is the sandbox's root and the host's tree is not in this
      * mount namespace at all; RESOLVE_IN_ROOT and no magic links are a
      * second wall, not the first. */
@@ -623,14 +706,6 @@ NO_SAN static int stage_open(void *arg)
     o->size = st.st_size;
     o->fd = (int)r;
     crl_raw_exit(0);
-fail_setns:
-    o->err = (int)-r;
-    o->step = CRL_STEP_SETNS;
-    crl_raw_exit(1);
-fail_creds:
-    o->err = (int)-r;
-    o->step = CRL_STEP_CREDS;
-    crl_raw_exit(1);
 }
 
 static void handle_open(const struct crl_spawn_req *rq, int *fds, int nfds)
@@ -650,16 +725,18 @@ static void handle_open(const struct crl_spawn_req *rq, int *fds, int nfds)
                          .path = path,
                          .flags = rq->u.open.flags,
                          .mode = rq->u.open.mode,
-
+                         .last_cap = sp.last_cap,
                          .fd = -1};
-    /* CLONE_FILES: the descriptor it opens lands in our table. */
-    pid_t c = clone(stage_open, stage_a_stack + STAGE_STACK,
-                    CLONE_VM | CLONE_VFORK | CLONE_FILES | SIGCHLD, &o);
+    /* CLONE_FILES: the descriptor it opens lands in our table.  It never
+     * joins the sandbox's pid namespace (nothing there can stop it) and
+     * opens with O_NONBLOCK (no fifo, lease or lock can make it wait). */
+    long c = crl_raw_clone(CLONE_VM | CLONE_VFORK | CLONE_FILES | SIGCHLD,
+                           open_stack + sizeof(open_stack), NULL, stage_open, &o);
     if (c < 0) {
-        reply(rq->id, errno, CRL_STEP_CLONE, 0, NULL, 0, NULL);
+        reply(rq->id, (int)-c, CRL_STEP_CLONE, 0, NULL, 0, NULL);
         return;
     }
-    while (waitpid(c, NULL, __WALL) < 0 && errno == EINTR)
+    while (waitpid((pid_t)c, NULL, __WALL) < 0 && errno == EINTR)
         ;
     if (o.fd < 0) {
         reply(rq->id, o.err ? o.err : EIO, (unsigned)o.step, 0, NULL, 0, NULL);
@@ -742,28 +819,59 @@ static int file_in(int data, const char *path, mode_t mode, char *msg, size_t ms
     return CRL_STREAM_OK;
 }
 
-static void stream_child(const struct crl_spawn_req *rq, int *fds, const char *path)
+static void stream_child(const struct crl_spawn_req *rq_in, int *fds, const char *path_in)
 {
-    const struct crl_spawn_stream *st = &rq->u.stream;
-    int data = fds[1], msgfd = fds[2];
+    /* Our copies first: the request lives in the buffer we clear below. */
+    struct crl_spawn_stream stcopy = rq_in->u.stream;
+    const struct crl_spawn_stream *st = &stcopy;
+    char *path = strdup(path_in);
     int code = CRL_STREAM_FAILED;
     char msg[512] = "";
-    close(sp.sock);
-    close(sp.epfd);
-    close(sp.sigfd);
+    if (!path)
+        _exit(CRL_STREAM_FAILED);
+    /* Nothing of the spawner's may stay with us: not its descriptors (other
+     * sandboxes' sockets, the host netns, corrald's log), not the request
+     * buffer (other sandboxes' commands).  The pipes go to fixed numbers:
+     * 3 data, 4 messages, 5 the init's pidfd, 6... cgroup.procs. */
+    memset(sp.msg, 0, CRL_SPAWN_MAX_MSG);
+    int keep[3 + CRL_SPAWN_MAX_CGROUP_FDS];
+    int nkeep = 3 + (int)st->n_cgroup_fds;
+    keep[0] = fds[1];
+    keep[1] = fds[2];
+    keep[2] = fds[0];
+    for (unsigned i = 0; i < st->n_cgroup_fds; i++)
+        keep[3 + i] = fds[3 + i];
+    for (int i = 0; i < nkeep; i++)
+        keep[i] = fcntl(keep[i], F_DUPFD_CLOEXEC, 100 + i);
+    int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    for (int i = 0; i < 3; i++)
+        dup2(devnull, i);
+    for (int i = 0; i < nkeep; i++) {
+        dup2(keep[i], 3 + i);
+        close(keep[i]);
+    }
+    close_range(3 + (unsigned)nkeep, ~0u, 0);
+    int data = 3, msgfd = 4, pid1fd = 5;
     crl_write_file_at(AT_FDCWD, "/proc/self/oom_score_adj", "0");
     for (unsigned i = 0; i < st->n_cgroup_fds; i++)
-        if (write(fds[3 + i], "0", 1) != 1) {
+        if (write(6 + (int)i, "0", 1) != 1) {
             snprintf(msg, sizeof(msg), "cgroup attach: %s", strerror(errno));
             goto out;
         }
-    if (setns(fds[0], CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET |
-                          CLONE_NEWCGROUP) < 0 ||
-        setgroups(0, NULL) < 0 || setresgid(st->gid, st->gid, st->gid) < 0 ||
-        setresuid(st->uid, st->uid, st->uid) < 0) {
-        snprintf(msg, sizeof(msg), "entering the sandbox: %s", strerror(errno));
+    int step;
+    long r = -EINVAL;
+    if (setns(pid1fd, CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET | CLONE_NEWCGROUP) <
+        0)
+        r = -errno;
+    else
+        r = enter_identity(pid1fd, st->uid, st->gid, sp.last_cap, &step);
+    if (r < 0) {
+        int e = (int)-r;
+        snprintf(msg, sizeof(msg), "entering the sandbox: %s", strerror(e));
+        code = e == ESRCH ? CRL_STREAM_GONE : CRL_STREAM_FAILED;
         goto out;
     }
+    close_range(5, ~0u, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
         syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &sp.seccomp) < 0 ||
@@ -826,6 +934,19 @@ static void handle_stream(const struct crl_spawn_req *rq, int *fds, int nfds)
 
 /* ---- children ---- */
 
+static void send_exited(pid_t pid, int status, const struct rusage *ru)
+{
+    struct crl_spawn_reply r = {
+        .op = CRL_SPAWN_EXITED,
+        .pid = pid,
+        .status = status,
+        .utime_us = (int64_t)ru->ru_utime.tv_sec * 1000000 + ru->ru_utime.tv_usec,
+        .stime_us = (int64_t)ru->ru_stime.tv_sec * 1000000 + ru->ru_stime.tv_usec,
+        .maxrss_kb = ru->ru_maxrss,
+    };
+    send_reply(&r, NULL, 0);
+}
+
 static void reap(void)
 {
     struct signalfd_siginfo si;
@@ -837,6 +958,24 @@ static void reap(void)
         pid_t pid = wait4(-1, &status, WNOHANG | __WALL, &ru);
         if (pid <= 0)
             break;
+        bool handled = false;
+        for (struct exec_job **pp = &jobs; *pp && !handled; pp = &(*pp)->next) {
+            struct exec_job *j = *pp;
+            if (pid == j->a_pid) {
+                *pp = j->next;
+                job_finished(j, status);
+                job_free(j);
+                handled = true;
+            } else if (pid == j->b_pid) {
+                /* B before its A: keep its end until corrald knows it started */
+                j->b_reaped = true;
+                j->b_status = status;
+                j->b_ru = ru;
+                handled = true;
+            }
+        }
+        if (handled)
+            continue;
         for (struct init_proc **pp = &sp.inits; *pp; pp = &(*pp)->next)
             if ((*pp)->pid == pid) {
                 struct init_proc *ip = *pp;
@@ -845,15 +984,7 @@ static void reap(void)
                 free(ip);
                 break;
             }
-        struct crl_spawn_reply r = {
-            .op = CRL_SPAWN_EXITED,
-            .pid = pid,
-            .status = status,
-            .utime_us = (int64_t)ru.ru_utime.tv_sec * 1000000 + ru.ru_utime.tv_usec,
-            .stime_us = (int64_t)ru.ru_stime.tv_sec * 1000000 + ru.ru_stime.tv_usec,
-            .maxrss_kb = ru.ru_maxrss,
-        };
-        send_reply(&r, NULL, 0);
+        send_exited(pid, status, &ru);
     }
 }
 
@@ -879,7 +1010,8 @@ static int handle_request(void)
         }
     }
     for (int i = 0; i < nfds; i++)
-        close(fds[i]);
+        if (fds[i] >= 0) /* a handler keeps what it took (set to -1) */
+            close(fds[i]);
     return 0;
 }
 
