@@ -55,12 +55,19 @@ void crl_req_json(struct crl_req *r, unsigned status, json_t *body)
 void crl_req_error(struct crl_req *r, const struct crl_err *err)
 {
     int status = crl_errc_http_status(err->code);
+    /* A message may quote what a client sent (a path, a URL), in any bytes:
+     * JSON takes UTF-8 only. */
+    char msg[sizeof(err->msg)];
+    snprintf(msg, sizeof(msg), "%s", err->msg);
+    crl_utf8_sanitize(msg);
     json_t *body =
-        json_pack("{s:{s:s, s:s}}", "error", "code", crl_errc_name(err->code), "message", err->msg);
-    char *s = json_dumps(body, JSON_COMPACT);
+        json_pack("{s:{s:s, s:s}}", "error", "code", crl_errc_name(err->code), "message", msg);
+    char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
+    if (!s)
+        s = strdup("{\"error\":{\"code\":\"internal\",\"message\":\"an error\"}}");
     struct MHD_Response *resp =
-        MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
+        MHD_create_response_from_buffer(s ? strlen(s) : 0, s, MHD_RESPMEM_MUST_FREE);
     MHD_add_response_header(resp, "Content-Type", "application/json");
     if (err->code == CRL_E_CAPACITY || err->code == CRL_E_UNAVAILABLE) {
         char ra[16];

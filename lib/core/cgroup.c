@@ -240,23 +240,75 @@ const char *crl_cgroup_mgr_describe(const struct crl_cgroup_mgr *m)
 
 /* ---- killing and removing trees ---- */
 
-static int kill_procs_at(int cgfd, pid_t spare)
+/* The pids one kill_tree() has signalled: an open-addressing set, so a
+ * sweep can tell a process forked meanwhile from one already dying. */
+struct pidset {
+    pid_t *v;
+    size_t cap, n;
+};
+
+static bool pidset_add(struct pidset *s, pid_t pid)
 {
-    char buf[65536];
-    ssize_t n = crl_read_file_at(cgfd, "cgroup.procs", buf, sizeof(buf));
-    int count = 0;
-    if (n <= 0)
+    if ((s->n + 1) * 2 > s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 64;
+        pid_t *v = calloc(cap, sizeof(pid_t));
+        if (!v)
+            return true; /* out of memory: treat as new, kill again */
+        for (size_t i = 0; i < s->cap; i++)
+            if (s->v[i])
+                for (size_t k = (size_t)s->v[i] * 2654435761u % cap;; k = (k + 1) % cap)
+                    if (!v[k]) {
+                        v[k] = s->v[i];
+                        break;
+                    }
+        free(s->v);
+        s->v = v;
+        s->cap = cap;
+    }
+    for (size_t k = (size_t)pid * 2654435761u % s->cap;; k = (k + 1) % s->cap) {
+        if (s->v[k] == pid)
+            return false;
+        if (!s->v[k]) {
+            s->v[k] = pid;
+            s->n++;
+            return true;
+        }
+    }
+}
+
+/* SIGKILL every process listed in cgfd's cgroup.procs but `spare` and those
+ * in `seen`.  The whole file is read (a large cgroup lists thousands) and
+ * only complete lines are acted on: a number cut short would be some other
+ * process.  Returns how many new ones were signalled. */
+static int kill_procs_at(int cgfd, pid_t spare, struct pidset *seen)
+{
+    cleanup_close int fd = crl_openat(cgfd, "cgroup.procs", O_RDONLY, 0);
+    if (fd < 0)
         return 0;
-    for (char *p = buf; *p;) {
-        char *end;
-        long pid = strtol(p, &end, 10);
-        if (end == p)
+    char buf[16384];
+    size_t have = 0;
+    int count = 0;
+    for (;;) {
+        ssize_t n = read(fd, buf + have, sizeof(buf) - have);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
             break;
-        if (pid > 0 && pid != spare && kill((pid_t)pid, SIGKILL) == 0)
-            count++;
-        p = end;
-        while (*p == '\n')
-            p++;
+        have += (size_t)n;
+        char *line = buf, *nl;
+        while ((nl = memchr(line, '\n', have - (size_t)(line - buf)))) {
+            *nl = 0;
+            char *end;
+            long pid = strtol(line, &end, 10);
+            if (end != line && *end == 0 && pid > 0 && pid != spare && pidset_add(seen, (pid_t)pid) &&
+                kill((pid_t)pid, SIGKILL) == 0)
+                count++;
+            line = nl + 1;
+        }
+        have -= (size_t)(line - buf);
+        memmove(buf, line, have);
+        if (have == sizeof(buf))
+            have = 0; /* no pid is that long */
     }
     return count;
 }
@@ -295,6 +347,7 @@ static int with_child(int parent_fd, const char *name, int (*fn)(int fd, void *c
 struct kill_ctx {
     pid_t spare;
     int count;
+    struct pidset seen;
 };
 
 static int kill_tree_procs_fn(int fd, void *ctx);
@@ -307,16 +360,17 @@ static int kill_child(int parent_fd, const char *name, void *ctx)
 static int kill_tree_procs_fn(int fd, void *ctx)
 {
     struct kill_ctx *k = ctx;
-    k->count += kill_procs_at(fd, k->spare);
+    k->count += kill_procs_at(fd, k->spare, &k->seen);
     each_child(fd, kill_child, k);
     return 0;
 }
 
-/* Kill every process in fd's cgroup and all below it. */
+/* Kill every process in fd's cgroup and all below it, once each. */
 static int kill_tree_procs(int cgfd, pid_t spare)
 {
-    struct kill_ctx k = {spare, 0};
+    struct kill_ctx k = {.spare = spare};
     kill_tree_procs_fn(cgfd, &k);
+    free(k.seen.v);
     return k.count;
 }
 
@@ -326,30 +380,7 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-static int populated_fn(int fd, void *ctx);
-
-static int populated_child(int parent_fd, const char *name, void *ctx)
-{
-    return with_child(parent_fd, name, populated_fn, ctx);
-}
-
-/* 1 if the cgroup at fd, or one below it, holds a process other than spare. */
-static int populated_fn(int fd, void *ctx)
-{
-    pid_t spare = *(pid_t *)ctx;
-    char buf[64];
-    ssize_t n = crl_read_file_at(fd, "cgroup.procs", buf, sizeof(buf));
-    if (n > 0 && (spare == 0 || strtol(buf, NULL, 10) != spare || strchr(buf, '\n') != buf + n - 1))
-        return 1;
-    return each_child(fd, populated_child, ctx) != 0; /* unreadable: assume so */
-}
-
-static bool tree_populated(int fd, pid_t spare)
-{
-    return populated_fn(fd, &spare) != 0;
-}
-
-/* v1 freezer: stop the tree so nothing forks between reading and killing. */
+/* v1 freezer: freeze or thaw a tree, waiting for FROZEN. */
 static int v1_freeze_at(int dirfd, const char *state)
 {
     if (crl_write_file_at(dirfd, "freezer.state", state) < 0)
@@ -368,25 +399,29 @@ static int v1_freeze_at(int dirfd, const char *state)
     return -1;
 }
 
-/* Kill a cgroup's tree: cgroup.kill where it exists and nothing is spared;
- * otherwise freeze, kill one by one, thaw, so nothing forks in between. */
+/* Kill a cgroup's tree.  v2's cgroup.kill does it atomically when nothing
+ * is spared; otherwise sweep: kill every listed process, again, until a
+ * sweep finds none.  A process forked between a read and its parent's kill
+ * is caught by the next sweep, and a killed process forks no more, so the
+ * sweeps converge (a freezer would too, but v1's makes the caller wait
+ * milliseconds on the event loop, longer for a tree a sandbox keeps busy). */
 static int kill_tree(struct crl_cgroup_mgr *m, int fd, pid_t spare)
 {
-    if (m->version == CRL_CGROUP_V2) {
-        if (!spare && crl_write_file_at(fd, "cgroup.kill", "1") == 0)
-            return 1;
-        crl_write_file_at(fd, "cgroup.freeze", "1");
-        int n = kill_tree_procs(fd, spare);
-        crl_write_file_at(fd, "cgroup.freeze", "0");
-        return n;
+    if (m->version == CRL_CGROUP_V2 && !spare && crl_write_file_at(fd, "cgroup.kill", "1") == 0)
+        return 1;
+    struct kill_ctx k = {.spare = spare};
+    for (int sweep = 0; sweep < 64; sweep++) {
+        int before = k.count;
+        kill_tree_procs_fn(fd, &k);
+        if (k.count == before)
+            break;
     }
-    /* Freezing costs milliseconds on v1: skip it for an empty tree. */
-    if (!tree_populated(fd, spare))
-        return 0;
-    v1_freeze_at(fd, "FROZEN");
-    int n = kill_tree_procs(fd, spare);
-    v1_freeze_at(fd, "THAWED");
-    return n;
+    free(k.seen.v);
+    /* A frozen task dies of SIGKILL only once thawed (v1; v2 kills it
+     * anyway).  Not a freezer hierarchy: the write fails, harmlessly. */
+    if (m->version == CRL_CGROUP_V1)
+        crl_write_file_at(fd, "freezer.state", "THAWED");
+    return k.count;
 }
 
 static int remove_child(int parent_fd, const char *name, void *ctx);

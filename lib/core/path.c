@@ -5,6 +5,7 @@
 #include <linux/openat2.h>
 #include <string.h>
 
+#include "../util/buf.h"
 #include "../util/rawsys.h"
 
 int crl_path_check(const char *path, const char *what, struct crl_err *err)
@@ -15,6 +16,8 @@ int crl_path_check(const char *path, const char *what, struct crl_err *err)
         return crl_err_set(err, CRL_E_INVALID, "%s '%s' must be absolute", what, path);
     if (strlen(path) >= PATH_MAX)
         return crl_err_set(err, CRL_E_INVALID, "%s is longer than %d bytes", what, PATH_MAX - 1);
+    if (!crl_utf8_valid(path, strlen(path)))
+        return crl_err_set(err, CRL_E_INVALID, "%s must be UTF-8 (the API speaks JSON)", what);
     for (const char *p = path; *p;) {
         while (*p == '/')
             p++;

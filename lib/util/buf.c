@@ -132,6 +132,21 @@ bool crl_utf8_valid(const char *s, size_t len)
     return true;
 }
 
+void crl_utf8_sanitize(char *s)
+{
+    unsigned char *p = (unsigned char *)s;
+    size_t len = strlen(s);
+    for (size_t i = 0; i < len;) {
+        bool inc;
+        size_t n = utf8_seq(p + i, len - i, &inc);
+        if (n == 0) {
+            p[i++] = '?';
+            continue;
+        }
+        i += n;
+    }
+}
+
 size_t crl_utf8_complete_prefix(const char *s, size_t len)
 {
     /* Back up over at most 3 continuation bytes to a lead byte. */

@@ -30,6 +30,8 @@ static inline bool crl_buf_truncated(const struct crl_buf *b)
 /* Text helpers for the API: output is returned as a JSON string when it is
  * valid UTF-8 and as base64 otherwise. */
 bool crl_utf8_valid(const char *s, size_t len);
+/* Replace every byte that is not part of valid UTF-8 with '?', in place. */
+void crl_utf8_sanitize(char *s);
 /* Longest prefix of s[0..len) that does not end inside a UTF-8 sequence. */
 size_t crl_utf8_complete_prefix(const char *s, size_t len);
 char *crl_base64_encode(const void *data, size_t len, size_t *out_len);
