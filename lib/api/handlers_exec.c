@@ -6,6 +6,9 @@
 #include "../util/log.h"
 #include "request.h"
 
+/* NDJSON waiting for a slow client: above this, the command is held back. */
+#define STREAM_HIGH (1u << 20)
+
 /* One NDJSON line of output.  A UTF-8 sequence cut by a read is held back
  * for the next chunk, so text stays text. */
 static void stream_chunk(struct crl_req *r, enum crl_exec_stream s, const char *data, size_t len,
@@ -32,6 +35,24 @@ static void stream_chunk(struct crl_req *r, enum crl_exec_stream s, const char *
     crl_req_stream_append(r, text, strlen(text));
     crl_req_stream_append(r, "\n", 1);
     free(text);
+    if (!r->out_paused && r->out.len > STREAM_HIGH) {
+        r->out_paused = true;
+        if (r->exec)
+            crl_exec_pause_output(r->exec, true);
+        else if (r->session)
+            crl_session_pause_output(r->session, true);
+    }
+}
+
+void crl_h_exec_drained(struct crl_req *r)
+{
+    if (r->out_paused && r->out.len < STREAM_HIGH / 4) {
+        r->out_paused = false;
+        if (r->exec)
+            crl_exec_pause_output(r->exec, false);
+        else if (r->session)
+            crl_session_pause_output(r->session, false);
+    }
 }
 
 static void on_start(void *ctx)

@@ -36,6 +36,7 @@ struct crl_req {
     bool dispatched;
     bool suspended;
     bool gone;            /* MHD finished with the connection; only async callbacks remain */
+    bool client_gone;     /* the client hung up: what it asked for is no one's */
     struct crl_watch hup; /* while suspended: MHD does not watch the socket, we do */
     /* the request body, for JSON endpoints */
     struct crl_buf body;
@@ -53,6 +54,7 @@ struct crl_req {
     bool streaming;
     struct crl_buf out;
     bool out_done, out_error;
+    bool out_paused;  /* the command's output is held back until the client reads */
     char carry[2][4]; /* an incomplete UTF-8 sequence held for the next chunk */
     size_t carry_len[2];
     /* files */
@@ -101,5 +103,7 @@ void crl_h_files_cleanup(struct crl_req *r);
 /* The stream reader took output: a paused tar stream may read on. */
 void crl_h_files_drained(struct crl_req *r);
 void crl_h_exec_cleanup(struct crl_req *r);
+/* The stream reader took output: a held-back command may write on. */
+void crl_h_exec_drained(struct crl_req *r);
 
 #endif

@@ -90,6 +90,7 @@ static void client_hung_up(struct crl_watch *w, uint32_t ev)
     struct crl_req *r = w->data;
     crl_watch_stop(r->api->host->loop, w);
     crl_info(r->sb ? r->sb->id : NULL, "%s %s: the client hung up; cancelling", r->method, r->url);
+    r->client_gone = true;
     crl_h_exec_cleanup(r);
     crl_h_files_cleanup(r);
     r->out_done = r->out_error = true;
@@ -149,6 +150,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
         memcpy(buf, r->out.data, n);
         crl_buf_consume(&r->out, n);
         crl_h_files_drained(r);
+        crl_h_exec_drained(r);
         return (ssize_t)n;
     }
     if (r->out_done)
@@ -276,14 +278,14 @@ static void h_list(struct crl_req *r)
 static void created(struct crl_sandbox *sb, const struct crl_err *err, void *ctx)
 {
     struct crl_req *r = ctx;
-    if (!r->gone) {
+    if (!err && (r->gone || r->client_gone)) {
+        /* The client left before its sandbox was ready: nobody knows its id. */
+        crl_host_destroy(sb->host, sb, "client_gone", NULL, NULL, NULL);
+    } else if (!r->gone && !r->client_gone) {
         if (err)
             crl_req_error(r, err);
         else
             crl_req_json(r, 201, crl_sandbox_json(sb));
-    } else if (!err) {
-        /* The client left before its sandbox was ready: nobody knows its id. */
-        crl_host_destroy(sb->host, sb, "client_gone", NULL, NULL, NULL);
     }
     crl_req_pending_done(r);
 }

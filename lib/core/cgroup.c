@@ -300,8 +300,8 @@ static int kill_procs_at(int cgfd, pid_t spare, struct pidset *seen)
             *nl = 0;
             char *end;
             long pid = strtol(line, &end, 10);
-            if (end != line && *end == 0 && pid > 0 && pid != spare && pidset_add(seen, (pid_t)pid) &&
-                kill((pid_t)pid, SIGKILL) == 0)
+            if (end != line && *end == 0 && pid > 0 && pid != spare &&
+                pidset_add(seen, (pid_t)pid) && kill((pid_t)pid, SIGKILL) == 0)
                 count++;
             line = nl + 1;
         }
@@ -320,7 +320,7 @@ typedef int (*child_fn)(int parent_fd, const char *name, void *ctx);
 
 static int each_child(int fd, child_fn fn, void *ctx)
 {
-    int dup_fd = dup(fd);
+    int dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
     if (!d) {
         if (dup_fd >= 0)
@@ -608,7 +608,7 @@ int crl_cgroup_create(struct crl_cgroup_mgr *m, const char *name,
     if (m->version == CRL_CGROUP_V1) {
         /* v1 shares cpu,cpuacct: point the missing one at its twin */
         if (cg->fd[H_CPUACCT] < 0 && cg->fd[H_CPU] >= 0)
-            cg->fd[H_CPUACCT] = dup(cg->fd[H_CPU]);
+            cg->fd[H_CPUACCT] = fcntl(cg->fd[H_CPU], F_DUPFD_CLOEXEC, 0);
         if (reused) {
             /* The last tenant's peaks go.  Its page-cache charges (image
              * files it read first) stay: force_empty would evict those pages

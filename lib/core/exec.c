@@ -154,7 +154,9 @@ static bool pump(struct crl_exec *x, enum crl_exec_stream s)
     int fd = s == CRL_STDOUT ? x->proc.out_fd : x->proc.err_fd;
     struct crl_buf *b = s == CRL_STDOUT ? &x->res.out : &x->res.err;
     char chunk[65536];
-    for (;;) {
+    /* At most 1 MiB a turn: a command that writes without pause must not
+     * keep the loop from everything else. */
+    for (int turn = 0; turn < 16; turn++) {
         ssize_t n = read(fd, chunk, sizeof(chunk));
         if (n < 0 && errno == EINTR)
             continue;
@@ -175,6 +177,7 @@ static bool pump(struct crl_exec *x, enum crl_exec_stream s)
             b->dropped += (size_t)n; /* out of memory: keep going, report truncation */
         }
     }
+    return true; /* more, maybe: epoll says so on the next turn */
 }
 
 static void on_out(struct crl_watch *w, uint32_t ev)
@@ -356,4 +359,11 @@ void crl_exec_cancel(struct crl_exec *x)
     x->cancelled = true;
     if (!x->proc.exited) /* before its start too: it is in its cgroup leaf already */
         x->sb->ops->kill(x->sb, &x->proc, CRL_KILL_TREE);
+}
+
+void crl_exec_pause_output(struct crl_exec *x, bool pause)
+{
+    struct crl_loop *loop = x->sb->host->loop;
+    crl_watch_modify(loop, &x->w_out, pause ? 0 : EPOLLIN);
+    crl_watch_modify(loop, &x->w_err, pause ? 0 : EPOLLIN);
 }

@@ -39,6 +39,9 @@ struct crl_exec *crl_exec_start(struct crl_sandbox *sb, struct crl_exec_req *req
                                 const struct crl_exec_cbs *cbs, void *ctx, struct crl_err *err);
 /* The client went away: kill the command's tree and never call back. */
 void crl_exec_cancel(struct crl_exec *x);
+/* Stop (or go back to) reading the command's output: a streaming client
+ * that reads slowly holds the command back instead of corrald's memory. */
+void crl_exec_pause_output(struct crl_exec *x, bool pause);
 
 /* The result as the API returns it; output fields are omitted when streamed. */
 json_t *crl_exec_result_json(const struct crl_exec_result *r, bool with_output);

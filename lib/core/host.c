@@ -309,7 +309,8 @@ static void release_host_side(struct crl_sandbox *sb)
     crl_timer_stop(h->loop, &sb->ttl_timer);
     crl_timer_stop(h->loop, &sb->idle_timer);
     if (sb->has_slot) {
-        h->slots[sb->slot] = 0;
+        if (!sb->slot_quarantined) /* else it stays taken until a restart reconciles it */
+            h->slots[sb->slot] = 0;
         sb->has_slot = false;
     }
     if (sb->image) {

@@ -51,6 +51,7 @@ struct crl_sandbox {
     struct crl_usage usage; /* final figures once ended */
     unsigned slot;
     bool has_slot;
+    bool slot_quarantined;  /* the backend could not empty it: never reuse it */
     bool destroy_requested; /* while creating */
     unsigned refs;          /* requests holding it; freed at 0 once gone */
     uint64_t next_seq;

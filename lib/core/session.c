@@ -136,7 +136,10 @@ static void run_finish(struct crl_session *s)
     crl_buf_free(&s->res.err);
 }
 
-/* Feed the bytes of stream i through the marker search. */
+/* Feed the bytes of stream i through the marker search.  The window holds
+ * at most the marker's length plus what follows a candidate on stdout, so
+ * output that mimics the marker (a sandbox can learn the nonce from its
+ * own shell's memory) costs no more than ordinary output. */
 static void scan(struct crl_session *s, int i)
 {
     struct crl_buf *w = &s->win[i];
@@ -146,31 +149,40 @@ static void scan(struct crl_session *s, int i)
     }
     const char *m = s->mark[i];
     size_t ml = s->mark_len[i];
-    const char *hit = w->len >= ml ? memmem(w->data, w->len, m, ml) : NULL;
-    if (!hit) {
-        /* Everything but a tail that could be the start of the marker. */
-        size_t keep = ml - 1;
-        if (w->len > keep) {
-            emit(s, i, w->data, w->len - keep);
-            crl_buf_consume(w, w->len - keep);
+    for (;;) {
+        const char *hit = w->len >= ml ? memmem(w->data, w->len, m, ml) : NULL;
+        if (!hit) {
+            /* Everything but a tail that could be the start of the marker. */
+            size_t keep = ml - 1;
+            if (w->len > keep) {
+                emit(s, i, w->data, w->len - keep);
+                crl_buf_consume(w, w->len - keep);
+            }
+            return;
         }
-        return;
-    }
-    size_t pos = (size_t)(hit - w->data);
-    if (i == 0) {
-        /* "<rc>\036" follows on stdout */
-        const char *end = memchr(hit + ml, MARK_CHAR, w->len - pos - ml);
-        if (!end) {
+        size_t pos = (size_t)(hit - w->data);
+        if (i == 1) {
+            emit(s, i, w->data, pos);
+            crl_buf_consume(w, pos + ml);
+            break;
+        }
+        /* stdout: "<rc>\036" follows, a few digits at most */
+        size_t after = w->len - pos - ml;
+        const char *end = memchr(hit + ml, MARK_CHAR, after < 12 ? after : 12);
+        if (end) {
+            s->rc = (int)strtol(hit + ml, NULL, 10);
+            emit(s, i, w->data, pos);
+            crl_buf_consume(w, (size_t)(end + 1 - w->data));
+            break;
+        }
+        if (after < 12) { /* wait for the rest */
             emit(s, i, w->data, pos);
             crl_buf_consume(w, pos);
             return;
         }
-        s->rc = (int)strtol(hit + ml, NULL, 10);
-        emit(s, i, w->data, pos);
-        crl_buf_consume(w, (size_t)(end + 1 - w->data));
-    } else {
-        emit(s, i, w->data, pos);
-        crl_buf_consume(w, pos + ml);
+        /* not the marker after all: it is output */
+        emit(s, i, w->data, pos + 1);
+        crl_buf_consume(w, pos + 1);
     }
     s->done[i] = true;
     w->len = 0;
@@ -225,6 +237,19 @@ static void on_in(struct crl_watch *w, uint32_t ev)
     crl_watch_modify(loop_of(s), &s->w_in, 0);
 }
 
+/* A command the shell runs itself (a builtin loop) outlives the kill of
+ * what it started: after this grace the shell goes too, and the session. */
+#define SESSION_KILL_GRACE_NS (2ull * 1000000000ull)
+
+static void on_grace(struct crl_timer *t)
+{
+    struct crl_session *s = t->data;
+    crl_info(s->sb->id,
+             "session %s: the timed-out command runs in the shell itself: ending the session",
+             s->id);
+    s->sb->ops->kill(s->sb, &s->proc, CRL_KILL_TREE);
+}
+
 static void on_timeout(struct crl_timer *t)
 {
     struct crl_session *s = t->data;
@@ -233,6 +258,7 @@ static void on_timeout(struct crl_timer *t)
     crl_info(s->sb->id, "session %s: command timed out after %.3fs: killing what it started", s->id,
              s->req.timeout_s);
     s->sb->ops->kill(s->sb, &s->proc, CRL_KILL_DESCENDANTS);
+    crl_timer_start(loop_of(s), &s->timer, SESSION_KILL_GRACE_NS, on_grace, s);
 }
 
 /* Single-quote for the shell: ' becomes '\'' */
@@ -318,6 +344,12 @@ int crl_session_run(struct crl_session *s, struct crl_exec_req *req, const struc
     return 0;
 }
 
+void crl_session_pause_output(struct crl_session *s, bool pause)
+{
+    crl_watch_modify(loop_of(s), &s->w_out, pause ? 0 : EPOLLIN);
+    crl_watch_modify(loop_of(s), &s->w_err, pause ? 0 : EPOLLIN);
+}
+
 void crl_session_cancel_run(struct crl_session *s)
 {
     if (s->busy) {
@@ -358,6 +390,8 @@ static void unlink_session(struct crl_session *s)
 static void shell_exited(struct crl_proc *p)
 {
     struct crl_session *s = p->owner;
+    struct crl_sandbox *sb = s->sb;
+    crl_sandbox_ref(sb); /* handing the process back may drop the last reference */
     s->alive = false;
     /* Output still in the pipes belongs to the last command. */
     if (s->proc.out_fd >= 0)
@@ -370,29 +404,33 @@ static void shell_exited(struct crl_proc *p)
                 emit(s, i, s->win[i].data, s->win[i].len);
         run_finish(s);
     }
-    crl_sandbox_proc_done(s->sb, &s->proc);
-    crl_debug(s->sb->id, "session %s: shell exited", s->id);
+    crl_debug(sb->id, "session %s: shell exited", s->id);
+    crl_sandbox_proc_done(sb, &s->proc);
     if (s->closing)
         session_free(s);
+    crl_sandbox_unref(sb);
 }
 
 static void shell_started(struct crl_proc *p, const struct crl_err *err)
 {
     struct crl_session *s = p->owner;
+    struct crl_sandbox *sb = s->sb;
     crl_session_open_cb cb = s->open_cb;
     void *ctx = s->open_ctx;
     if (err) {
-        crl_sandbox_proc_done(s->sb, &s->proc);
+        crl_sandbox_ref(sb);
+        crl_sandbox_proc_done(sb, &s->proc);
         if (!s->closing)
             unlink_session(s);
         session_free(s);
         if (cb)
             cb(NULL, err, ctx);
+        crl_sandbox_unref(sb);
         return;
     }
     s->started = true;
     if (s->closing) {
-        s->sb->ops->kill(s->sb, &s->proc, CRL_KILL_TREE);
+        sb->ops->kill(sb, &s->proc, CRL_KILL_TREE);
         return;
     }
     s->alive = true;
@@ -454,6 +492,14 @@ void crl_session_close(struct crl_session *s)
     if (s->closing)
         return;
     s->closing = true;
+    if (!s->started && s->open_cb) {
+        /* Its opener is still waiting: answer it now. */
+        struct crl_err e = CRL_ERR_INIT;
+        crl_err_set(&e, CRL_E_CONFLICT, "session %s was closed before its shell started", s->id);
+        crl_session_open_cb cb = s->open_cb;
+        s->open_cb = NULL;
+        cb(NULL, &e, s->open_ctx);
+    }
     if (s->busy && !s->cancelled) {
         struct crl_err e = CRL_ERR_INIT;
         crl_err_set(&e, CRL_E_CONFLICT, "session %s was closed while its command ran", s->id);

@@ -34,6 +34,8 @@ size_t crl_session_count(struct crl_sandbox *sb);
  * cap and stream are used).  CRL_E_CONFLICT if a command is already running. */
 int crl_session_run(struct crl_session *s, struct crl_exec_req *req, const struct crl_exec_cbs *cbs,
                     void *ctx, struct crl_err *err);
+/* Stop (or go back to) reading the session's output (see crl_exec_pause_output). */
+void crl_session_pause_output(struct crl_session *s, bool pause);
 /* The client of the running command went away: stop calling back. */
 void crl_session_cancel_run(struct crl_session *s);
 /* Was the session's shell alive after the last command? */

@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -147,3 +148,66 @@ def test_tombstones_are_bounded(corrald_factory):
             r = d.request("GET", f"/v1/sandboxes/{sid}")
             assert r.status == 200 and r.json()["state"] == "destroyed"
         assert sorted(s["id"] for s in d.sandboxes()) == sorted(ids[1:])
+
+
+def test_abandoned_create_is_destroyed(corrald):
+    """A client that hangs up before its create answers never learns the id:
+    the sandbox is destroyed, not left running for its ttl."""
+    import json
+    import socket
+
+    tag = uuid.uuid4().hex[:12]
+    body = json.dumps({"image": "busybox", "labels": {"abandoned": tag},
+                       "resources": {"memory_mb": 64}}).encode()
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(str(corrald.socket_path))
+    s.sendall(b"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    s.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        boxes = corrald.sandboxes(abandoned=tag)
+        if boxes and all(b["state"] == "destroyed" for b in boxes):
+            break
+        time.sleep(0.05)
+    assert [(b["state"], b["end_reason"]) for b in boxes] == [("destroyed", "client_gone")]
+
+
+def test_slow_reader_holds_the_command_back(corrald, sandbox):
+    """Streamed output waits for its reader: a client that stops reading
+    pauses the command instead of growing corrald's memory, and loses
+    nothing when it reads again."""
+    import http.client
+    import json
+    import socket
+
+    def rss():
+        status = Path(f"/proc/{corrald.pid}/status").read_text()
+        return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) << 10
+
+    total = 64 << 20  # the most an exec may return
+    body = json.dumps({"cmd": f"head -c {total} /dev/zero | tr '\\0' a; echo done >/tmp/w",
+                       "stream": True, "max_output_bytes": total}).encode()
+    before = rss()
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(str(corrald.socket_path))
+    s.sendall(f"POST /v1/sandboxes/{sandbox.id}/exec HTTP/1.1\r\nHost: x\r\n"
+              f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+              "Connection: close\r\n\r\n".encode() + body)
+    try:
+        time.sleep(1.5)  # not reading: the writer must be held back
+        assert sandbox.exec("cat /tmp/w 2>/dev/null").stdout == b""
+        assert rss() - before < 24 << 20, (before, rss())
+        resp = http.client.HTTPResponse(s)
+        resp.begin()
+        assert resp.status == 200
+        got, result = 0, None
+        for line in resp:
+            ev = json.loads(line)
+            got += len(ev.get("stdout", ""))
+            result = ev.get("result", result)
+    finally:
+        s.close()
+    assert result["exit_code"] == 0 and result["reason"] == "exited"
+    assert got == total
+    assert sandbox.exec("cat /tmp/w").stdout == b"done\n"

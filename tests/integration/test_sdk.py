@@ -553,3 +553,17 @@ def test_async_client_timeout(tmp_path):
             asyncio.run(main())
     finally:
         srv.close()
+
+
+def test_session_timeout_in_the_shell_itself_ends_the_session(sandbox):
+    """A timed-out command the shell runs itself (a builtin loop) survives
+    the kill of what it started; the shell goes after a grace, and with it
+    the session, rather than the session staying busy for ever."""
+    sh = sandbox.session()
+    t0 = time.monotonic()
+    r = sh.run("while :; do :; done", timeout=0.5)
+    assert r.reason == "timeout" and r.session_alive is False and not sh.alive
+    assert time.monotonic() - t0 < 10
+    with pytest.raises(corral.Conflict):
+        sh.run("echo again")
+    sh.close()

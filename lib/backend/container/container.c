@@ -82,6 +82,8 @@ struct ctr_sandbox {
     struct crl_watch w_init;
     bool init_dead;
     bool releasing;
+    bool create_failed;        /* draining after a create that failed half-way */
+    struct crl_err create_err; /* ... and why */
     unsigned drain_tries;
     struct crl_timer drain_timer;
 };
@@ -217,19 +219,26 @@ static void close_fd(int *fd)
 
 /* Give back what corrald holds for a sandbox whose processes are all gone.
  * A destroyed sandbox's cgroup is kept for the next one of its slot; a
- * failed create removes it, leaving nothing of the attempt. */
-static void release(struct crl_sandbox *sb, bool completed)
+ * failed create removes it, leaving nothing of the attempt.  A sandbox whose
+ * cgroup would not empty is quarantined: its slot and cgroup are never
+ * reused and its network namespace is not pooled (a restart reconciles). */
+static void release(struct crl_sandbox *sb, bool quarantine)
 {
     struct ctr_sandbox *c = sb->priv;
     struct crl_host *h = sb->host;
+    bool failed_create = c->create_failed;
+    struct crl_err create_err = c->create_err;
     crl_timer_stop(h->loop, &c->drain_timer);
     crl_watch_stop(h->loop, &c->w_init);
     struct crl_err err = CRL_ERR_INIT;
-    if (c->cg && crl_cgroup_release(c->cg, !completed, &err) < 0)
+    if (c->cg && crl_cgroup_release(c->cg, failed_create && !quarantine, &err) < 0)
         crl_warn(sb->id, "%s", err.msg);
     c->cg = NULL;
     if (c->netns_fd >= 0) {
-        crl_netns_put(h->netns, c->netns_fd);
+        if (quarantine)
+            close(c->netns_fd);
+        else
+            crl_netns_put(h->netns, c->netns_fd);
         c->netns_fd = -1;
     }
     close_fd(&c->pidfd);
@@ -237,12 +246,16 @@ static void release(struct crl_sandbox *sb, bool completed)
     close_fd(&c->tmpfs_fd);
     free(c);
     sb->priv = NULL;
-    if (completed)
+    sb->slot_quarantined = quarantine;
+    if (failed_create)
+        crl_sandbox_created(sb, &create_err);
+    else
         crl_sandbox_destroyed(sb);
 }
 
 /* Once init is gone, wait for the cgroup to empty (helpers outside the pid
- * namespace, zombies the spawner has yet to reap), then release. */
+ * namespace, zombies the spawner has yet to reap), then release.  A timer,
+ * not a wait: the loop serves everyone else meanwhile. */
 static void drain(struct crl_timer *t)
 {
     struct crl_sandbox *sb = t->data;
@@ -255,8 +268,20 @@ static void drain(struct crl_timer *t)
         return;
     }
     if (n > 0)
-        crl_warn(sb->id, "%d process(es) still in the cgroup after 5s; left for reconcile", n);
-    release(sb, true);
+        crl_error(sb->id,
+                  "%d process(es) still in the cgroup after 5s: slot quarantined until restart", n);
+    release(sb, n > 0);
+}
+
+static void start_drain(struct crl_sandbox *sb)
+{
+    struct ctr_sandbox *c = sb->priv;
+    /* Helpers that are not in the sandbox's pid namespace (streams) die too. */
+    if (c->cg)
+        crl_cgroup_kill_all(c->cg, NULL);
+    c->drain_tries = 0;
+    c->drain_timer.data = sb;
+    drain(&c->drain_timer);
 }
 
 static void init_exited(struct crl_watch *w, uint32_t ev)
@@ -271,11 +296,7 @@ static void init_exited(struct crl_watch *w, uint32_t ev)
         crl_sandbox_failed(sb, "init_exited", "the sandbox's init process (pid %d) died", c->pid);
         return;
     }
-    /* Helpers that are not in the sandbox's pid namespace (streams) die too. */
-    if (c->cg)
-        crl_cgroup_kill_all(c->cg, NULL);
-    c->drain_tries = 0;
-    drain(&c->drain_timer);
+    start_drain(sb);
 }
 
 static void ctr_destroy(struct crl_sandbox *sb)
@@ -286,16 +307,26 @@ static void ctr_destroy(struct crl_sandbox *sb)
         return;
     }
     c->releasing = true;
-    c->drain_timer.data = sb;
     if (c->init_dead) {
-        if (c->cg)
-            crl_cgroup_kill_all(c->cg, NULL);
-        drain(&c->drain_timer);
+        start_drain(sb);
         return;
     }
     /* Killing a pid namespace's init kills everything in it. */
     if (syscall(SYS_pidfd_send_signal, c->pidfd, SIGKILL, NULL, 0) < 0 && errno != ESRCH)
         crl_log_syscall(sb->id, errno, "pidfd_send_signal(init %d, SIGKILL)", c->pid);
+}
+
+/* A create ctr_create began but could not finish: nothing started yet. */
+static void undo_create(struct crl_sandbox *sb)
+{
+    struct ctr_sandbox *c = sb->priv;
+    struct crl_host *h = sb->host;
+    if (c->cg)
+        crl_cgroup_release(c->cg, true, NULL);
+    if (c->netns_fd >= 0)
+        crl_netns_put(h->netns, c->netns_fd);
+    free(c);
+    sb->priv = NULL;
 }
 
 /* ---- create ---- */
@@ -311,17 +342,11 @@ static void create_done(struct crl_sandbox *sb, const struct crl_spawn_reply *r,
             spawn_error(r, "building the sandbox", &err);
         else
             crl_err_set(&err, CRL_E_INTERNAL, "building the sandbox: spawner sent %d fds", nfds);
-        /* The spawner killed what it started; take our part back.  A cgroup
-         * that just held a dying init may still be draining: kill and wait. */
-        if (c->cg) {
-            crl_cgroup_kill_all(c->cg, NULL);
-            for (int i = 0; i < 1000 && crl_cgroup_count(c->cg, NULL) > 0; i++) {
-                struct timespec ts = {0, 1000000};
-                nanosleep(&ts, NULL);
-            }
-        }
-        release(sb, false);
-        crl_sandbox_created(sb, &err);
+        /* The spawner killed what it started; once the cgroup is empty our
+         * part goes, and then the create answers. */
+        c->releasing = c->create_failed = true;
+        c->create_err = err;
+        start_drain(sb);
         return;
     }
     c->pidfd = fds[0];
@@ -374,7 +399,7 @@ static int ctr_create(struct crl_sandbox *sb, struct crl_err *err)
     c->spawner = s->idx;
     return 0;
 fail:
-    release(sb, false);
+    undo_create(sb);
     return -1;
 }
 

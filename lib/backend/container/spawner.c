@@ -232,6 +232,7 @@ static void handle_create(const struct crl_spawn_req *rq, int *fds, int nfds)
     struct init_proc *ip = malloc(sizeof(*ip));
     if (!ip) {
         /* Cannot track the stack: leak it rather than free it under a live task. */
+        stack = MAP_FAILED;
         err = ENOMEM;
         goto kill;
     }
@@ -1028,6 +1029,9 @@ int crl_spawner_main(int sock, const char *workdir, const char *init_path)
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() == 1)
         return 1;
+    /* 0-2 must be taken, or a pipe we receive could land there. */
+    for (int fd; (fd = open("/dev/null", O_RDWR)) >= 0 && fd <= 2;)
+        ;
     if (crl_write_file_at(AT_FDCWD, "/proc/self/oom_score_adj", "-1000") < 0)
         crl_debug(NULL, "spawner: oom_score_adj -1000 refused (%s): OOM kills may pick us",
                   strerror(errno));

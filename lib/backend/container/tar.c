@@ -100,10 +100,10 @@ int crl_tar_in(int in_fd, unsigned long *entries, char *msg, size_t msglen)
     archive_read_support_filter_gzip(a);
     archive_read_support_filter_zstd(a);
     archive_read_support_filter_xz(a);
-    archive_write_disk_set_options(
-        w, ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_OWNER |
-               ARCHIVE_EXTRACT_SECURE_SYMLINKS | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
-               ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS | ARCHIVE_EXTRACT_UNLINK);
+    archive_write_disk_set_options(w, ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_PERM |
+                                          ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_SECURE_SYMLINKS |
+                                          ARCHIVE_EXTRACT_SECURE_NODOTDOT |
+                                          ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS);
     if (archive_read_open_fd(a, in_fd, 64 * 1024) != ARCHIVE_OK) {
         snprintf(msg, msglen, "the body is not a tar archive: %s", archive_error_string(a));
         goto out;
