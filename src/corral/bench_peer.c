@@ -107,7 +107,17 @@ int crl_bench_crun_bundle(const char *rootfs, char **dir, struct crl_err *err)
     }
     json_object_set_new(process, "args", json_pack("[s]", "/bin/true"));
     json_object_set_new(process, "terminal", json_false());
-    json_object_set_new(root, "path", json_string(rootfs));
+    /* A writable copy of its own, as each sandbox has a writable root:
+     * crun must not write into the image corrald serves. */
+    char copy[4200];
+    snprintf(copy, sizeof(copy), "%s/rootfs", d);
+    char *const cp[] = {"cp", "-a", (char *)rootfs, copy, NULL};
+    if (spawn_wait("/bin/cp", cp, -1, false) != 0) {
+        json_decref(cfg);
+        crl_bench_crun_bundle_remove(steal_pointer(&d));
+        return crl_err_set(err, CRL_E_INTERNAL, "copying %s for crun failed", rootfs);
+    }
+    json_object_set_new(root, "path", json_string(copy));
     json_object_set_new(root, "readonly", json_false());
     int rc = json_dump_file(cfg, config, JSON_INDENT(2));
     json_decref(cfg);

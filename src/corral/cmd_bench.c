@@ -1,5 +1,5 @@
 /* corral bench: sandbox cycles (create, exec /bin/true, destroy) and exec
- * round trips through the API, against `crun run` of the same rootfs and a
+ * round trips through the API, against `crun run` of a copy of the same rootfs and a
  * bare posix_spawn of the same binary, measured on this machine in one run.
  * It prints figures and ratios and never judges an absolute time. */
 #include <errno.h>
@@ -36,7 +36,7 @@ static const char help[] =
     "  1. sandbox cycles through the API: create (64 MiB), exec /bin/true,\n"
     "     destroy, one at a time and two in parallel: p50, p99, cycles/s;\n"
     "  2. exec round trips of /bin/true in one live sandbox: p50, p99;\n"
-    "  3. the peers: `crun run` of the same busybox rootfs, one at a time and\n"
+    "  3. the peers: `crun run` of a writable copy of the busybox rootfs, one at a time and\n"
     "     two in parallel, and posix_spawn+wait of the same /bin/true;\n"
     "  4. the ratios: our cycles/s over crun's at concurrency 2, and exec p50\n"
     "     over posix_spawn p50.\n"
