@@ -129,13 +129,13 @@ void crl_h_exec(struct crl_req *r)
 static void session_opened(struct crl_session *s, const struct crl_err *err, void *ctx)
 {
     struct crl_req *r = ctx;
-    if (!r->gone) {
+    if (!r->gone && !r->client_gone) {
         if (err)
             crl_req_error(r, err);
         else
             crl_req_json(r, 201, crl_session_json(s));
     } else if (s) {
-        crl_session_close(s);
+        crl_session_close(s); /* nobody knows its id */
     }
     crl_req_pending_done(r);
 }

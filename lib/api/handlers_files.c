@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "../core/path.h"
@@ -346,8 +347,14 @@ void crl_h_files_end(struct crl_req *r)
     }
     if (starting(r))
         return; /* called again once the helper is ready */
-    /* End of the body: the helper sees EOF, and its exit answers. */
+    /* End of the body: the whole of it, so the file may replace what was
+     * there; then the helper sees EOF, and its exit answers. */
     if (r->fd >= 0) {
+        if (r->stream.kind == CRL_STREAM_FILE_IN && !r->upload_failed) {
+            char c = CRL_STREAM_COMMIT;
+            if (write(r->stream.msg_fd, &c, 1) != 1)
+                crl_debug(r->sb->id, "commit %s: %s", r->path, strerror(errno));
+        }
         close(r->fd);
         r->fd = -1;
         r->stream.data_fd = -1;
@@ -368,6 +375,10 @@ void crl_h_files_cleanup(struct crl_req *r)
     if (r->fd >= 0 && r->fd != r->stream.data_fd)
         close(r->fd);
     r->fd = -1;
+    /* An upload cut short is abandoned, not committed: the helper hears
+     * so before it sees the end of the bytes. */
+    if (r->stream.msg_fd >= 0)
+        shutdown(r->stream.msg_fd, SHUT_WR);
     if (r->stream.data_fd >= 0) {
         close(r->stream.data_fd);
         r->stream.data_fd = -1;

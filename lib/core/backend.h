@@ -76,18 +76,23 @@ struct crl_open_req {
 /* Bytes flowing between corrald and a path inside a sandbox, through a
  * helper the backend runs in the sandbox (its ids, its cgroup: a write is
  * charged to the sandbox).  corrald reads data_fd for TAR_OUT and writes it
- * for TAR_IN and FILE_IN. */
+ * for TAR_IN and FILE_IN.  msg_fd is a socket: the helper's last words come
+ * back on it, and a FILE_IN is committed (renamed over its path) only once
+ * corrald writes CRL_STREAM_COMMIT on it before closing data_fd; a shut
+ * msg_fd, or one closed without it, abandons the upload. */
 enum crl_stream_kind {
     CRL_STREAM_TAR_OUT, /* a directory, out as a tar stream */
     CRL_STREAM_TAR_IN,  /* a tar stream extracted into a directory */
-    CRL_STREAM_FILE_IN, /* bytes written to one file (created, truncated) */
+    CRL_STREAM_FILE_IN, /* bytes to one file, replaced whole or not at all */
 };
+
+#define CRL_STREAM_COMMIT 'c'
 
 /* How a stream helper ended: its exit code. */
 enum crl_stream_status {
     CRL_STREAM_OK = 0,
     CRL_STREAM_FAILED = 1,    /* see the message */
-    CRL_STREAM_BAD_INPUT = 2, /* not a (valid, safe) tar archive */
+    CRL_STREAM_BAD_INPUT = 2, /* not a (valid, safe) tar archive, or a path not followed */
     CRL_STREAM_NOENT = 3,
     CRL_STREAM_NOTDIR = 4,
     CRL_STREAM_NOSPACE = 5,

@@ -425,30 +425,41 @@ static int kill_tree(struct crl_cgroup_mgr *m, int fd, pid_t spare)
 }
 
 static int remove_child(int parent_fd, const char *name, void *ctx);
+static int remove_child_now(int parent_fd, const char *name, void *ctx);
 
-/* rmdir a cgroup and everything below it, bottom up; waits briefly for
- * killed processes to leave. */
-static int remove_tree(int parent_fd, const char *name)
+/* rmdir a cgroup and everything below it, bottom up.  A cgroup whose last
+ * process has just died stays busy for a moment: with `wait`, retry for up
+ * to a second (start-up and shutdown); without, fail with EBUSY at once
+ * (the event loop, which retries on a timer). */
+static int remove_tree(int parent_fd, const char *name, bool wait)
 {
     cleanup_close int fd = crl_openat(parent_fd, name, O_RDONLY | O_DIRECTORY, 0);
     if (fd < 0)
         return errno == ENOENT ? 0 : -1;
     int ret = 0;
-    each_child(fd, remove_child, &ret);
-    for (int i = 0; i < 500; i++) {
+    each_child(fd, wait ? remove_child : remove_child_now, &ret);
+    for (int i = 0; i < (wait ? 500 : 1); i++) {
         if (unlinkat(parent_fd, name, AT_REMOVEDIR) == 0 || errno == ENOENT)
             return ret;
         if (errno != EBUSY)
             return -1;
-        sleep_ms(2);
+        if (wait)
+            sleep_ms(2);
     }
     return -1;
 }
 
-/* each_child callback: remove the child's tree, remember failure, go on. */
+/* each_child callbacks: remove the child's tree, remember failure, go on. */
 static int remove_child(int parent_fd, const char *name, void *ctx)
 {
-    if (remove_tree(parent_fd, name) < 0)
+    if (remove_tree(parent_fd, name, true) < 0)
+        *(int *)ctx = -1;
+    return 0;
+}
+
+static int remove_child_now(int parent_fd, const char *name, void *ctx)
+{
+    if (remove_tree(parent_fd, name, false) < 0)
         *(int *)ctx = -1;
     return 0;
 }
@@ -478,7 +489,7 @@ static int reconcile_kill_child(int parent_fd, const char *name, void *ctx)
 static int reconcile_remove_child(int parent_fd, const char *name, void *ctx)
 {
     struct reconcile_ctx *rc = ctx;
-    if (remove_tree(parent_fd, name) < 0)
+    if (remove_tree(parent_fd, name, true) < 0)
         rc->failed++;
     else if (rc->killer) /* count each sandbox cgroup once */
         rc->removed++;
@@ -827,6 +838,18 @@ int crl_cgroup_stats(struct crl_cgroup *cg, struct crl_cgroup_stats *st)
     return 0;
 }
 
+int crl_cgroup_tidy(struct crl_cgroup *cg, bool remove)
+{
+    int ret = 0;
+    int lp = leaf_parent_fd(cg);
+    if (lp >= 0 && (each_child(lp, remove_child_now, &ret) < 0 || ret < 0))
+        return -1;
+    for (int i = 0; remove && i < V1_MAX; i++)
+        if (cg->m->parent_fd[i] >= 0 && remove_tree(cg->m->parent_fd[i], cg->name, false) < 0)
+            return -1;
+    return 0;
+}
+
 int crl_cgroup_release(struct crl_cgroup *cg, bool remove, struct crl_err *err)
 {
     if (!cg)
@@ -836,12 +859,12 @@ int crl_cgroup_release(struct crl_cgroup *cg, bool remove, struct crl_err *err)
     /* Leaves always go: they are cheap, and a stale one would mislead. */
     int leaves_ok = 0;
     int lp = leaf_parent_fd(cg);
-    if (lp >= 0 && (each_child(lp, remove_child, &leaves_ok) < 0 || leaves_ok < 0))
+    if (lp >= 0 && (each_child(lp, remove_child_now, &leaves_ok) < 0 || leaves_ok < 0))
         ret = crl_err_sys(err, errno, "removing the leaves of cgroup %s", cg->name);
     for (int i = 0; i < V1_MAX; i++) {
         if (cg->fd[i] >= 0)
             close(cg->fd[i]);
-        if (remove && m->parent_fd[i] >= 0 && remove_tree(m->parent_fd[i], cg->name) < 0 &&
+        if (remove && m->parent_fd[i] >= 0 && remove_tree(m->parent_fd[i], cg->name, false) < 0 &&
             ret == 0)
             ret = crl_err_sys(err, errno, "removing cgroup %s", cg->name);
     }

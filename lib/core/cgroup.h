@@ -72,7 +72,12 @@ int crl_cgroup_mgr_remove_parent(struct crl_cgroup_mgr *m, struct crl_err *err);
 int crl_cgroup_create(struct crl_cgroup_mgr *m, const char *name,
                       const struct crl_cgroup_limits *limits, struct crl_cgroup **out,
                       struct crl_err *err);
-/* Release: the cgroup must be empty; it is kept for reuse unless `remove`. */
+/* Remove an empty cgroup's leaves, and with `remove` the cgroup itself,
+ * without waiting: -1 with errno EBUSY while a process that just died
+ * still holds one.  The cgroup stays usable for release. */
+int crl_cgroup_tidy(struct crl_cgroup *cg, bool remove);
+/* Release: the cgroup must be empty; it is kept for reuse unless `remove`.
+ * Never waits: call crl_cgroup_tidy until it succeeds first. */
 int crl_cgroup_release(struct crl_cgroup *cg, bool remove, struct crl_err *err);
 const char *crl_cgroup_name(const struct crl_cgroup *cg);
 

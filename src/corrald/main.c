@@ -90,6 +90,10 @@ static void on_signal(struct crl_watch *w, uint32_t ev)
 
 int main(int argc, char **argv)
 {
+    /* Whatever we inherited beyond stdio never reaches a spawner or a
+     * sandbox: close-on-exec for all of it. */
+    if (close_range(3, ~0u, CLOSE_RANGE_CLOEXEC) < 0 && errno != ENOSYS)
+        fprintf(stderr, "corrald: close_range: %s\n", strerror(errno));
     struct crl_host_config hc;
     crl_host_config_defaults(&hc);
     struct crl_api_config ac = {.unix_path = "/run/corral/corrald.sock"};

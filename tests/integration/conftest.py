@@ -94,6 +94,7 @@ class Corrald:
         self.token_file.chmod(0o600)
         self.cgroup_parent = f"corral-it-{os.getpid()}-{next(_serial)}"
         self.extra_args = list(extra_args)
+        self.pass_fds = ()  # descriptors the next start() hands corrald
         self.log_path = self.base_dir / "corrald.log"
         self.url = f"unix://{self.socket_path}"
         self.proc = None
@@ -118,7 +119,7 @@ class Corrald:
         self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(self.args(), stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT)
+                                         stderr=subprocess.STDOUT, pass_fds=self.pass_fds)
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:

@@ -211,3 +211,110 @@ def test_slow_reader_holds_the_command_back(corrald, sandbox):
     assert result["exit_code"] == 0 and result["reason"] == "exited"
     assert got == total
     assert sandbox.exec("cat /tmp/w").stdout == b"done\n"
+
+
+def _spawners(corrald_pid):
+    kids = Path(f"/proc/{corrald_pid}/task/{corrald_pid}/children").read_text().split()
+    return [int(p) for p in kids if Path(f"/proc/{p}/comm").read_text().strip() == "corral-spawner"]
+
+
+def test_a_dead_spawner_is_replaced(corrald_factory):
+    """A spawner killed from outside takes its sandboxes with it (they fail,
+    visibly) and what was in flight errors out; corrald starts a new one
+    without blocking, and the host keeps working."""
+    d = corrald_factory(["--spawners", "1"])
+    with d.client() as c:
+        sb = c.create(**SMALL)
+        [old] = _spawners(d.pid)
+        os.kill(old, 9)
+        deadline = time.monotonic() + 10
+        while sb.inspect()["state"] != "failed" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert sb.info["state"] == "failed"
+        while "restarted" not in d.log(this_run=True) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        [new] = _spawners(d.pid)
+        assert new != old
+        with c.create(**SMALL) as again:
+            assert again.exec("echo fine").stdout == b"fine\n"
+        sb.destroy()
+    d.shutdown_and_check()
+
+
+def test_inherited_descriptors_stay_with_corrald(corrald_factory, tmp_path):
+    """A descriptor corrald's parent left open reaches neither a spawner nor
+    a sandbox."""
+    d = corrald_factory()
+    d.stop()
+    secret = tmp_path / "inherited"
+    secret.write_text("not for sandboxes")
+    fd = os.open(secret, os.O_RDONLY)
+    try:
+        d.pass_fds = (fd,)
+        d.start()
+    finally:
+        os.close(fd)
+    links = [os.readlink(p) for p in glob.glob(f"/proc/{d.pid}/fd/*")]
+    assert str(secret) in links  # corrald has it ...
+    for sp in _spawners(d.pid):  # ... its spawners do not
+        assert str(secret) not in [os.readlink(p) for p in glob.glob(f"/proc/{sp}/fd/*")]
+    with d.client() as c, c.create(**SMALL) as sb:
+        init = sb.inspect()["container"]["init_pid"]
+        assert str(secret) not in [os.readlink(p) for p in glob.glob(f"/proc/{init}/fd/*")]
+    d.shutdown_and_check()
+
+
+def _no_upload_temps(sb, directory):
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        names = sb.exec(["ls", "-A", directory]).stdout.split()
+        if not any(n.startswith(b".corral-upload") for n in names):
+            return names
+        time.sleep(0.05)
+    raise AssertionError(f"an upload's temporary file stayed in {directory}: {names}")
+
+
+def test_a_file_upload_is_whole_or_not_at_all(client, corrald):
+    """A file upload replaces its file only when all of it arrived: a client
+    that hangs up half-way, or a full disk, leaves the old file as it was
+    and no temporary file behind."""
+    import socket
+
+    with client.create(disk_mb=8, **SMALL) as sb:
+        sb.files.write("/tmp/keep", b"original")
+        # 1. the client goes away after a tenth of its declared body
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(str(corrald.socket_path))
+        s.sendall(f"PUT /v1/sandboxes/{sb.id}/files?path=/tmp/keep HTTP/1.1\r\nHost: x\r\n"
+                  "Content-Type: application/octet-stream\r\nContent-Length: 1000000\r\n\r\n"
+                  .encode() + b"x" * 100000)
+        time.sleep(0.3)
+        s.close()
+        assert _no_upload_temps(sb, "/tmp") == [b"keep"]
+        assert sb.files.read("/tmp/keep") == b"original"
+        # 2. the disk fills half-way
+        with pytest.raises(corral.NoSpace):
+            sb.files.write("/tmp/keep", b"y" * (16 << 20))
+        assert _no_upload_temps(sb, "/tmp") == [b"keep"]
+        assert sb.files.read("/tmp/keep") == b"original"
+        # 3. a whole upload replaces it, with the mode and owner asked for
+        sb.files.write("/tmp/keep", b"new", mode=0o600)
+        assert sb.files.read("/tmp/keep") == b"new"
+        assert sb.exec("stat -c '%a %u' /tmp/keep").stdout == b"600 0\n"
+        sb.exec("mkdir -m 777 /tmp/u")
+        sb.files.write("/tmp/u/f", b"old", user="1000:1000")
+        sb.files.write("/tmp/u/f", b"mine", mode=0o640, user="1000:1000")
+        assert sb.exec("cat /tmp/u/f; stat -c ' %a %u %g' /tmp/u/f").stdout == b"mine 640 1000 1000\n"
+        # a user may not replace another's file where it could not write it
+        with pytest.raises(corral.Forbidden):
+            sb.files.write("/tmp/keep", b"theirs", user="1000:1000")
+        assert sb.files.read("/tmp/keep") == b"new"
+        assert _no_upload_temps(sb, "/tmp") == [b"keep", b"u"]
+        # a file the user may write in a directory it may not is written in place
+        sb.exec("echo old > /etc/shared; chmod 666 /etc/shared")
+        sb.files.write("/etc/shared", b"by 1000", user="1000:1000")
+        assert sb.exec("cat /etc/shared; stat -c ' %a %u' /etc/shared").stdout == b"by 1000 666 0\n"
+        # a directory in the way is refused before the bytes are read
+        sb.exec("mkdir /tmp/d")
+        with pytest.raises(corral.InvalidSpec):
+            sb.files.write("/tmp/d", b"z")

@@ -55,6 +55,9 @@ struct spawner {
     unsigned idx;
     pid_t pid;
     int sock;
+    bool ready;             /* said hello: takes requests */
+    unsigned failures;      /* restarts in a row that did not say hello */
+    struct crl_timer timer; /* the next restart, or the hello's deadline */
     struct crl_watch w;
     unsigned inflight;
     struct pending *pending;
@@ -95,7 +98,7 @@ struct ctr_proc {
 
 static struct ctr_state *g_state; /* one container backend per host process */
 
-static int start_spawner(struct ctr_state *st, unsigned i, struct crl_err *err);
+static int start_spawner(struct ctr_state *st, unsigned i, bool wait, struct crl_err *err);
 
 /* ---- requests ---- */
 
@@ -104,7 +107,7 @@ static struct spawner *pick_spawner(struct ctr_state *st, struct crl_err *err)
 {
     struct spawner *best = NULL;
     for (unsigned i = 0; i < st->n_sp; i++)
-        if (st->sp[i].sock >= 0 && (!best || st->sp[i].inflight < best->inflight))
+        if (st->sp[i].ready && (!best || st->sp[i].inflight < best->inflight))
             best = &st->sp[i];
     if (!best)
         crl_err_set(err, CRL_E_UNAVAILABLE, "no container spawner is running");
@@ -261,8 +264,11 @@ static void drain(struct crl_timer *t)
     struct crl_sandbox *sb = t->data;
     struct ctr_sandbox *c = sb->priv;
     int n = c->cg ? crl_cgroup_count(c->cg, NULL) : 0;
-    if (n > 0 && c->drain_tries++ < 5000) {
-        if (c->drain_tries % 500 == 1)
+    /* Empty, its cgroups may still be busy for a moment: tidy them here,
+     * where waiting costs nothing, so that release never waits. */
+    bool busy = n == 0 && c->cg && crl_cgroup_tidy(c->cg, c->create_failed) < 0 && errno == EBUSY;
+    if ((n > 0 || busy) && c->drain_tries++ < 5000) {
+        if (n > 0 && c->drain_tries % 500 == 1)
             crl_cgroup_kill_all(c->cg, NULL);
         crl_timer_start(sb->host->loop, &c->drain_timer, 1000000, drain, sb);
         return;
@@ -619,9 +625,16 @@ static int ctr_stream(struct crl_sandbox *sb, struct crl_stream_req *t, struct c
     char leaf[32];
     snprintf(leaf, sizeof(leaf), "t%llu", (unsigned long long)++sb->next_seq);
     bool ours_writes = t->kind != CRL_STREAM_TAR_OUT;
-    if (pipe_pair(&t->data_fd, &fds[1], ours_writes, err) < 0 ||
-        pipe_pair(&t->msg_fd, &fds[2], false, err) < 0 ||
-        crl_cgroup_attach_fds(c->cg, leaf, fds + 3, &ncg, err) < 0)
+    int msg[2];
+    if (pipe_pair(&t->data_fd, &fds[1], ours_writes, err) < 0)
+        goto out;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, msg) < 0) {
+        crl_err_sys(err, errno, "socketpair");
+        goto out;
+    }
+    t->msg_fd = msg[0];
+    fds[2] = msg[1];
+    if (crl_cgroup_attach_fds(c->cg, leaf, fds + 3, &ncg, err) < 0)
         goto out;
     struct crl_spawn_req *rq = (struct crl_spawn_req *)st->msg;
     memset(rq, 0, sizeof(*rq));
@@ -641,6 +654,7 @@ out:
     if (ret < 0) {
         close_fd(&t->data_fd);
         close_fd(&t->msg_fd);
+        remove_leaf(sb, leaf);
     }
     return ret;
 }
@@ -720,6 +734,19 @@ static void on_spawner(struct crl_watch *w, uint32_t ev)
             spawner_lost(s);
             return;
         }
+        if (!s->ready) { /* a restarted spawner's first word is its hello */
+            for (int i = 0; i < nfds; i++)
+                close(fds[i]);
+            if (r.op != CRL_SPAWN_REPLY || r.id != 0) {
+                spawner_lost(s);
+                return;
+            }
+            crl_timer_stop(st->host->loop, &s->timer);
+            s->ready = true;
+            s->failures = 0;
+            crl_info(NULL, "spawner %u (pid %d) restarted", s->idx, s->pid);
+            continue;
+        }
         if (r.op == CRL_SPAWN_EXITED) {
             struct running *run = take_running(s, r.pid);
             if (!run)
@@ -753,17 +780,44 @@ static void on_spawner(struct crl_watch *w, uint32_t ev)
     (void)st;
 }
 
+static void restart_spawner(struct crl_timer *t)
+{
+    struct spawner *s = t->data;
+    struct crl_err err = CRL_ERR_INIT;
+    if (s->st->host->shutting_down)
+        return;
+    if (start_spawner(s->st, s->idx, false, &err) < 0) {
+        crl_error(NULL, "restarting spawner %u: %s", s->idx, err.msg);
+        spawner_lost(s);
+    }
+}
+
+/* A restarted spawner that never said hello. */
+static void hello_overdue(struct crl_timer *t)
+{
+    struct spawner *s = t->data;
+    crl_error(NULL, "spawner %u (pid %d) did not say hello within 10s", s->idx, s->pid);
+    spawner_lost(s);
+}
+
 /* A spawner died: its sandboxes died with it (their init had it as parent).
- * Fail what was in flight, start a new one. */
+ * Fail what was in flight and start a new one, on a timer: at once the
+ * first time, then backing off to 10 s while restarts keep failing, and
+ * never waiting on the loop for its hello. */
 static void spawner_lost(struct spawner *s)
 {
     struct ctr_state *st = s->st;
-    crl_error(NULL, "spawner %u (pid %d) exited; restarting it", s->idx, s->pid);
+    if (s->ready)
+        crl_error(NULL, "spawner %u (pid %d) exited; restarting it", s->idx, s->pid);
+    else
+        s->failures++;
+    s->ready = false;
+    crl_timer_stop(st->host->loop, &s->timer);
     crl_watch_stop(st->host->loop, &s->w);
     close_fd(&s->sock);
     if (s->pid > 0) {
         kill(s->pid, SIGKILL);
-        waitpid(s->pid, NULL, 0);
+        waitpid(s->pid, NULL, 0); /* killed: prompt */
         s->pid = 0;
     }
     struct crl_spawn_reply r = {.op = CRL_SPAWN_REPLY, .err = EPIPE, .step = CRL_STEP_SYNC};
@@ -792,17 +846,27 @@ static void spawner_lost(struct spawner *s)
         }
         free(run);
     }
-    struct crl_err err = CRL_ERR_INIT;
-    if (!st->host->shutting_down && start_spawner(st, s->idx, &err) < 0)
-        crl_error(NULL, "restarting spawner %u: %s", s->idx, err.msg);
+    if (st->host->shutting_down)
+        return;
+    unsigned shift = s->failures < 7 ? s->failures : 7;
+    uint64_t delay = s->failures ? 100000000ull << shift : 0; /* 0.1 s, 0.2 s, ... */
+    if (delay > 10000000000ull)
+        delay = 10000000000ull;
+    if (s->failures)
+        crl_error(NULL, "spawner %u: restart %u failed; next try in %.1fs", s->idx, s->failures,
+                  (double)delay / 1e9);
+    crl_timer_start(st->host->loop, &s->timer, delay, restart_spawner, s);
 }
 
-static int start_spawner(struct ctr_state *st, unsigned i, struct crl_err *err)
+/* Start spawner i.  With `wait`, block until its hello (corrald's start:
+ * a broken spawner fails it); without, the hello arrives on the loop. */
+static int start_spawner(struct ctr_state *st, unsigned i, bool wait, struct crl_err *err)
 {
     struct spawner *s = &st->sp[i];
     s->st = st;
     s->idx = i;
     s->sock = -1;
+    s->ready = false;
     int pair[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) < 0)
         return crl_err_sys(err, errno, "socketpair");
@@ -814,6 +878,16 @@ static int start_spawner(struct ctr_state *st, unsigned i, struct crl_err *err)
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, pair[1], CRL_SPAWN_FD);
+    /* corrald blocks signals it takes through a signalfd: the spawner
+     * starts with none blocked and default dispositions. */
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigdefault(&attr, &all);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
     /* Settings travel in the environment, not argv: a sandbox's init shares
      * the spawner's memory, so `ps` inside a sandbox shows this argv (and
      * only ptrace, which is refused, could read the environment).  Nothing
@@ -825,24 +899,26 @@ static int start_spawner(struct ctr_state *st, unsigned i, struct crl_err *err)
     char *argv[] = {(char *)"corral-spawner", NULL};
     char *envp[] = {(char *)"PATH=/usr/sbin:/usr/bin:/sbin:/bin", workdir_env, level_env, NULL};
     pid_t pid;
-    int r = posix_spawn(&pid, st->spawner_path, &fa, NULL, argv, envp);
+    int r = posix_spawn(&pid, st->spawner_path, &fa, &attr, argv, envp);
     posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
     close(pair[1]);
     if (r != 0) {
         close(pair[0]);
         return crl_err_sys(err, r, "starting %s", st->spawner_path);
     }
-    /* Wait for its hello, so a broken spawner fails corrald's start. */
-    struct timeval tv = {10, 0};
-    setsockopt(pair[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    struct crl_spawn_reply hello;
-    ssize_t n = recv(pair[0], &hello, sizeof(hello), 0);
-    if (n != (ssize_t)sizeof(hello)) {
-        close(pair[0]);
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        return crl_err_set(err, CRL_E_INTERNAL, "spawner %s did not start (see its log above)",
-                           st->spawner_path);
+    if (wait) {
+        struct timeval tv = {10, 0};
+        setsockopt(pair[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        struct crl_spawn_reply hello;
+        ssize_t n = recv(pair[0], &hello, sizeof(hello), 0);
+        if (n != (ssize_t)sizeof(hello)) {
+            close(pair[0]);
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            return crl_err_set(err, CRL_E_INTERNAL, "spawner %s did not start (see its log above)",
+                               st->spawner_path);
+        }
     }
     crl_set_nonblock(pair[0], 1);
     s->pid = pid;
@@ -850,6 +926,10 @@ static int start_spawner(struct ctr_state *st, unsigned i, struct crl_err *err)
     s->inflight = 0;
     if (crl_watch_start(st->host->loop, &s->w, s->sock, EPOLLIN, on_spawner, s) < 0)
         return crl_err_set(err, CRL_E_INTERNAL, "watching the spawner socket");
+    if (wait)
+        s->ready = true;
+    else
+        crl_timer_start(st->host->loop, &s->timer, 10000000000ull, hello_overdue, s);
     return 0;
 }
 
@@ -887,7 +967,7 @@ static int ctr_init(struct crl_host *h, void **state, struct crl_err *err)
     if (n > MAX_SPAWNERS)
         n = MAX_SPAWNERS;
     for (unsigned i = 0; i < n; i++) {
-        if (start_spawner(st, i, err) < 0)
+        if (start_spawner(st, i, true, err) < 0)
             return -1;
         st->n_sp = i + 1;
     }
@@ -907,6 +987,7 @@ static void ctr_shutdown(struct crl_host *h, void *state)
     struct ctr_state *st = state;
     for (unsigned i = 0; i < st->n_sp; i++) {
         struct spawner *s = &st->sp[i];
+        crl_timer_stop(h->loop, &s->timer);
         crl_watch_stop(h->loop, &s->w);
         close_fd(&s->sock);
         if (s->pid > 0) {
