@@ -4,6 +4,7 @@ import glob
 import os
 import re
 import shutil
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -40,14 +41,19 @@ def test_sigkill_and_restart_leaves_nothing(corrald_factory):
     assert d.leftovers()
     # A process someone parked in a leftover cgroup is killed by the reconcile too.
     procs = next(Path("/sys/fs/cgroup/pids").glob(f"{d.cgroup_parent}/s*/cgroup.procs"))
-    sleeper = os.fork()
-    if sleeper == 0:
-        procs.write_text("0")
-        os.execv("/bin/sleep", ["sleep", "1000"])
-    time.sleep(0.1)
-    d.start()
-    assert re.search(r"reconcile: removed \d+ leftover", d.log(this_run=True))
-    os.waitpid(sleeper, 0)  # killed by the reconcile
+    sleeper = subprocess.Popen(["sh", "-c", f"echo $$ > {procs} && exec sleep 1000"])
+    deadline = time.monotonic() + 5
+    while str(sleeper.pid) not in procs.read_text().split() and time.monotonic() < deadline:
+        assert sleeper.poll() is None
+        time.sleep(0.01)
+    try:
+        d.start()
+        assert re.search(r"reconcile: removed \d+ leftover", d.log(this_run=True))
+        assert sleeper.wait(timeout=5) == -9  # killed by the reconcile
+    finally:
+        if sleeper.poll() is None:
+            sleeper.kill()
+            sleeper.wait()
     assert d.live_sandboxes() == []
     # and it works as before
     with d.client() as c, c.create(**SMALL) as sb:
@@ -120,7 +126,11 @@ def test_client_hangup_kills_its_command(corrald, sandbox):
         s.connect(str(corrald.socket_path))
         s.sendall(f"POST {target} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                   f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
-        time.sleep(0.3)
+        word = str(body["cmd"][1] if isinstance(body["cmd"], list) else body["cmd"]).split()[-1]
+        deadline = time.monotonic() + 5  # hang up only once the command runs
+        while (f"sleep {word}".encode() not in sandbox.exec(["ps", "-o", "args"]).stdout
+               and time.monotonic() < deadline):
+            time.sleep(0.02)
         s.close()
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:

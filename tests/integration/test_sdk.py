@@ -88,10 +88,12 @@ def test_inspect_usage(client):
         assert sb.inspect()["usage"] == final["usage"]  # frozen once ended
 
 
-def test_destroy_is_idempotent(client):
+def test_destroy_is_idempotent(client, corrald):
     sb = client.create(**SMALL)
     sb.destroy()
     assert sb.info["state"] == "destroyed"
+    again = corrald.request("DELETE", f"/v1/sandboxes/{sb.id}")  # the API itself, not the SDK
+    assert again.status == 200 and again.json()["state"] == "destroyed"
     sb.destroy()
     with sb:
         pass  # the context manager destroys again: still fine
