@@ -26,7 +26,7 @@ struct crl_client {
     char *auth;      /* "Authorization: Bearer ..." or NULL */
     volatile sig_atomic_t *cancel;
     bool cancelled;
-    bool verbose; /* $CORRAL_DEBUG: curl's trace on stderr (headers, never bodies) */
+    bool verbose; /* $CORRAL_DEBUG: curl's trace on stderr (headers, never bodies or the token) */
     char curl_err[CURL_ERROR_SIZE];
 };
 
@@ -325,6 +325,35 @@ static ssize_t fd_source(void *ctx, char *buf, size_t len, struct crl_err *err)
     }
 }
 
+/* $CORRAL_DEBUG: what curl's own verbose output shows (its notes and the
+ * headers both ways, never bodies), but with the value of an Authorization
+ * header replaced, so a trace pasted into a bug report does not hand out
+ * the token. */
+static int on_debug(CURL *h, curl_infotype type, char *data, size_t size, void *ud)
+{
+    static const char auth[] = "authorization:";
+    const char *prefix = type == CURLINFO_TEXT         ? "* "
+                         : type == CURLINFO_HEADER_IN  ? "< "
+                         : type == CURLINFO_HEADER_OUT ? "> "
+                                                       : NULL;
+    if (!prefix)
+        return 0;
+    const char *end = data + size;
+    /* curl hands the request's headers over as one block: go line by line. */
+    for (const char *line = data; line < end;) {
+        const char *nl = memchr(line, '\n', (size_t)(end - line));
+        const char *next = nl ? nl + 1 : end;
+        size_t len = (size_t)(next - line);
+        if (type != CURLINFO_TEXT && len >= sizeof(auth) - 1 &&
+            strncasecmp(line, auth, sizeof(auth) - 1) == 0)
+            fprintf(stderr, "%s%.*s <redacted>\n", prefix, (int)(sizeof(auth) - 1), line);
+        else
+            fprintf(stderr, "%s%.*s%s", prefix, (int)len, line, nl ? "" : "\n");
+        line = next;
+    }
+    return 0;
+}
+
 static int on_progress(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
 {
     struct crl_client *c = ud;
@@ -411,8 +440,10 @@ static int perform(struct xfer *x, const char *method, const char *path, const c
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, c->curl_err);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, CONNECT_TIMEOUT_S);
     curl_easy_setopt(h, CURLOPT_USERAGENT, "corral/1");
-    if (c->verbose)
+    if (c->verbose) {
+        curl_easy_setopt(h, CURLOPT_DEBUGFUNCTION, on_debug);
         curl_easy_setopt(h, CURLOPT_VERBOSE, 1L);
+    }
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_write);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);

@@ -27,7 +27,9 @@ struct crl_client;
 /* Connect to `url` (`unix:///abs/path.sock` or `http://HOST:PORT`) with
  * `token` (NULL or "" for none).  A NULL url means $CORRAL_URL, else
  * CRL_CLIENT_DEFAULT_URL; a NULL token means $CORRAL_TOKEN.  Nothing is
- * sent yet: an unreachable daemon shows at the first request. */
+ * sent yet: an unreachable daemon shows at the first request.  With
+ * $CORRAL_DEBUG set, each request's trace (headers, not bodies) goes to
+ * stderr with the Authorization header's value redacted. */
 int crl_client_open(const char *url, const char *token, struct crl_client **out,
                     struct crl_err *err);
 void crl_client_close(struct crl_client *c);
