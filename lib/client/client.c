@@ -313,15 +313,37 @@ static size_t on_read(char *p, size_t size, size_t nmemb, void *ud)
     return CURL_READFUNC_ABORT;
 }
 
+struct fd_src {
+    int fd;
+    long long size; /* announced; -1: unknown (sent chunked) */
+    long long left;
+};
+
+/* Exactly the announced size, never more or less: a file that grows while
+ * it is sent must not overrun the Content-Length, and one that shrinks
+ * (or a descriptor not at its start) must fail rather than leave corrald
+ * waiting for bytes that never come. */
 static ssize_t fd_source(void *ctx, char *buf, size_t len, struct crl_err *err)
 {
-    int fd = *(int *)ctx;
+    struct fd_src *s = ctx;
+    if (s->left == 0)
+        return 0;
+    if (s->left > 0 && (long long)len > s->left)
+        len = (size_t)s->left;
     for (;;) {
-        ssize_t n = read(fd, buf, len);
-        if (n >= 0)
-            return n;
-        if (errno != EINTR)
+        ssize_t n = read(s->fd, buf, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
             return crl_err_sys(err, errno, "reading what to upload");
+        if (n == 0 && s->left > 0)
+            return crl_err_set(err, CRL_E_INVALID,
+                               "the upload ended after %lld of its %lld bytes (did the file "
+                               "shrink while it was sent?)",
+                               s->size - s->left, s->size);
+        if (s->left > 0)
+            s->left -= n;
+        return n;
     }
 }
 
@@ -829,7 +851,8 @@ int crl_client_put_source(struct crl_client *c, const char *id, const char *path
 int crl_client_put(struct crl_client *c, const char *id, const char *path, int fd, long long size,
                    const char *content_type, int mode, json_t **out, struct crl_err *err)
 {
-    return crl_client_put_source(c, id, path, fd_source, &fd, size, content_type, mode, out, err);
+    struct fd_src src = {.fd = fd, .size = size < 0 ? -1 : size, .left = size < 0 ? -1 : size};
+    return crl_client_put_source(c, id, path, fd_source, &src, size, content_type, mode, out, err);
 }
 
 int crl_client_get(struct crl_client *c, const char *id, const char *path, crl_client_sink_fn sink,

@@ -124,8 +124,9 @@ int crl_client_exit_status(json_t *result);
 
 /* ---- files ---- */
 
-/* PUT the bytes read from `fd` until end of file to `path` in sandbox
- * `id`.  `size` is their count, or -1 if unknown (sent chunked).
+/* PUT the bytes read from `fd` to `path` in sandbox `id`.  `size` is their
+ * count: exactly that many are sent, and an end of file before it fails
+ * the upload; -1 sends what is read until end of file, chunked.
  * `content_type` NULL sends a file; "application/x-tar" an archive to
  * extract into the directory `path`.  `mode` (< 0: corrald's default)
  * becomes ?mode=.  *out (may be NULL) is corrald's answer. */

@@ -267,9 +267,9 @@ int crl_copy_to_sandbox(struct crl_client *c, const char *local, const char *id,
         if (to_dir)
             return crl_err_set(err, CRL_E_INVALID, "copying stdin needs a file path, not '%s'",
                                path);
-        struct stat st;
-        long long size = fstat(0, &st) == 0 && S_ISREG(st.st_mode) ? (long long)st.st_size : -1;
-        return crl_client_put(c, id, path, 0, size, NULL, -1, NULL, err);
+        /* Sent chunked, to its end: a size taken from fstat() would be
+         * wrong for stdin not at the file's start, or a file still growing. */
+        return crl_client_put(c, id, path, STDIN_FILENO, -1, NULL, -1, NULL, err);
     }
     struct stat st;
     if (stat(local, &st) < 0)

@@ -13,7 +13,8 @@
 
 /* Copy `local` into sandbox `id` at `path` (absolute).
  * - A file becomes the file `path`, or `path`<name> when `path` ends with
- *   '/'; it keeps its permission bits.  "-" is stdin, to the file `path`.
+ *   '/'; it keeps its permission bits.  "-" is stdin, read to its end from
+ *   where it is and sent chunked, to the file `path`.
  * - A directory's contents go into the directory `path`, created if
  *   missing (as `cp -R dir/. path` would), owned by root; only files,
  *   directories and symlinks are copied (anything else is an error). */
