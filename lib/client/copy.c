@@ -7,9 +7,11 @@
 #include <libgen.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -38,6 +40,7 @@ struct tar_job {
     bool started;
     int fd;
     char *root; /* the local directory */
+    int dirfd;  /* it, open, for extracting (the caller closes it) */
     int rc;
     struct crl_err err;
 };
@@ -244,7 +247,7 @@ static int put_dir(struct crl_client *c, const char *local, const char *id, cons
     size_t n = strlen(root);
     while (n > 1 && root[n - 1] == '/')
         root[--n] = 0;
-    struct tar_job j = {.fd = -1, .root = root};
+    struct tar_job j = {.fd = -1, .root = root, .dirfd = -1};
     struct put_src src = {.job = &j, .fd = -1};
     if (tar_job_start(&j, tar_out_thread, &src.fd, err) < 0)
         return -1;
@@ -301,10 +304,11 @@ int crl_copy_to_sandbox(struct crl_client *c, const char *local, const char *id,
 /* ---- a tar stream into a local directory ---- */
 
 static int untar_entry(struct archive *a, struct archive *w, struct archive_entry *e,
-                       const char *dest, struct crl_err *err)
+                       struct crl_err *err)
 {
     const char *name = archive_entry_pathname(e);
     unsigned type = archive_entry_filetype(e);
+    /* libarchive refuses these too; checked here for messages that say why. */
     if (!name || name[0] == '/')
         return crl_err_set(err, CRL_E_INVALID, "the archive has an absolute name '%s'",
                            name ? name : "");
@@ -313,15 +317,12 @@ static int untar_entry(struct archive *a, struct archive *w, struct archive_entr
     if (type != AE_IFREG && type != AE_IFDIR && type != AE_IFLNK)
         return crl_err_set(err, CRL_E_INVALID, "'%s' in the archive: not a file, dir or symlink",
                            name);
-    cleanup_free char *full = NULL;
-    if (asprintf(&full, "%s/%s", dest, name) < 0) {
-        full = NULL;
-        return crl_err_sys(err, ENOMEM, "extracting %s", name);
-    }
-    cleanup_free char *shown = strdup(name);
-    archive_entry_copy_pathname(e, full);
+    /* A file the sandbox made setuid must not become one of ours (root's,
+     * when we run as root) on this machine; setgid and sticky go with it,
+     * as cp(1) drops them all when it does not keep the owner. */
+    archive_entry_set_perm(e, archive_entry_perm(e) & 0777);
     if (archive_write_header(w, e) < ARCHIVE_WARN)
-        return crl_err_set(err, CRL_E_INVALID, "extracting '%s': %s", shown ? shown : full,
+        return crl_err_set(err, CRL_E_INVALID, "extracting '%s': %s", name,
                            archive_error_string(w));
     const void *buf;
     size_t len;
@@ -329,26 +330,34 @@ static int untar_entry(struct archive *a, struct archive *w, struct archive_entr
     int r;
     while ((r = archive_read_data_block(a, &buf, &len, &off)) == ARCHIVE_OK)
         if (archive_write_data_block(w, buf, len, off) < ARCHIVE_WARN)
-            return crl_err_set(err, CRL_E_INTERNAL, "writing %s: %s", full,
+            return crl_err_set(err, CRL_E_INTERNAL, "writing %s: %s", name,
                                archive_error_string(w));
     if (r != ARCHIVE_EOF)
         return crl_err_set(err, CRL_E_UNAVAILABLE, "reading the archive: %s",
                            archive_error_string(a));
     if (archive_write_finish_entry(w) < ARCHIVE_WARN)
-        return crl_err_set(err, CRL_E_INTERNAL, "writing %s: %s", full, archive_error_string(w));
+        return crl_err_set(err, CRL_E_INTERNAL, "writing %s: %s", name, archive_error_string(w));
     return 0;
 }
 
 static int untar(struct tar_job *j, struct archive *a, struct archive *w)
 {
+    /* Names stay relative and are extracted from the target directory as
+     * the working directory, so libarchive's own guards all apply: no
+     * absolute names, no '..', nothing written through a symlink.  The
+     * working directory is this thread's alone (CLONE_FS unshared), so the
+     * rest of the process keeps its own. */
+    if (unshare(CLONE_FS) < 0)
+        return crl_err_sys(&j->err, errno, "unshare(CLONE_FS)");
+    if (fchdir(j->dirfd) < 0)
+        return crl_err_sys(&j->err, errno, "fchdir(%s)", j->root);
     archive_read_support_format_tar(a);
     archive_read_support_format_gnutar(a);
     archive_read_support_filter_none(a);
-    /* Names are made absolute under the (resolved) target, so refuse '..'
-     * and writing through symlinks; absolute names are refused above. */
-    archive_write_disk_set_options(w, ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME |
-                                          ARCHIVE_EXTRACT_SECURE_SYMLINKS |
-                                          ARCHIVE_EXTRACT_SECURE_NODOTDOT | ARCHIVE_EXTRACT_UNLINK);
+    archive_write_disk_set_options(
+        w, ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_SECURE_SYMLINKS |
+               ARCHIVE_EXTRACT_SECURE_NODOTDOT | ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS |
+               ARCHIVE_EXTRACT_UNLINK);
     if (archive_read_open_fd(a, j->fd, TAR_BLOCK) != ARCHIVE_OK)
         return crl_err_set(&j->err, CRL_E_INTERNAL, "reading the archive: %s",
                            archive_error_string(a));
@@ -360,7 +369,7 @@ static int untar(struct tar_job *j, struct archive *a, struct archive *w)
         if (r < ARCHIVE_WARN)
             return crl_err_set(&j->err, CRL_E_UNAVAILABLE, "reading the archive: %s",
                                archive_error_string(a));
-        if (untar_entry(a, w, e, j->root, &j->err) < 0)
+        if (untar_entry(a, w, e, &j->err) < 0)
             return -1;
     }
     if (archive_write_close(w) != ARCHIVE_OK)
@@ -393,27 +402,61 @@ struct get_ctx {
     const char *local;
     int fd; /* where the bytes go (ours unless it is stdout) */
     bool own_fd;
+    char *dst; /* a file: where it goes, */
+    char *tmp; /* and the name it has until it is complete */
     struct tar_job job;
-    char root[PATH_MAX];
 };
 
+/* A file is written under a temporary name beside its target and renamed
+ * over it once complete, so a failed download leaves neither half a file
+ * nor a clobbered one.  It gets the mode of the file it replaces, else
+ * 0666 less the umask: corrald does not send a file's mode. */
 static int open_local_file(struct get_ctx *g, struct crl_err *err)
 {
     char name[NAME_MAX + 1];
-    cleanup_free char *target = NULL;
-    const char *dst = g->local;
     struct stat st;
-    if (stat(dst, &st) == 0 && S_ISDIR(st.st_mode)) {
-        if (asprintf(&target, "%s/%s", dst, base_name(g->path, name, sizeof(name))) < 0) {
-            target = NULL;
+    int n = stat(g->local, &st) == 0 && S_ISDIR(st.st_mode)
+                ? asprintf(&g->dst, "%s/%s", g->local, base_name(g->path, name, sizeof(name)))
+                : asprintf(&g->dst, "%s", g->local);
+    if (n < 0) {
+        g->dst = NULL;
+        return crl_err_sys(err, ENOMEM, "copying %s", g->path);
+    }
+    mode_t keep = 0;
+    if (lstat(g->dst, &st) == 0) {
+        if (S_ISDIR(st.st_mode))
+            return crl_err_set(err, CRL_E_INVALID, "%s is a directory", g->dst);
+        if (S_ISREG(st.st_mode))
+            keep = st.st_mode & 0777;
+    }
+    cleanup_free char *dir_buf = strdup(g->dst);
+    if (!dir_buf)
+        return crl_err_sys(err, ENOMEM, "copying %s", g->path);
+    const char *dir = dirname(dir_buf);
+    const char *base = base_name(g->dst, name, sizeof(name));
+    for (int tries = 0; tries < 100; tries++) {
+        unsigned char r[6];
+        if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r))
+            return crl_err_sys(err, errno, "getrandom");
+        free(g->tmp);
+        if (asprintf(&g->tmp, "%s/.%.200s.corral-%02x%02x%02x%02x%02x%02x", dir, base, r[0], r[1],
+                     r[2], r[3], r[4], r[5]) < 0) {
+            g->tmp = NULL;
             return crl_err_sys(err, ENOMEM, "copying %s", g->path);
         }
-        dst = target;
+        g->fd = crl_openat(AT_FDCWD, g->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0666);
+        if (g->fd >= 0 || errno != EEXIST)
+            break;
     }
-    g->fd = crl_openat(AT_FDCWD, dst, O_WRONLY | O_CREAT | O_TRUNC, 0666);
-    if (g->fd < 0)
-        return crl_err_sys(err, errno, "%s", dst);
+    if (g->fd < 0) {
+        int e = errno;
+        free(g->tmp);
+        g->tmp = NULL;
+        return crl_err_sys(err, e, "creating a file in %s", dir);
+    }
     g->own_fd = true;
+    if (keep && fchmod(g->fd, keep) < 0)
+        return crl_err_sys(err, errno, "fchmod(%s)", g->tmp);
     return 0;
 }
 
@@ -436,10 +479,10 @@ static int get_sink(void *ctx, bool is_dir, int *fd, struct crl_err *err)
                            g->local);
     if (crl_mkdir_p(g->local, 0777) < 0)
         return crl_err_sys(err, errno, "creating %s", g->local);
-    /* Resolved once, so the symlink checks never trip over the target's own path. */
-    if (!realpath(g->local, g->root))
+    g->job.dirfd = crl_openat(AT_FDCWD, g->local, O_RDONLY | O_DIRECTORY, 0);
+    if (g->job.dirfd < 0)
         return crl_err_sys(err, errno, "%s", g->local);
-    g->job.root = g->root;
+    g->job.root = (char *)g->local;
     if (tar_job_start(&g->job, untar_thread, &g->fd, err) < 0)
         return -1;
     g->own_fd = true;
@@ -450,13 +493,23 @@ static int get_sink(void *ctx, bool is_dir, int *fd, struct crl_err *err)
 int crl_copy_from_sandbox(struct crl_client *c, const char *id, const char *path, const char *local,
                           struct crl_err *err)
 {
-    struct get_ctx g = {.path = path, .local = local, .fd = -1, .job = {.fd = -1}};
+    struct get_ctx g = {.path = path, .local = local, .fd = -1, .job = {.fd = -1, .dirfd = -1}};
     int rc = crl_client_get(c, id, path, get_sink, &g, err);
     bool extracting = g.job.started;
     /* Closing the socket tells the extractor the archive is complete. */
     if (g.own_fd && close(g.fd) < 0 && rc == 0 && !extracting)
-        rc = crl_err_sys(err, errno, "writing %s", local);
+        rc = crl_err_sys(err, errno, "writing %s", g.tmp ? g.tmp : local);
     tar_job_join(&g.job);
+    if (g.job.dirfd >= 0)
+        close(g.job.dirfd);
+    if (g.tmp) {
+        if (rc == 0 && rename(g.tmp, g.dst) < 0)
+            rc = crl_err_sys(err, errno, "renaming %s to %s", g.tmp, g.dst);
+        if (rc < 0)
+            unlink(g.tmp);
+    }
+    free(g.tmp);
+    free(g.dst);
     /* A failed extraction explains a broken transfer better than EPIPE does. */
     if (extracting && g.job.rc < 0 && (rc == 0 || (err && err->sys_errno == EPIPE))) {
         if (err)

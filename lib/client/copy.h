@@ -23,12 +23,15 @@ int crl_copy_to_sandbox(struct crl_client *c, const char *local, const char *id,
 
 /* Copy `path` out of sandbox `id` to `local`.
  * - A file becomes `local`, or `local`/<name> when `local` is a directory;
- *   "-" is stdout.
+ *   "-" is stdout.  It is written to a temporary name beside its target
+ *   and renamed over it once complete (a failure removes it); it gets the
+ *   mode of the file it replaces, else 0666 less the umask.
  * - A directory's contents are extracted into the directory `local`,
- *   created if missing; entries with absolute names or '..', hard links,
- *   and anything other than files, directories and symlinks are refused,
- *   and nothing is written through a symlink.  With "-" the tar stream
- *   itself goes to stdout. */
+ *   created if missing, with libarchive's SECURE_SYMLINKS, _NODOTDOT and
+ *   _NOABSOLUTEPATHS; hard links and anything other than files,
+ *   directories and symlinks are refused.  With "-" the tar stream itself
+ *   goes to stdout.
+ * - Nothing written here keeps a setuid, setgid or sticky bit. */
 int crl_copy_from_sandbox(struct crl_client *c, const char *id, const char *path, const char *local,
                           struct crl_err *err);
 

@@ -17,13 +17,15 @@ static const char help[] =
     "                               (created if missing), owned by root\n"
     "  corral cp - ID:/path         stdin becomes the file /path\n"
     "  corral cp ID:/file LOCAL     the file becomes LOCAL, or LOCAL/file when\n"
-    "                               LOCAL is a directory\n"
+    "                               LOCAL is a directory (written aside and\n"
+    "                               renamed into place once complete)\n"
     "  corral cp ID:/dir LOCAL      /dir's contents go into the directory LOCAL\n"
     "                               (created if missing)\n"
     "  corral cp ID:/path -         the file, or the directory as tar, to stdout\n"
     "\n"
     "A local path with a ':' in it is written ./like:this.  Only files,\n"
-    "directories and symlinks are copied.\n";
+    "directories and symlinks are copied.  Files copied out lose their setuid,\n"
+    "setgid and sticky bits.\n";
 
 /* "ID:/path" into id and *path; false for a local path. */
 static bool split_remote(const char *arg, char *id, size_t cap, const char **path)
@@ -72,7 +74,18 @@ int crl_cmd_cp(int argc, char **argv)
     cleanup_client struct crl_client *cl = NULL;
     if (crl_cli_connect(&cl) != 0)
         return CRL_EXIT_FAIL;
-    int rc = src_remote ? crl_copy_from_sandbox(cl, src_id, src_path, dst, &err)
-                        : crl_copy_to_sandbox(cl, src, dst_id, dst_path, &err);
+    int rc;
+    if (src_remote) {
+        /* Ctrl-C stops the transfer, so a file half written is removed,
+         * not left behind by our death.  An upload leaves nothing here to
+         * remove: its request, cut short, fails in corrald. */
+        if (strcmp(dst, "-") != 0)
+            crl_cli_catch_signals(cl);
+        rc = crl_copy_from_sandbox(cl, src_id, src_path, dst, &err);
+    } else {
+        rc = crl_copy_to_sandbox(cl, src, dst_id, dst_path, &err);
+    }
+    if (rc < 0 && crl_cli_interrupted)
+        return 128 + crl_cli_interrupted;
     return rc < 0 ? crl_cli_fail(&err) : 0;
 }
