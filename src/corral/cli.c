@@ -13,7 +13,6 @@
 #include "../../lib/core/spec.h"
 #include "../../lib/util/buf.h"
 #include "../../lib/util/cleanup.h"
-#include "../../lib/util/fdio.h"
 
 #define STDIN_MAX (12u << 20) /* base64 of it must fit corrald's 16 MiB body limit */
 
@@ -332,9 +331,28 @@ int crl_cli_write_output(void *ctx, enum crl_client_fd which, const char *data, 
                          struct crl_err *err)
 {
     int fd = which == CRL_CLIENT_STDERR ? STDERR_FILENO : STDOUT_FILENO;
-    if (crl_write_full(fd, data, len) < 0)
-        return crl_err_sys(err, errno, "writing the command's %s",
-                           fd == STDOUT_FILENO ? "stdout" : "stderr");
+    while (len) {
+        /* A signal must stop a write that blocks on a reader who stopped
+         * reading, or `run` could never destroy its sandbox; one that came
+         * after part of a write returns that part, not EINTR. */
+        if (crl_cli_interrupted)
+            return crl_err_set(err, CRL_E_UNAVAILABLE, "interrupted");
+        ssize_t n = write(fd, data, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EPIPE) {
+            /* Our reader is gone (`| head -1`): stop quietly, as the
+             * SIGPIPE a shell pipeline expects would, but through the
+             * caller, which cleans up first. */
+            crl_cli_interrupted = SIGPIPE;
+            return crl_err_set(err, CRL_E_UNAVAILABLE, "interrupted");
+        }
+        if (n < 0)
+            return crl_err_sys(err, errno, "writing the command's %s",
+                               fd == STDOUT_FILENO ? "stdout" : "stderr");
+        data += n;
+        len -= (size_t)n;
+    }
     return 0;
 }
 
@@ -368,6 +386,10 @@ void crl_cli_catch_signals(struct crl_client *c)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
+    /* A closed stdout is EPIPE, seen by crl_cli_write_output(). */
+    struct sigaction ign = {.sa_handler = SIG_IGN};
+    sigemptyset(&ign.sa_mask);
+    sigaction(SIGPIPE, &ign, NULL);
     if (c)
         crl_client_set_cancel(c, &crl_cli_interrupted);
 }

@@ -144,7 +144,9 @@ struct crl_cli_exec {
 /* Build the exec request for argv[0..argc) (as argv, not a shell string). */
 int crl_cli_exec_request(const struct crl_cli_exec *o, int argc, char **argv, json_t **out,
                          struct crl_err *err);
-/* Output callback writing to our stdout/stderr as bytes arrive. */
+/* Output callback writing to our stdout/stderr as bytes arrive.  A signal
+ * (crl_cli_interrupted set) stops a blocked write; a reader that is gone
+ * (EPIPE) sets crl_cli_interrupted to SIGPIPE.  Both fail the transfer. */
 int crl_cli_write_output(void *ctx, enum crl_client_fd which, const char *data, size_t len,
                          struct crl_err *err);
 /* The shell-style exit status of a result; notes on stderr what the status
@@ -152,7 +154,9 @@ int crl_cli_write_output(void *ctx, enum crl_client_fd which, const char *data, 
 int crl_cli_result_status(json_t *result, struct crl_err *err);
 
 /* SIGINT/SIGTERM/SIGHUP set crl_cli_interrupted (no SA_RESTART) instead of
- * killing us, and `c` (may be NULL) stops its request when they do. */
+ * killing us, SIGPIPE is ignored, and `c` (may be NULL) stops its request
+ * when crl_cli_interrupted is set.  A command exits 128+crl_cli_interrupted
+ * once it has cleaned up. */
 extern volatile sig_atomic_t crl_cli_interrupted;
 void crl_cli_catch_signals(struct crl_client *c);
 

@@ -72,8 +72,9 @@ int crl_cmd_exec(int argc, char **argv)
     if (crl_cli_connect(&cl) != 0)
         return CRL_EXIT_FAIL;
     crl_cli_catch_signals(cl);
-    if (crl_cli_exec_request(&o, argc - optind, argv + optind, &req, &err) < 0 ||
-        crl_client_exec_stream(cl, id, req, crl_cli_write_output, NULL, &result, &err) < 0) {
+    if (crl_cli_exec_request(&o, argc - optind, argv + optind, &req, &err) < 0)
+        return crl_cli_interrupted ? 128 + crl_cli_interrupted : crl_cli_fail(&err);
+    if (crl_client_exec_stream(cl, id, req, crl_cli_write_output, NULL, &result, &err) < 0) {
         if (crl_cli_interrupted) /* corrald kills the command when we hang up */
             return 128 + crl_cli_interrupted;
         return crl_cli_fail(&err);

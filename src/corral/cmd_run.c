@@ -11,7 +11,9 @@ static const char help[] =
     "\n"
     "Create a sandbox, run CMD in it (an argv; use 'sh -c \"...\"' for a shell\n"
     "line) with its output streamed live, destroy the sandbox and exit with the\n"
-    "command's status: 128+n if signal n killed it, 124 on a timeout.\n"
+    "command's status: 128+n if signal n killed it, 124 on a timeout.  The\n"
+    "sandbox is destroyed whatever happens: Ctrl-C, SIGTERM, SIGHUP, or a\n"
+    "reader of our output that went away.\n"
     "\n" CRL_CLI_SPEC_HELP "\n"
     "command options:\n"
     "  --timeout S         kill the command after S seconds (default 300; 0: none)\n"
@@ -61,12 +63,16 @@ int crl_cmd_run(int argc, char **argv)
     json_auto_t *result = NULL;
     if (crl_cli_connect(&cl) != 0)
         return CRL_EXIT_FAIL;
+    /* From here a signal only sets a flag, and SIGPIPE is ignored: once
+     * the sandbox exists nothing may end us before it is destroyed. */
+    crl_cli_catch_signals(NULL);
     /* stdin first: a sandbox should not wait on the user's typing */
     if (crl_cli_exec_request(&o, argc - optind, argv + optind, &req, &err) < 0)
         return crl_cli_interrupted ? 128 + crl_cli_interrupted : crl_cli_fail(&err);
+    if (crl_cli_interrupted)
+        return 128 + crl_cli_interrupted;
     /* The create is not cancelled (an abandoned one would leave a sandbox
      * behind until corrald noticed); a signal during it is acted on after. */
-    crl_cli_catch_signals(NULL);
     if (crl_client_create(cl, spec, &sb, &err) < 0)
         return crl_cli_interrupted ? 128 + crl_cli_interrupted : crl_cli_fail(&err);
     char id[64];
