@@ -5,9 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../../lib/util/cleanup.h"
+#include "../../lib/util/fdio.h"
 #include "cli.h"
 
 static const char help[] =
@@ -23,6 +25,51 @@ static const char help[] =
     "  --cwd DIR           its starting directory\n"
     "  --user U            root, UID or UID:GID (default root)\n"
     "  --shell PATH        the shell (default /bin/sh)\n";
+
+/* After Ctrl-C, corrald is still killing the command for a moment and
+ * the session answers 409 (busy) meanwhile: the next line waits this long
+ * for it, no longer (a command that ignores the kill holds it longer). */
+#define CANCEL_WAIT_NS (5ull * 1000000000)
+
+/* Is session `sid` alive and busy (so a 409 means "wait")? */
+static bool session_busy(struct crl_client *cl, const char *id, const char *sid)
+{
+    char path[128];
+    struct crl_err err = CRL_ERR_INIT;
+    json_auto_t *out = NULL;
+    snprintf(path, sizeof(path), "/v1/sandboxes/%s/sessions", id);
+    if (crl_client_request(cl, "GET", path, NULL, &out, NULL, &err) < 0)
+        return false;
+    size_t i;
+    json_t *s;
+    json_array_foreach(json_object_get(out, "sessions"), i, s)
+    {
+        if (strcmp(crl_cli_str(s, "session_id", ""), sid) == 0)
+            return json_is_true(json_object_get(s, "alive")) &&
+                   json_is_true(json_object_get(s, "busy"));
+    }
+    return false;
+}
+
+/* Run one line in the session.  `after_cancel`: the previous command was
+ * stopped by Ctrl-C, so a busy session is waited for, briefly. */
+static int run_line(struct crl_client *cl, const char *id, const char *sid, json_t *req,
+                    bool after_cancel, json_t **result, struct crl_err *err)
+{
+    unsigned long long deadline = crl_now_ns() + CANCEL_WAIT_NS;
+    long pause_ms = 10;
+    for (;;) {
+        int rc = crl_client_session_run_stream(cl, id, sid, req, crl_cli_write_output, NULL, result,
+                                               err);
+        if (rc == 0 || !after_cancel || err->code != CRL_E_CONFLICT || crl_cli_interrupted ||
+            crl_now_ns() > deadline || !session_busy(cl, id, sid))
+            return rc;
+        struct timespec ts = {0, pause_ms * 1000000};
+        nanosleep(&ts, NULL); /* a signal cuts it short; the loop sees the flag */
+        if (pause_ms < 200)
+            pause_ms *= 2;
+    }
+}
 
 int crl_cmd_sh(int argc, char **argv)
 {
@@ -70,25 +117,29 @@ int crl_cmd_sh(int argc, char **argv)
     cleanup_client struct crl_client *cl = NULL;
     if (crl_cli_connect(&cl) != 0)
         return CRL_EXIT_FAIL;
+    /* Caught before the open, not cancelling it, so a session that opens
+     * is always closed. */
+    crl_cli_catch_signals(NULL);
     char sid[64];
     if (crl_client_session_open(cl, id, open_req, sid, sizeof(sid), &err) < 0)
-        return crl_cli_fail(&err);
-    crl_cli_catch_signals(cl);
+        return crl_cli_interrupted ? 128 + crl_cli_interrupted : crl_cli_fail(&err);
+    crl_client_set_cancel(cl, &crl_cli_interrupted);
 
     bool tty = isatty(STDIN_FILENO);
     bool alive = true;
+    bool after_cancel = false;
     int status = 0;
     cleanup_free char *line = NULL;
     size_t cap = 0;
-    while (alive) {
+    while (alive && !crl_cli_interrupted) {
         if (tty) {
             fprintf(stderr, "corral:%s$ ", id);
             fflush(stderr);
         }
         errno = 0;
         ssize_t n = getline(&line, &cap, stdin);
-        if (n < 0 && errno == EINTR) { /* Ctrl-C at the prompt: a fresh prompt */
-            clearerr(stdin);
+        if (n < 0 && errno == EINTR && crl_cli_interrupted == SIGINT) {
+            clearerr(stdin); /* Ctrl-C at the prompt: a fresh prompt */
             crl_cli_interrupted = 0;
             if (tty)
                 fputc('\n', stderr);
@@ -109,14 +160,18 @@ int crl_cmd_sh(int argc, char **argv)
         }
         if (timeout_s >= 0)
             json_object_set_new(req, "timeout_s", json_real(timeout_s));
-        if (crl_client_session_run_stream(cl, id, sid, req, crl_cli_write_output, NULL, &result,
-                                          &err) < 0) {
-            if (crl_cli_interrupted) { /* the command is killed; the session goes on */
-                status = 128 + crl_cli_interrupted;
+        int rc = run_line(cl, id, sid, req, after_cancel, &result, &err);
+        after_cancel = false;
+        if (rc < 0) {
+            if (crl_cli_interrupted == SIGINT) { /* the command is killed; the session goes on */
+                status = 128 + SIGINT;
                 crl_cli_interrupted = 0;
+                after_cancel = true;
                 fputc('\n', stderr);
                 continue;
             }
+            if (crl_cli_interrupted)
+                break;
             crl_cli_fail(&err);
             status = CRL_EXIT_FAIL;
             /* A session or sandbox that is gone will not come back. */
@@ -129,11 +184,13 @@ int crl_cmd_sh(int argc, char **argv)
             status = crl_cli_fail(&err);
         alive = !json_is_false(json_object_get(result, "session_alive"));
     }
+    int ended_by = crl_cli_interrupted; /* a signal other than SIGINT ends the session */
     if (tty && alive)
         fputc('\n', stderr);
-    /* An ended session stays listed until it is closed. */
+    /* An ended session stays listed until it is closed; SIGTERM, SIGHUP
+     * or a closed stdout end it too, not just end of input. */
     crl_client_set_cancel(cl, NULL);
     if (crl_client_session_close(cl, id, sid, &err) < 0 && err.code != CRL_E_NOT_FOUND)
         crl_cli_fail(&err);
-    return status;
+    return ended_by ? 128 + ended_by : status;
 }
