@@ -14,7 +14,9 @@
 #include "../../lib/util/buf.h"
 #include "../../lib/util/cleanup.h"
 
-#define STDIN_MAX (12u << 20) /* base64 of it must fit corrald's 16 MiB body limit */
+/* corrald refuses larger JSON bodies by default (--max-body-mb 16); -i
+ * puts stdin inside one, so the request as sent is what must fit. */
+#define BODY_MAX (16u << 20)
 
 volatile sig_atomic_t crl_cli_interrupted;
 
@@ -257,6 +259,14 @@ int crl_cli_spec_check(json_t *spec, struct crl_err *err)
 
 /* ---- running commands ---- */
 
+/* The bytes `v` takes in a compact JSON text. */
+static size_t json_size(json_t *v)
+{
+    return json_dumpb(v, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY);
+}
+
+/* Stdin into req as "stdin" (text) or "stdin_b64", whichever is shorter as
+ * JSON: text full of control characters grows sixfold when escaped. */
 static int read_stdin(json_t *req, struct crl_err *err)
 {
     struct crl_buf b;
@@ -272,28 +282,42 @@ static int read_stdin(json_t *req, struct crl_err *err)
         }
         if (n == 0)
             break;
-        if (b.len + (size_t)n > STDIN_MAX) {
+        /* Neither encoding is shorter than the bytes themselves. */
+        if (b.len + (size_t)n > BODY_MAX) {
             crl_buf_free(&b);
             return crl_err_set(err, CRL_E_TOO_LARGE,
-                               "stdin is larger than %u MiB; copy it in with 'corral cp' instead",
-                               STDIN_MAX >> 20);
+                               "stdin (-i) is over %u MiB, the most a request to corrald may "
+                               "carry; copy it in with 'corral cp' and redirect from the file",
+                               BODY_MAX >> 20);
         }
         if (crl_buf_append(&b, chunk, (size_t)n) < 0) {
             crl_buf_free(&b);
             return crl_err_sys(err, ENOMEM, "reading stdin");
         }
     }
-    int rc = 0;
-    if (crl_utf8_valid(b.data ? b.data : "", b.len)) {
-        rc = json_object_set_new(req, "stdin", json_stringn(b.data ? b.data : "", b.len));
+    const char *data = b.data ? b.data : "";
+    size_t len = b.len;
+    json_t *text = crl_utf8_valid(data, len) ? json_stringn(data, len) : NULL;
+    int rc;
+    if (text && json_size(text) <= 4 * ((len + 2) / 3) + 2) { /* base64, quoted */
+        rc = json_object_set_new(req, "stdin", text);
     } else {
-        size_t len;
-        cleanup_free char *enc = crl_base64_encode(b.data, b.len, &len);
-        rc = enc ? json_object_set_new(req, "stdin_b64", json_stringn(enc, len)) : -1;
+        json_decref(text);
+        size_t enclen;
+        cleanup_free char *enc = crl_base64_encode(data, len, &enclen);
+        rc = enc ? json_object_set_new(req, "stdin_b64", json_stringn(enc, enclen)) : -1;
     }
     crl_buf_free(&b);
     if (rc < 0)
         return crl_err_sys(err, ENOMEM, "encoding stdin");
+    size_t body = json_size(req);
+    if (body > BODY_MAX)
+        return crl_err_set(err, CRL_E_TOO_LARGE,
+                           "stdin (-i) of %zu bytes makes a request of %zu bytes, over the %u "
+                           "MiB a request to corrald may carry (its JSON encoding is larger "
+                           "than the bytes); copy it in with 'corral cp' and redirect from the "
+                           "file",
+                           len, body, BODY_MAX >> 20);
     return 0;
 }
 
@@ -325,6 +349,15 @@ int crl_cli_exec_request(const struct crl_cli_exec *o, int argc, char **argv, js
     }
     *out = req;
     return 0;
+}
+
+int crl_cli_exec_fail(const struct crl_cli_exec *o, struct crl_err *err)
+{
+    /* A corrald with a smaller --max-body-mb than the default refuses what
+     * read_stdin() let through; its message does not mention stdin. */
+    if (o->forward_stdin && err->code == CRL_E_TOO_LARGE)
+        crl_err_prefix(err, "stdin (-i) is too large for corrald (copy it in with 'corral cp')");
+    return crl_cli_fail(err);
 }
 
 int crl_cli_write_output(void *ctx, enum crl_client_fd which, const char *data, size_t len,

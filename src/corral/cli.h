@@ -141,9 +141,14 @@ struct crl_cli_exec {
     bool forward_stdin;
 };
 
-/* Build the exec request for argv[0..argc) (as argv, not a shell string). */
+/* Build the exec request for argv[0..argc) (as argv, not a shell string).
+ * With forward_stdin, stdin is
+ * read to its end; a request that would then be larger than corrald's
+ * default body limit (16 MiB, as JSON) is refused with CRL_E_TOO_LARGE. */
 int crl_cli_exec_request(const struct crl_cli_exec *o, int argc, char **argv, json_t **out,
                          struct crl_err *err);
+/* Report a failed exec request (a body too large for corrald names -i). */
+int crl_cli_exec_fail(const struct crl_cli_exec *o, struct crl_err *err);
 /* Output callback writing to our stdout/stderr as bytes arrive.  A signal
  * (crl_cli_interrupted set) stops a blocked write; a reader that is gone
  * (EPIPE) sets crl_cli_interrupted to SIGPIPE.  Both fail the transfer. */

@@ -17,7 +17,8 @@ static const char help[] =
     "  --env K=V           an environment variable (repeatable)\n"
     "  --cwd DIR           working directory (must exist)\n"
     "  --user U            root, UID or UID:GID (default root)\n"
-    "  -i, --stdin         send our stdin to the command (read to its end first)\n";
+    "  -i, --stdin         send our stdin to the command (read to its end first;\n"
+    "                      at most 16 MiB as JSON: 12 MiB of binary data)\n";
 
 int crl_cmd_exec(int argc, char **argv)
 {
@@ -77,7 +78,7 @@ int crl_cmd_exec(int argc, char **argv)
     if (crl_client_exec_stream(cl, id, req, crl_cli_write_output, NULL, &result, &err) < 0) {
         if (crl_cli_interrupted) /* corrald kills the command when we hang up */
             return 128 + crl_cli_interrupted;
-        return crl_cli_fail(&err);
+        return crl_cli_exec_fail(&o, &err);
     }
     int status = crl_cli_result_status(result, &err);
     return status < 0 ? crl_cli_fail(&err) : status;

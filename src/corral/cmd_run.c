@@ -18,7 +18,8 @@ static const char help[] =
     "command options:\n"
     "  --timeout S         kill the command after S seconds (default 300; 0: none)\n"
     "  --user U            root, UID or UID:GID (default root)\n"
-    "  -i, --stdin         send our stdin to the command (read to its end first)\n";
+    "  -i, --stdin         send our stdin to the command (read to its end first;\n"
+    "                      at most 16 MiB as JSON: 12 MiB of binary data)\n";
 
 int crl_cmd_run(int argc, char **argv)
 {
@@ -89,7 +90,7 @@ int crl_cmd_run(int argc, char **argv)
         if (crl_cli_interrupted)
             rc = 128 + crl_cli_interrupted;
         else
-            rc = crl_cli_fail(&err);
+            rc = crl_cli_exec_fail(&o, &err);
     } else {
         rc = crl_cli_result_status(result, &err);
         if (rc < 0)
