@@ -343,6 +343,9 @@ int crl_cli_exec_request(const struct crl_cli_exec *o, int argc, char **argv, js
         json_object_set_new(req, "user", json_string(o->user));
     if (o->timeout_s >= 0)
         json_object_set_new(req, "timeout_s", json_real(o->timeout_s));
+    /* All the API allows: a command's output here is what the user asked
+     * for, and what is past the cap is reported, not silently lost. */
+    json_object_set_new(req, "max_output_bytes", json_integer(CRL_EXEC_MAX_OUTPUT));
     if (o->forward_stdin && read_stdin(req, err) < 0) {
         json_decref(req);
         return -1;
@@ -402,8 +405,22 @@ int crl_cli_result_status(json_t *result, struct crl_err *err)
         fprintf(stderr, "corral: the command was killed: out of memory (the sandbox's limit)\n");
     else if (strcmp(reason, "killed") == 0)
         fprintf(stderr, "corral: the command was killed: its sandbox was destroyed\n");
-    if (json_is_true(json_object_get(result, "truncated")))
-        fprintf(stderr, "corral: output past max_output_bytes was dropped\n");
+    if (json_is_true(json_object_get(result, "truncated"))) {
+        bool out = json_is_true(json_object_get(result, "stdout_truncated"));
+        bool errs = json_is_true(json_object_get(result, "stderr_truncated"));
+        fflush(stdout);
+        fprintf(stderr,
+                "corral: the command wrote more than %u MiB to %s (max_output_bytes); the rest "
+                "was dropped\n",
+                CRL_EXEC_MAX_OUTPUT >> 20,
+                out && errs ? "stdout and stderr"
+                : errs      ? "stderr"
+                            : "stdout");
+        /* Output that is not all there is a failure, even of a command
+         * that succeeded; its own failure status is kept. */
+        if (status == 0)
+            status = CRL_EXIT_FAIL;
+    }
     return status;
 }
 

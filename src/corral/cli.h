@@ -141,8 +141,8 @@ struct crl_cli_exec {
     bool forward_stdin;
 };
 
-/* Build the exec request for argv[0..argc) (as argv, not a shell string).
- * With forward_stdin, stdin is
+/* Build the exec request for argv[0..argc) (as argv, not a shell string),
+ * with max_output_bytes at the API's maximum.  With forward_stdin, stdin is
  * read to its end; a request that would then be larger than corrald's
  * default body limit (16 MiB, as JSON) is refused with CRL_E_TOO_LARGE. */
 int crl_cli_exec_request(const struct crl_cli_exec *o, int argc, char **argv, json_t **out,
@@ -155,7 +155,8 @@ int crl_cli_exec_fail(const struct crl_cli_exec *o, struct crl_err *err);
 int crl_cli_write_output(void *ctx, enum crl_client_fd which, const char *data, size_t len,
                          struct crl_err *err);
 /* The shell-style exit status of a result; notes on stderr what the status
- * alone does not say (timeout, OOM, truncated output). */
+ * alone does not say (timeout, OOM, truncated output).  Truncated output
+ * makes a status of 0 into CRL_EXIT_FAIL. */
 int crl_cli_result_status(json_t *result, struct crl_err *err);
 
 /* SIGINT/SIGTERM/SIGHUP set crl_cli_interrupted (no SA_RESTART) instead of

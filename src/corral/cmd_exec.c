@@ -11,6 +11,8 @@ static const char help[] =
     "Run CMD (an argv, searched in PATH; use 'sh -c \"...\"' for a shell line)\n"
     "in sandbox ID.  Its stdout and stderr stream to ours as they are written;\n"
     "corral exits with its status: 128+n if signal n killed it, 124 on a timeout.\n"
+    "Output past 64 MiB a stream is dropped, and corral then exits 1 if the\n"
+    "command succeeded.\n"
     "\n"
     "  --timeout S         kill the command's process tree after S seconds\n"
     "                      (default 300; 0: no limit)\n"

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../lib/core/spec.h"
 #include "../../lib/util/cleanup.h"
 #include "../../lib/util/fdio.h"
 #include "cli.h"
@@ -160,6 +161,7 @@ int crl_cmd_sh(int argc, char **argv)
         }
         if (timeout_s >= 0)
             json_object_set_new(req, "timeout_s", json_real(timeout_s));
+        json_object_set_new(req, "max_output_bytes", json_integer(CRL_EXEC_MAX_OUTPUT));
         int rc = run_line(cl, id, sid, req, after_cancel, &result, &err);
         after_cancel = false;
         if (rc < 0) {
