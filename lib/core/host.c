@@ -433,15 +433,19 @@ void crl_sandbox_failed(struct crl_sandbox *sb, const char *reason, const char *
     sb->ended_at = crl_wall_s();
     end_processes(sb);
     crl_sandbox_ref(sb);
+    sb->tearing_down = true;
     sb->ops->destroy(sb); /* releases the backend's resources; the record stays */
 }
 
 void crl_sandbox_destroyed(struct crl_sandbox *sb)
 {
     struct crl_host *h = sb->host;
-    bool was_failed = sb->state == CRL_SB_FAILED;
+    /* A failed sandbox ended when it failed (and may have been destroyed,
+     * as far as its user knows, meanwhile). */
+    bool ended = sb->state == CRL_SB_FAILED || sb->state == CRL_SB_DESTROYED;
+    sb->tearing_down = false;
     release_host_side(sb);
-    if (!was_failed) {
+    if (!ended) {
         sb->state = CRL_SB_DESTROYED;
         sb->ended_at = crl_wall_s();
         h->counters.destroyed++;
@@ -465,12 +469,13 @@ int crl_host_destroy(struct crl_host *h, struct crl_sandbox *sb, const char *rea
             cb(sb, NULL, ctx);
         return 0;
     case CRL_SB_FAILED:
-        /* Its resources are already released: forget it now. */
+        /* Its resources are released, or being released: its end buries it. */
         sb->state = CRL_SB_DESTROYED;
         crl_sandbox_ref(sb);
         if (cb)
             cb(sb, NULL, ctx);
-        bury(h, sb);
+        if (!sb->tearing_down)
+            bury(h, sb);
         crl_sandbox_unref(sb);
         return 0;
     case CRL_SB_CREATING:
@@ -488,6 +493,7 @@ int crl_host_destroy(struct crl_host *h, struct crl_sandbox *sb, const char *rea
     sb->state = CRL_SB_DESTROYING;
     end_processes(sb);
     crl_sandbox_ref(sb);
+    sb->tearing_down = true;
     sb->ops->destroy(sb);
     return 0;
 }
@@ -781,6 +787,14 @@ static void drain_destroyed(struct crl_sandbox *sb, const struct crl_err *err, v
     (*(unsigned *)ctx)--;
 }
 
+static bool tearing_down(struct crl_host *h)
+{
+    for (struct crl_sandbox *sb = h->sandboxes; sb; sb = sb->next)
+        if (sb->tearing_down)
+            return true;
+    return false;
+}
+
 void crl_host_close(struct crl_host *h)
 {
     if (!h)
@@ -795,8 +809,9 @@ void crl_host_close(struct crl_host *h)
             if (crl_host_destroy(h, sb, "shutdown", drain_destroyed, &pending, NULL) < 0)
                 pending--;
         }
+    /* ... and for the teardowns already under way (failed sandboxes). */
     uint64_t deadline = crl_now_ns() + 30 * NS_PER_S;
-    while (pending && crl_now_ns() < deadline)
+    while ((pending || tearing_down(h)) && crl_now_ns() < deadline)
         crl_loop_once(h->loop, 100);
     if (h->backend_state)
         for (size_t i = 0; i < CRL_ARRAY_SIZE(backends); i++)

@@ -53,6 +53,7 @@ struct crl_sandbox {
     bool has_slot;
     bool slot_quarantined;  /* the backend could not empty it: never reuse it */
     bool destroy_requested; /* while creating */
+    bool tearing_down;      /* the backend's destroy runs: it ends in crl_sandbox_destroyed */
     unsigned refs;          /* requests holding it; freed at 0 once gone */
     uint64_t next_seq;
     struct crl_timer ttl_timer, idle_timer, tombstone_timer;

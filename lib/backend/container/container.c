@@ -233,6 +233,7 @@ static void release(struct crl_sandbox *sb, bool quarantine)
     struct crl_err create_err = c->create_err;
     crl_timer_stop(h->loop, &c->drain_timer);
     crl_watch_stop(h->loop, &c->w_init);
+    crl_debug(sb->id, "released after %u drain turn(s)", c->drain_tries);
     struct crl_err err = CRL_ERR_INIT;
     if (c->cg && crl_cgroup_release(c->cg, failed_create && !quarantine, &err) < 0)
         crl_warn(sb->id, "%s", err.msg);

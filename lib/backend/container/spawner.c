@@ -1037,19 +1037,22 @@ static void reap(void)
         if (pid <= 0)
             break;
         bool handled = false;
-        for (struct exec_job **pp = &jobs; *pp && !handled; pp = &(*pp)->next) {
+        for (struct exec_job **pp = &jobs; *pp; pp = &(*pp)->next) {
             struct exec_job *j = *pp;
             if (pid == j->a_pid) {
                 *pp = j->next;
                 job_finished(j, status);
                 job_free(j);
                 handled = true;
-            } else if (pid == j->b_pid) {
+                break;
+            }
+            if (pid == j->b_pid) {
                 /* B before its A: keep its end until corrald knows it started */
                 j->b_reaped = true;
                 j->b_status = status;
                 j->b_ru = ru;
                 handled = true;
+                break;
             }
         }
         if (handled)
