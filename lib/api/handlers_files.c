@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../core/path.h"
@@ -254,9 +255,15 @@ static void get_opened(struct crl_open_req *o, int fd, bool is_dir, uint64_t siz
         if (crl_sandbox_check_ready(r->sb, &e) < 0 || start_stream(r, CRL_STREAM_TAR_OUT, &e) < 0)
             crl_req_error(r, &e);
     } else {
+        struct stat st;
+        char mode[8] = "";
+        if (fstat(fd, &st) == 0)
+            snprintf(mode, sizeof(mode), "%04o", (unsigned)(st.st_mode & 07777));
         struct MHD_Response *resp = MHD_create_response_from_fd((uint64_t)size, fd);
         MHD_add_response_header(resp, "Content-Type", "application/octet-stream");
         MHD_add_response_header(resp, "X-Corral-Kind", "file");
+        if (mode[0])
+            MHD_add_response_header(resp, "X-Corral-Mode", mode);
         crl_req_respond(r, 200, resp);
     }
     crl_req_pending_done(r);

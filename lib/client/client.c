@@ -35,6 +35,7 @@ struct xfer {
     struct crl_client *c;
     long status;
     char kind[16]; /* X-Corral-Kind */
+    int mode;      /* X-Corral-Mode, or -1 */
     struct crl_buf body;
     /* NDJSON */
     crl_client_line_fn on_line;
@@ -65,6 +66,7 @@ static void xfer_init(struct xfer *x, struct crl_client *c)
     memset(x, 0, sizeof(*x));
     x->c = c;
     x->sink_fd = -1;
+    x->mode = -1;
     crl_buf_init(&x->body, CRL_BUF_UNBOUNDED);
 }
 
@@ -179,23 +181,39 @@ bool crl_client_cancelled(const struct crl_client *c)
 
 /* ---- curl callbacks ---- */
 
+/* The value of header `name` ("Name:") in the header line p[0..n), into
+ * out (cap bytes); false if the line is another header. */
+static bool header_value(const char *p, size_t n, const char *name, char *out, size_t cap)
+{
+    size_t nl = strlen(name);
+    if (n <= nl || strncasecmp(p, name, nl) != 0)
+        return false;
+    const char *v = p + nl;
+    const char *end = p + n;
+    while (v < end && (*v == ' ' || *v == '\t'))
+        v++;
+    size_t len = 0;
+    while (v + len < end && v[len] != '\r' && v[len] != '\n' && len + 1 < cap)
+        len++;
+    memcpy(out, v, len);
+    out[len] = 0;
+    return true;
+}
+
 static size_t on_header(char *p, size_t size, size_t nmemb, void *ud)
 {
     struct xfer *x = ud;
     size_t n = size * nmemb;
-    static const char kind[] = "X-Corral-Kind:";
+    char mode[16];
     if (n > 5 && strncmp(p, "HTTP/", 5) == 0) {
         x->kind[0] = 0; /* a new answer (after a 100 Continue) */
-    } else if (n > sizeof(kind) && strncasecmp(p, kind, sizeof(kind) - 1) == 0) {
-        const char *v = p + sizeof(kind) - 1;
-        const char *end = p + n;
-        while (v < end && (*v == ' ' || *v == '\t'))
-            v++;
-        size_t len = 0;
-        while (v + len < end && v[len] != '\r' && v[len] != '\n' && len + 1 < sizeof(x->kind))
-            len++;
-        memcpy(x->kind, v, len);
-        x->kind[len] = 0;
+        x->mode = -1;
+    } else if (header_value(p, n, "X-Corral-Mode:", mode, sizeof(mode))) {
+        char *end;
+        unsigned long m = strtoul(mode, &end, 8);
+        x->mode = mode[0] && !*end && m <= 07777 ? (int)m : -1;
+    } else {
+        header_value(p, n, "X-Corral-Kind:", x->kind, sizeof(x->kind));
     }
     return n;
 }
@@ -257,7 +275,7 @@ static int sink_begin(struct xfer *x)
 {
     struct crl_err e = CRL_ERR_INIT;
     x->sink_began = true;
-    if (x->sink(x->sink_ctx, strcmp(x->kind, "directory") == 0, &x->sink_fd, &e) < 0)
+    if (x->sink(x->sink_ctx, strcmp(x->kind, "directory") == 0, x->mode, &x->sink_fd, &e) < 0)
         return fail_cb(x, &e);
     return 0;
 }

@@ -145,9 +145,10 @@ int crl_client_put_source(struct crl_client *c, const char *id, const char *path
 
 /* Called once the answer to a GET of a path is known to be good, before
  * any byte of it: `is_dir` says whether a tar stream of a directory
- * follows.  Set *fd to where the bytes go (the callee keeps ownership) and
- * return 0, or return -1 with *err filled. */
-typedef int (*crl_client_sink_fn)(void *ctx, bool is_dir, int *fd, struct crl_err *err);
+ * follows; `mode` is a file's permission bits in the sandbox (07777), or
+ * -1 if corrald did not say.  Set *fd to where the bytes go (the callee
+ * keeps ownership) and return 0, or return -1 with *err filled. */
+typedef int (*crl_client_sink_fn)(void *ctx, bool is_dir, int mode, int *fd, struct crl_err *err);
 
 /* GET `path` of sandbox `id` into the descriptor `sink` chooses.  Writes to
  * a socket never raise SIGPIPE. */

@@ -409,9 +409,10 @@ struct get_ctx {
 
 /* A file is written under a temporary name beside its target and renamed
  * over it once complete, so a failed download leaves neither half a file
- * nor a clobbered one.  It gets the mode of the file it replaces, else
- * 0666 less the umask: corrald does not send a file's mode. */
-static int open_local_file(struct get_ctx *g, struct crl_err *err)
+ * nor a clobbered one.  Like cp(1), it keeps the mode of the file it
+ * replaces; a new file gets its mode in the sandbox (as corrald says it,
+ * else 0666) less the umask, and never setuid, setgid or sticky. */
+static int open_local_file(struct get_ctx *g, int sandbox_mode, struct crl_err *err)
 {
     char name[NAME_MAX + 1];
     struct stat st;
@@ -455,12 +456,17 @@ static int open_local_file(struct get_ctx *g, struct crl_err *err)
         return crl_err_sys(err, e, "creating a file in %s", dir);
     }
     g->own_fd = true;
+    if (!keep && sandbox_mode >= 0) {
+        mode_t mask = umask(0);
+        umask(mask);
+        keep = (mode_t)sandbox_mode & 0777 & ~mask;
+    }
     if (keep && fchmod(g->fd, keep) < 0)
         return crl_err_sys(err, errno, "fchmod(%s)", g->tmp);
     return 0;
 }
 
-static int get_sink(void *ctx, bool is_dir, int *fd, struct crl_err *err)
+static int get_sink(void *ctx, bool is_dir, int mode, int *fd, struct crl_err *err)
 {
     struct get_ctx *g = ctx;
     if (strcmp(g->local, "-") == 0) {
@@ -468,7 +474,7 @@ static int get_sink(void *ctx, bool is_dir, int *fd, struct crl_err *err)
         return 0;
     }
     if (!is_dir) {
-        if (open_local_file(g, err) < 0)
+        if (open_local_file(g, mode, err) < 0)
             return -1;
         *fd = g->fd;
         return 0;
