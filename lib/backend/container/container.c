@@ -114,6 +114,17 @@ static struct spawner *pick_spawner(struct ctr_state *st, struct crl_err *err)
     return best;
 }
 
+/* The spawner for a request about a running sandbox. */
+static struct spawner *spawner_for(struct crl_sandbox *sb, struct crl_err *err)
+{
+    struct ctr_sandbox *c = sb->priv;
+    if (!c || c->releasing) {
+        crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
+        return NULL;
+    }
+    return pick_spawner(g_state, err);
+}
+
 static int send_req(struct spawner *s, struct crl_spawn_req *rq, size_t len, const int *fds,
                     int nfds, enum pending_kind kind, struct crl_sandbox *sb, void *obj,
                     const char *leaf, struct crl_err *err)
@@ -445,8 +456,9 @@ static int ctr_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err 
 {
     struct ctr_state *st = g_state;
     struct ctr_sandbox *c = sb->priv;
-    if (!c || c->releasing)
-        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
+    struct spawner *s = spawner_for(sb, err);
+    if (!s)
+        return -1;
     struct ctr_proc *cp = calloc(1, sizeof(*cp));
     if (!cp)
         return crl_err_sys(err, ENOMEM, "process");
@@ -454,9 +466,6 @@ static int ctr_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err 
     snprintf(cp->leaf, sizeof(cp->leaf), "e%llu", (unsigned long long)p->seq);
     int fds[4 + CRL_CGROUP_MAX_FDS] = {-1, -1, -1, -1};
     int ncg = 0;
-    struct spawner *s = pick_spawner(st, err);
-    if (!s)
-        goto fail;
     if (pipe_pair(&p->in_fd, &fds[1], true, err) < 0 ||
         pipe_pair(&p->out_fd, &fds[2], false, err) < 0 ||
         pipe_pair(&p->err_fd, &fds[3], false, err) < 0)
@@ -568,9 +577,7 @@ static int ctr_open(struct crl_sandbox *sb, struct crl_open_req *o, struct crl_e
 {
     struct ctr_state *st = g_state;
     struct ctr_sandbox *c = sb->priv;
-    if (!c || c->releasing)
-        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
-    struct spawner *s = pick_spawner(st, err);
+    struct spawner *s = spawner_for(sb, err);
     if (!s)
         return -1;
     struct crl_spawn_req *rq = (struct crl_spawn_req *)st->msg;
@@ -614,9 +621,7 @@ static int ctr_stream(struct crl_sandbox *sb, struct crl_stream_req *t, struct c
 {
     struct ctr_state *st = g_state;
     struct ctr_sandbox *c = sb->priv;
-    if (!c || c->releasing)
-        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
-    struct spawner *s = pick_spawner(st, err);
+    struct spawner *s = spawner_for(sb, err);
     if (!s)
         return -1;
     int fds[3 + CRL_CGROUP_MAX_FDS] = {c->pidfd, -1, -1};
