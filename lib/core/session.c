@@ -238,15 +238,15 @@ static void on_in(struct crl_watch *w, uint32_t ev)
 }
 
 /* A command the shell runs itself (a builtin loop) outlives the kill of
- * what it started: after this grace the shell goes too, and the session. */
+ * what it started, on a timeout or a cancel: after this grace the shell
+ * goes too, and the session. */
 #define SESSION_KILL_GRACE_NS (2ull * 1000000000ull)
 
 static void on_grace(struct crl_timer *t)
 {
     struct crl_session *s = t->data;
-    crl_info(s->sb->id,
-             "session %s: the timed-out command runs in the shell itself: ending the session",
-             s->id);
+    crl_info(s->sb->id, "session %s: the %s command runs in the shell itself: ending the session",
+             s->id, s->cancelled ? "cancelled" : "timed-out");
     s->sb->ops->kill(s->sb, &s->proc, CRL_KILL_TREE);
 }
 
@@ -355,6 +355,7 @@ void crl_session_cancel_run(struct crl_session *s)
     if (s->busy) {
         s->cancelled = true;
         s->sb->ops->kill(s->sb, &s->proc, CRL_KILL_DESCENDANTS);
+        crl_timer_start(loop_of(s), &s->timer, SESSION_KILL_GRACE_NS, on_grace, s);
     }
 }
 

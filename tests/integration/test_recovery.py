@@ -328,3 +328,34 @@ def test_a_file_upload_is_whole_or_not_at_all(client, corrald):
         sb.exec("mkdir /tmp/d")
         with pytest.raises(corral.InvalidSpec):
             sb.files.write("/tmp/d", b"z")
+
+
+def test_a_cancelled_builtin_loop_ends_its_session(corrald, sandbox):
+    """A session command the shell runs itself survives the kill of what it
+    started when its client hangs up; the shell goes after a grace, so the
+    session does not stay busy for ever."""
+    import json
+    import socket
+
+    session = sandbox.session()
+    target = f"/v1/sandboxes/{sandbox.id}/sessions/{session.session_id}/run"
+    data = json.dumps({"cmd": "while :; do :; done"}).encode()
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(str(corrald.socket_path))
+    s.sendall(f"POST {target} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    listing = f"/v1/sandboxes/{sandbox.id}/sessions"
+    deadline = time.monotonic() + 5
+    while not corrald.request("GET", listing).json()["sessions"][0]["busy"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    s.close()
+    deadline = time.monotonic() + 10
+    while True:
+        [state] = corrald.request("GET", listing).json()["sessions"]
+        if not state["alive"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert (state["alive"], state["busy"]) == (False, False)
+    assert "the cancelled command runs in the shell itself" in corrald.log()
+    session.close()
