@@ -4,6 +4,7 @@ import glob
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 import uuid
@@ -160,27 +161,38 @@ def test_tombstones_are_bounded(corrald_factory):
         assert sorted(s["id"] for s in d.sandboxes()) == sorted(ids[1:])
 
 
-def test_abandoned_create_is_destroyed(corrald):
+def test_abandoned_create_is_destroyed(corrald_factory):
     """A client that hangs up before its create answers never learns the id:
     the sandbox is destroyed, not left running for its ttl."""
     import json
     import socket
 
-    tag = uuid.uuid4().hex[:12]
-    body = json.dumps({"image": "busybox", "labels": {"abandoned": tag},
-                       "resources": {"memory_mb": 64}}).encode()
+    d = corrald_factory(["--spawners", "1"])
+    [spawner] = _spawners(d.pid)
+    body = json.dumps({"image": "busybox", "resources": {"memory_mb": 64}}).encode()
     s = socket.socket(socket.AF_UNIX)
-    s.connect(str(corrald.socket_path))
-    s.sendall(b"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              b"Content-Length: %d\r\n\r\n" % len(body) + body)
-    s.close()
+    os.kill(spawner, signal.SIGSTOP)  # the create waits for it: hang up meanwhile
+    try:
+        s.connect(str(d.socket_path))
+        s.sendall(b"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        deadline = time.monotonic() + 10
+        while not d.sandboxes() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [b["state"] for b in d.sandboxes()] == ["creating"]
+        s.close()
+        while "the client hung up" not in d.log() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        os.kill(spawner, signal.SIGCONT)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        boxes = corrald.sandboxes(abandoned=tag)
+        boxes = d.sandboxes()
         if boxes and all(b["state"] == "destroyed" for b in boxes):
             break
-        time.sleep(0.05)
+        time.sleep(0.02)
     assert [(b["state"], b["end_reason"]) for b in boxes] == [("destroyed", "client_gone")]
+    d.shutdown_and_check()
 
 
 def test_slow_reader_holds_the_command_back(corrald, sandbox):
