@@ -16,9 +16,18 @@ for d in $(find /sys/fs/cgroup -maxdepth 3 -type d -iname '*corral*' 2>/dev/null
     leak "cgroup $d (procs: $(cat "$d/cgroup.procs" 2>/dev/null | tr '\n' ' '))"
 done
 
+# A process killed at the end of the suite may still be exiting, or be a
+# zombie its new parent (this host's init) has yet to reap: give them 10 s.
+i=0
+while [ $i -lt 100 ] && { pgrep -x corrald || pgrep -x corral-spawner; } >/dev/null; do
+    sleep 0.1
+    i=$((i + 1))
+done
 for name in corrald corral-spawner; do
     for p in $(pgrep -x "$name" || true); do
-        leak "process $name pid $p: $(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null)"
+        leak "process $name pid $p ($(awk '/^State:/ {print $2; exit}' /proc/"$p"/status 2>/dev/null)," \
+            "parent $(awk '/^PPid:/ {print $2; exit}' /proc/"$p"/status 2>/dev/null)):" \
+            "$(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null)"
     done
 done
 
