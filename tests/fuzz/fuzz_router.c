@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 
 #include "../../lib/api/router.h"
@@ -79,7 +80,8 @@ static void fuzz_listen(const char *s)
         CHECK((ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24) == 127);
 }
 
-/* Input "header\ntoken": accepted iff header is exactly "Bearer <token>". */
+/* Input "header\ntoken": accepted iff header is "Bearer <token>", the scheme
+ * in any case (RFC 9110). */
 static void fuzz_bearer(const char *s)
 {
     const char *nl = strchr(s, '\n');
@@ -91,7 +93,7 @@ static void fuzz_bearer(const char *s)
     const char *tok = nl + 1;
     if (!hdr)
         return;
-    bool want = tok[0] && strncmp(hdr, "Bearer ", 7) == 0 && strcmp(hdr + 7, tok) == 0;
+    bool want = tok[0] && strncasecmp(hdr, "Bearer ", 7) == 0 && strcmp(hdr + 7, tok) == 0;
     CHECK(crl_auth_bearer_ok(hdr, tok) == want);
     free(hdr);
 }
