@@ -425,7 +425,11 @@ static int kill_tree(struct crl_cgroup_mgr *m, int fd, pid_t spare)
 }
 
 static int remove_child(int parent_fd, const char *name, void *ctx);
-static int remove_child_now(int parent_fd, const char *name, void *ctx);
+
+struct remove_ctx {
+    bool wait;
+    int err; /* the first failure's errno, 0 if none */
+};
 
 /* rmdir a cgroup and everything below it, bottom up.  A cgroup whose last
  * process has just died stays busy for a moment: with `wait`, retry for up
@@ -436,11 +440,13 @@ static int remove_tree(int parent_fd, const char *name, bool wait)
     cleanup_close int fd = crl_openat(parent_fd, name, O_RDONLY | O_DIRECTORY, 0);
     if (fd < 0)
         return errno == ENOENT ? 0 : -1;
-    int ret = 0;
-    each_child(fd, wait ? remove_child : remove_child_now, &ret);
+    struct remove_ctx below = {.wait = wait};
+    each_child(fd, remove_child, &below);
     for (int i = 0; i < (wait ? 500 : 1); i++) {
-        if (unlinkat(parent_fd, name, AT_REMOVEDIR) == 0 || errno == ENOENT)
-            return ret;
+        if (unlinkat(parent_fd, name, AT_REMOVEDIR) == 0 || errno == ENOENT) {
+            errno = below.err;
+            return below.err ? -1 : 0;
+        }
         if (errno != EBUSY)
             return -1;
         if (wait)
@@ -449,18 +455,12 @@ static int remove_tree(int parent_fd, const char *name, bool wait)
     return -1;
 }
 
-/* each_child callbacks: remove the child's tree, remember failure, go on. */
+/* each_child callback: remove the child's tree, remember failure, go on. */
 static int remove_child(int parent_fd, const char *name, void *ctx)
 {
-    if (remove_tree(parent_fd, name, true) < 0)
-        *(int *)ctx = -1;
-    return 0;
-}
-
-static int remove_child_now(int parent_fd, const char *name, void *ctx)
-{
-    if (remove_tree(parent_fd, name, false) < 0)
-        *(int *)ctx = -1;
+    struct remove_ctx *r = ctx;
+    if (remove_tree(parent_fd, name, r->wait) < 0 && !r->err)
+        r->err = errno;
     return 0;
 }
 
@@ -840,34 +840,30 @@ int crl_cgroup_stats(struct crl_cgroup *cg, struct crl_cgroup_stats *st)
 
 int crl_cgroup_tidy(struct crl_cgroup *cg, bool remove)
 {
-    int ret = 0;
+    struct remove_ctx r = {.wait = false};
     int lp = leaf_parent_fd(cg);
-    if (lp >= 0 && (each_child(lp, remove_child_now, &ret) < 0 || ret < 0))
-        return -1;
+    if (lp >= 0 && each_child(lp, remove_child, &r) < 0 && !r.err)
+        r.err = errno;
     for (int i = 0; remove && i < V1_MAX; i++)
-        if (cg->m->parent_fd[i] >= 0 && remove_tree(cg->m->parent_fd[i], cg->name, false) < 0)
-            return -1;
-    return 0;
+        if (cg->m->parent_fd[i] >= 0 && remove_tree(cg->m->parent_fd[i], cg->name, false) < 0 &&
+            !r.err)
+            r.err = errno;
+    errno = r.err;
+    return r.err ? -1 : 0;
 }
 
 int crl_cgroup_release(struct crl_cgroup *cg, bool remove, struct crl_err *err)
 {
     if (!cg)
         return 0;
-    int ret = 0;
-    struct crl_cgroup_mgr *m = cg->m;
     /* Leaves always go: they are cheap, and a stale one would mislead. */
-    int leaves_ok = 0;
-    int lp = leaf_parent_fd(cg);
-    if (lp >= 0 && (each_child(lp, remove_child_now, &leaves_ok) < 0 || leaves_ok < 0))
-        ret = crl_err_sys(err, errno, "removing the leaves of cgroup %s", cg->name);
-    for (int i = 0; i < V1_MAX; i++) {
+    int ret = 0;
+    if (crl_cgroup_tidy(cg, remove) < 0)
+        ret = crl_err_sys(err, errno, "removing %s of cgroup %s", remove ? "all" : "the leaves",
+                          cg->name);
+    for (int i = 0; i < V1_MAX; i++)
         if (cg->fd[i] >= 0)
             close(cg->fd[i]);
-        if (remove && m->parent_fd[i] >= 0 && remove_tree(m->parent_fd[i], cg->name, false) < 0 &&
-            ret == 0)
-            ret = crl_err_sys(err, errno, "removing cgroup %s", cg->name);
-    }
     if (cg->peak_fd >= 0)
         close(cg->peak_fd);
     if (cg->init_fd >= 0)

@@ -524,6 +524,40 @@ out:
     crl_cgroup_mgr_free(m);
 }
 
+/* tidy never waits: a busy leaf is EBUSY at once, an empty one goes, and
+ * with remove the sandbox's cgroup goes from every hierarchy. */
+static void test_v1_tidy(void)
+{
+    case_setup();
+    struct crl_cgroup_mgr *m = mgr_v1(parent);
+    if (!m)
+        return;
+    struct crl_cgroup *cg = create(m, "tidy", 128, 64, 1);
+    if (!cg)
+        return;
+    pid_t w = spawn_in(cg, "e1", w_pause);
+    if (!ok(w > 0, "a worker in e1"))
+        goto out;
+    errno = 0;
+    is_int(crl_cgroup_tidy(cg, false), -1, "tidy with a populated leaf fails");
+    ok(errno == EBUSY, "with EBUSY");
+    ok(existsf(CG "/freezer/%s/tidy/e1", parent), "the leaf stays");
+    struct crl_err e = CRL_ERR_INIT;
+    crl_cgroup_kill_all(cg, &e);
+    ok(killed(reap(w, 5000)), "the worker died");
+    is_int(crl_cgroup_tidy(cg, false), 0, "tidy of the emptied sandbox");
+    ok(!existsf(CG "/freezer/%s/tidy/e1", parent), "the leaf is gone");
+    ok(existsf(CG "/memory/%s/tidy", parent), "the sandbox's cgroup stays without remove");
+    is_int(crl_cgroup_tidy(cg, true), 0, "tidy with remove");
+    ok(!existsf(CG "/memory/%s/tidy", parent) && !existsf(CG "/freezer/%s/tidy", parent),
+       "the sandbox's cgroup is gone from every hierarchy");
+out:
+    crl_cgroup_kill_all(cg, NULL);
+    reap_all(5000);
+    release(cg, true);
+    crl_cgroup_mgr_free(m);
+}
+
 static void test_v1_freeze(void)
 {
     case_setup();
@@ -951,6 +985,7 @@ int main(void)
     TAP_RUN(test_v1_create_limits, 30);
     TAP_RUN(test_v1_attach_count, 30);
     TAP_RUN(test_v1_kill_leaf, 30);
+    TAP_RUN(test_v1_tidy, 10);
     TAP_RUN(test_v1_freeze, 30);
     TAP_RUN(test_v1_stats, 30);
     TAP_RUN(test_v1_oom_and_reuse, 60);
