@@ -753,19 +753,17 @@ static void handle_open(const struct crl_spawn_req *rq, int *fds, int nfds)
 
 /* ---- streams: a forked child inside the sandbox ---- */
 
-/* mkdir -p of path's parents (and of path itself if `all`), inside the sandbox. */
-static void mkdirs(const char *path, bool all)
+/* mkdir -p of path's parent, inside the sandbox: the open that follows
+ * says what failed. */
+static void make_parent(const char *path)
 {
-    char *p = strdup(path);
-    for (char *s = p ? p + 1 : NULL; s && *s; s++)
-        if (*s == '/') {
-            *s = 0;
-            mkdir(p, 0755);
-            *s = '/';
-        }
-    if (p && all)
-        mkdir(p, 0755);
-    free(p);
+    char dir[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    if (slash && slash > path && (size_t)(slash - path) < sizeof(dir)) {
+        memcpy(dir, path, (size_t)(slash - path));
+        dir[slash - path] = 0;
+        crl_mkdir_p(dir, 0755);
+    }
 }
 
 static int errno_status(int e)
@@ -832,7 +830,7 @@ static bool write_in_place(int e)
  * A path that is a symlink is written through, as open(2) would. */
 static int file_in(int data, int ctl, const char *path_in, mode_t mode, char *msg, size_t msglen)
 {
-    mkdirs(path_in, false);
+    make_parent(path_in);
     umask(0);
     char path[PATH_MAX];
     int r = follow_links(path_in, path, sizeof(path));
@@ -962,7 +960,7 @@ static void stream_child(const struct crl_spawn_req *rq_in, int *fds, const char
         goto out;
     }
     if (st->kind == CRL_STREAM_TAR_IN)
-        mkdirs(path, true);
+        crl_mkdir_p(path, 0755);
     if (chdir(path) < 0) {
         int e = errno;
         snprintf(msg, sizeof(msg), "%s: %s", path, strerror(e));
