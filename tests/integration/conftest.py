@@ -9,7 +9,7 @@ Fixtures:
 
 A Corrald has .url (unix), .tcp_url and .token, .pid, .state_dir, .build,
 .cgroup_parent, .log(), .client(tcp=False), .async_client(), .request() for
-raw HTTP, .sandboxes(**labels), .stop(sig), .kill() (a crash), .start()
+raw HTTP, .send() (a raw request whose socket the test keeps), .sandboxes(**labels), .stop(sig), .kill() (a crash), .start()
 (again, on the same state, socket and cgroup parent) and .leftovers().  At
 the end it stops with SIGTERM; it must exit 0 and leave no cgroup, mount,
 process or sandbox of its own behind, or the run fails.  Each daemon has a
@@ -177,6 +177,20 @@ class Corrald:
                                resp.read())
         finally:
             conn.close()
+
+    def send(self, method, target, body, content_type="application/json", length=None):
+        """Send a request on a fresh unix socket and return the socket,
+        unread, for a test that plays a client which stops reading or hangs
+        up.  ``body`` may be bytes or a JSON-able object; ``length`` (the
+        Content-Length) defaults to the body's, and may promise more."""
+        if not isinstance(body, (bytes, bytearray)):
+            body = json.dumps(body).encode()
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(str(self.socket_path))
+        s.sendall(f"{method} {target} HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n"
+                  f"Content-Length: {len(body) if length is None else length}\r\n\r\n".encode()
+                  + body)
+        return s
 
     def sandboxes(self, **labels):
         """GET /v1/sandboxes[?label=...] as a list of dicts."""

@@ -208,6 +208,12 @@ def test_cp_round_trip_of_a_directory(corrald, sandbox, tmp_path):
     assert tree(back) == tree(src)
 
 
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def test_cp_round_trip_of_a_file(corrald, sandbox, tmp_path):
     data = os.urandom(300000)
     f = tmp_path / "tool"
@@ -219,10 +225,8 @@ def test_cp_round_trip_of_a_file(corrald, sandbox, tmp_path):
     # one that is replaced keeps its mode.
     back = tmp_path / "back"
     assert corral(corrald, "cp", f"{sandbox.id}:/opt/tool", str(back)).returncode == 0
-    umask = os.umask(0)
-    os.umask(umask)
     assert back.read_bytes() == data
-    assert stat.S_IMODE(back.stat().st_mode) == 0o750 & ~umask
+    assert stat.S_IMODE(back.stat().st_mode) == 0o750 & ~_umask()
     old = tmp_path / "old"
     old.write_bytes(b"old")
     old.chmod(0o750)
@@ -234,12 +238,6 @@ def test_cp_round_trip_of_a_file(corrald, sandbox, tmp_path):
     assert corral(corrald, "cp", f"{sandbox.id}:/opt/tool", str(d)).returncode == 0
     assert (d / "tool").read_bytes() == data
     assert corral(corrald, "cp", f"{sandbox.id}:/opt/tool", "-").stdout == data
-
-
-def _umask():
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def test_cp_out_drops_setuid_setgid_and_sticky(corrald, sandbox, tmp_path):

@@ -1,13 +1,14 @@
 """Faults of corrald itself: SIGKILL and restart, clean shutdown, lifetimes."""
 
 import glob
+import http.client
+import json
 import os
 import re
 import shutil
 import signal
 import subprocess
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -113,20 +114,13 @@ def test_failed_create_leaves_nothing(corrald_factory, tmp_path):
 def test_client_hangup_kills_its_command(corrald, sandbox):
     """A client that goes away mid-command takes its command with it, for a
     buffered exec, a streamed one and a session command alike."""
-    import json
-    import socket
-
     session = sandbox.session()
     targets = [f"/v1/sandboxes/{sandbox.id}/exec", f"/v1/sandboxes/{sandbox.id}/exec",
                f"/v1/sandboxes/{sandbox.id}/sessions/{session.session_id}/run"]
     bodies = [{"cmd": ["sleep", "101"]}, {"cmd": ["sleep", "102"], "stream": True},
               {"cmd": "sleep 103"}]
     for target, body in zip(targets, bodies):
-        data = json.dumps(body).encode()
-        s = socket.socket(socket.AF_UNIX)
-        s.connect(str(corrald.socket_path))
-        s.sendall(f"POST {target} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+        s = corrald.send("POST", target, body)
         word = str(body["cmd"][1] if isinstance(body["cmd"], list) else body["cmd"]).split()[-1]
         deadline = time.monotonic() + 5  # hang up only once the command runs
         while (f"sleep {word}".encode() not in sandbox.exec(["ps", "-o", "args"]).stdout
@@ -164,18 +158,11 @@ def test_tombstones_are_bounded(corrald_factory):
 def test_abandoned_create_is_destroyed(corrald_factory):
     """A client that hangs up before its create answers never learns the id:
     the sandbox is destroyed, not left running for its ttl."""
-    import json
-    import socket
-
     d = corrald_factory(["--spawners", "1"])
     [spawner] = _spawners(d.pid)
-    body = json.dumps({"image": "busybox", "resources": {"memory_mb": 64}}).encode()
-    s = socket.socket(socket.AF_UNIX)
     os.kill(spawner, signal.SIGSTOP)  # the create waits for it: hang up meanwhile
     try:
-        s.connect(str(d.socket_path))
-        s.sendall(b"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        s = d.send("POST", "/v1/sandboxes", {"image": "busybox", "resources": {"memory_mb": 64}})
         deadline = time.monotonic() + 10
         while not d.sandboxes() and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -199,23 +186,15 @@ def test_slow_reader_holds_the_command_back(corrald, sandbox):
     """Streamed output waits for its reader: a client that stops reading
     pauses the command instead of growing corrald's memory, and loses
     nothing when it reads again."""
-    import http.client
-    import json
-    import socket
-
     def rss():
         status = Path(f"/proc/{corrald.pid}/status").read_text()
         return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) << 10
 
     total = 64 << 20  # the most an exec may return
-    body = json.dumps({"cmd": f"head -c {total} /dev/zero | tr '\\0' a; echo done >/tmp/w",
-                       "stream": True, "max_output_bytes": total}).encode()
     before = rss()
-    s = socket.socket(socket.AF_UNIX)
-    s.connect(str(corrald.socket_path))
-    s.sendall(f"POST /v1/sandboxes/{sandbox.id}/exec HTTP/1.1\r\nHost: x\r\n"
-              f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-              "Connection: close\r\n\r\n".encode() + body)
+    s = corrald.send("POST", f"/v1/sandboxes/{sandbox.id}/exec",
+                     {"cmd": f"head -c {total} /dev/zero | tr '\\0' a; echo done >/tmp/w",
+                      "stream": True, "max_output_bytes": total})
     try:
         time.sleep(1.5)  # not reading: the writer must be held back
         assert sandbox.exec("cat /tmp/w 2>/dev/null").stdout == b""
@@ -300,16 +279,11 @@ def test_a_file_upload_is_whole_or_not_at_all(client, corrald):
     """A file upload replaces its file only when all of it arrived: a client
     that hangs up half-way, or a full disk, leaves the old file as it was
     and no temporary file behind."""
-    import socket
-
     with client.create(disk_mb=8, **SMALL) as sb:
         sb.files.write("/tmp/keep", b"original")
         # 1. the client goes away after a tenth of its declared body
-        s = socket.socket(socket.AF_UNIX)
-        s.connect(str(corrald.socket_path))
-        s.sendall(f"PUT /v1/sandboxes/{sb.id}/files?path=/tmp/keep HTTP/1.1\r\nHost: x\r\n"
-                  "Content-Type: application/octet-stream\r\nContent-Length: 1000000\r\n\r\n"
-                  .encode() + b"x" * 100000)
+        s = corrald.send("PUT", f"/v1/sandboxes/{sb.id}/files?path=/tmp/keep", b"x" * 100000,
+                         content_type="application/octet-stream", length=1000000)
         time.sleep(0.3)
         s.close()
         assert _no_upload_temps(sb, "/tmp") == [b"keep"]
@@ -346,16 +320,9 @@ def test_a_cancelled_builtin_loop_ends_its_session(corrald, sandbox):
     """A session command the shell runs itself survives the kill of what it
     started when its client hangs up; the shell goes after a grace, so the
     session does not stay busy for ever."""
-    import json
-    import socket
-
     session = sandbox.session()
     target = f"/v1/sandboxes/{sandbox.id}/sessions/{session.session_id}/run"
-    data = json.dumps({"cmd": "while :; do :; done"}).encode()
-    s = socket.socket(socket.AF_UNIX)
-    s.connect(str(corrald.socket_path))
-    s.sendall(f"POST {target} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    s = corrald.send("POST", target, {"cmd": "while :; do :; done"})
     listing = f"/v1/sandboxes/{sandbox.id}/sessions"
     deadline = time.monotonic() + 5
     while not corrald.request("GET", listing).json()["sessions"][0]["busy"]:
