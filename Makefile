@@ -20,7 +20,7 @@ SANFLAGS :=
 OPT := -O2
 endif
 
-PKGS := libmicrohttpd jansson libseccomp libarchive libcurl
+PKGS := libmicrohttpd jansson libseccomp libarchive libcurl libcrypto
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
@@ -32,7 +32,7 @@ CFLAGS += -std=gnu11 $(OPT) -g $(WARN) -D_GNU_SOURCE -fstack-protector-strong \
 LDFLAGS += $(SANFLAGS)
 LDLIBS += $(PKG_LIBS)
 
-LIB_SRC := $(wildcard lib/util/*.c lib/core/*.c lib/api/*.c lib/client/*.c \
+LIB_SRC := $(wildcard lib/util/*.c lib/core/*.c lib/image/*.c lib/api/*.c lib/client/*.c \
                       lib/backend/*/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/obj/%.o)
 LIB := $(B)/libcorral.a

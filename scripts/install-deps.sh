@@ -3,7 +3,8 @@
 # demo.  Quick when they are all there already.
 set -eu
 PKGS="build-essential pkg-config libmicrohttpd-dev libjansson-dev libseccomp-dev
-      libarchive-dev libcurl4-openssl-dev busybox-static debootstrap crun
+      libarchive-dev libcurl4-openssl-dev libssl-dev busybox-static debootstrap crun
+      erofs-utils umoci skopeo zstd libc6-dev
       python3 python3-pytest clang libclang-rt-14-dev ca-certificates"
 missing=""
 for p in $PKGS; do

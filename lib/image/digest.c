@@ -1,0 +1,66 @@
+#include "digest.h"
+
+#include <openssl/evp.h>
+#include <string.h>
+
+int crl_sha256_init(struct crl_sha256 *h)
+{
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    if (!c || EVP_DigestInit_ex(c, EVP_sha256(), NULL) != 1) {
+        EVP_MD_CTX_free(c);
+        h->ctx = NULL;
+        return -1;
+    }
+    h->ctx = c;
+    return 0;
+}
+
+void crl_sha256_update(struct crl_sha256 *h, const void *data, size_t len)
+{
+    if (len)
+        EVP_DigestUpdate(h->ctx, data, len);
+}
+
+static void to_hex(const unsigned char *md, char out[CRL_DIGEST_LEN + 1])
+{
+    static const char hex[] = "0123456789abcdef";
+    memcpy(out, "sha256:", 7);
+    for (int i = 0; i < 32; i++) {
+        out[7 + 2 * i] = hex[md[i] >> 4];
+        out[8 + 2 * i] = hex[md[i] & 15];
+    }
+    out[CRL_DIGEST_LEN] = 0;
+}
+
+void crl_sha256_final(struct crl_sha256 *h, char out[CRL_DIGEST_LEN + 1])
+{
+    unsigned char md[32];
+    unsigned n = 0;
+    EVP_DigestFinal_ex(h->ctx, md, &n);
+    to_hex(md, out);
+    crl_sha256_free(h);
+}
+
+void crl_sha256_free(struct crl_sha256 *h)
+{
+    EVP_MD_CTX_free(h->ctx);
+    h->ctx = NULL;
+}
+
+void crl_sha256_buf(const void *data, size_t len, char out[CRL_DIGEST_LEN + 1])
+{
+    unsigned char md[32];
+    unsigned n = 0;
+    EVP_Digest(data, len, md, &n, EVP_sha256(), NULL);
+    to_hex(md, out);
+}
+
+bool crl_digest_valid(const char *d)
+{
+    if (!d || strncmp(d, "sha256:", 7) != 0 || strlen(d) != CRL_DIGEST_LEN)
+        return false;
+    for (const char *p = d + 7; *p; p++)
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+            return false;
+    return true;
+}

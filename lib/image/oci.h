@@ -1,0 +1,38 @@
+/* Reading an image out of a docker-archive, an oci-archive or an OCI image
+ * layout directory: which config, which layers in which order, under which
+ * name.  A tar is spooled entry by entry into a scratch directory, each
+ * file hashed as it is written; then index.json (OCI) or manifest.json
+ * (docker save) is followed to the manifest, its config and its layers.
+ * Every blob named by a digest is checked against it (and against the size
+ * its descriptor gives); layers are checked against their diff_ids when
+ * they are expanded (lib/image/store.c). */
+#ifndef CRL_IMAGE_OCI_H
+#define CRL_IMAGE_OCI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store.h"
+
+struct crl_oci_layer {
+    int fd;                           /* the blob, read from offset 0 */
+    char blob[CRL_DIGEST_LEN + 1];    /* its digest, "" when the archive names none */
+    char diff_id[CRL_DIGEST_LEN + 1]; /* from the config */
+};
+
+struct crl_oci_image {
+    char *config; /* the config blob, NUL-terminated */
+    size_t config_len;
+    char id[CRL_DIGEST_LEN + 1];       /* the config's digest */
+    char name[CRL_IMAGE_NAME_MAX + 1]; /* the archive's own name for it, or "" */
+    struct crl_oci_layer *layers;      /* bottom first */
+    size_t n_layers;
+};
+
+/* `fd` (a tar, possibly compressed) or `dir` (a layout); scratch files go in
+ * `scratch_fd`.  Counts spooled bytes against lim->max_total_bytes. */
+int crl_oci_read(int fd, const char *dir, int scratch_fd, const struct crl_import_limits *lim,
+                 struct crl_oci_image *out, struct crl_err *err);
+void crl_oci_image_free(struct crl_oci_image *img);
+
+#endif
