@@ -32,8 +32,9 @@ static const char help[] =
  * for it, no longer (a command that ignores the kill holds it longer). */
 #define CANCEL_WAIT_NS (5ull * 1000000000)
 
-/* Is session `sid` alive and busy (so a 409 means "wait")? */
-static bool session_busy(struct crl_client *cl, const char *id, const char *sid)
+/* Is session `sid` alive (so a 409 means "wait": busy now, or it was a
+ * moment ago, when it answered)? */
+static bool session_alive(struct crl_client *cl, const char *id, const char *sid)
 {
     char path[128];
     struct crl_err err = CRL_ERR_INIT;
@@ -46,8 +47,7 @@ static bool session_busy(struct crl_client *cl, const char *id, const char *sid)
     json_array_foreach(json_object_get(out, "sessions"), i, s)
     {
         if (strcmp(crl_cli_str(s, "session_id", ""), sid) == 0)
-            return json_is_true(json_object_get(s, "alive")) &&
-                   json_is_true(json_object_get(s, "busy"));
+            return json_is_true(json_object_get(s, "alive"));
     }
     return false;
 }
@@ -63,7 +63,7 @@ static int run_line(struct crl_client *cl, const char *id, const char *sid, json
         int rc = crl_client_session_run_stream(cl, id, sid, req, crl_cli_write_output, NULL, result,
                                                err);
         if (rc == 0 || !after_cancel || err->code != CRL_E_CONFLICT || crl_cli_interrupted ||
-            crl_now_ns() > deadline || !session_busy(cl, id, sid))
+            crl_now_ns() > deadline || !session_alive(cl, id, sid))
             return rc;
         struct timespec ts = {0, pause_ms * 1000000};
         nanosleep(&ts, NULL); /* a signal cuts it short; the loop sees the flag */
