@@ -41,10 +41,12 @@ CORRALD_SRC := $(wildcard src/corrald/*.c)
 # corral-init is freestanding (no libc): built by its own rule below.
 CORRAL_SRC := $(wildcard src/corral/*.c)
 SPAWNER_SRC := $(wildcard src/corral-spawner/*.c)
+IMPORT_SRC := $(wildcard src/corral-import/*.c)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 
-BINS := $(B)/corrald $(B)/corral $(B)/corral-spawner $(B)/corral-init $(B)/corral-probe
+BINS := $(B)/corrald $(B)/corral $(B)/corral-spawner $(B)/corral-import $(B)/corral-init \
+        $(B)/corral-probe
 
 .PHONY: all clean check check-unit check-integration check-san check-style deps images \
         demo bench leakcheck fuzz
@@ -67,6 +69,9 @@ $(B)/corral: $(CORRAL_SRC:%.c=$(B)/obj/%.o) $(LIB)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lpthread -lm
 $(B)/corral-spawner: $(SPAWNER_SRC:%.c=$(B)/obj/%.o) $(LIB)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(B)/corral-import: $(IMPORT_SRC:%.c=$(B)/obj/%.o) $(LIB)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -93,8 +98,11 @@ $(B)/tests/test_%: tests/unit/test_%.c tests/unit/tap.h $(LIB)
 deps:
 	scripts/install-deps.sh
 
+# The `debian` image (minbase + python3), in the store the tests and the demo
+# read with --images-from; debootstrap's output is cached in ~/.cache/corral.
 images: $(BINS)
-	scripts/build-debian-image.sh build/images
+	@if [ -f build/images/tags/debian:latest ]; then echo "image debian: in build/images"; \
+	else $(B)/corral image build-debian debian --packages python3 --store build/images; fi
 
 check-unit: $(UNIT_BIN)
 	tests/run-unit.sh $(B)

@@ -11,11 +11,12 @@
 #include "../util/err.h"
 
 struct crl_api_config {
-    const char *unix_path;  /* NULL: none */
-    const char *tcp_listen; /* "127.0.0.1:PORT", NULL: none */
-    const char *token;      /* required for TCP */
-    bool allow_remote;      /* allow a non-loopback TCP address */
-    size_t max_body;        /* JSON request bodies */
+    const char *unix_path;     /* NULL: none */
+    const char *tcp_listen;    /* "127.0.0.1:PORT", NULL: none */
+    const char *token;         /* required for TCP */
+    bool allow_remote;         /* allow a non-loopback TCP address */
+    size_t max_body;           /* JSON request bodies */
+    const char *importer_path; /* corral-import; NULL: next to this program */
 };
 
 struct crl_api;

@@ -34,7 +34,7 @@ static int parse_params(struct crl_req *r, struct crl_err *err)
     if (crl_path_check(path, "path", err) < 0)
         return -1;
     snprintf(r->path, sizeof(r->path), "%s", path);
-    struct crl_user u = {0, 0};
+    struct crl_user u = {0, 0, true};
     const char *user = crl_req_query(r, "user");
     if (user && crl_user_parse(user, &u, err) < 0)
         return -1;
@@ -308,13 +308,6 @@ void crl_h_files_begin(struct crl_req *r)
         crl_req_error(r, &err);
 }
 
-static void pipe_writable(struct crl_watch *w, uint32_t ev)
-{
-    struct crl_req *r = w->data;
-    crl_watch_stop(r->api->host->loop, w);
-    crl_req_resume(r);
-}
-
 int crl_h_files_body(struct crl_req *r, const char *data, size_t *len)
 {
     if (r->upload_failed) {
@@ -323,27 +316,15 @@ int crl_h_files_body(struct crl_req *r, const char *data, size_t *len)
     }
     if (starting(r))
         return -1;
-    while (*len) {
-        ssize_t n = write(r->fd, data, *len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && errno == EAGAIN) {
-            /* the helper is behind: wait for room, MHD keeps the rest */
-            crl_watch_start(r->api->host->loop, &r->w, r->fd, EPOLLOUT, pipe_writable, r);
-            return -1;
-        }
-        if (n < 0) {
-            /* the helper stopped reading: its exit status says why */
-            r->upload_failed = true;
-            crl_err_set(&r->upload_err, CRL_E_INTERNAL, "writing %s stopped early", r->path);
-            *len = 0;
-            return 0;
-        }
-        data += n;
-        *len -= (size_t)n;
-        r->bytes += (uint64_t)n;
+    int rc = crl_req_pipe_body(r, r->fd, data, len);
+    if (rc < 0) {
+        /* the helper stopped reading: its exit status says why */
+        r->upload_failed = true;
+        crl_err_set(&r->upload_err, CRL_E_INTERNAL, "writing %s stopped early", r->path);
+        *len = 0;
+        return 0;
     }
-    return 0;
+    return rc > 0 ? -1 : 0;
 }
 
 void crl_h_files_end(struct crl_req *r)

@@ -24,6 +24,10 @@ struct crl_api {
     char unix_path[4096];
     char *token;
     struct crl_req *reqs; /* every request in flight, to resume them at stop */
+    /* image imports: each runs corral-import, which may outlive its request */
+    struct crl_import *imports;
+    unsigned n_imports;
+    char importer_path[4096];
 };
 
 struct crl_req {
@@ -68,6 +72,8 @@ struct crl_req {
     struct crl_watch w;
     bool stream_exited;
     int stream_code;
+    /* images: the import this request feeds */
+    struct crl_import *import;
     unsigned pending; /* async operations that will still call back */
     struct crl_req *next;
 };
@@ -89,6 +95,13 @@ struct MHD_Response *crl_req_stream_response(struct crl_req *r, const char *cont
 /* An async operation finished; frees the request if MHD is done with it. */
 void crl_req_pending_done(struct crl_req *r);
 
+/* Write an upload's chunk into the nonblocking pipe `fd`.  Returns 0 once
+ * all of it is written (*len is then 0); 1 when the pipe is full: r->w
+ * waits for room and resumes the request, which the caller suspends, and
+ * MHD hands the rest (*len bytes) again; -1 with errno when the reader is
+ * gone.  r->bytes counts what was written. */
+int crl_req_pipe_body(struct crl_req *r, int fd, const char *data, size_t *len);
+
 /* Endpoint handlers, called once the request body is complete.  A handler
  * either responds or suspends and responds later. */
 void crl_h_exec(struct crl_req *r);
@@ -103,6 +116,15 @@ void crl_h_files_cleanup(struct crl_req *r);
 /* The stream reader took output: a paused tar stream may read on. */
 void crl_h_files_drained(struct crl_req *r);
 void crl_h_exec_cleanup(struct crl_req *r);
+/* Images (handlers_images.c).  An import begins at the headers (it
+ * starts the importer), takes each chunk of the body, and ends with it; the
+ * others are plain JSON endpoints. */
+void crl_h_images(struct crl_req *r);
+void crl_h_images_import_begin(struct crl_req *r);
+int crl_h_images_import_body(struct crl_req *r, const char *data, size_t *len);
+void crl_h_images_cleanup(struct crl_req *r);
+/* At shutdown: kill and reap every importer still running. */
+void crl_h_images_stop(struct crl_api *a);
 /* The stream reader took output: a held-back command may write on. */
 void crl_h_exec_drained(struct crl_req *r);
 

@@ -29,6 +29,27 @@ static int segment(const char *p, char *out, size_t cap)
     return (int)n;
 }
 
+/* An image reference (NAME[:TAG], REGISTRY/PATH:TAG, NAME@sha256:..., or
+ * an id) into out: its characters only, no empty, "." or ".." component, no
+ * leading or doubled '/'.  The store checks the grammar; this keeps a path
+ * out of it. */
+static bool image_name(const char *p, char *out, size_t cap)
+{
+    size_t n = strlen(p);
+    if (n == 0 || n >= cap || p[0] == '/' || p[n - 1] == '/' ||
+        strspn(p, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/:@+") != n)
+        return false;
+    for (const char *c = p; c; c = strchr(c, '/')) {
+        if (*c == '/')
+            c++;
+        size_t len = strcspn(c, "/");
+        if (len == 0 || (len == 1 && c[0] == '.') || (len == 2 && c[0] == '.' && c[1] == '.'))
+            return false;
+    }
+    memcpy(out, p, n + 1);
+    return true;
+}
+
 bool crl_route_match(const char *path, struct crl_route *r)
 {
     memset(r, 0, sizeof(*r));
@@ -52,7 +73,17 @@ bool crl_route_match(const char *path, struct crl_route *r)
     }
     if (strcmp(p, "images") == 0) {
         r->ep = CRL_EP_IMAGES;
-        r->allow = "GET";
+        r->allow = "GET, POST";
+        return true;
+    }
+    if (strncmp(p, "images/", 7) == 0) {
+        if (!image_name(p + 7, r->name, sizeof(r->name)))
+            return false;
+        /* "tag" and "gc" are actions to POST, and images to GET or DELETE */
+        r->ep = strcmp(r->name, "tag") == 0  ? CRL_EP_IMAGE_TAG
+                : strcmp(r->name, "gc") == 0 ? CRL_EP_IMAGE_GC
+                                             : CRL_EP_IMAGE;
+        r->allow = r->ep == CRL_EP_IMAGE ? "GET, DELETE" : "GET, DELETE, POST";
         return true;
     }
     if (strncmp(p, "sandboxes", 9) != 0)

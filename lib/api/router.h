@@ -11,7 +11,10 @@ enum crl_endpoint {
     CRL_EP_HEALTHZ,
     CRL_EP_METRICS,
     CRL_EP_HOST,
-    CRL_EP_IMAGES,
+    CRL_EP_IMAGES,         /* GET list, POST import */
+    CRL_EP_IMAGE,          /* GET inspect, DELETE remove */
+    CRL_EP_IMAGE_TAG,      /* POST; GET and DELETE: the image named "tag" */
+    CRL_EP_IMAGE_GC,       /* POST; GET and DELETE: the image named "gc" */
     CRL_EP_SANDBOXES,      /* GET list, POST create */
     CRL_EP_SANDBOX,        /* GET inspect, DELETE destroy */
     CRL_EP_EXEC,           /* POST */
@@ -23,11 +26,13 @@ enum crl_endpoint {
 };
 
 #define CRL_ROUTE_ID_MAX 64
+#define CRL_ROUTE_NAME_MAX 256 /* an image name, CRL_IMAGE_NAME_MAX and its NUL */
 
 struct crl_route {
     enum crl_endpoint ep;
-    char id[CRL_ROUTE_ID_MAX];  /* sandbox id */
-    char sub[CRL_ROUTE_ID_MAX]; /* session id, or the action's name */
+    char id[CRL_ROUTE_ID_MAX];     /* sandbox id */
+    char sub[CRL_ROUTE_ID_MAX];    /* session id, or the action's name */
+    char name[CRL_ROUTE_NAME_MAX]; /* image name: all of the path after /v1/images/ */
     /* methods the endpoint takes, for 405 and Allow */
     const char *allow;
 };

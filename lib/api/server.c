@@ -93,6 +93,7 @@ static void client_hung_up(struct crl_watch *w, uint32_t ev)
     r->client_gone = true;
     crl_h_exec_cleanup(r);
     crl_h_files_cleanup(r);
+    crl_h_images_cleanup(r);
     r->out_done = r->out_error = true;
     if (!r->resp && !r->streaming) {
         struct crl_err e = CRL_ERR_INIT;
@@ -137,6 +138,35 @@ int crl_req_sandbox(struct crl_req *r, struct crl_err *err)
         return -1;
     crl_sandbox_ref(sb);
     r->sb = sb;
+    return 0;
+}
+
+/* ---- uploads into a pipe ---- */
+
+static void pipe_writable(struct crl_watch *w, uint32_t ev)
+{
+    struct crl_req *r = w->data;
+    crl_watch_stop(r->api->host->loop, w);
+    crl_req_resume(r);
+}
+
+int crl_req_pipe_body(struct crl_req *r, int fd, const char *data, size_t *len)
+{
+    while (*len) {
+        ssize_t n = write(fd, data, *len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN) {
+            /* the reader is behind: wait for room, MHD keeps the rest */
+            crl_watch_start(r->api->host->loop, &r->w, fd, EPOLLOUT, pipe_writable, r);
+            return 1;
+        }
+        if (n < 0)
+            return -1;
+        data += n;
+        *len -= (size_t)n;
+        r->bytes += (uint64_t)n;
+    }
     return 0;
 }
 
@@ -228,6 +258,7 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **con
     r->suspended = false;
     crl_h_exec_cleanup(r);
     crl_h_files_cleanup(r);
+    crl_h_images_cleanup(r);
     if (r->pending == 0)
         req_free(r);
 }
@@ -385,7 +416,10 @@ static void dispatch(struct crl_req *r)
         return;
     }
     case CRL_EP_HOST: crl_req_json(r, 200, crl_host_info_json(h)); return;
-    case CRL_EP_IMAGES: crl_req_json(r, 200, crl_image_list_json(h->images)); return;
+    case CRL_EP_IMAGES:
+    case CRL_EP_IMAGE:
+    case CRL_EP_IMAGE_TAG:
+    case CRL_EP_IMAGE_GC: crl_h_images(r); return;
     case CRL_EP_SANDBOXES: get ? h_list(r) : h_create(r); return;
     case CRL_EP_SANDBOX: h_sandbox(r); return;
     case CRL_EP_EXEC: crl_h_exec(r); return;
@@ -447,6 +481,10 @@ static void begin(struct crl_req *r, const char *url)
         crl_h_files_begin(r);
         return;
     }
+    if (r->route.ep == CRL_EP_IMAGES && strcmp(r->method, "POST") == 0) {
+        crl_h_images_import_begin(r); /* an archive of any size, streamed */
+        return;
+    }
     const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length");
     if (cl && strtoull(cl, NULL, 10) > r->body_limit) {
         crl_err_set(&err, CRL_E_TOO_LARGE, "request body of %s bytes exceeds the limit of %zu", cl,
@@ -498,6 +536,11 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
         if (r->route.ep == CRL_EP_FILES) {
             if (crl_h_files_body(r, upload_data, upload_data_size) < 0)
                 crl_req_suspend(r); /* not ready for it yet: MHD hands it again on resume */
+            return MHD_YES;
+        }
+        if (r->import) {
+            if (crl_h_images_import_body(r, upload_data, upload_data_size) < 0)
+                crl_req_suspend(r); /* the importer is behind: MHD hands it again on resume */
             return MHD_YES;
         }
         if (!r->body_failed && r->body.len + *upload_data_size > r->body_limit) {
@@ -651,6 +694,26 @@ static int listen_tcp(struct crl_api *a, const char *addr, struct crl_err *err)
     return 0;
 }
 
+/* corral-import: as configured, else next to this program, as the spawner
+ * is.  A missing one fails imports (501), not the daemon. */
+static int importer_path(struct crl_api *a, struct crl_err *err)
+{
+    if (a->cfg.importer_path) {
+        snprintf(a->importer_path, sizeof(a->importer_path), "%s", a->cfg.importer_path);
+        return 0;
+    }
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n < 0)
+        return crl_err_sys(err, errno, "readlink /proc/self/exe");
+    self[n] = 0;
+    char *slash = strrchr(self, '/');
+    if (slash)
+        *slash = 0;
+    snprintf(a->importer_path, sizeof(a->importer_path), "%s/corral-import", self);
+    return 0;
+}
+
 int crl_api_start(struct crl_host *h, const struct crl_api_config *cfg, struct crl_api **out,
                   struct crl_err *err)
 {
@@ -664,6 +727,8 @@ int crl_api_start(struct crl_host *h, const struct crl_api_config *cfg, struct c
         free(a);
         return crl_err_sys(err, ENOMEM, "api");
     }
+    if (importer_path(a, err) < 0)
+        goto fail;
     if (cfg->tcp_listen && listen_tcp(a, cfg->tcp_listen, err) < 0)
         goto fail;
     if (cfg->unix_path && listen_unix(a, cfg->unix_path, err) < 0)
@@ -708,6 +773,7 @@ void crl_api_stop(struct crl_api *a)
         crl_watch_stop(a->host->loop, &a->tcp_w);
         MHD_stop_daemon(a->tcp_d);
     }
+    crl_h_images_stop(a);
     if (a->unix_fd >= 0)
         close(a->unix_fd);
     if (a->unix_path[0])

@@ -845,6 +845,24 @@ static int files_path(struct crl_client *c, const char *id, const char *path, in
     return 0;
 }
 
+int crl_client_upload(struct crl_client *c, const char *method, const char *path,
+                      crl_client_source_fn source, void *ctx, long long size,
+                      const char *content_type, json_t **out, struct crl_err *err)
+{
+    if (out)
+        *out = NULL;
+    struct xfer x;
+    xfer_init(&x, c);
+    x.source = source;
+    x.source_ctx = ctx;
+    int rc = perform(&x, method, path, content_type ? content_type : "application/octet-stream",
+                     NULL, 0, size, err);
+    if (rc == 0 && out && x.body.len)
+        *out = json_loadb(x.body.data, x.body.len, 0, NULL);
+    crl_buf_free(&x.body);
+    return rc;
+}
+
 int crl_client_put_source(struct crl_client *c, const char *id, const char *path,
                           crl_client_source_fn source, void *ctx, long long size,
                           const char *content_type, int mode, json_t **out, struct crl_err *err)
@@ -854,16 +872,7 @@ int crl_client_put_source(struct crl_client *c, const char *id, const char *path
         *out = NULL;
     if (files_path(c, id, path, mode, &url, err) < 0)
         return -1;
-    struct xfer x;
-    xfer_init(&x, c);
-    x.source = source;
-    x.source_ctx = ctx;
-    int rc = perform(&x, "PUT", url, content_type ? content_type : "application/octet-stream", NULL,
-                     0, size, err);
-    if (rc == 0 && out && x.body.len)
-        *out = json_loadb(x.body.data, x.body.len, 0, NULL);
-    crl_buf_free(&x.body);
-    return rc;
+    return crl_client_upload(c, "PUT", url, source, ctx, size, content_type, out, err);
 }
 
 int crl_client_put(struct crl_client *c, const char *id, const char *path, int fd, long long size,
@@ -871,6 +880,44 @@ int crl_client_put(struct crl_client *c, const char *id, const char *path, int f
 {
     struct fd_src src = {.fd = fd, .size = size < 0 ? -1 : size, .left = size < 0 ? -1 : size};
     return crl_client_put_source(c, id, path, fd_source, &src, size, content_type, mode, out, err);
+}
+
+/* ---- images ---- */
+
+bool crl_client_image_name_ok(const char *name)
+{
+    size_t n = strlen(name);
+    return n > 0 && n <= 255 &&
+           strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                        "0123456789._-/:@+") == n;
+}
+
+int crl_client_image_import(struct crl_client *c, const char *name, crl_client_source_fn source,
+                            void *ctx, long long size, json_t **out, struct crl_err *err)
+{
+    cleanup_free char *url = NULL;
+    if (out)
+        *out = NULL;
+    if (name) {
+        char *q = curl_easy_escape(c->curl, name, 0);
+        if (!q)
+            return crl_err_sys(err, ENOMEM, "building the request");
+        int n = asprintf(&url, "/v1/images?name=%s", q);
+        curl_free(q);
+        if (n < 0) {
+            url = NULL;
+            return crl_err_sys(err, ENOMEM, "building the request");
+        }
+    }
+    return crl_client_upload(c, "POST", url ? url : "/v1/images", source, ctx, size,
+                             "application/x-tar", out, err);
+}
+
+int crl_client_image_import_fd(struct crl_client *c, const char *name, int fd, long long size,
+                               json_t **out, struct crl_err *err)
+{
+    struct fd_src src = {.fd = fd, .size = size < 0 ? -1 : size, .left = size < 0 ? -1 : size};
+    return crl_client_image_import(c, name, fd_source, &src, size, out, err);
 }
 
 int crl_client_get(struct crl_client *c, const char *id, const char *path, crl_client_sink_fn sink,

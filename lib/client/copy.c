@@ -238,8 +238,7 @@ static ssize_t put_dir_source(void *ctx, char *buf, size_t len, struct crl_err *
     }
 }
 
-static int put_dir(struct crl_client *c, const char *local, const char *id, const char *path,
-                   struct crl_err *err)
+int crl_copy_dir_stream(const char *local, crl_copy_send_fn send, void *ctx, struct crl_err *err)
 {
     cleanup_free char *root = strdup(local);
     if (!root)
@@ -251,13 +250,31 @@ static int put_dir(struct crl_client *c, const char *local, const char *id, cons
     struct put_src src = {.job = &j, .fd = -1};
     if (tar_job_start(&j, tar_out_thread, &src.fd, err) < 0)
         return -1;
-    int rc = crl_client_put_source(c, id, path, put_dir_source, &src, -1, "application/x-tar", -1,
-                                   NULL, err);
+    int rc = send(ctx, put_dir_source, &src, err);
     close(src.fd); /* a thread still writing gets EPIPE and stops */
     tar_job_join(&j);
     if (rc < 0 && j.rc < 0 && j.err.code != CRL_E_UNAVAILABLE)
         *err = j.err; /* the local side's failure is the cause */
     return rc;
+}
+
+struct put_dir {
+    struct crl_client *c;
+    const char *id, *path;
+};
+
+static int put_dir_send(void *ctx, crl_client_source_fn source, void *src_ctx, struct crl_err *err)
+{
+    struct put_dir *p = ctx;
+    return crl_client_put_source(p->c, p->id, p->path, source, src_ctx, -1, "application/x-tar", -1,
+                                 NULL, err);
+}
+
+static int put_dir(struct crl_client *c, const char *local, const char *id, const char *path,
+                   struct crl_err *err)
+{
+    struct put_dir p = {c, id, path};
+    return crl_copy_dir_stream(local, put_dir_send, &p, err);
 }
 
 int crl_copy_to_sandbox(struct crl_client *c, const char *local, const char *id, const char *path,

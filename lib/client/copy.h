@@ -35,4 +35,12 @@ int crl_copy_to_sandbox(struct crl_client *c, const char *local, const char *id,
 int crl_copy_from_sandbox(struct crl_client *c, const char *id, const char *path, const char *local,
                           struct crl_err *err);
 
+/* A local directory's contents as a tar stream made on the fly (only
+ * files, directories and symlinks; owned by root; names relative to it):
+ * `send` uploads what `source` reads until its end, which fails the upload
+ * if the directory could not be read in full. */
+typedef int (*crl_copy_send_fn)(void *ctx, crl_client_source_fn source, void *src_ctx,
+                                struct crl_err *err);
+int crl_copy_dir_stream(const char *local, crl_copy_send_fn send, void *ctx, struct crl_err *err);
+
 #endif

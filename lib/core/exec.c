@@ -325,11 +325,16 @@ struct crl_exec *crl_exec_start(struct crl_sandbox *sb, struct crl_exec_req *req
         crl_err_sys(err, ENOMEM, "exec environment");
         goto fail;
     }
+    if (!x->req.argv && !(x->req.argv = crl_image_default_argv(sb->image, err)))
+        goto fail;
+    struct crl_user user = x->req.user;
+    if (!user.set && crl_image_user(sb->image, &user, err) < 0)
+        goto fail;
     x->proc.argv = x->req.argv;
     x->proc.envp = x->envp;
     x->proc.cwd = x->req.cwd ? x->req.cwd : sb->spec.cwd ? sb->spec.cwd : sb->image->cwd;
-    x->proc.uid = x->req.user.uid;
-    x->proc.gid = x->req.user.gid;
+    x->proc.uid = user.uid;
+    x->proc.gid = user.gid;
     x->proc.setsid = true;
     x->proc.owner = x;
     x->proc.on_start = exec_started;

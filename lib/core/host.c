@@ -735,8 +735,8 @@ int crl_host_open(const struct crl_host_config *cfg, struct crl_loop *loop, stru
     if (check_searchable(h->run_dir, err) < 0)
         goto fail;
 
-    if (crl_image_store_open(h->state_dir, cfg->images_from, cfg->n_images_from, cfg->busybox_bin,
-                             &h->images, err) < 0)
+    if (crl_image_store_open(h->state_dir, cfg->images_dir, cfg->images_from, cfg->n_images_from,
+                             cfg->busybox_bin, &h->images, err) < 0)
         goto fail;
     struct crl_cgroup_config cgc = {.version = cfg->cgroup_version,
                                     .mount_root = cfg->cgroup_root,

@@ -16,6 +16,8 @@
 
 struct crl_host_config {
     const char *state_dir;
+    const char *images_dir;                /* the writable image store; NULL: <state_dir>/images */
+    struct crl_import_limits image_limits; /* for imports; 0: the store's defaults */
     const char *const *images_from;
     size_t n_images_from;
     const char *busybox_bin;

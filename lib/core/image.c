@@ -1,6 +1,5 @@
 #include "image.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -15,150 +14,516 @@
 #include "../util/cleanup.h"
 #include "../util/fdio.h"
 #include "../util/log.h"
-#include "spec.h"
+
+/* A layer mounted once, shared by every image (and sandbox) that has it. */
+struct layer_mount {
+    char digest[CRL_DIGEST_LEN + 1];
+    size_t store;
+    int fd;
+    unsigned refs;
+};
 
 struct crl_image_store {
-    struct crl_image **images;
-    size_t n;
+    struct crl_store **stores; /* [0] writable, then --images-from */
+    size_t n_stores;
+    struct crl_image **live; /* every image in use or cached (findable by name) */
+    size_t n_live;
+    struct layer_mount *mounts;
+    size_t n_mounts;
 };
+
+static const char default_path[] =
+    "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/* The image's environment, with PATH and HOME when it sets neither (as
+ * Docker does: HOME is the user's home in the image's /etc/passwd, else /). */
+static char **env_with_defaults(char **env, const char *home)
+{
+    size_t n = 0;
+    bool path = false, has_home = false;
+    for (char **p = env; p && *p; p++, n++) {
+        path |= strncmp(*p, "PATH=", 5) == 0;
+        has_home |= strncmp(*p, "HOME=", 5) == 0;
+    }
+    char **v = calloc(n + 3, sizeof(char *));
+    size_t i = 0;
+    for (char **p = env; v && p && *p; p++)
+        if (!(v[i++] = strdup(*p)))
+            goto nomem;
+    if (v && !path && !(v[i++] = strdup(default_path)))
+        goto nomem;
+    if (v && !has_home && asprintf(&v[i++], "HOME=%s", home) < 0) {
+        v[i - 1] = NULL;
+        goto nomem;
+    }
+    return v;
+nomem:
+    crl_strv_free(v);
+    return NULL;
+}
+
+/* ---- layer mounts ---- */
+
+static int mount_get(struct crl_image_store *s, size_t store, const char *digest,
+                     struct crl_err *err)
+{
+    for (size_t i = 0; i < s->n_mounts; i++)
+        if (s->mounts[i].store == store && strcmp(s->mounts[i].digest, digest) == 0) {
+            s->mounts[i].refs++;
+            return s->mounts[i].fd;
+        }
+    struct layer_mount *v = realloc(s->mounts, (s->n_mounts + 1) * sizeof(*v));
+    if (!v)
+        return crl_err_sys(err, ENOMEM, "layer mounts");
+    s->mounts = v;
+    int fd = crl_store_mount_layer(s->stores[store], digest, err);
+    if (fd < 0)
+        return -1;
+    struct layer_mount *m = &v[s->n_mounts++];
+    snprintf(m->digest, sizeof(m->digest), "%s", digest);
+    m->store = store;
+    m->fd = fd;
+    m->refs = 1;
+    return fd;
+}
+
+static void mount_put(struct crl_image_store *s, int fd)
+{
+    for (size_t i = 0; i < s->n_mounts; i++)
+        if (s->mounts[i].fd == fd) {
+            if (--s->mounts[i].refs == 0) {
+                close(fd);
+                s->mounts[i] = s->mounts[--s->n_mounts];
+            }
+            return;
+        }
+}
+
+/* ---- images ---- */
+
+/* A file of the image, read through its layers from the top: the first
+ * layer that has it (or a whiteout of it) decides. */
+static char *image_file(const struct crl_image *img, const char *path)
+{
+    for (size_t i = 0; i < img->n_layers; i++) {
+        struct stat st;
+        if (fstatat(img->layer_fds[i], path, &st, AT_SYMLINK_NOFOLLOW) < 0)
+            continue;
+        if (!S_ISREG(st.st_mode) || st.st_size > (4 << 20))
+            return NULL;
+        cleanup_close int fd = crl_openat(img->layer_fds[i], path, O_RDONLY | O_NOFOLLOW, 0);
+        char *buf = malloc((size_t)st.st_size + 1);
+        ssize_t n = fd >= 0 && buf ? crl_read_full(fd, buf, (size_t)st.st_size) : -1;
+        if (n < 0) {
+            free(buf);
+            return NULL;
+        }
+        buf[n] = 0;
+        return buf;
+    }
+    return NULL;
+}
+
+/* In passwd or group text, the line whose field 0 (name) or 2 (id) is
+ * `key`: its id (field 2) and, for passwd, its group (field 3) and home
+ * (field 5). */
+static bool db_find(const char *text, const char *key, bool by_id, unsigned long *id,
+                    unsigned long *gid, char *home, size_t home_cap)
+{
+    for (const char *line = text; line && *line;) {
+        const char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        char buf[1024];
+        if (len < sizeof(buf)) {
+            memcpy(buf, line, len);
+            buf[len] = 0;
+            char *f[7] = {0};
+            char *p = buf;
+            for (int i = 0; i < 7 && p; i++) {
+                f[i] = p;
+                p = strchr(p, ':');
+                if (p)
+                    *p++ = 0;
+            }
+            if (f[2] && strcmp(by_id ? f[2] : f[0], key) == 0) {
+                *id = strtoul(f[2], NULL, 10);
+                if (gid)
+                    *gid = f[3] ? strtoul(f[3], NULL, 10) : 0;
+                if (home && f[5] && *f[5])
+                    snprintf(home, home_cap, "%s", f[5]);
+                return true;
+            }
+        }
+        line = nl ? nl + 1 : NULL;
+    }
+    return false;
+}
+
+static bool all_digits(const char *s)
+{
+    if (!*s)
+        return false;
+    for (; *s; s++)
+        if (*s < '0' || *s > '9')
+            return false;
+    return true;
+}
+
+/* The image's User ("", "name", "uid", "name:group", "uid:gid"), as Docker
+ * reads it: a user without a group takes its passwd group, else 0. */
+static void resolve_user(struct crl_image *img)
+{
+    char spec[256];
+    snprintf(spec, sizeof(spec), "%s", img->user && *img->user ? img->user : "0:0");
+    char *grp = strchr(spec, ':');
+    if (grp)
+        *grp++ = 0;
+    cleanup_free char *passwd = image_file(img, "etc/passwd");
+    cleanup_free char *group = grp && !all_digits(grp) ? image_file(img, "etc/group") : NULL;
+    unsigned long uid = 0, gid = 0, pgid = 0;
+    bool numeric = all_digits(spec);
+    if (numeric) {
+        uid = strtoul(spec, NULL, 10);
+        if (!db_find(passwd, spec, true, &uid, &pgid, img->home, sizeof(img->home)))
+            pgid = 0;
+    } else if (!db_find(passwd, spec, false, &uid, &pgid, img->home, sizeof(img->home))) {
+        if (asprintf(&img->user_error, "the image's user %s is not in its /etc/passwd", spec) < 0)
+            img->user_error = NULL;
+        return;
+    }
+    gid = pgid;
+    if (grp && all_digits(grp))
+        gid = strtoul(grp, NULL, 10);
+    else if (grp && !db_find(group, grp, false, &gid, NULL, NULL, 0)) {
+        if (asprintf(&img->user_error, "the image's group %s is not in its /etc/group", grp) < 0)
+            img->user_error = NULL;
+        return;
+    }
+    if (uid > 65535 || gid > 65535) {
+        if (asprintf(&img->user_error, "the image's user %s maps to ids above 65535", img->user) <
+            0)
+            img->user_error = NULL;
+        return;
+    }
+    img->run_as = (struct crl_user){.uid = (uid_t)uid, .gid = (gid_t)gid, .set = true};
+}
+
+int crl_image_user(const struct crl_image *img, struct crl_user *out, struct crl_err *err)
+{
+    if (!img->run_as.set)
+        return crl_err_set(err, CRL_E_INVALID, "%s; give a user",
+                           img->user_error ? img->user_error : "the image's user is unknown");
+    *out = img->run_as;
+    return 0;
+}
+
+char **crl_image_default_argv(const struct crl_image *img, struct crl_err *err)
+{
+    size_t n = 0;
+    for (char **p = img->entrypoint; p && *p; p++)
+        n++;
+    for (char **p = img->cmd; p && *p; p++)
+        n++;
+    if (n == 0) {
+        crl_err_set(err, CRL_E_INVALID, "cmd is required: the image %s has no entrypoint or cmd",
+                    img->name);
+        return NULL;
+    }
+    char **v = calloc(n + 1, sizeof(char *));
+    size_t i = 0;
+    for (char **p = img->entrypoint; v && p && *p; p++)
+        if (!(v[i++] = strdup(*p)))
+            goto nomem;
+    for (char **p = img->cmd; v && p && *p; p++)
+        if (!(v[i++] = strdup(*p)))
+            goto nomem;
+    if (v)
+        return v;
+nomem:
+    for (size_t k = 0; v && k < i; k++)
+        free(v[k]);
+    free(v);
+    crl_err_sys(err, ENOMEM, "argv");
+    return NULL;
+}
 
 static void image_free(struct crl_image *img)
 {
-    if (!img)
-        return;
-    if (img->rootfs_fd >= 0)
-        close(img->rootfs_fd);
+    struct crl_image_store *s = img->owner;
+    for (size_t i = 0; i < s->n_live; i++)
+        if (s->live[i] == img) {
+            s->live[i] = s->live[--s->n_live];
+            break;
+        }
+    for (size_t i = 0; i < img->n_layers; i++)
+        if (img->layer_fds[i] >= 0)
+            mount_put(img->owner, img->layer_fds[i]);
+    free(img->layer_fds);
+    crl_store_image_free(img->rec);
+    free(img->user_error);
     crl_strv_free(img->env);
-    crl_strv_free(img->entrypoint);
-    crl_strv_free(img->cmd);
-    free(img->cwd);
-    free(img->user);
     free(img);
 }
 
-static char **strv_from_json(json_t *arr)
+void crl_image_put(struct crl_image *img)
 {
-    if (!json_is_array(arr))
+    if (img && --img->refs == 0)
+        image_free(img);
+}
+
+/* The first store that has `name`: its index, and the record. */
+static int find(struct crl_image_store *s, const char *name, struct crl_store_image **rec,
+                struct crl_err *err)
+{
+    for (size_t i = 0; i < s->n_stores; i++) {
+        struct crl_err e = CRL_ERR_INIT;
+        if (crl_store_lookup(s->stores[i], name, rec, &e) == 0)
+            return (int)i;
+        if (e.code != CRL_E_NOT_FOUND) {
+            *err = e;
+            return -1;
+        }
+    }
+    /* Name what there is. */
+    char avail[512] = "";
+    size_t off = 0;
+    for (size_t i = 0; i < s->n_stores && off < sizeof(avail); i++) {
+        char **tags = NULL;
+        if (crl_store_tags(s->stores[i], &tags, NULL) < 0)
+            continue;
+        for (char **t = tags; *t && off < sizeof(avail); t++)
+            off += (size_t)snprintf(avail + off, sizeof(avail) - off, "%s%s", off ? ", " : "", *t);
+        for (char **t = tags; *t; t++)
+            free(*t);
+        free(tags);
+    }
+    return crl_err_set(err, CRL_E_NOT_FOUND, "image '%s' not found (available: %s)", name,
+                       off ? avail : "none");
+}
+
+static struct crl_image *image_load(struct crl_image_store *s, const char *name,
+                                    struct crl_err *err)
+{
+    struct crl_store_image *rec = NULL;
+    int store = find(s, name, &rec, err);
+    if (store < 0)
         return NULL;
-    size_t n = json_array_size(arr);
-    char **v = calloc(n + 1, sizeof(char *));
-    if (!v)
+    struct crl_image *img = calloc(1, sizeof(*img));
+    if (!img || !(img->layer_fds = calloc(rec->n_layers + 1, sizeof(int)))) {
+        free(img);
+        crl_store_image_free(rec);
+        crl_err_sys(err, ENOMEM, "image %s", name);
         return NULL;
-    for (size_t i = 0; i < n; i++) {
-        const char *s = json_string_value(json_array_get(arr, i));
-        if (!s || !(v[i] = strdup(s))) {
-            crl_strv_free(v);
+    }
+    snprintf(img->name, sizeof(img->name), "%s", name);
+    img->rec = rec;
+    img->owner = s;
+    img->refs = 1;
+    img->origin = store == 0 ? "store" : "images-from";
+    /* overlayfs wants the top layer first */
+    for (size_t i = 0; i < rec->n_layers; i++) {
+        int fd = mount_get(s, (size_t)store, rec->layers[rec->n_layers - 1 - i].digest, err);
+        if (fd < 0) {
+            crl_err_prefix(err, "image %s", name);
+            image_free(img);
             return NULL;
         }
+        img->layer_fds[img->n_layers++] = fd;
     }
-    return v;
+    img->cwd = rec->cwd;
+    img->user = rec->user;
+    img->entrypoint = rec->entrypoint;
+    img->cmd = rec->cmd;
+    snprintf(img->home, sizeof(img->home), "/");
+    resolve_user(img);
+    if (!(img->env = env_with_defaults(rec->env, img->home))) {
+        crl_err_sys(err, ENOMEM, "image %s", name);
+        image_free(img);
+        return NULL;
+    }
+    return img;
 }
 
-static json_t *strv_to_json(char **v)
+struct crl_image *crl_image_get(struct crl_image_store *s, const char *name, struct crl_err *err)
+{
+    char canon[CRL_IMAGE_NAME_MAX + 1];
+    struct crl_err e = CRL_ERR_INIT;
+    const char *key = crl_image_name_canon(name, canon, &e) == 0 ? canon : name;
+    for (size_t i = 0; i < s->n_live; i++)
+        if (s->live[i]->cached && strcmp(s->live[i]->name, key) == 0) {
+            s->live[i]->refs++;
+            return s->live[i];
+        }
+    struct crl_image **v = realloc(s->live, (s->n_live + 1) * sizeof(*v));
+    if (!v) {
+        crl_err_sys(err, ENOMEM, "image cache");
+        return NULL;
+    }
+    s->live = v;
+    struct crl_image *img = image_load(s, key, err);
+    if (!img)
+        return NULL;
+    s->live[s->n_live++] = img;
+    img->cached = true; /* the cache's reference, and the caller's */
+    img->refs++;
+    return img;
+}
+
+/* Drop the cache's reference to images named `canon` (all, if NULL): the
+ * next lookup reads the store again; sandboxes keep what they have. */
+static void uncache(struct crl_image_store *s, const char *canon)
+{
+    for (size_t i = s->n_live; i-- > 0;) {
+        struct crl_image *img = s->live[i];
+        if (img->cached && (!canon || strcmp(img->name, canon) == 0)) {
+            img->cached = false;
+            crl_image_put(img); /* may remove it from live[] */
+        }
+    }
+}
+
+void crl_image_store_changed(struct crl_image_store *s)
+{
+    uncache(s, NULL);
+}
+
+/* Sandboxes using the image `id` of store `store`, under any name, cached
+ * or not. */
+static unsigned users_of(struct crl_image_store *s, const char *id, const char *origin)
+{
+    unsigned n = 0;
+    for (size_t i = 0; i < s->n_live; i++)
+        if (strcmp(s->live[i]->rec->id, id) == 0 && s->live[i]->origin == origin)
+            n += s->live[i]->refs - (s->live[i]->cached ? 1 : 0);
+    return n;
+}
+
+static json_t *image_json(struct crl_image_store *s, size_t store,
+                          const struct crl_store_image *rec, const char *name)
+{
+    const char *origin = store == 0 ? "store" : "images-from";
+    json_t *j = crl_store_image_json(rec);
+    json_t *names = json_array();
+    char **tags = NULL;
+    if (crl_store_tags_of(s->stores[store], rec->id, &tags, NULL) == 0) {
+        for (char **t = tags; *t; t++) {
+            json_array_append_new(names, json_string(*t));
+            free(*t);
+        }
+        free(tags);
+    }
+    if (!rec->env)
+        json_object_set_new(j, "env", json_array()); /* execs add PATH and HOME */
+    json_object_set_new(j, "name", json_string(name));
+    json_object_set_new(j, "names", names);
+    json_object_set_new(j, "origin", json_string(origin));
+    json_object_set_new(j, "store", json_string(crl_store_dir(s->stores[store])));
+    json_object_set_new(j, "sandboxes", json_integer(users_of(s, rec->id, origin)));
+    return j;
+}
+
+json_t *crl_image_inspect_json(struct crl_image_store *s, const char *name, struct crl_err *err)
+{
+    char canon[CRL_IMAGE_NAME_MAX + 1];
+    struct crl_err e = CRL_ERR_INIT;
+    const char *key = crl_image_name_canon(name, canon, &e) == 0 ? canon : name;
+    struct crl_store_image *rec = NULL;
+    int store = find(s, key, &rec, err);
+    if (store < 0)
+        return NULL;
+    json_t *j = image_json(s, (size_t)store, rec, key);
+    crl_store_image_free(rec);
+    return j;
+}
+
+json_t *crl_image_list_json(struct crl_image_store *s)
 {
     json_t *a = json_array();
-    for (; v && *v; v++)
-        json_array_append_new(a, json_string(*v));
-    return a;
-}
-
-static int load_image(const char *dir, const char *name, const char *origin, struct crl_image **out,
-                      struct crl_err *err)
-{
-    struct crl_image *img = calloc(1, sizeof(*img));
-    if (!img)
-        return crl_err_sys(err, ENOMEM, "image %s", name);
-    img->rootfs_fd = -1;
-    img->origin = origin;
-    snprintf(img->name, sizeof(img->name), "%s", name);
-    snprintf(img->rootfs, sizeof(img->rootfs), "%s/%s/rootfs", dir, name);
-    img->rootfs_fd = crl_openat(AT_FDCWD, img->rootfs, O_PATH | O_DIRECTORY, 0);
-    if (img->rootfs_fd < 0) {
-        crl_err_sys(err, errno, "image %s: open %s", name, img->rootfs);
-        image_free(img);
-        return -1;
-    }
-    char cfg[4096 + 32];
-    snprintf(cfg, sizeof(cfg), "%s/%s/config.json", dir, name);
-    json_error_t je;
-    json_t *c = json_load_file(cfg, 0, &je);
-    if (c) {
-        img->env = strv_from_json(json_object_get(c, "env"));
-        img->entrypoint = strv_from_json(json_object_get(c, "entrypoint"));
-        img->cmd = strv_from_json(json_object_get(c, "cmd"));
-        const char *s;
-        if ((s = json_string_value(json_object_get(c, "cwd"))))
-            img->cwd = strdup(s);
-        if ((s = json_string_value(json_object_get(c, "user"))))
-            img->user = strdup(s);
-        json_decref(c);
-    } else if (access(cfg, F_OK) == 0) {
-        crl_err_set(err, CRL_E_INTERNAL, "image %s: %s: %s", name, cfg, je.text);
-        image_free(img);
-        return -1;
-    }
-    if (!img->cwd)
-        img->cwd = strdup("/");
-    if (!img->env) {
-        img->env = calloc(3, sizeof(char *));
-        if (img->env) {
-            img->env[0] =
-                strdup("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
-            img->env[1] = strdup("HOME=/root");
-        }
-    }
-    *out = img;
-    return 0;
-}
-
-static int store_add(struct crl_image_store *s, struct crl_image *img)
-{
-    for (size_t i = 0; i < s->n; i++)
-        if (strcmp(s->images[i]->name, img->name) == 0) {
-            /* The state dir's own copy wins over --images-from. */
-            image_free(img);
-            return 0;
-        }
-    struct crl_image **v = realloc(s->images, (s->n + 1) * sizeof(*v));
-    if (!v)
-        return -1;
-    s->images = v;
-    s->images[s->n++] = img;
-    return 0;
-}
-
-static int scan_dir(struct crl_image_store *s, const char *dir, const char *origin,
-                    struct crl_err *err)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return crl_err_sys(err, errno, "image directory %s", dir);
-    struct dirent *de;
-    int ret = 0;
-    while ((de = readdir(d))) {
-        if (de->d_name[0] == '.')
+    json_t *seen = json_object();
+    for (size_t i = 0; i < s->n_stores; i++) {
+        char **tags = NULL;
+        if (crl_store_tags(s->stores[i], &tags, NULL) < 0)
             continue;
-        char rootfs[PATH_MAX];
-        struct stat st;
-        snprintf(rootfs, sizeof(rootfs), "%s/%s/rootfs", dir, de->d_name);
-        if (stat(rootfs, &st) < 0 || !S_ISDIR(st.st_mode))
-            continue;
-        struct crl_image *img = NULL;
-        if (load_image(dir, de->d_name, origin, &img, err) < 0 || store_add(s, img) < 0) {
-            ret = -1;
-            break;
+        for (char **t = tags; *t; t++) {
+            struct crl_store_image *rec = NULL;
+            /* a name in an earlier store hides the same name in a later one */
+            if (!json_object_get(seen, *t) && crl_store_lookup(s->stores[i], *t, &rec, NULL) == 0) {
+                json_array_append_new(a, image_json(s, i, rec, *t));
+                json_object_set_new(seen, *t, json_true());
+                crl_store_image_free(rec);
+            }
+            free(*t);
         }
+        free(tags);
     }
-    closedir(d);
-    return ret;
+    json_decref(seen);
+    return json_pack("{s:o}", "images", a);
 }
+
+int crl_image_remove(struct crl_image_store *s, const char *name, struct crl_err *err)
+{
+    char canon[CRL_IMAGE_NAME_MAX + 1];
+    if (crl_image_name_canon(name, canon, err) < 0)
+        return -1;
+    struct crl_store_image *rec = NULL;
+    int store = find(s, canon, &rec, err);
+    if (store < 0)
+        return -1;
+    int r = -1;
+    unsigned users = users_of(s, rec->id, store == 0 ? "store" : "images-from");
+    if (store != 0)
+        crl_err_set(err, CRL_E_CONFLICT, "image %s is in the read-only store %s", canon,
+                    crl_store_dir(s->stores[store]));
+    else if (users)
+        crl_err_set(err, CRL_E_CONFLICT, "image %s is used by %u sandbox%s", canon, users,
+                    users == 1 ? "" : "es");
+    else if ((r = crl_store_untag(s->stores[0], canon, err)) == 0)
+        uncache(s, canon);
+    crl_store_image_free(rec);
+    return r;
+}
+
+int crl_image_tag(struct crl_image_store *s, const char *src, const char *dst, json_t **out,
+                  struct crl_err *err)
+{
+    char canon[CRL_IMAGE_NAME_MAX + 1];
+    if (crl_image_name_canon(dst, canon, err) < 0)
+        return -1;
+    struct crl_store_image *rec = NULL;
+    int store = find(s, src, &rec, err);
+    if (store < 0)
+        return -1;
+    crl_store_image_free(rec);
+    if (store != 0)
+        return crl_err_set(err, CRL_E_CONFLICT,
+                           "image %s is in the read-only store %s: it can only be tagged there",
+                           src, crl_store_dir(s->stores[store]));
+    if (crl_store_tag(s->stores[0], src, canon, err) < 0)
+        return -1;
+    uncache(s, canon);
+    *out = crl_image_inspect_json(s, canon, err);
+    return *out ? 0 : -1;
+}
+
+json_t *crl_image_gc(struct crl_image_store *s, struct crl_err *err)
+{
+    uint64_t n = 0, bytes = 0;
+    if (crl_store_gc(s->stores[0], &n, &bytes, err) < 0)
+        return NULL;
+    return json_pack("{s:I, s:I}", "layers_removed", (json_int_t)n, "bytes_freed",
+                     (json_int_t)bytes);
+}
+
+const char *crl_image_store_dir(const struct crl_image_store *s)
+{
+    return crl_store_dir(s->stores[0]);
+}
+
+/* ---- busybox ---- */
 
 static const char busybox_passwd[] = "root:x:0:0:root:/root:/bin/sh\n"
                                      "nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n";
 static const char busybox_group[] = "root:x:0:\ntty:x:5:\nusers:x:100:\nnogroup:x:65534:\n";
-static const char busybox_config[] =
-    "{\"env\": [\"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\", "
-    "\"HOME=/root\"], \"cwd\": \"/\", \"user\": \"0:0\", \"cmd\": [\"/bin/sh\"]}\n";
 
 static int write_file(const char *path, const char *content, mode_t mode, struct crl_err *err)
 {
@@ -234,25 +599,28 @@ static int busybox_applets(const char *bin, char **out, struct crl_err *err)
     return 0;
 }
 
-int crl_image_build_busybox(const char *images_dir, const char *busybox_bin, struct crl_err *err)
+/* The busybox image: the static binary, its applets as symlinks, and the
+ * few files of /etc a shell expects; built in a scratch directory, then
+ * imported as a one-layer image. */
+int crl_image_build_busybox(struct crl_store *store, const char *busybox_bin, struct crl_err *err)
 {
     const char *bin = busybox_bin ? busybox_bin : "/bin/busybox";
-    char tmp[PATH_MAX], final[PATH_MAX], p[PATH_MAX] = "";
+    char tmp[PATH_MAX], p[PATH_MAX] = "";
     cleanup_free char *applets = NULL;
-    snprintf(final, sizeof(final), "%s/busybox", images_dir);
-    snprintf(tmp, sizeof(tmp), "%s/.busybox.tmp.%d", images_dir, getpid());
+    snprintf(tmp, sizeof(tmp), "%s/tmp/%d.busybox", crl_store_dir(store), (int)getpid());
     crl_rm_rf_at(AT_FDCWD, tmp);
     static const char *const dirs[] = {
         "rootfs",         "rootfs/bin",      "rootfs/sbin",    "rootfs/usr",
         "rootfs/usr/bin", "rootfs/usr/sbin", "rootfs/etc",     "rootfs/root",
         "rootfs/home",    "rootfs/var",      "rootfs/var/tmp", "rootfs/run",
         "rootfs/proc",    "rootfs/sys",      "rootfs/dev",     "rootfs/tmp"};
-    if (crl_mkdir_p(tmp, 0755) < 0)
+    if (crl_mkdir_p(tmp, 0700) < 0)
         return crl_err_sys(err, errno, "mkdir %s", tmp);
     for (size_t i = 0; i < CRL_ARRAY_SIZE(dirs); i++) {
         snprintf(p, sizeof(p), "%s/%s", tmp, dirs[i]);
         if (mkdir(p, 0755) < 0 && errno != EEXIST)
             goto sys_fail;
+        chmod(p, 0755);
     }
     snprintf(p, sizeof(p), "%s/rootfs/tmp", tmp);
     chmod(p, 01777);
@@ -287,13 +655,14 @@ int crl_image_build_busybox(const char *images_dir, const char *busybox_bin, str
     snprintf(p, sizeof(p), "%s/rootfs/etc/hosts", tmp);
     if (write_file(p, "127.0.0.1\tlocalhost\n::1\tlocalhost\n", 0644, err) < 0)
         goto fail;
-    snprintf(p, sizeof(p), "%s/config.json", tmp);
-    if (write_file(p, busybox_config, 0644, err) < 0)
-        goto fail;
-    crl_rm_rf_at(AT_FDCWD, final);
-    if (rename(tmp, final) < 0)
-        goto sys_fail;
-    return 0;
+    json_t *cfg = json_pack("{s:[s,s], s:s, s:s, s:[s]}", "env",
+                            "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                            "HOME=/root", "cwd", "/", "user", "0:0", "cmd", "/bin/sh");
+    snprintf(p, sizeof(p), "%s/rootfs", tmp);
+    int r = crl_store_import_rootfs(store, p, cfg, "busybox", NULL, err);
+    json_decref(cfg);
+    crl_rm_rf_at(AT_FDCWD, tmp);
+    return r;
 sys_fail:
     crl_err_sys(err, errno, "building the busybox image at %s", p);
 fail:
@@ -301,38 +670,36 @@ fail:
     return -1;
 }
 
-int crl_image_store_open(const char *state_dir, const char *const *images_from, size_t n_from,
-                         const char *busybox_bin, struct crl_image_store **out, struct crl_err *err)
+int crl_image_store_open(const char *state_dir, const char *images_dir,
+                         const char *const *images_from, size_t n_from, const char *busybox_bin,
+                         struct crl_image_store **out, struct crl_err *err)
 {
     struct crl_image_store *s = calloc(1, sizeof(*s));
-    if (!s)
+    if (!s || !(s->stores = calloc(n_from + 1, sizeof(*s->stores)))) {
+        free(s);
         return crl_err_sys(err, ENOMEM, "image store");
-    char dir[PATH_MAX], bb[PATH_MAX];
-    snprintf(dir, sizeof(dir), "%s/images", state_dir);
-    if (crl_mkdir_p(dir, 0700) < 0) {
-        crl_err_sys(err, errno, "mkdir %s", dir);
-        goto fail;
     }
-    /* Half-built images of a crashed corrald. */
-    DIR *d = opendir(dir);
-    struct dirent *de;
-    while (d && (de = readdir(d)))
-        if (strncmp(de->d_name, ".busybox.tmp.", 13) == 0)
-            crl_rm_rf_at(dirfd(d), de->d_name);
-    if (d)
-        closedir(d);
-    snprintf(bb, sizeof(bb), "%s/busybox/rootfs/bin/busybox", dir);
-    if (access(bb, X_OK) < 0) {
+    char dir[PATH_MAX];
+    if (images_dir)
+        snprintf(dir, sizeof(dir), "%s", images_dir);
+    else
+        snprintf(dir, sizeof(dir), "%s/images", state_dir);
+    if (crl_store_open(dir, true, &s->stores[0], err) < 0)
+        goto fail;
+    s->n_stores = 1;
+    struct crl_store_image *rec = NULL;
+    if (crl_store_lookup(s->stores[0], "busybox:latest", &rec, NULL) < 0) {
         crl_info(NULL, "building the busybox image from %s",
                  busybox_bin ? busybox_bin : "/bin/busybox");
-        if (crl_image_build_busybox(dir, busybox_bin, err) < 0)
+        if (crl_image_build_busybox(s->stores[0], busybox_bin, err) < 0)
             goto fail;
     }
-    if (scan_dir(s, dir, "state", err) < 0)
-        goto fail;
-    for (size_t i = 0; i < n_from; i++)
-        if (scan_dir(s, images_from[i], "images-from", err) < 0)
+    crl_store_image_free(rec);
+    for (size_t i = 0; i < n_from; i++) {
+        if (crl_store_open(images_from[i], false, &s->stores[s->n_stores], err) < 0)
             goto fail;
+        s->n_stores++;
+    }
     *out = s;
     return 0;
 fail:
@@ -344,47 +711,13 @@ void crl_image_store_free(struct crl_image_store *s)
 {
     if (!s)
         return;
-    for (size_t i = 0; i < s->n; i++)
-        image_free(s->images[i]);
-    free(s->images);
+    crl_image_store_changed(s);
+    free(s->live);
+    for (size_t i = 0; i < s->n_mounts; i++)
+        close(s->mounts[i].fd);
+    free(s->mounts);
+    for (size_t i = 0; i < s->n_stores; i++)
+        crl_store_close(s->stores[i]);
+    free(s->stores);
     free(s);
-}
-
-struct crl_image *crl_image_get(struct crl_image_store *s, const char *name, struct crl_err *err)
-{
-    for (size_t i = 0; i < s->n; i++)
-        if (strcmp(s->images[i]->name, name) == 0) {
-            s->images[i]->refs++;
-            return s->images[i];
-        }
-    char avail[512] = "";
-    size_t off = 0;
-    for (size_t i = 0; i < s->n && off < sizeof(avail); i++)
-        off += (size_t)snprintf(avail + off, sizeof(avail) - off, "%s%s", i ? ", " : "",
-                                s->images[i]->name);
-    crl_err_set(err, CRL_E_NOT_FOUND, "image '%s' not found (available: %s)", name,
-                s->n ? avail : "none");
-    return NULL;
-}
-
-void crl_image_put(struct crl_image *img)
-{
-    if (img && img->refs)
-        img->refs--;
-}
-
-json_t *crl_image_json(const struct crl_image *img)
-{
-    return json_pack("{s:s, s:s, s:o, s:s, s:s?, s:o, s:o, s:i}", "name", img->name, "origin",
-                     img->origin, "env", strv_to_json(img->env), "cwd", img->cwd, "user", img->user,
-                     "entrypoint", strv_to_json(img->entrypoint), "cmd", strv_to_json(img->cmd),
-                     "sandboxes", (json_int_t)img->refs);
-}
-
-json_t *crl_image_list_json(struct crl_image_store *s)
-{
-    json_t *a = json_array();
-    for (size_t i = 0; i < s->n; i++)
-        json_array_append_new(a, crl_image_json(s->images[i]));
-    return json_pack("{s:o}", "images", a);
 }

@@ -470,8 +470,13 @@ int crl_session_open(struct crl_sandbox *sb, struct crl_session_req *req, crl_se
     s->proc.argv = s->argv;
     s->proc.envp = s->envp;
     s->proc.cwd = s->cwd ? s->cwd : sb->spec.cwd ? sb->spec.cwd : sb->image->cwd;
-    s->proc.uid = req->user.uid;
-    s->proc.gid = req->user.gid;
+    struct crl_user user = req->user;
+    if (!user.set && crl_image_user(sb->image, &user, err) < 0) {
+        session_free(s);
+        return -1;
+    }
+    s->proc.uid = user.uid;
+    s->proc.gid = user.gid;
     s->proc.setsid = true;
     s->proc.owner = s;
     s->proc.on_start = shell_started;

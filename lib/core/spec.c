@@ -498,6 +498,7 @@ int crl_user_parse(const char *s, struct crl_user *u, struct crl_err *err)
     if (strcmp(s, "root") == 0) {
         u->uid = 0;
         u->gid = 0;
+        u->set = true;
         return 0;
     }
     const char *colon = strchr(s, ':');
@@ -510,6 +511,7 @@ int crl_user_parse(const char *s, struct crl_user *u, struct crl_err *err)
                            s);
     u->uid = (uid_t)uid;
     u->gid = (gid_t)(colon ? gid : uid);
+    u->set = true;
     return 0;
 }
 
@@ -596,11 +598,12 @@ int crl_exec_req_parse(const char *json, size_t len, bool session, struct crl_ex
     if (session ? check_keys(root, "", session_keys, CRL_ARRAY_SIZE(session_keys), err)
                 : check_keys(root, "", exec_keys, CRL_ARRAY_SIZE(exec_keys), err))
         goto fail;
-    if (!(f = json_object_get(root, "cmd"))) {
+    /* An exec without cmd runs the image's entrypoint and cmd. */
+    if (!(f = json_object_get(root, "cmd")) && session) {
         crl_err_set(err, CRL_E_INVALID, "cmd is required");
         goto fail;
     }
-    if (parse_cmd(f, session, r, err) < 0)
+    if (f && parse_cmd(f, session, r, err) < 0)
         goto fail;
     json_t *in = json_object_get(root, "stdin"), *in64 = json_object_get(root, "stdin_b64");
     if (in && in64) {

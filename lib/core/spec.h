@@ -10,11 +10,11 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "../image/store.h"
 #include "../util/err.h"
 
 #define CRL_SPEC_MAX_LABELS 64
 #define CRL_SPEC_MAX_ENV 256
-#define CRL_IMAGE_NAME_MAX 128
 #define CRL_EXEC_DEFAULT_TIMEOUT_S 300.0
 #define CRL_EXEC_MAX_TIMEOUT_S 86400.0
 #define CRL_EXEC_DEFAULT_OUTPUT (1u << 20)
@@ -28,7 +28,7 @@ struct crl_kv {
 
 struct crl_spec {
     char backend[16];
-    char image[CRL_IMAGE_NAME_MAX];
+    char image[CRL_IMAGE_NAME_MAX + 1];
     double cpus;
     unsigned memory_mb;
     unsigned pids;
@@ -57,11 +57,12 @@ int crl_label_parse(const char *kv, struct crl_kv *out, struct crl_err *err);
 struct crl_user {
     uid_t uid;
     gid_t gid;
+    bool set; /* given: otherwise the image's user */
 };
 int crl_user_parse(const char *s, struct crl_user *u, struct crl_err *err);
 
 struct crl_exec_req {
-    char **argv; /* NULL-terminated */
+    char **argv; /* NULL-terminated; NULL: the image's entrypoint and cmd */
     bool shell;  /* cmd was a string, run with /bin/sh -c */
     char **env;  /* "K=V" given with the request, NULL-terminated */
     char *cwd;   /* NULL: the sandbox default */

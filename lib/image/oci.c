@@ -79,7 +79,8 @@ static int resolve_link(const char *from, const char *target, char *out, size_t 
     /* fold "x/../" */
     char *parts[256];
     size_t np = 0;
-    for (char *tok = strtok(joined, "/"); tok; tok = strtok(NULL, "/")) {
+    char *save = NULL;
+    for (char *tok = strtok_r(joined, "/", &save); tok; tok = strtok_r(NULL, "/", &save)) {
         if (strcmp(tok, ".") == 0)
             continue;
         if (strcmp(tok, "..") == 0) {

@@ -118,7 +118,7 @@ int crl_set_nonblock(int fd, int on)
     return fcntl(fd, F_SETFL, fl);
 }
 
-#define CRL_MAX_FDS 16
+#define CRL_MAX_FDS 253 /* SCM_MAX_FD */
 
 ssize_t crl_send_fds(int sock, const void *msg, size_t len, const int *fds, int nfds)
 {

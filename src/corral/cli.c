@@ -326,7 +326,11 @@ int crl_cli_exec_request(const struct crl_cli_exec *o, int argc, char **argv, js
 {
     json_t *req = json_object();
     json_t *cmd = json_array();
-    json_object_set_new(req, "cmd", cmd);
+    /* none: corrald runs the image's entrypoint and cmd */
+    if (argc > 0)
+        json_object_set_new(req, "cmd", cmd);
+    else
+        json_decref(cmd);
     for (int i = 0; i < argc; i++) {
         json_t *s = json_string(argv[i]);
         if (!s) {

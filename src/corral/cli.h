@@ -29,8 +29,11 @@ int crl_cmd_sh(int argc, char **argv);
 int crl_cmd_cp(int argc, char **argv);
 int crl_cmd_rm(int argc, char **argv);
 int crl_cmd_host(int argc, char **argv);
-int crl_cmd_images(int argc, char **argv);
+int crl_cmd_images(int argc, char **argv); /* corral image ls */
+int crl_cmd_image(int argc, char **argv);
+int crl_cmd_image_build_debian(int argc, char **argv);
 int crl_cmd_bench(int argc, char **argv);
+int crl_cmd_bench_images(int argc, char **argv); /* corral bench images */
 
 /* ---- reporting ---- */
 
@@ -141,7 +144,8 @@ struct crl_cli_exec {
     bool forward_stdin;
 };
 
-/* Build the exec request for argv[0..argc) (as argv, not a shell string),
+/* Build the exec request for argv[0..argc) (as argv, not a shell string;
+ * with argc 0, no cmd: the image's entrypoint and cmd),
  * with max_output_bytes at the API's maximum.  With forward_stdin, stdin is
  * read to its end; a request that would then be larger than corrald's
  * default body limit (16 MiB, as JSON) is refused with CRL_E_TOO_LARGE. */

@@ -3,34 +3,28 @@
  * bare posix_spawn of the same binary, measured on this machine in one run.
  * It prints figures and ratios and never judges an absolute time. */
 #include <errno.h>
-#include <fcntl.h>
-#include <libgen.h>
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/utsname.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "../../lib/util/cleanup.h"
 #include "../../lib/util/fdio.h"
+#include "bench_daemon.h"
 #include "bench_peer.h"
 #include "cli.h"
 
 #define DEFAULT_ITERATIONS 200
 #define MAX_CONC 2
-#define DAEMON_READY_S 30.0
-#define DAEMON_STOP_S 30.0
 
 static const char help[] =
     "usage: corral bench [OPTIONS]\n"
+    "       corral bench images [OPTIONS]  (image import, create and disk: see its --help)\n"
     "\n"
     "Measure, on this machine and in one run:\n"
     "  1. sandbox cycles through the API: create (64 MiB), exec /bin/true,\n"
@@ -47,173 +41,6 @@ static const char help[] =
     "                      in a temporary directory) for the bench, stop it after\n"
     "  --iterations N      measured operations per figure (default 200)\n"
     "  --json              print only the JSON line\n";
-
-struct stats {
-    double p50, p99, mean, rate;
-    size_t n;
-};
-
-/* ---- the private daemon ---- */
-
-struct daemon {
-    pid_t pid;
-    char dir[64];
-    char url[128];
-    char images_from[PATH_MAX];
-};
-
-static int daemon_log_tail(const struct daemon *d, char *buf, size_t cap)
-{
-    char path[128];
-    snprintf(path, sizeof(path), "%s/corrald.log", d->dir);
-    cleanup_close int fd = crl_openat(AT_FDCWD, path, O_RDONLY, 0);
-    buf[0] = 0;
-    if (fd < 0)
-        return -1;
-    off_t end = lseek(fd, 0, SEEK_END);
-    off_t from = end > (off_t)cap - 1 ? end - (off_t)cap + 1 : 0;
-    ssize_t n = pread(fd, buf, cap - 1, from);
-    buf[n > 0 ? n : 0] = 0;
-    return 0;
-}
-
-static void daemon_stop(struct daemon *d)
-{
-    if (d->pid > 0) {
-        kill(d->pid, SIGTERM);
-        int status;
-        unsigned long long deadline = crl_now_ns() + (unsigned long long)(DAEMON_STOP_S * 1e9);
-        while (waitpid(d->pid, &status, WNOHANG) == 0) {
-            if (crl_now_ns() > deadline) {
-                fprintf(stderr, "corral: bench: corrald did not stop in %.0f s; killing it\n",
-                        DAEMON_STOP_S);
-                kill(d->pid, SIGKILL);
-                waitpid(d->pid, &status, 0);
-                break;
-            }
-            usleep(20000);
-        }
-        d->pid = 0;
-    }
-    if (d->dir[0] && crl_rm_rf_at(AT_FDCWD, d->dir) < 0)
-        fprintf(stderr, "corral: bench: could not remove %s: %s\n", d->dir, strerror(errno));
-    d->dir[0] = 0;
-}
-
-static int daemon_start(struct daemon *d, struct crl_err *err)
-{
-    char self[PATH_MAX], corrald[PATH_MAX + 16], state[128], sock[128], log[128], cgparent[64];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n < 0)
-        return crl_err_sys(err, errno, "readlink /proc/self/exe");
-    self[n] = 0;
-    const char *bindir = dirname(self);
-    snprintf(corrald, sizeof(corrald), "%s/corrald", bindir);
-    if (access(corrald, X_OK) < 0)
-        return crl_err_sys(err, errno, "no corrald next to corral: %s", corrald);
-    snprintf(d->images_from, sizeof(d->images_from), "%s/images", bindir);
-    struct stat st;
-    if (stat(d->images_from, &st) < 0 || !S_ISDIR(st.st_mode))
-        d->images_from[0] = 0;
-    snprintf(d->dir, sizeof(d->dir), "/tmp/corral-bench.XXXXXX");
-    if (!mkdtemp(d->dir)) {
-        d->dir[0] = 0;
-        return crl_err_sys(err, errno, "creating a temporary directory");
-    }
-    /* mkdtemp makes it 0700; sandbox ids must traverse it to their layers. */
-    if (chmod(d->dir, 0711) < 0)
-        return crl_err_sys(err, errno, "chmod %s", d->dir);
-    snprintf(state, sizeof(state), "%s/state", d->dir);
-    snprintf(sock, sizeof(sock), "%s/corrald.sock", d->dir);
-    snprintf(log, sizeof(log), "%s/corrald.log", d->dir);
-    /* Its own cgroup parent, so it never touches another corrald's. */
-    snprintf(cgparent, sizeof(cgparent), "corral-bench-%d", (int)getpid());
-    snprintf(d->url, sizeof(d->url), "unix://%s", sock);
-    char *argv[16];
-    int a = 0;
-    argv[a++] = corrald;
-    argv[a++] = "--state";
-    argv[a++] = state;
-    argv[a++] = "--socket";
-    argv[a++] = sock;
-    argv[a++] = "--cgroup-parent";
-    argv[a++] = cgparent;
-    argv[a++] = "--log-level";
-    argv[a++] = "warn";
-    if (d->images_from[0]) {
-        argv[a++] = "--images-from";
-        argv[a++] = d->images_from;
-    }
-    argv[a] = NULL;
-    int logfd = crl_openat(AT_FDCWD, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (logfd < 0)
-        return crl_err_sys(err, errno, "%s", log);
-    fflush(NULL);
-    d->pid = fork();
-    if (d->pid < 0) {
-        close(logfd);
-        return crl_err_sys(err, errno, "fork");
-    }
-    if (d->pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGTERM); /* never outlive the bench */
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        dup2(logfd, STDOUT_FILENO);
-        dup2(logfd, STDERR_FILENO);
-        execv(corrald, argv);
-        _exit(127);
-    }
-    close(logfd);
-
-    cleanup_client struct crl_client *c = NULL;
-    if (crl_client_open(d->url, "", &c, err) < 0)
-        return -1;
-    unsigned long long deadline = crl_now_ns() + (unsigned long long)(DAEMON_READY_S * 1e9);
-    for (;;) {
-        struct crl_err e = CRL_ERR_INIT;
-        int status;
-        if (crl_client_request(c, "GET", "/healthz", NULL, NULL, NULL, &e) == 0)
-            return 0;
-        if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
-            char tail[300];
-            d->pid = 0;
-            daemon_log_tail(d, tail, sizeof(tail));
-            return crl_err_set(err, CRL_E_UNAVAILABLE, "corrald exited at start: %s", tail);
-        }
-        if (crl_now_ns() > deadline || crl_cli_interrupted)
-            return crl_err_set(err, CRL_E_UNAVAILABLE, "corrald was not ready in %.0f s",
-                               DAEMON_READY_S);
-        usleep(20000);
-    }
-}
-
-/* ---- statistics ---- */
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Nearest-rank percentiles; rate is operations per second of wall time. */
-static struct stats stats_of(const struct crl_bench_samples *s)
-{
-    struct stats st = {0};
-    if (s->n == 0)
-        return st;
-    qsort(s->ms, s->n, sizeof(double), cmp_double);
-    double sum = 0;
-    for (size_t i = 0; i < s->n; i++)
-        sum += s->ms[i];
-    size_t i50 = (size_t)ceil(0.50 * (double)s->n), i99 = (size_t)ceil(0.99 * (double)s->n);
-    st.p50 = s->ms[i50 ? i50 - 1 : 0];
-    st.p99 = s->ms[i99 ? i99 - 1 : 0];
-    st.mean = sum / (double)s->n;
-    st.n = s->n;
-    st.rate = s->wall_s > 0 ? (double)s->n / s->wall_s : 0;
-    return st;
-}
 
 /* ---- corral cycles, one client per thread ---- */
 
@@ -388,16 +215,7 @@ static int run_execs(const char *url, json_t *spec, size_t warm, size_t n,
 
 /* ---- the report ---- */
 
-static json_t *stats_json(const struct stats *s, bool with_rate)
-{
-    json_t *j = json_pack("{s:f, s:f, s:f, s:I}", "p50_ms", s->p50, "p99_ms", s->p99, "mean_ms",
-                          s->mean, "n", (json_int_t)s->n);
-    if (with_rate)
-        json_object_set_new(j, "rate_per_s", json_real(s->rate));
-    return j;
-}
-
-static void row(const char *what, const struct stats *s, bool with_rate)
+static void row(const char *what, const struct crl_bench_stats *s, bool with_rate)
 {
     if (with_rate)
         printf("  %-40s %8.2f %8.2f %10.1f\n", what, s->p50, s->p99, s->rate);
@@ -405,41 +223,17 @@ static void row(const char *what, const struct stats *s, bool with_rate)
         printf("  %-40s %8.2f %8.2f %10s\n", what, s->p50, s->p99, "");
 }
 
-static void loadavg(char *buf, size_t cap)
-{
-    buf[0] = 0;
-    if (crl_read_file_at(AT_FDCWD, "/proc/loadavg", buf, cap) > 0) {
-        char *p = buf;
-        for (int k = 0; k < 3 && p; k++)
-            p = strchr(p + 1, ' ');
-        if (p)
-            *p = 0;
-    }
-}
-
-/* The busybox rootfs corrald's sandboxes use: its state dir's, else the
- * --images-from copy. */
-static int find_rootfs(struct crl_client *c, const struct daemon *d, char *out, size_t cap,
-                       char *host_id, size_t hcap, struct crl_err *err)
+/* The busybox rootfs corrald's sandboxes use, for the peers: its EROFS
+ * layer, mounted read-only at a temporary directory (`out`; unmount with
+ * crl_bench_layer_release). */
+static int find_rootfs(struct crl_client *c, char *out, size_t cap, char *host_id, size_t hcap,
+                       struct crl_err *err)
 {
     json_auto_t *h = NULL;
     if (crl_client_request(c, "GET", "/v1/host", NULL, &h, NULL, err) < 0)
         return -1;
     snprintf(host_id, hcap, "%s", crl_cli_str(h, "host_id", "?"));
-    const char *state = crl_cli_str(h, "state_dir", NULL);
-    struct stat st;
-    if (state) {
-        snprintf(out, cap, "%s/images/busybox/rootfs", state);
-        if (stat(out, &st) == 0 && S_ISDIR(st.st_mode))
-            return 0;
-    }
-    if (d && d->images_from[0]) {
-        snprintf(out, cap, "%s/busybox/rootfs", d->images_from);
-        if (stat(out, &st) == 0 && S_ISDIR(st.st_mode))
-            return 0;
-    }
-    return crl_err_set(err, CRL_E_NOT_FOUND, "cannot find the busybox rootfs (under %s/images)",
-                       state ? state : "corrald's state dir");
+    return crl_bench_layer_mount(c, "busybox", out, cap, NULL, err);
 }
 
 struct results {
@@ -459,19 +253,12 @@ static void results_free(struct results *r)
     crl_bench_samples_free(&r->spawn);
 }
 
-static int measure(const char *url, const struct daemon *d, size_t n, bool quiet, struct results *r,
-                   char *host_id, size_t hcap, struct crl_err *err)
+static int measure_with(const char *url, const char *rootfs, size_t n, bool quiet,
+                        struct results *r, struct crl_err *err)
 {
     size_t warm = n / 10 > 5 ? n / 10 : 5;
-    char rootfs[PATH_MAX];
     json_auto_t *spec = json_pack("{s:{s:i}, s:{s:s}}", "resources", "memory_mb", 64, "labels",
                                   "corral-bench", "1");
-    {
-        cleanup_client struct crl_client *c = NULL;
-        if (crl_client_open(url, NULL, &c, err) < 0 ||
-            find_rootfs(c, d, rootfs, sizeof(rootfs), host_id, hcap, err) < 0)
-            return -1;
-    }
 #define STEP(...)                                          \
     do {                                                   \
         if (!quiet) {                                      \
@@ -510,17 +297,34 @@ static int measure(const char *url, const struct daemon *d, size_t n, bool quiet
 #undef STEP
 }
 
+static int measure(const char *url, size_t n, bool quiet, struct results *r, char *host_id,
+                   size_t hcap, struct crl_err *err)
+{
+    char rootfs[PATH_MAX];
+    {
+        cleanup_client struct crl_client *c = NULL;
+        if (crl_client_open(url, NULL, &c, err) < 0 ||
+            find_rootfs(c, rootfs, sizeof(rootfs), host_id, hcap, err) < 0)
+            return -1;
+    }
+    int ret = measure_with(url, rootfs, n, quiet, r, err);
+    crl_bench_layer_release(rootfs);
+    return ret;
+}
+
 static void report(const struct results *r, size_t n, const char *host_id, const char *load0,
                    const char *load1, bool json_only)
 {
-    struct stats c1 = stats_of(&r->c1.cycle), c2 = stats_of(&r->c2.cycle);
-    struct stats c1c = stats_of(&r->c1.create), c1e = stats_of(&r->c1.exec),
-                 c1d = stats_of(&r->c1.destroy);
-    struct stats ex = stats_of(&r->exec), sp = stats_of(&r->spawn);
-    struct stats k1 = {0}, k2 = {0};
+    struct crl_bench_stats c1 = crl_bench_stats_of(&r->c1.cycle),
+                           c2 = crl_bench_stats_of(&r->c2.cycle);
+    struct crl_bench_stats c1c = crl_bench_stats_of(&r->c1.create),
+                           c1e = crl_bench_stats_of(&r->c1.exec),
+                           c1d = crl_bench_stats_of(&r->c1.destroy);
+    struct crl_bench_stats ex = crl_bench_stats_of(&r->exec), sp = crl_bench_stats_of(&r->spawn);
+    struct crl_bench_stats k1 = {0}, k2 = {0};
     if (r->crun_ok) {
-        k1 = stats_of(&r->crun1);
-        k2 = stats_of(&r->crun2);
+        k1 = crl_bench_stats_of(&r->crun1);
+        k2 = crl_bench_stats_of(&r->crun2);
     }
     double ratio = r->crun_ok && k2.rate > 0 ? c2.rate / k2.rate : NAN;
     double exec_x = sp.p50 > 0 ? ex.p50 / sp.p50 : NAN;
@@ -560,17 +364,19 @@ static void report(const struct results *r, size_t n, const char *host_id, const
         json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:s, s:I}", "bench", "corral", "date", date,
                   "host_id", host_id, "kernel", u.release, "cpus", (json_int_t)cpus, "load_before",
                   load0, "load_after", load1, "iterations", (json_int_t)n);
-    json_object_set_new(j, "corral_cycle_c1", stats_json(&c1, true));
-    json_object_set_new(j, "corral_create_c1", stats_json(&c1c, false));
-    json_object_set_new(j, "corral_exec_in_cycle_c1", stats_json(&c1e, false));
-    json_object_set_new(j, "corral_destroy_c1", stats_json(&c1d, false));
-    json_object_set_new(j, "corral_cycle_c2", stats_json(&c2, true));
-    json_object_set_new(j, "corral_exec", stats_json(&ex, true));
-    json_object_set_new(j, "crun_cycle_c1", r->crun_ok ? stats_json(&k1, true) : json_null());
-    json_object_set_new(j, "crun_cycle_c2", r->crun_ok ? stats_json(&k2, true) : json_null());
+    json_object_set_new(j, "corral_cycle_c1", crl_bench_stats_json(&c1, true));
+    json_object_set_new(j, "corral_create_c1", crl_bench_stats_json(&c1c, false));
+    json_object_set_new(j, "corral_exec_in_cycle_c1", crl_bench_stats_json(&c1e, false));
+    json_object_set_new(j, "corral_destroy_c1", crl_bench_stats_json(&c1d, false));
+    json_object_set_new(j, "corral_cycle_c2", crl_bench_stats_json(&c2, true));
+    json_object_set_new(j, "corral_exec", crl_bench_stats_json(&ex, true));
+    json_object_set_new(j, "crun_cycle_c1",
+                        r->crun_ok ? crl_bench_stats_json(&k1, true) : json_null());
+    json_object_set_new(j, "crun_cycle_c2",
+                        r->crun_ok ? crl_bench_stats_json(&k2, true) : json_null());
     if (!r->crun_ok)
         json_object_set_new(j, "crun_error", json_string(r->crun_err));
-    json_object_set_new(j, "host_spawn", stats_json(&sp, true));
+    json_object_set_new(j, "host_spawn", crl_bench_stats_json(&sp, true));
     json_object_set_new(j, "ratio_cycles_c2_vs_crun",
                         isnan(ratio) ? json_null() : json_real(ratio));
     json_object_set_new(j, "ratio_exec_p50_vs_spawn",
@@ -589,6 +395,11 @@ int crl_cmd_bench(int argc, char **argv)
                                          {"json", no_argument, 0, OPT_JSON},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
+    if (argc > 1 && strcmp(argv[1], "images") == 0) {
+        static char self[] = "bench images"; /* usage messages name it */
+        argv[1] = self;
+        return crl_cmd_bench_images(argc - 1, argv + 1);
+    }
     struct crl_err err = CRL_ERR_INIT;
     bool start = false, json_only = false;
     long long iterations = DEFAULT_ITERATIONS;
@@ -612,11 +423,11 @@ int crl_cmd_bench(int argc, char **argv)
         return crl_cli_failf("bench: needs root, for crun (and for corrald with --start-daemon)");
 
     crl_cli_catch_signals(NULL);
-    struct daemon d = {0};
+    struct crl_bench_daemon d = {0};
     const char *url = NULL;
     if (start) {
-        if (daemon_start(&d, &err) < 0) {
-            daemon_stop(&d);
+        if (crl_bench_daemon_start(&d, &err) < 0) {
+            crl_bench_daemon_stop(&d);
             crl_err_prefix(&err, "bench: --start-daemon");
             return crl_cli_fail(&err);
         }
@@ -624,15 +435,14 @@ int crl_cmd_bench(int argc, char **argv)
     }
     char load0[64], load1[64], host_id[32];
     struct results r = {0};
-    loadavg(load0, sizeof(load0));
-    int rc = measure(url, start ? &d : NULL, (size_t)iterations, json_only, &r, host_id,
-                     sizeof(host_id), &err);
-    loadavg(load1, sizeof(load1));
+    crl_bench_loadavg(load0, sizeof(load0));
+    int rc = measure(url, (size_t)iterations, json_only, &r, host_id, sizeof(host_id), &err);
+    crl_bench_loadavg(load1, sizeof(load1));
     if (start) {
         char tail[300];
-        if (rc < 0 && daemon_log_tail(&d, tail, sizeof(tail)) == 0 && tail[0])
+        if (rc < 0 && crl_bench_daemon_log_tail(&d, tail, sizeof(tail)) == 0 && tail[0])
             fprintf(stderr, "corral: bench: corrald's log ends with:\n%s\n", tail);
-        daemon_stop(&d);
+        crl_bench_daemon_stop(&d);
     }
     if (rc == 0)
         report(&r, (size_t)iterations, host_id, load0, load1, json_only);

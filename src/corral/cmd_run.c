@@ -7,18 +7,19 @@
 #include "cli.h"
 
 static const char help[] =
-    "usage: corral run [OPTIONS] [--] CMD [ARG...]\n"
+    "usage: corral run [OPTIONS] [--] [CMD [ARG...]]\n"
     "\n"
     "Create a sandbox, run CMD in it (an argv; use 'sh -c \"...\"' for a shell\n"
-    "line) with its output streamed live, destroy the sandbox and exit with the\n"
-    "command's status: 128+n if signal n killed it, 124 on a timeout.  Output\n"
-    "past 64 MiB a stream is dropped, and corral then exits 1 if the command\n"
-    "succeeded.  The sandbox is destroyed whatever happens: Ctrl-C, SIGTERM,\n"
+    "line; without one, the image's entrypoint and cmd) with its output streamed\n"
+    "live, destroy the sandbox and exit with the command's status: 128+n if\n"
+    "signal n killed it, 124 on a timeout.  Output past 64 MiB a stream is\n"
+    "dropped, and corral then exits 1 if the command succeeded.  The sandbox is destroyed whatever "
+    "happens: Ctrl-C, SIGTERM,\n"
     "SIGHUP, or a reader of our output that went away.\n"
     "\n" CRL_CLI_SPEC_HELP "\n"
     "command options:\n"
     "  --timeout S         kill the command after S seconds (default 300; 0: none)\n"
-    "  --user U            root, UID or UID:GID (default root)\n"
+    "  --user U            root, UID or UID:GID (default: the image's user)\n"
     "  -i, --stdin         send our stdin to the command (read to its end first;\n"
     "                      at most 16 MiB as JSON: 12 MiB of binary data)\n";
 
@@ -53,8 +54,6 @@ int crl_cmd_run(int argc, char **argv)
         default: return crl_cli_bad_option(argv[0], argv, c);
         }
     }
-    if (optind == argc)
-        return crl_cli_usage(argv[0], "needs a command to run");
     if (crl_cli_spec_check(spec, &err) < 0)
         return err.code == CRL_E_INVALID ? crl_cli_usage(argv[0], "%s", err.msg)
                                          : crl_cli_fail(&err);

@@ -19,7 +19,8 @@ static const struct {
     {"cp", crl_cmd_cp, "copy files and directories in and out of a sandbox"},
     {"rm", crl_cmd_rm, "destroy sandboxes"},
     {"host", crl_cmd_host, "show the host's capacity and use"},
-    {"images", crl_cmd_images, "list images"},
+    {"image", crl_cmd_image, "images: ls, inspect, rm, tag, gc, import, build-debian"},
+    {"images", crl_cmd_images, "list images (corral image ls)"},
     {"bench", crl_cmd_bench, "measure sandbox cycles and exec against crun"},
 };
 

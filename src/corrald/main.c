@@ -27,7 +27,10 @@ static const char usage[] =
     "  --listen HOST:PORT     also listen on TCP (loopback unless --allow-remote)\n"
     "  --token-file FILE      bearer token the TCP listener requires\n"
     "  --allow-remote         allow --listen on a non-loopback address\n"
-    "  --images-from DIR      use images prebuilt in DIR (repeatable)\n"
+    "  --image-store DIR      the image store (default STATE/images)\n"
+    "  --images-from DIR      also use the images of the store DIR, read-only (repeatable)\n"
+    "  --image-max-layer-mb N an imported layer may expand to N MiB (default 16384)\n"
+    "  --image-max-mb N       an import may expand and spool N MiB in all (default 65536)\n"
     "  --busybox PATH         static busybox for the busybox image (default /bin/busybox)\n"
     "  --max-sandboxes N      admission: at most N live sandboxes (default 4096)\n"
     "  --overcommit X         admission: sandbox memory up to X times the host's (default 1)\n"
@@ -109,6 +112,9 @@ int main(int argc, char **argv)
                                          {"token-file", required_argument, 0, 't'},
                                          {"allow-remote", no_argument, 0, 'R'},
                                          {"images-from", required_argument, 0, 'i'},
+                                         {"image-store", required_argument, 0, 'I'},
+                                         {"image-max-layer-mb", required_argument, 0, 'y'},
+                                         {"image-max-mb", required_argument, 0, 'Y'},
                                          {"busybox", required_argument, 0, 'b'},
                                          {"max-sandboxes", required_argument, 0, 'm'},
                                          {"overcommit", required_argument, 0, 'o'},
@@ -144,6 +150,19 @@ int main(int argc, char **argv)
                 return 2;
             }
             images_from[n_from++] = optarg;
+            break;
+        case 'I': hc.images_dir = optarg; break;
+        case 'y':
+        case 'Y':
+            if (parse_uint(c == 'y' ? "--image-max-layer-mb" : "--image-max-mb", optarg, 1ul << 30,
+                           &v) < 0)
+                return 2;
+            if (v == 0) {
+                fprintf(stderr, "corrald: an image size limit must be at least 1 MiB\n");
+                return 2;
+            }
+            *(c == 'y' ? &hc.image_limits.max_layer_bytes : &hc.image_limits.max_total_bytes) =
+                (uint64_t)v << 20;
             break;
         case 'b': hc.busybox_bin = optarg; break;
         case 'm':

@@ -103,7 +103,9 @@ static void fuzz_exec(const char *buf, size_t len, bool session)
         CHECK(r.argv == NULL && r.env == NULL && r.cwd == NULL && r.stdin_data == NULL);
         return;
     }
-    CHECK(r.argv && r.argv[0] && r.argv[0][0]);
+    /* no cmd: an exec runs the image's entrypoint and cmd; a session needs one */
+    CHECK(session ? r.argv != NULL : true);
+    CHECK(!r.argv || (r.argv[0] && r.argv[0][0]));
     CHECK(!session || r.shell);
     CHECK(!r.shell || (crl_strv_len(r.argv) == 3 && r.argv[2][0]));
     CHECK(r.timeout_s >= 0 && r.timeout_s <= CRL_EXEC_MAX_TIMEOUT_S);

@@ -21,21 +21,26 @@ if ! command -v "$cc" >/dev/null 2>&1; then
     exit 1
 fi
 
-mkdir -p "$out/corpus/spec" "$out/corpus/router"
+mkdir -p "$out/corpus/spec" "$out/corpus/router" "$out/corpus/image"
 cflags="-std=gnu11 -g -O1 -D_GNU_SOURCE -fno-omit-frame-pointer \
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
     -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla \
     -Wno-unused-parameter"
 
-echo "fuzz: building $out/fuzz_spec and $out/fuzz_router"
+echo "fuzz: building $out/fuzz_spec, $out/fuzz_router and $out/fuzz_image"
 # shellcheck disable=SC2046,SC2086  # word splitting of flags is intended
 $cc $cflags $(pkg-config --cflags jansson) -o "$out/fuzz_spec" tests/fuzz/fuzz_spec.c \
     lib/core/spec.c lib/util/*.c $(pkg-config --libs jansson)
 # shellcheck disable=SC2086
 $cc $cflags -o "$out/fuzz_router" tests/fuzz/fuzz_router.c lib/api/router.c
+# the image reader and layer applier (it runs mkfs.erofs for inputs it accepts)
+# shellcheck disable=SC2046,SC2086
+$cc $cflags $(pkg-config --cflags jansson libarchive libcrypto) -o "$out/fuzz_image" \
+    tests/fuzz/fuzz_image.c lib/image/*.c lib/util/*.c \
+    $(pkg-config --libs jansson libarchive libcrypto)
 
 status=0
-for t in spec router; do
+for t in spec router image; do
     bin=$out/fuzz_$t
     corpus=tests/fuzz/corpus/$t
     dict=tests/fuzz/$t.dict
@@ -48,7 +53,9 @@ for t in spec router; do
     fi
     [ "$time_s" -gt 0 ] || continue
     echo "fuzz: $t: fuzzing for ${time_s}s"
-    if ! "$bin" -max_total_time="$time_s" -timeout=10 -rss_limit_mb=2048 -max_len=8192 \
+    max_len=8192
+    [ "$t" = image ] && max_len=65536 # its seeds are archives of up to 16 KiB
+    if ! "$bin" -max_total_time="$time_s" -timeout=10 -rss_limit_mb=2048 -max_len="$max_len" \
         -dict="$dict" -artifact_prefix="$out/" -print_final_stats=1 \
         "$out/corpus/$t" "$corpus" >"$out/$t-fuzz.log" 2>&1; then
         tail -n 60 "$out/$t-fuzz.log"

@@ -315,3 +315,37 @@ SMALL = {"memory_mb": 128, "cpus": 0.25}
 def sandbox(client):
     with client.create(**SMALL) as sb:
         yield sb
+
+
+def docker_archive(layer_files, config=None, repo_tag=None):
+    """A docker-archive (docker save) of one layer holding ``layer_files``
+    ({name: bytes}, or a str: a directory's files to add), as bytes."""
+    import hashlib
+    import io
+    import json
+    import tarfile
+
+    def tar(entries):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
+            for name, data in entries:
+                info = tarfile.TarInfo(name)
+                info.size, info.mode, info.mtime = len(data), 0o755, 1700000000
+                t.addfile(info, io.BytesIO(data))
+        return buf.getvalue()
+
+    layer = tar(sorted(layer_files.items()))
+    diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
+    cfg = json.dumps({"architecture": "amd64", "os": "linux", "config": config or {},
+                      "rootfs": {"type": "layers", "diff_ids": [diff_id]}}).encode()
+    cfg_name = hashlib.sha256(cfg).hexdigest() + ".json"
+    manifest = json.dumps([{"Config": cfg_name, "RepoTags": [repo_tag] if repo_tag else [],
+                            "Layers": ["layer0/layer.tar"]}]).encode()
+    return tar([("layer0/layer.tar", layer), (cfg_name, cfg), ("manifest.json", manifest)])
+
+
+def import_to_store(store, archive, name):
+    """Import archive bytes into the image store directory ``store``, offline."""
+    r = subprocess.run([str(BUILD / "corral-import"), "--store", str(store), "--name", name],
+                       input=archive, capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr

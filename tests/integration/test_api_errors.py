@@ -92,7 +92,6 @@ def test_bad_create(corrald, client, tag, body, status, code, words):
 
 
 BAD_EXECS = [
-    ({}, ["cmd"]),
     ({"cmd": 5}, ["cmd"]),
     ({"cmd": []}, ["cmd"]),
     ({"cmd": "true", "bogus": 1}, ["bogus"]),
@@ -210,7 +209,7 @@ def test_forbidden_and_no_space(client, sandbox):
 
 def test_method_not_allowed(corrald, sandbox):
     for method, target, allow in (("PATCH", "/v1/sandboxes", "GET, POST"),
-                                  ("POST", "/v1/images", "GET"),
+                                  ("PUT", "/v1/images", "GET, POST"),
                                   ("DELETE", "/healthz", "GET"),
                                   ("PUT", f"/v1/sandboxes/{sandbox.id}", "GET, DELETE"),
                                   ("GET", f"/v1/sandboxes/{sandbox.id}/exec", "POST"),

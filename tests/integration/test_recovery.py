@@ -5,7 +5,6 @@ import http.client
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import time
@@ -15,7 +14,7 @@ import pytest
 
 import corral
 
-from conftest import SMALL
+from conftest import SMALL, docker_archive, import_to_store
 
 
 def _alive(pid):
@@ -96,10 +95,9 @@ def test_failed_create_leaves_nothing(corrald_factory, tmp_path):
     namespaces and mounts were made, answers an error naming the step and
     leaves none of them behind."""
     images = tmp_path / "images"
-    root = images / "broken" / "rootfs"
-    (root / "bin").mkdir(parents=True)
-    shutil.copy("/bin/busybox", root / "bin" / "busybox")
-    (root / "dev").write_text("a file where /dev must be a directory")
+    import_to_store(images, docker_archive({
+        "bin/busybox": Path("/bin/busybox").read_bytes(),
+        "dev": b"a file where /dev must be a directory"}), "broken")
     d = corrald_factory(["--images-from", str(images)])
     with d.client() as c:
         with pytest.raises(corral.Error) as e:

@@ -505,7 +505,7 @@ def test_async_sandbox_api(corrald, tmp_path):
     async def main():
         async with corrald.async_client() as client:
             assert (await client.health())["status"] == "ok"
-            assert "busybox" in [i["name"] for i in await client.images()]
+            assert "busybox:latest" in [i["name"] for i in await client.images()]
             assert (await client.host())["capacity"]["max_sandboxes"] >= 1
             sb = await client.create(labels={"async": "yes"}, **SMALL)
             async with sb:

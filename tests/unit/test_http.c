@@ -23,7 +23,7 @@ static void test_routes(void)
         {"/healthz", CRL_EP_HEALTHZ, "", "", "GET"},
         {"/metrics", CRL_EP_METRICS, "", "", "GET"},
         {"/v1/host", CRL_EP_HOST, "", "", "GET"},
-        {"/v1/images", CRL_EP_IMAGES, "", "", "GET"},
+        {"/v1/images", CRL_EP_IMAGES, "", "", "GET, POST"},
         {"/v1/sandboxes", CRL_EP_SANDBOXES, "", "", "GET, POST"},
         {"/v1/sandboxes/", CRL_EP_SANDBOXES, "", "", "GET, POST"},
         {"/v1/sandboxes/sb-1a2b", CRL_EP_SANDBOX, "sb-1a2b", "", "GET, DELETE"},
@@ -126,6 +126,54 @@ static void test_route_dot_ids(void)
     ok(!crl_route_match("/v1/sandboxes/a/sessions/..", &r), "'..' is not a session id");
     ok(crl_route_match("/v1/sandboxes/a.b/exec", &r) && strcmp(r.id, "a.b") == 0,
        "a dot inside an id is fine");
+}
+
+static void test_image_routes(void)
+{
+    static const struct {
+        const char *path;
+        enum crl_endpoint ep;
+        const char *name;
+        const char *allow;
+    } good[] = {
+        {"/v1/images/busybox", CRL_EP_IMAGE, "busybox", "GET, DELETE"},
+        {"/v1/images/debian:12", CRL_EP_IMAGE, "debian:12", "GET, DELETE"},
+        {"/v1/images/ghcr.io/org/img:1.0", CRL_EP_IMAGE, "ghcr.io/org/img:1.0", "GET, DELETE"},
+        {"/v1/images/localhost:5000/a/b", CRL_EP_IMAGE, "localhost:5000/a/b", "GET, DELETE"},
+        {"/v1/images/a@sha256:0123", CRL_EP_IMAGE, "a@sha256:0123", "GET, DELETE"},
+        {"/v1/images/sha256:abcdef012345", CRL_EP_IMAGE, "sha256:abcdef012345", "GET, DELETE"},
+        {"/v1/images/tag", CRL_EP_IMAGE_TAG, "tag", "GET, DELETE, POST"},
+        {"/v1/images/gc", CRL_EP_IMAGE_GC, "gc", "GET, DELETE, POST"},
+        {"/v1/images/tag:latest", CRL_EP_IMAGE, "tag:latest", "GET, DELETE"},
+        {"/v1/images/x/tag", CRL_EP_IMAGE, "x/tag", "GET, DELETE"},
+    };
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        struct crl_route r;
+        bool m = crl_route_match(good[i].path, &r);
+        ok(m && r.ep == good[i].ep && strcmp(r.name, good[i].name) == 0 &&
+               strcmp(r.allow, good[i].allow) == 0,
+           "%s -> endpoint %d name '%s'", good[i].path, good[i].ep, good[i].name);
+    }
+    static const char *const bad[] = {
+        "/v1/images/",        "/v1/images//a",     "/v1/images/a/",   "/v1/images/a//b",
+        "/v1/images/../host", "/v1/images/a/../b", "/v1/images/./a",  "/v1/images/a b",
+        "/v1/images/a?x",     "/v1/images/a%2Fb",  "/v1/images/a\\b", "/v1/images/\xc3\xa9",
+        "/v1/images/a\n",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct crl_route r;
+        ok(!crl_route_match(bad[i], &r), "'%s' is not an image route", bad[i]);
+    }
+    char name[300], path[320];
+    memset(name, 'n', sizeof(name));
+    name[255] = 0;
+    struct crl_route r;
+    snprintf(path, sizeof(path), "/v1/images/%s", name);
+    ok(crl_route_match(path, &r) && strcmp(r.name, name) == 0, "a 255-byte image name routes");
+    name[255] = 'n';
+    name[256] = 0;
+    snprintf(path, sizeof(path), "/v1/images/%s", name);
+    ok(!crl_route_match(path, &r), "a 256-byte image name does not");
 }
 
 static void test_route_id_length(void)
@@ -325,6 +373,7 @@ int main(void)
     TAP_RUN(test_routes_malformed, 10);
     TAP_RUN(test_route_dot_ids, 10);
     TAP_RUN(test_route_id_length, 10);
+    TAP_RUN(test_image_routes, 10);
     TAP_RUN(test_route_allows, 10);
     TAP_RUN(test_bearer, 10);
     TAP_RUN(test_listen_ok, 10);

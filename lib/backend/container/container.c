@@ -389,8 +389,14 @@ static int ctr_create(struct crl_sandbox *sb, struct crl_err *err)
     struct crl_cgroup_limits lim = {.memory_bytes = (uint64_t)sb->spec.memory_mb << 20,
                                     .pids = sb->spec.pids,
                                     .cpus = sb->spec.cpus};
-    int fds[3 + CRL_CGROUP_MAX_FDS];
+    int fds[CRL_SPAWN_MAX_FDS];
     int ncg = 0;
+    size_t nl = sb->image->n_layers;
+    if (nl == 0 || nl > CRL_SPAWN_MAX_LAYERS) {
+        crl_err_set(err, CRL_E_INVALID, "image %s has %zu layers: 1 to %d are supported",
+                    sb->image->name, nl, CRL_SPAWN_MAX_LAYERS);
+        goto fail;
+    }
     struct spawner *s = pick_spawner(st, err);
     if (!s)
         goto fail;
@@ -398,20 +404,21 @@ static int ctr_create(struct crl_sandbox *sb, struct crl_err *err)
         goto fail;
     if ((c->netns_fd = crl_netns_get(h->netns, err)) < 0)
         goto fail;
-    if (crl_cgroup_attach_fds(c->cg, ".", fds + 2, &ncg, err) < 0)
+    if (crl_cgroup_attach_fds(c->cg, ".", fds + nl + 1, &ncg, err) < 0)
         goto fail;
-    fds[0] = sb->image->rootfs_fd;
-    fds[1] = c->netns_fd;
+    memcpy(fds, sb->image->layer_fds, nl * sizeof(int));
+    fds[nl] = c->netns_fd;
     struct crl_spawn_req rq = {.op = CRL_SPAWN_CREATE};
     rq.u.create.uid_base = h->cfg.uid_base + sb->slot * 65536u;
     rq.u.create.id_count = 65536;
     rq.u.create.disk_mb = sb->spec.disk_mb;
+    rq.u.create.n_layers = (uint32_t)nl;
     rq.u.create.n_cgroup_fds = (uint32_t)ncg;
     snprintf(rq.u.create.hostname, sizeof(rq.u.create.hostname), "%s", sb->id);
     snprintf(rq.u.create.workdir, sizeof(rq.u.create.workdir), "%s", st->workdir);
-    int r = send_req(s, &rq, sizeof(rq), fds, 2 + ncg, P_CREATE, sb, NULL, NULL, err);
+    int r = send_req(s, &rq, sizeof(rq), fds, (int)nl + 1 + ncg, P_CREATE, sb, NULL, NULL, err);
     for (int i = 0; i < ncg; i++)
-        close(fds[2 + i]);
+        close(fds[nl + 1 + i]);
     if (r < 0)
         goto fail;
     c->spawner = s->idx;

@@ -73,12 +73,13 @@ NO_SAN static long mkdir_ok(const char *path, int mode)
     return r == -EEXIST ? 0 : r;
 }
 
-/* Receive the idmapped image mount from the spawner. */
-NO_SAN static long recv_fd(int sock)
+/* Receive the idmapped image layer mounts from the spawner (top first);
+ * returns how many came. */
+NO_SAN static long recv_layers(int sock, int *fds)
 {
     char byte;
     union {
-        char buf[CMSG_SPACE(sizeof(int))];
+        char buf[CMSG_SPACE(sizeof(int) * CRL_SPAWN_MAX_LAYERS)];
         struct cmsghdr align;
     } u;
     struct iovec iov = {.iov_base = &byte, .iov_len = 1};
@@ -90,9 +91,28 @@ NO_SAN static long recv_fd(int sock)
     if (r == 0)
         return -EPIPE;
     struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-    if (!cm || cm->cmsg_type != SCM_RIGHTS)
+    if (!cm || cm->cmsg_type != SCM_RIGHTS || (mh.msg_flags & MSG_CTRUNC))
         return -EPROTO;
-    return *(int *)CMSG_DATA(cm);
+    long n = (long)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+    const unsigned char *d = CMSG_DATA(cm);
+    for (long i = 0; i < n; i++)
+        __builtin_memcpy(&fds[i], d + i * (long)sizeof(int), sizeof(int));
+    return n ? n : -EPROTO;
+}
+
+/* "l<i>" into p; returns the end. */
+NO_SAN static char *layer_name(char *p, long i)
+{
+    char digits[12];
+    int k = 0;
+    do
+        digits[k++] = (char)('0' + i % 10);
+    while ((i /= 10) > 0);
+    *p++ = 'l';
+    while (k)
+        *p++ = digits[--k];
+    *p = 0;
+    return p;
 }
 
 static const char *const dev_nodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
@@ -120,8 +140,17 @@ NO_SAN static long move_fd(long from, int to)
     return r;
 }
 
-/* Where the two descriptors we keep wait, out of the way of what we open. */
-enum { HIGH_SYNC = 1000, HIGH_INIT = 1001 };
+/* fd at `to`, close-on-exec. */
+NO_SAN static long move_fd_cloexec(long from, int to)
+{
+    long r = crl_raw3(SYS_dup3, from, to, O_CLOEXEC);
+    if (r >= 0)
+        crl_raw1(SYS_close, from);
+    return r;
+}
+
+/* Where the descriptors we keep wait, out of the way of what we open. */
+enum { HIGH_SYNC = 1000, HIGH_INIT = 1001, HIGH_TMPFS = 1002 };
 
 NO_SAN int crl_init_main(void *arg)
 {
@@ -137,8 +166,9 @@ NO_SAN int crl_init_main(void *arg)
     crl_raw3(SYS_close_range, HIGH_INIT + 1, ~0u, 0);
     int sync = HIGH_SYNC;
 
-    long lower = recv_fd(sync);
-    CHECK(lower, CRL_STEP_SYNC);
+    int lower[CRL_SPAWN_MAX_LAYERS];
+    long n_lower = recv_layers(sync, lower);
+    CHECK(n_lower, CRL_STEP_SYNC);
 
     /* The spawner has written our uid/gid maps: become root of the sandbox. */
     CHECK(crl_raw2(SYS_setgroups, 0, NULL), CRL_STEP_CREDS);
@@ -152,23 +182,41 @@ NO_SAN int crl_init_main(void *arg)
      * /tmp and /dev/shm, so disk_mb caps them all together. */
     CHECK(raw_mount("tmpfs", a->workdir, "tmpfs", MS_NOSUID | MS_NODEV, a->tmpfs_opts),
           CRL_STEP_TMPFS);
+    /* kept out of the way of the layer fds, whose numbers come free below */
     long tmpfs_fd = crl_raw4(SYS_openat, AT_FDCWD, a->workdir, O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
     CHECK(tmpfs_fd, CRL_STEP_TMPFS);
+    CHECK(move_fd_cloexec(tmpfs_fd, HIGH_TMPFS), CRL_STEP_TMPFS);
+    tmpfs_fd = HIGH_TMPFS;
     CHECK(crl_raw1(SYS_chdir, a->workdir), CRL_STEP_TMPFS);
     CHECK(crl_raw3(SYS_mkdirat, AT_FDCWD, "upper", 0755), CRL_STEP_TMPFS);
     CHECK(crl_raw3(SYS_mkdirat, AT_FDCWD, "work", 0700), CRL_STEP_TMPFS);
-    CHECK(crl_raw3(SYS_mkdirat, AT_FDCWD, "lower", 0755), CRL_STEP_TMPFS);
     CHECK(crl_raw3(SYS_mkdirat, AT_FDCWD, "root", 0755), CRL_STEP_TMPFS);
     CHECK(crl_raw3(SYS_mkdirat, AT_FDCWD, "tmp", 01777), CRL_STEP_TMPFS);
     CHECK(crl_raw3(SYS_mkdirat, AT_FDCWD, "shm", 01777), CRL_STEP_TMPFS);
     CHECK(crl_raw3(SYS_fchmodat, AT_FDCWD, "tmp", 01777), CRL_STEP_TMPFS); /* umask */
     CHECK(crl_raw3(SYS_fchmodat, AT_FDCWD, "shm", 01777), CRL_STEP_TMPFS);
-    CHECK(crl_raw5(SYS_move_mount, lower, "", AT_FDCWD, "lower", MOVE_MOUNT_F_EMPTY_PATH),
-          CRL_STEP_LOWER);
-    crl_raw1(SYS_close, lower);
-    CHECK(raw_mount("overlay", "root", "overlay", MS_NOSUID | MS_NODEV,
-                    "lowerdir=lower,upperdir=upper,workdir=work,userxattr,volatile"),
-          CRL_STEP_OVERLAY);
+    /* Each layer at l<i>, and the overlay's option string naming them. */
+    static const char head[] = "lowerdir=",
+                      tail[] = ",upperdir=upper,workdir=work,userxattr,volatile";
+    char opts[sizeof(head) + CRL_SPAWN_MAX_LAYERS * 5 + sizeof(tail)];
+    char *o = opts;
+    for (const char *c = head; *c;)
+        *o++ = *c++;
+    for (long i = 0; i < n_lower; i++) {
+        char name[16];
+        layer_name(name, i);
+        CHECK(crl_raw3(SYS_mkdirat, AT_FDCWD, name, 0755), CRL_STEP_LOWER);
+        CHECK(crl_raw5(SYS_move_mount, lower[i], "", AT_FDCWD, name, MOVE_MOUNT_F_EMPTY_PATH),
+              CRL_STEP_LOWER);
+        crl_raw1(SYS_close, lower[i]);
+        if (i)
+            *o++ = ':';
+        o = layer_name(o, i);
+    }
+    for (const char *c = tail; *c;)
+        *o++ = *c++;
+    *o = 0;
+    CHECK(raw_mount("overlay", "root", "overlay", MS_NOSUID | MS_NODEV, opts), CRL_STEP_OVERLAY);
 
     CHECK(mkdir_ok("root/proc", 0555), CRL_STEP_PROC);
     CHECK(raw_mount("proc", "root/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL),

@@ -15,12 +15,13 @@
 #include <stdint.h>
 
 #define CRL_SPAWN_MAX_MSG (2u << 20)
-#define CRL_SPAWN_MAX_FDS 12
 #define CRL_SPAWN_MAX_CGROUP_FDS 6
+#define CRL_SPAWN_MAX_LAYERS 125 /* CRL_IMAGE_MAX_LAYERS */
+#define CRL_SPAWN_MAX_FDS (1 + CRL_SPAWN_MAX_LAYERS + CRL_SPAWN_MAX_CGROUP_FDS)
 #define CRL_SPAWN_FD 3 /* the spawner's end of the socket, in the spawner */
 
 enum crl_spawn_op {
-    CRL_SPAWN_CREATE = 1, /* fds: image dir (O_PATH), netns, cgroup.procs... */
+    CRL_SPAWN_CREATE = 1, /* fds: image layer mounts (top first), netns, cgroup.procs... */
     CRL_SPAWN_EXEC,       /* fds: sandbox PID 1 pidfd, stdin, stdout, stderr, cgroup.procs... */
     CRL_SPAWN_OPEN,       /* fds: sandbox PID 1 pidfd */
     CRL_SPAWN_STREAM,     /* fds: pidfd, data pipe, message pipe, cgroup.procs... */
@@ -88,6 +89,7 @@ struct crl_spawn_create {
     uint32_t uid_base; /* sandbox ids 0..id_count-1 map to uid_base.. on the host */
     uint32_t id_count;
     uint32_t disk_mb;
+    uint32_t n_layers;
     uint32_t n_cgroup_fds;
     char hostname[64];
     char workdir[256]; /* an empty host directory every sandbox mounts its tmpfs over */

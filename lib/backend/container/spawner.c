@@ -145,17 +145,12 @@ static int write_pid(int procs_fd, pid_t pid)
     return r == n ? 0 : -1;
 }
 
-/* Make a detached, read-only mount of the image whose ids are shifted into
- * the sandbox's range: image files owned by host root appear owned by the
- * sandbox's root, and no file of the store is ever chowned. */
-static int idmapped_image(int image_fd, pid_t pid)
+/* Make a detached, read-only mount of an image layer whose ids are shifted
+ * into the sandbox's range: image files owned by host root appear owned by
+ * the sandbox's root, and no file of the store is ever chowned. */
+static int idmapped_layer(int layer_fd, int userns)
 {
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/%d/ns/user", pid);
-    cleanup_close int userns = crl_openat(AT_FDCWD, path, O_RDONLY, 0);
-    if (userns < 0)
-        return -1;
-    int tree = (int)syscall(SYS_open_tree, image_fd, "",
+    int tree = (int)syscall(SYS_open_tree, layer_fd, "",
                             AT_EMPTY_PATH | OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
     if (tree < 0)
         return -1;
@@ -175,11 +170,13 @@ static int idmapped_image(int image_fd, pid_t pid)
 static void handle_create(const struct crl_spawn_req *rq, int *fds, int nfds)
 {
     const struct crl_spawn_create *c = &rq->u.create;
-    if (nfds < 2 || (unsigned)nfds != 2 + c->n_cgroup_fds) {
+    if (c->n_layers < 1 || c->n_layers > CRL_SPAWN_MAX_LAYERS ||
+        (unsigned)nfds != c->n_layers + 1 + c->n_cgroup_fds) {
         reply(rq->id, EPROTO, CRL_STEP_NONE, 0, NULL, 0, "create: wrong descriptors");
         return;
     }
-    int image_fd = fds[0], netns_fd = fds[1];
+    const int *layer_fds = fds, *cgroup_fds = fds + c->n_layers + 1;
+    int netns_fd = fds[c->n_layers];
     struct pending_create *pc = calloc(1, sizeof(*pc));
     void *stack = mmap(NULL, INIT_STACK, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_GROWSDOWN, -1, 0);
@@ -251,21 +248,32 @@ static void handle_create(const struct crl_spawn_req *rq, int *fds, int nfds)
     }
     step = CRL_STEP_CGROUP;
     for (unsigned i = 0; i < c->n_cgroup_fds; i++)
-        if (write_pid(fds[2 + i], pid) < 0) {
+        if (write_pid(cgroup_fds[i], pid) < 0) {
             err = errno;
             goto kill;
         }
     step = CRL_STEP_IDMAP;
-    int lower = idmapped_image(image_fd, pid);
-    if (lower < 0) {
-        err = errno;
-        goto kill;
-    }
-    step = CRL_STEP_SYNC;
-    char go = 'g';
-    ssize_t sent = crl_send_fds(pc->sock, &go, 1, &lower, 1);
+    int lower[CRL_SPAWN_MAX_LAYERS];
+    unsigned nl = 0;
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/ns/user", pid);
+    int userns = crl_openat(AT_FDCWD, path, O_RDONLY, 0);
     err = errno;
-    close(lower);
+    while (userns >= 0 && nl < c->n_layers &&
+           (lower[nl] = idmapped_layer(layer_fds[nl], userns)) >= 0)
+        nl++;
+    err = errno;
+    if (userns >= 0)
+        close(userns);
+    ssize_t sent = -1;
+    if (nl == c->n_layers) {
+        step = CRL_STEP_SYNC;
+        char go = 'g';
+        sent = crl_send_fds(pc->sock, &go, 1, lower, (int)nl);
+        err = errno;
+    }
+    for (unsigned i = 0; i < nl; i++)
+        close(lower[i]);
     if (sent < 0)
         goto kill;
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = pc};

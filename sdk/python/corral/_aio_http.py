@@ -37,16 +37,42 @@ class AsyncTransport:
         for _, writer in idle:
             writer.close()
 
+    @staticmethod
+    def _expect(call):
+        return hasattr(call.body, "read") or len(call.body) >= _EXPECT_MIN
+
     def _head(self, call):
-        lines = [f"{call.method} {call.target} HTTP/1.1", "Host: localhost",
-                 f"Content-Length: {len(call.body)}"]
+        lines = [f"{call.method} {call.target} HTTP/1.1", "Host: localhost"]
+        if not hasattr(call.body, "read"):
+            lines.append(f"Content-Length: {len(call.body)}")
+        elif call.length is not None:
+            lines.append(f"Content-Length: {call.length}")
+        else:
+            lines.append("Transfer-Encoding: chunked")
         if self._token:
             lines.append(f"Authorization: Bearer {self._token}")
         if call.content_type:
             lines.append(f"Content-Type: {call.content_type}")
-        if len(call.body) >= _EXPECT_MIN:
+        if self._expect(call):
             lines.append("Expect: 100-continue")
         return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+    @staticmethod
+    async def _send_body(writer, call):
+        """The body: bytes, or a file object read (off the loop) and sent as
+        it is read, chunked when its length is unknown."""
+        body = call.body
+        if not hasattr(body, "read"):
+            writer.write(body)
+            await writer.drain()
+            return
+        chunked = call.length is None
+        while piece := await asyncio.to_thread(body.read, 1 << 20):
+            writer.write(b"%X\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
+            await writer.drain()
+        if chunked:
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
 
     async def request(self, call, on_data=None):
         """Send ``call`` and return its Response, or raise its errors.Error.
@@ -55,6 +81,8 @@ class AsyncTransport:
         awaited into it piece by piece as it arrives; the Response's body is
         empty.  ``call.timeout`` bounds the whole exchange.
         """
+        start = _api.body_rewind(call)
+        streamed = hasattr(call.body, "read")
         async with self._slots:
             for attempt in range(2):
                 conn = None
@@ -71,7 +99,9 @@ class AsyncTransport:
                         response, keep = await self._exchange(conn, call, on_data)
                 except _Stale:
                     conn[1].close()
-                    if reused and attempt == 0:
+                    if reused and attempt == 0 and (not streamed or start is not None):
+                        if streamed:
+                            call.body.seek(start)
                         continue  # it had been closed while idle: once more on a new connection
                     raise errors.Unavailable("unavailable", f"{self.url} closed the connection")
                 except TimeoutError:
@@ -120,12 +150,11 @@ class AsyncTransport:
 
     async def _exchange(self, conn, call, on_data):
         reader, writer = conn
-        body = call.body
-        expect = len(body) >= _EXPECT_MIN
+        expect = self._expect(call)
         try:
             writer.write(self._head(call))
-            if body and not expect:
-                writer.write(body)
+            if not expect:
+                await self._send_body(writer, call)
             await writer.drain()
             answer = await self._read_head(reader)
         except ConnectionError:
@@ -134,8 +163,7 @@ class AsyncTransport:
             raise _Stale()  # not a byte of an answer: retried if the connection was reused
         status, headers, keep = answer
         if expect and status == 100:
-            writer.write(body)
-            await writer.drain()
+            await self._send_body(writer, call)
             answer = await self._read_head(reader)
             if answer is None:
                 raise EOFError("the connection closed after 100 Continue")
@@ -152,7 +180,9 @@ class AsyncTransport:
             else:
                 pieces.append(piece)
 
-        if "chunked" in headers.get("transfer-encoding", "").lower():
+        if status in (204, 304) or call.method == "HEAD":
+            pass  # no body, whatever the headers say
+        elif "chunked" in headers.get("transfer-encoding", "").lower():
             while True:
                 size_line = await reader.readline()
                 try:

@@ -8,6 +8,7 @@ import json
 import math
 import os
 import tarfile
+import tempfile
 import urllib.parse
 
 from .errors import Error, InvalidSpec
@@ -43,9 +44,10 @@ class Call:
 
     method: str
     target: str
-    body: bytes = b""
+    body: bytes = b""  # or a binary file object, streamed
     content_type: str = None
     timeout: float = None
+    length: int = None  # of a file object body; None: sent chunked, to its end
 
     def waiting(self, client_timeout):
         """This call with its timeout resolved for a transport (None: no limit)."""
@@ -123,6 +125,55 @@ def write_call(sandbox_id, path, data, mode=None, user=None):
         mode = format(mode, "o")
     return file_call(sandbox_id, "PUT", path, bytes(data), "application/octet-stream",
                      mode=mode, user=user)
+
+
+def image_target(name):
+    """/v1/images/{name}: the name as it is, '/' and ':' included."""
+    return "/v1/images/" + urllib.parse.quote(str(name), safe="/:@")
+
+
+def import_source(path_or_fileobj, stack):
+    """(file object, length or None) of an image to upload: a file is sent as
+    it is read; a directory (an OCI image layout) is first made into a tar in a
+    temporary file; a file object is read to its end, chunked.  ``stack`` (an
+    ExitStack) closes what is opened here."""
+    if hasattr(path_or_fileobj, "read"):
+        return path_or_fileobj, None
+    path = os.fspath(path_or_fileobj)
+    if os.path.isdir(path):
+        if not (os.path.isfile(os.path.join(path, "oci-layout"))
+                and os.path.isfile(os.path.join(path, "index.json"))):
+            raise InvalidSpec("invalid_argument",
+                              f"{path} is not an OCI image layout (no oci-layout, index.json)")
+        tmp = stack.enter_context(tempfile.TemporaryFile())
+        with tarfile.open(fileobj=tmp, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for name in sorted(os.listdir(path)):
+                tar.add(os.path.join(path, name), arcname=name)
+        length = tmp.tell()
+        tmp.seek(0)
+        return tmp, length
+    f = stack.enter_context(open(path, "rb"))
+    return f, os.fstat(f.fileno()).st_size
+
+
+def import_call(fileobj, length, name=None, timeout=None):
+    """POST /v1/images[?name=]: an upload may take long, so no limit by default."""
+    target = "/v1/images" + ("?" + urllib.parse.urlencode({"name": name}) if name else "")
+    return Call("POST", target, fileobj, "application/x-tar",
+                math.inf if timeout is None else timeout, length)
+
+
+def tag_body(source, target):
+    return {"source": source, "target": target}
+
+
+def body_rewind(call):
+    """Where a file object body starts, to send it again on a new connection
+    (None: it cannot be: not a file, or not seekable)."""
+    body = call.body
+    if hasattr(body, "read") and getattr(body, "seekable", lambda: False)():
+        return body.tell()
+    return None
 
 
 def dir_tar(path, response):

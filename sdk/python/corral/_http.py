@@ -69,6 +69,10 @@ class Transport:
             headers["Authorization"] = f"Bearer {self._token}"
         if call.content_type:
             headers["Content-Type"] = call.content_type
+        streamed = hasattr(call.body, "read")
+        if streamed and call.length is not None:
+            headers["Content-Length"] = str(call.length)
+        start = _api.body_rewind(call)
         for attempt in range(2):
             conn = None
             if attempt == 0:
@@ -79,13 +83,16 @@ class Transport:
                 conn = (_UnixConnection(self.addr) if self.kind == "unix"
                         else http.client.HTTPConnection(*self.addr))
             conn.timeout = call.timeout
+            conn.blocksize = 1 << 16  # a streamed body's reads
             if conn.sock:
                 conn.sock.settimeout(call.timeout)
             try:
                 response = self._receive(conn, self._send(conn, call, headers), on_data)
             except _Stale:
                 conn.close()
-                if reused and attempt == 0:
+                if reused and attempt == 0 and (not streamed or start is not None):
+                    if streamed:
+                        call.body.seek(start)
                     continue  # it had been closed while idle: once more on a new connection
                 raise errors.Unavailable("unavailable", f"{self.url} closed the connection")
             except TimeoutError:

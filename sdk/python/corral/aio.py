@@ -9,6 +9,8 @@ event loop can drive thousands of sandboxes at once.
 with`` on it destroys it on exit.
 """
 
+import asyncio
+import contextlib
 import inspect
 
 from . import _api, errors
@@ -62,6 +64,31 @@ class AsyncClient:
     async def images(self):
         """The images sandboxes can be created from: a list of dicts."""
         return (await self._json("GET", "/v1/images"))["images"]
+
+    async def image(self, name):
+        """One image; see Client.image()."""
+        return await self._json("GET", _api.image_target(name))
+
+    async def import_image(self, path_or_fileobj, name=None, timeout=None):
+        """Import an image; see Client.import_image().  A directory is tarred
+        and files are read in a worker thread, off the event loop."""
+        with contextlib.ExitStack() as stack:
+            fileobj, length = await asyncio.to_thread(_api.import_source, path_or_fileobj,
+                                                      stack)
+            call = _api.import_call(fileobj, length, name, timeout)
+            return (await self._call(call)).json()
+
+    async def remove_image(self, name):
+        """Remove an image's tag; see Client.remove_image()."""
+        await self._call(_api.json_call("DELETE", _api.image_target(name)))
+
+    async def tag_image(self, source, target):
+        """Tag an image; see Client.tag_image()."""
+        return await self._json("POST", "/v1/images/tag", _api.tag_body(source, target))
+
+    async def gc_images(self):
+        """Remove unreferenced layers; see Client.gc_images()."""
+        return await self._json("POST", "/v1/images/gc")
 
     async def health(self):
         """``{"status": "ok", "host_id": ...}`` when corrald is up."""

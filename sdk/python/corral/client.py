@@ -1,5 +1,7 @@
 """The blocking client: Client, Sandbox, Files, Session."""
 
+import contextlib
+
 from . import _api, errors
 from ._api import ExecResult, q
 from ._http import Transport
@@ -64,6 +66,39 @@ class Client:
     def images(self):
         """The images sandboxes can be created from: a list of dicts."""
         return self._json("GET", "/v1/images")["images"]
+
+    def image(self, name):
+        """One image (``NAME[:TAG]`` or its id): a dict with ``name``, ``names``,
+        ``id``, ``layers``, ``size``, ``env``, ``cwd``, ``user``,
+        ``entrypoint``, ``cmd``, ``sandboxes`` (NotFound if there is none)."""
+        return self._json("GET", _api.image_target(name))
+
+    def import_image(self, path_or_fileobj, name=None, timeout=None):
+        """Import an image and return it (a dict, as image() gives it).
+
+        ``path_or_fileobj`` is a docker-archive or oci-archive (maybe gzip,
+        zstd or xz compressed) as a path or a binary file object (read to its
+        end, streamed), or an OCI image layout directory (tarred into a
+        temporary file first).  ``name`` (``NAME[:TAG]``) tags it; without
+        one the archive's own tag is used.  ``timeout``: seconds to wait for
+        the answer (default: no limit).
+        """
+        with contextlib.ExitStack() as stack:
+            fileobj, length = _api.import_source(path_or_fileobj, stack)
+            return self._call(_api.import_call(fileobj, length, name, timeout)).json()
+
+    def remove_image(self, name):
+        """Remove an image's tag (the image goes with its last one); Conflict
+        while a sandbox uses it."""
+        self._call(_api.json_call("DELETE", _api.image_target(name)))
+
+    def tag_image(self, source, target):
+        """Tag the image ``source`` as ``target`` (``NAME[:TAG]``); returns it."""
+        return self._json("POST", "/v1/images/tag", _api.tag_body(source, target))
+
+    def gc_images(self):
+        """Remove layers no image references: ``{"layers_removed", "bytes_freed"}``."""
+        return self._json("POST", "/v1/images/gc")
 
     def health(self):
         """``{"status": "ok", "host_id": ...}`` when corrald is up."""

@@ -1,0 +1,59 @@
+/* What the `corral bench` commands share: a private corrald to measure
+ * (--start-daemon), an image's layer mounted for the peers, and the
+ * statistics and the machine's load they report. */
+#ifndef CORRAL_BENCH_DAEMON_H
+#define CORRAL_BENCH_DAEMON_H
+
+#include <jansson.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "../../lib/client/client.h"
+#include "../../lib/util/err.h"
+#include "bench_peer.h"
+
+/* A corrald run for one bench: from the directory of this `corral`, with a
+ * fresh state directory under /tmp/corral-bench.XXXXXX, its own cgroup
+ * parent (corral-bench-<pid>, so it never touches another corrald's), and
+ * `--images-from <bindir>/images` when that directory exists. */
+struct crl_bench_daemon {
+    pid_t pid;
+    char dir[64];
+    char url[128];
+    char images_from[PATH_MAX];
+};
+
+/* Start it and wait until /healthz answers (30 s at most).  On failure, call
+ * crl_bench_daemon_stop() all the same: it removes what was made. */
+int crl_bench_daemon_start(struct crl_bench_daemon *d, struct crl_err *err);
+/* SIGTERM, wait (SIGKILL after 30 s), remove its directory.  Idempotent. */
+void crl_bench_daemon_stop(struct crl_bench_daemon *d);
+/* The last `cap`-1 bytes of its log, for an error message. */
+int crl_bench_daemon_log_tail(const struct crl_bench_daemon *d, char *buf, size_t cap);
+
+/* Mount the one EROFS layer of `image` (its store and layers[0] from
+ * GET /v1/images/{image}) read-only, nodev, nosuid at a new directory
+ * /tmp/corral-bench-rootfs.XXXXXX, written to out.  *layer_bytes (may be
+ * NULL) gets the layer's stored size.  An image of several layers is
+ * refused.  Undo with crl_bench_layer_release(). */
+int crl_bench_layer_mount(struct crl_client *c, const char *image, char *out, size_t cap,
+                          long long *layer_bytes, struct crl_err *err);
+void crl_bench_layer_release(const char *dir);
+
+/* Nearest-rank percentiles of a phase; rate is operations per second of its
+ * wall time. */
+struct crl_bench_stats {
+    double p50, p99, mean, min, max, rate;
+    size_t n;
+};
+/* Sorts s->ms in place. */
+struct crl_bench_stats crl_bench_stats_of(const struct crl_bench_samples *s);
+/* {"p50_ms", "p99_ms", "mean_ms", "n"} and "rate_per_s" if with_rate. */
+json_t *crl_bench_stats_json(const struct crl_bench_stats *s, bool with_rate);
+
+/* The three load averages of /proc/loadavg, "0.42 0.30 0.25". */
+void crl_bench_loadavg(char *buf, size_t cap);
+
+#endif
