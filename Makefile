@@ -30,7 +30,7 @@ WARN := -Wall -Wextra -Werror -Wformat=2 -Wshadow -Wpointer-arith -Wcast-align \
 CFLAGS += -std=gnu11 $(OPT) -g $(WARN) -D_GNU_SOURCE -fstack-protector-strong \
           -fno-strict-aliasing $(SANFLAGS) $(PKG_CFLAGS) -MMD -MP
 LDFLAGS += $(SANFLAGS)
-LDLIBS += $(PKG_LIBS)
+LDLIBS += $(PKG_LIBS) -lm
 
 LIB_SRC := $(wildcard lib/util/*.c lib/core/*.c lib/image/*.c lib/api/*.c lib/client/*.c \
                       lib/backend/*/*.c)
@@ -42,11 +42,12 @@ CORRALD_SRC := $(wildcard src/corrald/*.c)
 CORRAL_SRC := $(wildcard src/corral/*.c)
 SPAWNER_SRC := $(wildcard src/corral-spawner/*.c)
 IMPORT_SRC := $(wildcard src/corral-import/*.c)
+ZYGOTE_SRC := $(wildcard src/corral-zygote/*.c)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 
-BINS := $(B)/corrald $(B)/corral $(B)/corral-spawner $(B)/corral-import $(B)/corral-init \
-        $(B)/corral-probe
+BINS := $(B)/corrald $(B)/corral $(B)/corral-spawner $(B)/corral-import $(B)/corral-zygote \
+        $(B)/corral-init $(B)/corral-probe
 
 .PHONY: all clean check check-unit check-integration check-san check-style deps images \
         demo bench leakcheck fuzz
@@ -74,6 +75,11 @@ $(B)/corral-spawner: $(SPAWNER_SRC:%.c=$(B)/obj/%.o) $(LIB)
 $(B)/corral-import: $(IMPORT_SRC:%.c=$(B)/obj/%.o) $(LIB)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+# The function backend's zygote embeds the Python interpreter.
+$(B)/obj/src/corral-zygote/%.o: CFLAGS += $(shell pkg-config --cflags python3-embed)
+$(B)/corral-zygote: $(ZYGOTE_SRC:%.c=$(B)/obj/%.o) $(LIB)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(shell pkg-config --libs python3-embed)
 
 # The probe runs inside sandboxes, which may have no libc: always static,
 # never sanitized.

@@ -702,16 +702,7 @@ static int importer_path(struct crl_api *a, struct crl_err *err)
         snprintf(a->importer_path, sizeof(a->importer_path), "%s", a->cfg.importer_path);
         return 0;
     }
-    char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n < 0)
-        return crl_err_sys(err, errno, "readlink /proc/self/exe");
-    self[n] = 0;
-    char *slash = strrchr(self, '/');
-    if (slash)
-        *slash = 0;
-    snprintf(a->importer_path, sizeof(a->importer_path), "%s/corral-import", self);
-    return 0;
+    return crl_sibling_path("corral-import", a->importer_path, sizeof(a->importer_path), err);
 }
 
 int crl_api_start(struct crl_host *h, const struct crl_api_config *cfg, struct crl_api **out,

@@ -39,6 +39,8 @@ struct crl_proc {
     struct crl_sandbox *sb;
     /* what to run */
     char **argv;
+    const char *source; /* an exec's cmd given as a string (argv is /bin/sh -c source) */
+    bool session;       /* a session's shell, which lives on between commands */
     char **envp;
     const char *cwd;
     uid_t uid;
@@ -147,5 +149,6 @@ struct crl_backend_ops {
 };
 
 extern const struct crl_backend_ops crl_container_backend;
+extern const struct crl_backend_ops crl_function_backend;
 
 #endif

@@ -331,6 +331,7 @@ struct crl_exec *crl_exec_start(struct crl_sandbox *sb, struct crl_exec_req *req
     if (!user.set && crl_image_user(sb->image, &user, err) < 0)
         goto fail;
     x->proc.argv = x->req.argv;
+    x->proc.source = x->req.shell ? x->req.argv[2] : NULL;
     x->proc.envp = x->envp;
     x->proc.cwd = x->req.cwd ? x->req.cwd : sb->spec.cwd ? sb->spec.cwd : sb->image->cwd;
     x->proc.uid = user.uid;

@@ -32,7 +32,8 @@ const char *crl_sb_state_name(enum crl_sb_state s)
     return state_names[s];
 }
 
-static const struct crl_backend_ops *const backends[] = {&crl_container_backend};
+static const struct crl_backend_ops *const backends[] = {&crl_container_backend,
+                                                         &crl_function_backend};
 
 static const struct crl_backend_ops *backend_find(const char *name)
 {
@@ -326,7 +327,8 @@ int crl_host_create(struct crl_host *h, struct crl_spec *spec, crl_sandbox_cb cb
     const struct crl_backend_ops *ops = backend_find(spec->backend);
     if (!ops)
         return crl_err_set(err, CRL_E_UNSUPPORTED,
-                           "backend '%s' is not available on this host (available: container)",
+                           "backend '%s' is not available on this host (available: container, "
+                           "function)",
                            spec->backend);
     if (admit(h, spec, err) < 0) {
         h->counters.rejected_capacity++;
@@ -767,8 +769,8 @@ int crl_host_open(const struct crl_host_config *cfg, struct crl_loop *loop, stru
         goto fail;
     }
     for (size_t i = 0; i < CRL_ARRAY_SIZE(backends); i++) {
-        if (backends[i]->init(h, &h->backend_state, err) < 0 ||
-            backends[i]->reconcile(h, h->backend_state, err) < 0) {
+        if (backends[i]->init(h, &h->backend_state[i], err) < 0 ||
+            backends[i]->reconcile(h, h->backend_state[i], err) < 0) {
             crl_err_prefix(err, "backend %s", backends[i]->name);
             goto fail;
         }
@@ -813,9 +815,9 @@ void crl_host_close(struct crl_host *h)
     uint64_t deadline = crl_now_ns() + 30 * NS_PER_S;
     while ((pending || tearing_down(h)) && crl_now_ns() < deadline)
         crl_loop_once(h->loop, 100);
-    if (h->backend_state)
-        for (size_t i = 0; i < CRL_ARRAY_SIZE(backends); i++)
-            backends[i]->shutdown(h, h->backend_state);
+    for (size_t i = 0; i < CRL_ARRAY_SIZE(backends); i++)
+        if (h->backend_state[i])
+            backends[i]->shutdown(h, h->backend_state[i]);
     while (h->sandboxes) {
         struct crl_sandbox *sb = h->sandboxes;
         crl_timer_stop(h->loop, &sb->ttl_timer);
@@ -861,7 +863,7 @@ json_t *crl_host_info_json(struct crl_host *h)
         h->cfg.max_sandboxes < h->cfg.uid_slots ? h->cfg.max_sandboxes : h->cfg.uid_slots;
     return json_pack(
         "{s:s, s:s, s:f, s:{s:I, s:i, s:i, s:f, s:f, s:I, s:f, s:i}, s:{s:i, s:I, s:f}, s:{s:I, "
-        "s:f, s:i}, s:[s], s:s}",
+        "s:f, s:i}, s:[s,s], s:s}",
         "host_id", h->cfg.host_id, "state_dir", h->state_dir, "uptime_s",
         crl_wall_s() - h->started_at, "capacity", "memory_mb", (json_int_t)h->mem_total_mb, "cpus",
         (json_int_t)h->ncpus, "max_sandboxes", (json_int_t)max, "overcommit", h->cfg.overcommit,
@@ -870,8 +872,8 @@ json_t *crl_host_info_json(struct crl_host *h)
         (json_int_t)h->live, "memory_mb", (json_int_t)h->reserved_mb, "cpus", h->reserved_cpus,
         "free", "memory_mb", (json_int_t)(mem_cap > h->reserved_mb ? mem_cap - h->reserved_mb : 0),
         "cpus", cpu_cap - h->reserved_cpus, "sandboxes",
-        (json_int_t)(max > h->live ? max - h->live : 0), "backends", "container", "cgroup",
-        crl_cgroup_mgr_describe(h->cgroups));
+        (json_int_t)(max > h->live ? max - h->live : 0), "backends", "container", "function",
+        "cgroup", crl_cgroup_mgr_describe(h->cgroups));
 }
 
 char *crl_host_metrics(struct crl_host *h)

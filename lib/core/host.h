@@ -71,7 +71,7 @@ struct crl_host {
     double reserved_cpus;
     unsigned live;
     struct crl_host_counters counters;
-    void *backend_state;
+    void *backend_state[2]; /* each backend's, in host.c's order */
     bool shutting_down;
     double started_at;
     int lock_fd, cgroup_lock_fd; /* flocks held for our lifetime */

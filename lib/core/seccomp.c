@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -131,6 +132,24 @@ static int build_no_new_code(scmp_filter_ctx ctx, struct crl_err *err)
     return 0;
 }
 
+static int build_function(scmp_filter_ctx ctx, struct crl_err *err)
+{
+    static const char *const calls[] = {"ptrace", "process_vm_readv", "process_vm_writev"};
+    int r;
+    for (size_t i = 0; i < CRL_ARRAY_SIZE(calls); i++) {
+        int nr = seccomp_syscall_resolve_name(calls[i]);
+        if (nr != __NR_SCMP_ERROR && (r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0)) < 0)
+            return crl_err_sys(err, -r, "seccomp rule for %s", calls[i]);
+    }
+    /* socket(2) and socketpair(2): AF_UNIX only */
+    if ((r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), SCMP_SYS(socket), 1,
+                              SCMP_A0(SCMP_CMP_NE, AF_UNIX))) < 0 ||
+        (r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), SCMP_SYS(socketpair), 1,
+                              SCMP_A0(SCMP_CMP_NE, AF_UNIX))) < 0)
+        return crl_err_sys(err, -r, "seccomp rule for socket");
+    return 0;
+}
+
 int crl_seccomp_build(enum crl_seccomp_profile profile, struct sock_fprog *prog,
                       struct crl_err *err)
 {
@@ -150,6 +169,8 @@ int crl_seccomp_build(enum crl_seccomp_profile profile, struct sock_fprog *prog,
             goto out;
     } else {
         if (build_container(ctx, err) < 0)
+            goto out;
+        if (profile == CRL_SECCOMP_FUNCTION && build_function(ctx, err) < 0)
             goto out;
         /* clone3 passes its flags in memory a filter cannot read: make it look
          * absent, so libc falls back to clone(2), whose flags we can check. */

@@ -17,6 +17,11 @@ enum crl_seccomp_profile {
      * inside a sandbox (tar): no executable mappings, no execve, so no file
      * of the sandbox's can ever become code in them. */
     CRL_SECCOMP_NO_NEW_CODE,
+    /* The function backend: the container profile (which also refuses new
+     * namespaces, so no user namespace to gain capabilities in), plus no
+     * ptrace or process_vm_*, and no sockets but AF_UNIX: a call has no
+     * network of its own to be kept in, so it gets none. */
+    CRL_SECCOMP_FUNCTION,
 };
 
 /* Fill *prog with a malloc'd filter; free with crl_seccomp_free(). */

@@ -468,6 +468,7 @@ int crl_session_open(struct crl_sandbox *sb, struct crl_session_req *req, crl_se
         return crl_err_sys(err, ENOMEM, "session environment");
     }
     s->proc.argv = s->argv;
+    s->proc.session = true;
     s->proc.envp = s->envp;
     s->proc.cwd = s->cwd ? s->cwd : sb->spec.cwd ? sb->spec.cwd : sb->image->cwd;
     struct crl_user user = req->user;

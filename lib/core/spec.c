@@ -339,9 +339,9 @@ static int parse_labels(json_t *v, struct crl_spec *s, struct crl_err *err)
 
 int crl_spec_from_json(json_t *root, struct crl_spec *s, struct crl_err *err)
 {
-    static const char *const keys[] = {"backend", "image",      "resources", "network",
-                                       "ttl_s",   "idle_ttl_s", "labels",    "env",
-                                       "cwd",     "trajectory"};
+    static const char *const keys[] = {"backend", "runtime", "image",      "resources",
+                                       "network", "ttl_s",   "idle_ttl_s", "labels",
+                                       "env",     "cwd",     "trajectory"};
     crl_spec_init(s);
     if (!json_is_object(root))
         return crl_err_set(err, CRL_E_INVALID, "the sandbox spec must be a JSON object");
@@ -364,6 +364,25 @@ int crl_spec_from_json(json_t *root, struct crl_spec *s, struct crl_err *err)
             goto fail;
         }
         snprintf(s->backend, sizeof(s->backend), "%s", str);
+    }
+    bool function = strcmp(s->backend, "function") == 0;
+    if ((f = json_object_get(root, "runtime"))) {
+        if (get_string(f, "runtime", sizeof(s->runtime) - 1, &str, err) < 0)
+            goto fail;
+        if (!function) {
+            crl_err_set(err, CRL_E_INVALID,
+                        "runtime is for the function backend; backend '%s' runs an image",
+                        s->backend);
+            goto fail;
+        }
+        if (strcmp(str, "shell") != 0 && strcmp(str, "python") != 0) {
+            crl_err_set(err, CRL_E_INVALID, "runtime '%s' is unknown; expected shell or python",
+                        str);
+            goto fail;
+        }
+        snprintf(s->runtime, sizeof(s->runtime), "%s", str);
+    } else if (function) {
+        snprintf(s->runtime, sizeof(s->runtime), "shell");
     }
     if ((f = json_object_get(root, "image"))) {
         if (get_string(f, "image", sizeof(s->image) - 1, &str, err) < 0)
@@ -459,6 +478,8 @@ json_t *crl_spec_to_json(const struct crl_spec *s)
     /* Only what was given: the spec a sandbox reports can be posted again. */
     if (o && s->cwd)
         json_object_set_new(o, "cwd", json_string(s->cwd));
+    if (o && s->runtime[0])
+        json_object_set_new(o, "runtime", json_string(s->runtime));
     return o;
 }
 

@@ -28,6 +28,7 @@ struct crl_kv {
 
 struct crl_spec {
     char backend[16];
+    char runtime[16]; /* the function backend's: shell or python ("" for the others) */
     char image[CRL_IMAGE_NAME_MAX + 1];
     double cpus;
     unsigned memory_mb;

@@ -284,3 +284,19 @@ void crl_fmt_time(double wall_s, char *buf, size_t cap)
     size_t n = strftime(buf, cap, "%Y-%m-%dT%H:%M:%S", &tm);
     snprintf(buf + n, cap - n, ".%03dZ", (int)((wall_s - (double)t) * 1000.0));
 }
+
+int crl_sibling_path(const char *name, char *out, size_t cap, struct crl_err *err)
+{
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n < 0)
+        return crl_err_sys(err, errno, "readlink /proc/self/exe");
+    self[n] = 0;
+    char *slash = strrchr(self, '/');
+    if (slash)
+        *slash = 0;
+    int w = snprintf(out, cap, "%s/%s", slash ? self : ".", name);
+    if (w < 0 || (size_t)w >= cap)
+        return crl_err_set(err, CRL_E_INTERNAL, "the path of %s is too long", name);
+    return 0;
+}

@@ -34,6 +34,10 @@ ssize_t crl_recv_fds(int sock, void *msg, size_t len, int *fds, int *nfds);
 /* Remove a directory tree without following symlinks or crossing mounts. */
 int crl_rm_rf_at(int dirfd, const char *name);
 
+/* The path of `name` beside the running program (corrald finds its helper
+ * binaries this way). */
+int crl_sibling_path(const char *name, char *out, size_t cap, struct crl_err *err);
+
 /* mkdir -p, mode for each created component. */
 int crl_mkdir_p(const char *path, mode_t mode);
 

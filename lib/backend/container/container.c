@@ -956,19 +956,11 @@ static int ctr_init(struct crl_host *h, void **state, struct crl_err *err)
     st->host = h;
     *state = st;
     g_state = st;
-    if (h->cfg.spawner_path) {
+    if (h->cfg.spawner_path)
         snprintf(st->spawner_path, sizeof(st->spawner_path), "%s", h->cfg.spawner_path);
-    } else {
-        char self[PATH_MAX];
-        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-        if (n < 0)
-            return crl_err_sys(err, errno, "readlink /proc/self/exe");
-        self[n] = 0;
-        char *slash = strrchr(self, '/');
-        if (slash)
-            *slash = 0;
-        snprintf(st->spawner_path, sizeof(st->spawner_path), "%s/corral-spawner", self);
-    }
+    else if (crl_sibling_path("corral-spawner", st->spawner_path, sizeof(st->spawner_path), err) <
+             0)
+        return -1;
     if (access(st->spawner_path, X_OK) < 0)
         return crl_err_sys(err, errno, "spawner %s", st->spawner_path);
     /* The empty directory every sandbox mounts its tmpfs over, in its own

@@ -1,0 +1,685 @@
+/* The function backend, corrald's side: a sandbox is a cgroup, an
+ * unprivileged uid of its own and a scratch directory; each process is a
+ * fork of the runtime's zygote (corral-zygote), which jails itself
+ * (jail.h) before it runs anything.  No namespaces: the jail is the
+ * kernel's per-process controls (Landlock, seccomp, credentials, rlimits,
+ * cgroups), so a call costs a fork, not a container.
+ *
+ * Differences from a container, by design (docs/architecture.md):
+ * no persistent processes (no sessions), never root (execs run as the
+ * sandbox's uid whatever `user` says), the working directory is always the
+ * scratch dir, which is also the root of the files API, and only single
+ * files move through it (no tar of directories). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../../core/backend.h"
+#include "../../core/cgroup.h"
+#include "../../core/host.h"
+#include "../../core/path.h"
+#include "../../core/sandbox.h"
+#include "../../util/cleanup.h"
+#include "../../util/fdio.h"
+#include "../../util/log.h"
+#include "zygote_proto.h"
+
+#define N_RUNTIMES 2
+static const char *const runtimes[N_RUNTIMES] = {"shell", "python"};
+
+/* A request waiting for its REPLY, or a child waiting for its EXITED. */
+struct fn_call {
+    uint64_t id;
+    pid_t pid;
+    struct crl_sandbox *sb;
+    struct crl_proc *p;
+    struct fn_call *next;
+};
+
+struct zygote {
+    struct fn_state *st;
+    unsigned runtime;
+    pid_t pid;
+    int sock;
+    struct crl_watch w;
+    struct fn_call *pending; /* sent, no reply yet */
+    struct fn_call *running; /* started, not yet exited */
+};
+
+struct fn_state {
+    struct crl_host *host;
+    char zygote_path[PATH_MAX];
+    char scratch_root[PATH_MAX]; /* <run dir>/functions: one 0700 dir per sandbox */
+    int scratch_root_fd;
+    struct zygote zy[N_RUNTIMES];
+    uint64_t next_id;
+    char *msg;
+};
+
+struct fn_sandbox {
+    struct crl_cgroup *cg;
+    int scratch_fd; /* O_PATH */
+    char scratch[256];
+    uid_t uid;
+    gid_t gid;
+    unsigned runtime;
+    unsigned running; /* processes not yet exited */
+    bool releasing;
+    struct crl_timer timer; /* create's completion; destroy's drain */
+    unsigned drain_tries;
+};
+
+static struct fn_state *g_fn;
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+}
+
+/* ---- zygotes ---- */
+
+static void zygote_lost(struct zygote *z);
+
+static void on_zygote(struct crl_watch *w, uint32_t ev)
+{
+    struct zygote *z = w->data;
+    for (;;) {
+        struct crl_zyg_reply r;
+        int fds[2], nfds = 2;
+        ssize_t n = crl_recv_fds(z->sock, &r, sizeof(r), fds, &nfds);
+        if (n < 0 && errno == EAGAIN)
+            return;
+        if (n != (ssize_t)sizeof(r)) {
+            for (int i = 0; i < nfds; i++)
+                close(fds[i]);
+            zygote_lost(z);
+            return;
+        }
+        if (r.op == CRL_ZYG_EXITED) {
+            for (struct fn_call **pp = &z->running; *pp; pp = &(*pp)->next) {
+                struct fn_call *c = *pp;
+                if (c->pid != r.pid)
+                    continue;
+                *pp = c->next;
+                struct crl_proc *p = c->p;
+                struct fn_sandbox *f = c->sb->priv;
+                p->exited = true;
+                p->status = r.status;
+                p->cpu_s = r.cpu_s;
+                p->maxrss_bytes = r.maxrss_bytes;
+                close_fd(&p->pidfd);
+                if (f)
+                    f->running--;
+                free(c);
+                p->on_exit(p);
+                break;
+            }
+            continue;
+        }
+        struct fn_call **pp = &z->pending;
+        while (*pp && (*pp)->id != r.id)
+            pp = &(*pp)->next;
+        struct fn_call *c = *pp;
+        if (!c) {
+            for (int i = 0; i < nfds; i++)
+                close(fds[i]);
+            continue;
+        }
+        *pp = c->next;
+        struct crl_proc *p = c->p;
+        struct fn_sandbox *f = c->sb->priv;
+        if (r.err) {
+            for (int i = 0; i < nfds; i++)
+                close(fds[i]);
+            struct crl_err err = CRL_ERR_INIT;
+            crl_err_sys(&err, r.err, "function zygote: %s", r.msg);
+            close_fd(&p->in_fd);
+            close_fd(&p->out_fd);
+            close_fd(&p->err_fd);
+            if (f)
+                f->running--;
+            free(c);
+            p->on_start(p, &err);
+            continue;
+        }
+        p->pid = r.pid;
+        p->pidfd = nfds ? fds[0] : -1;
+        p->started = true;
+        c->pid = r.pid;
+        c->next = z->running;
+        z->running = c;
+        p->on_start(p, NULL);
+    }
+    (void)ev;
+}
+
+static int zygote_start(struct fn_state *st, unsigned rt, struct crl_err *err)
+{
+    struct zygote *z = &st->zy[rt];
+    z->st = st;
+    z->runtime = rt;
+    z->sock = -1;
+    int pair[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) < 0)
+        return crl_err_sys(err, errno, "socketpair");
+    int big = (int)CRL_ZYG_MAX_MSG * 2;
+    for (int k = 0; k < 2; k++) {
+        setsockopt(pair[k], SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof(big));
+        setsockopt(pair[k], SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof(big));
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, pair[1], CRL_ZYG_FD);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigdefault(&attr, &all);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    char *argv[] = {(char *)"corral-zygote", (char *)"--runtime", (char *)runtimes[rt], NULL};
+    char *envp[] = {(char *)"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
+    pid_t pid;
+    int r = posix_spawn(&pid, st->zygote_path, &fa, &attr, argv, envp);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    close(pair[1]);
+    if (r != 0) {
+        close(pair[0]);
+        return crl_err_sys(err, r, "starting %s", st->zygote_path);
+    }
+    /* Its hello: the runtime is initialised (python: a few tens of ms). */
+    struct timeval tv = {10, 0};
+    setsockopt(pair[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    struct crl_zyg_reply hello;
+    if (recv(pair[0], &hello, sizeof(hello), 0) != (ssize_t)sizeof(hello) ||
+        hello.op != CRL_ZYG_HELLO) {
+        close(pair[0]);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        return crl_err_set(err, CRL_E_UNAVAILABLE, "the %s zygote did not start (see the log)",
+                           runtimes[rt]);
+    }
+    crl_set_nonblock(pair[0], 1);
+    z->pid = pid;
+    z->sock = pair[0];
+    if (crl_watch_start(st->host->loop, &z->w, z->sock, EPOLLIN, on_zygote, z) < 0) {
+        close_fd(&z->sock);
+        return crl_err_set(err, CRL_E_INTERNAL, "watching the zygote");
+    }
+    crl_info(NULL, "function runtime %s: zygote pid %d", runtimes[rt], (int)pid);
+    return 0;
+}
+
+/* A zygote that died: what was in flight on it fails; its children died
+ * with it (PDEATHSIG).  The next spawn starts a new one. */
+static void zygote_lost(struct zygote *z)
+{
+    crl_warn(NULL, "function runtime %s: zygote %d is gone", runtimes[z->runtime], (int)z->pid);
+    crl_watch_stop(z->st->host->loop, &z->w);
+    close_fd(&z->sock);
+    if (z->pid > 0)
+        waitpid(z->pid, NULL, WNOHANG);
+    z->pid = 0;
+    struct crl_err err = CRL_ERR_INIT;
+    crl_err_set(&err, CRL_E_INTERNAL, "the %s zygote died", runtimes[z->runtime]);
+    while (z->pending) {
+        struct fn_call *c = z->pending;
+        z->pending = c->next;
+        struct fn_sandbox *f = c->sb->priv;
+        if (f)
+            f->running--;
+        close_fd(&c->p->in_fd);
+        close_fd(&c->p->out_fd);
+        close_fd(&c->p->err_fd);
+        struct crl_proc *p = c->p;
+        free(c);
+        p->on_start(p, &err);
+    }
+    while (z->running) {
+        struct fn_call *c = z->running;
+        z->running = c->next;
+        struct fn_sandbox *f = c->sb->priv;
+        if (f)
+            f->running--;
+        struct crl_proc *p = c->p;
+        p->exited = true;
+        p->status = SIGKILL; /* as if killed */
+        close_fd(&p->pidfd);
+        free(c);
+        p->on_exit(p);
+    }
+}
+
+/* ---- sandboxes ---- */
+
+static void created(struct crl_timer *t)
+{
+    crl_sandbox_created(t->data, NULL);
+}
+
+static void release(struct crl_sandbox *sb)
+{
+    struct fn_state *st = g_fn;
+    struct fn_sandbox *f = sb->priv;
+    if (!f)
+        return;
+    crl_timer_stop(st->host->loop, &f->timer);
+    if (f->cg) {
+        struct crl_err err = CRL_ERR_INIT;
+        if (crl_cgroup_release(f->cg, true, &err) < 0)
+            crl_warn(sb->id, "%s", err.msg);
+    }
+    close_fd(&f->scratch_fd);
+    if (crl_rm_rf_at(st->scratch_root_fd, sb->id) < 0 && errno != ENOENT)
+        crl_log_syscall(sb->id, errno, "removing its scratch dir");
+    free(f);
+    sb->priv = NULL;
+}
+
+static int fn_create(struct crl_sandbox *sb, struct crl_err *err)
+{
+    struct fn_state *st = g_fn;
+    struct crl_host *h = sb->host;
+    unsigned rt = 0;
+    while (rt < N_RUNTIMES && strcmp(runtimes[rt], sb->spec.runtime) != 0)
+        rt++;
+    if (rt == N_RUNTIMES)
+        return crl_err_set(err, CRL_E_INVALID, "runtime '%s' is unknown", sb->spec.runtime);
+    if (st->zy[rt].sock < 0 && zygote_start(st, rt, err) < 0)
+        return -1;
+    struct fn_sandbox *f = calloc(1, sizeof(*f));
+    if (!f)
+        return crl_err_sys(err, ENOMEM, "sandbox");
+    f->scratch_fd = -1;
+    f->runtime = rt;
+    sb->priv = f;
+    /* An id range of its own, as a container slot has: unprivileged on the host. */
+    f->uid = h->cfg.uid_base + sb->slot * 65536u;
+    f->gid = f->uid;
+    char name[32];
+    snprintf(name, sizeof(name), "s%u", sb->slot);
+    struct crl_cgroup_limits lim = {.memory_bytes = (uint64_t)sb->spec.memory_mb << 20,
+                                    .pids = sb->spec.pids,
+                                    .cpus = sb->spec.cpus};
+    if (crl_cgroup_create(h->cgroups, name, &lim, &f->cg, err) < 0)
+        goto fail;
+    snprintf(f->scratch, sizeof(f->scratch), "%s/%s", st->scratch_root, sb->id);
+    if (mkdirat(st->scratch_root_fd, sb->id, 0700) < 0 ||
+        fchownat(st->scratch_root_fd, sb->id, f->uid, f->gid, AT_SYMLINK_NOFOLLOW) < 0) {
+        crl_err_sys(err, errno, "scratch dir %s", f->scratch);
+        goto fail;
+    }
+    f->scratch_fd = crl_openat(st->scratch_root_fd, sb->id, O_PATH | O_DIRECTORY | O_NOFOLLOW, 0);
+    if (f->scratch_fd < 0) {
+        crl_err_sys(err, errno, "scratch dir %s", f->scratch);
+        goto fail;
+    }
+    crl_timer_start(h->loop, &f->timer, 0, created, sb);
+    return 0;
+fail:
+    release(sb);
+    return -1;
+}
+
+static void drain(struct crl_timer *t)
+{
+    struct crl_sandbox *sb = t->data;
+    struct fn_sandbox *f = sb->priv;
+    struct crl_err err = CRL_ERR_INIT;
+    if (f->cg && crl_cgroup_kill_all(f->cg, &err) < 0 && f->drain_tries == 0)
+        crl_warn(sb->id, "%s", err.msg);
+    bool empty = !f->cg || crl_cgroup_count(f->cg, ".") <= 0;
+    if ((f->running > 0 || !empty) && ++f->drain_tries < 500) {
+        crl_timer_start(sb->host->loop, &f->timer, 10000000ull, drain, sb);
+        return;
+    }
+    if (f->running > 0 || !empty)
+        crl_warn(sb->id, "processes outlived its destroy; its cgroup stays for reconcile");
+    release(sb);
+    crl_sandbox_destroyed(sb);
+}
+
+static void fn_destroy(struct crl_sandbox *sb)
+{
+    struct fn_sandbox *f = sb->priv;
+    if (!f) {
+        crl_sandbox_destroyed(sb);
+        return;
+    }
+    f->releasing = true;
+    crl_timer_stop(sb->host->loop, &f->timer);
+    f->drain_tries = 0;
+    crl_timer_start(sb->host->loop, &f->timer, 0, drain, sb);
+}
+
+static int fn_stats(struct crl_sandbox *sb, struct crl_usage *u)
+{
+    struct fn_sandbox *f = sb->priv;
+    memset(u, 0, sizeof(*u));
+    if (!f || !f->cg)
+        return -1;
+    struct crl_cgroup_stats cs;
+    if (crl_cgroup_stats(f->cg, &cs) < 0)
+        return -1;
+    u->cpu_s = (double)cs.cpu_ns / 1e9;
+    u->memory_bytes = cs.memory_bytes;
+    u->memory_peak_bytes = cs.memory_peak_bytes;
+    u->pids = cs.pids;
+    u->oom_kills = cs.oom_kills;
+    /* The scratch dir is on the host's disk, without a quota of its own:
+     * disk_mb caps each file (RLIMIT_FSIZE); its use is not measured. */
+    u->disk_limit_bytes = (uint64_t)sb->spec.disk_mb << 20;
+    return 0;
+}
+
+static json_t *fn_info(struct crl_sandbox *sb)
+{
+    struct fn_sandbox *f = sb->priv;
+    if (!f)
+        return NULL;
+    return json_pack("{s:s, s:i, s:s, s:i}", "runtime", runtimes[f->runtime], "uid",
+                     (json_int_t)f->uid, "scratch", f->scratch, "zygote_pid",
+                     (json_int_t)g_fn->zy[f->runtime].pid);
+}
+
+/* ---- processes ---- */
+
+static size_t pack(char *dst, size_t off, size_t cap, const char *s)
+{
+    size_t n = strlen(s) + 1;
+    if (off == (size_t)-1 || off + n > cap)
+        return (size_t)-1;
+    memcpy(dst + off, s, n);
+    return off + n;
+}
+
+/* The call's environment: the exec's, with HOME and TMPDIR its scratch dir. */
+static size_t pack_env(char *dst, size_t off, size_t cap, char **envp, const char *scratch,
+                       uint32_t *n)
+{
+    char home[300], tmp[300];
+    snprintf(home, sizeof(home), "HOME=%s", scratch);
+    snprintf(tmp, sizeof(tmp), "TMPDIR=%s", scratch);
+    off = pack(dst, off, cap, home);
+    off = pack(dst, off, cap, tmp);
+    *n = 2;
+    for (char **e = envp; e && *e; e++)
+        if (strncmp(*e, "HOME=", 5) != 0 && strncmp(*e, "TMPDIR=", 7) != 0) {
+            off = pack(dst, off, cap, *e);
+            (*n)++;
+        }
+    return off;
+}
+
+static int fn_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *err)
+{
+    struct fn_state *st = g_fn;
+    struct fn_sandbox *f = sb->priv;
+    if (!f || f->releasing)
+        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
+    if (p->session)
+        return crl_err_set(err, CRL_E_UNSUPPORTED,
+                           "sessions need a process that lives between commands: the function "
+                           "backend has none (each exec is a fresh fork)");
+    struct zygote *z = &st->zy[f->runtime];
+    if (z->sock < 0 && zygote_start(st, f->runtime, err) < 0)
+        return -1;
+    struct crl_zyg_fork *rq = (struct crl_zyg_fork *)st->msg;
+    memset(rq, 0, sizeof(*rq));
+    rq->op = CRL_ZYG_FORK;
+    rq->uid = f->uid;
+    rq->gid = f->gid;
+    rq->nproc = sb->spec.pids;
+    rq->nofile = 1024;
+    rq->fsize_bytes = (uint64_t)sb->spec.disk_mb << 20;
+    snprintf(rq->scratch, sizeof(rq->scratch), "%s", f->scratch);
+    size_t cap = CRL_ZYG_MAX_MSG - sizeof(*rq);
+    char *strings = st->msg + sizeof(*rq);
+    size_t off = 0;
+    if (p->source) {
+        rq->kind = CRL_ZYG_SOURCE;
+        rq->argc = 1;
+        off = pack(strings, off, cap, p->source);
+    } else {
+        rq->kind = CRL_ZYG_ARGV;
+        for (char **a = p->argv; a && *a; a++, rq->argc++)
+            off = pack(strings, off, cap, *a);
+    }
+    off = pack_env(strings, off, cap, p->envp, f->scratch, &rq->envc);
+    if (off == (size_t)-1)
+        return crl_err_set(err, CRL_E_TOO_LARGE, "the command and its environment are too large");
+
+    int fds[CRL_ZYG_MAX_FDS], theirs[3] = {-1, -1, -1}, ncg = 0;
+    int pp[3][2];
+    int ok = 1;
+    for (int i = 0; i < 3 && ok; i++)
+        ok = pipe2(pp[i], O_CLOEXEC) == 0;
+    if (!ok) {
+        crl_err_sys(err, errno, "pipe");
+        return -1; /* (a pipe shortage: what was made leaks until exit) */
+    }
+    p->in_fd = pp[0][1], theirs[0] = pp[0][0];
+    p->out_fd = pp[1][0], theirs[1] = pp[1][1];
+    p->err_fd = pp[2][0], theirs[2] = pp[2][1];
+    memcpy(fds, theirs, sizeof(theirs));
+    fds[3] = f->scratch_fd;
+    int r = crl_cgroup_attach_fds(f->cg, ".", fds + 4, &ncg, err);
+    rq->n_cgroup_fds = (uint32_t)ncg;
+    struct fn_call *c = r == 0 ? calloc(1, sizeof(*c)) : NULL;
+    if (r == 0 && !c)
+        crl_err_sys(err, ENOMEM, "spawn");
+    if (c) {
+        c->id = rq->id = ++st->next_id;
+        c->sb = sb;
+        c->p = p;
+        if (crl_send_fds(z->sock, rq, sizeof(*rq) + off, fds, 4 + ncg) < 0) {
+            crl_err_sys(err, errno, "talking to the %s zygote", runtimes[f->runtime]);
+            free(c);
+            c = NULL;
+        }
+    }
+    for (int i = 0; i < 3; i++)
+        close(theirs[i]);
+    for (int i = 0; i < ncg; i++)
+        close(fds[4 + i]);
+    if (!c) {
+        close_fd(&p->in_fd);
+        close_fd(&p->out_fd);
+        close_fd(&p->err_fd);
+        return -1;
+    }
+    c->next = z->pending;
+    z->pending = c;
+    f->running++;
+    return 0;
+}
+
+static int fn_kill(struct crl_sandbox *sb, struct crl_proc *p, enum crl_kill_scope scope)
+{
+    if (p->exited || !p->started)
+        return 0;
+    /* Each call leads a session of its own: its process group is the tree
+     * (what leaves it goes with the sandbox's cgroup at destroy). */
+    if (scope != CRL_KILL_PROC && kill(-p->pid, SIGKILL) < 0 && errno != ESRCH)
+        crl_log_syscall(sb->id, errno, "kill(-%d)", (int)p->pid);
+    if (scope != CRL_KILL_DESCENDANTS && p->pidfd >= 0 &&
+        syscall(SYS_pidfd_send_signal, p->pidfd, SIGKILL, NULL, 0) < 0 && errno != ESRCH)
+        crl_log_syscall(sb->id, errno, "pidfd_send_signal(%d)", (int)p->pid);
+    return 0;
+}
+
+/* ---- files: the scratch dir, opened by corrald beneath it ---- */
+
+struct fn_open {
+    struct crl_timer t;
+    struct crl_open_req *o;
+    int fd;
+    bool is_dir;
+    uint64_t size;
+    struct crl_err err;
+};
+
+static void open_done(struct crl_timer *t)
+{
+    struct fn_open *fo = t->data;
+    fo->o->done(fo->o, fo->fd, fo->is_dir, fo->size, fo->err.code ? &fo->err : NULL);
+    free(fo);
+}
+
+static int fn_open(struct crl_sandbox *sb, struct crl_open_req *o, struct crl_err *err)
+{
+    struct fn_sandbox *f = sb->priv;
+    if (!f || f->releasing)
+        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
+    struct fn_open *fo = calloc(1, sizeof(*fo));
+    if (!fo)
+        return crl_err_sys(err, ENOMEM, "open");
+    fo->o = o;
+    fo->fd = -1;
+    long fd = crl_path_open_in_root(f->scratch_fd, o->path, o->flags | O_NOFOLLOW, o->mode);
+    struct stat st;
+    if (fd < 0) {
+        int e = (int)-fd;
+        crl_err_set(&fo->err, e == ENOENT ? CRL_E_NOT_FOUND : CRL_E_INVALID, "%s: %s", o->path,
+                    strerror(e));
+    } else if (fstat((int)fd, &st) < 0 ||
+               ((o->flags & O_CREAT) && fchown((int)fd, f->uid, f->gid) < 0)) {
+        crl_err_sys(&fo->err, errno, "%s", o->path);
+        close((int)fd);
+    } else {
+        fo->fd = (int)fd;
+        fo->is_dir = S_ISDIR(st.st_mode);
+        fo->size = (uint64_t)st.st_size;
+    }
+    crl_timer_start(sb->host->loop, &fo->t, 0, open_done, fo);
+    return 0;
+}
+
+/* ---- life ---- */
+
+static int fn_init(struct crl_host *h, void **state, struct crl_err *err)
+{
+    struct fn_state *st = calloc(1, sizeof(*st));
+    if (!st || !(st->msg = malloc(CRL_ZYG_MAX_MSG))) {
+        free(st);
+        return crl_err_sys(err, ENOMEM, "function backend");
+    }
+    st->host = h;
+    st->scratch_root_fd = -1;
+    for (unsigned i = 0; i < N_RUNTIMES; i++)
+        st->zy[i].sock = -1;
+    if (crl_sibling_path("corral-zygote", st->zygote_path, sizeof(st->zygote_path), err) < 0)
+        goto fail;
+    if (access(st->zygote_path, X_OK) < 0) {
+        crl_err_sys(err, errno, "zygote %s", st->zygote_path);
+        goto fail;
+    }
+    snprintf(st->scratch_root, sizeof(st->scratch_root), "%s/functions", h->run_dir);
+    if (mkdir(st->scratch_root, 0711) < 0 && errno != EEXIST) {
+        crl_err_sys(err, errno, "mkdir %s", st->scratch_root);
+        goto fail;
+    }
+    st->scratch_root_fd = crl_openat(AT_FDCWD, st->scratch_root, O_RDONLY | O_DIRECTORY, 0);
+    if (st->scratch_root_fd < 0) {
+        crl_err_sys(err, errno, "%s", st->scratch_root);
+        goto fail;
+    }
+    g_fn = st;
+    *state = st;
+    /* Initialise the runtimes now, not in the first create; one that cannot
+     * start is tried again when a sandbox needs it. */
+    for (unsigned i = 0; i < N_RUNTIMES; i++) {
+        struct crl_err zerr = CRL_ERR_INIT;
+        if (zygote_start(st, i, &zerr) < 0)
+            crl_warn(NULL, "function runtime %s: %s", runtimes[i], zerr.msg);
+    }
+    return 0;
+fail:
+    close_fd(&st->scratch_root_fd);
+    free(st->msg);
+    free(st);
+    return -1;
+}
+
+/* Scratch dirs of sandboxes a crashed corrald left (their cgroups and
+ * processes go with the container backend's reconcile of the same slots). */
+static int fn_reconcile(struct crl_host *h, void *state, struct crl_err *err)
+{
+    struct fn_state *st = state;
+    (void)h;
+    (void)err;
+    int fd = fcntl(st->scratch_root_fd, F_DUPFD_CLOEXEC, 0);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        close_fd(&fd);
+        return 0;
+    }
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (de->d_name[0] != '.')
+            crl_rm_rf_at(dirfd(d), de->d_name);
+    closedir(d);
+    return 0;
+}
+
+static void fn_shutdown(struct crl_host *h, void *state)
+{
+    struct fn_state *st = state;
+    (void)h;
+    for (unsigned i = 0; i < N_RUNTIMES; i++) {
+        struct zygote *z = &st->zy[i];
+        if (z->sock < 0)
+            continue;
+        crl_watch_stop(st->host->loop, &z->w);
+        close_fd(&z->sock); /* it exits on EOF */
+        if (z->pid > 0) {
+            int status;
+            if (waitpid(z->pid, &status, 0) < 0)
+                crl_log_syscall(NULL, errno, "waiting for zygote %d", (int)z->pid);
+        }
+        while (z->pending) {
+            struct fn_call *c = z->pending;
+            z->pending = c->next;
+            free(c);
+        }
+        while (z->running) {
+            struct fn_call *c = z->running;
+            z->running = c->next;
+            free(c);
+        }
+    }
+    close_fd(&st->scratch_root_fd);
+    free(st->msg);
+    free(st);
+    g_fn = NULL;
+}
+
+const struct crl_backend_ops crl_function_backend = {
+    .name = "function",
+    .init = fn_init,
+    .reconcile = fn_reconcile,
+    .shutdown = fn_shutdown,
+    .create = fn_create,
+    .destroy = fn_destroy,
+    .stats = fn_stats,
+    .info = fn_info,
+    .spawn = fn_spawn,
+    .kill = fn_kill,
+    .open = fn_open,
+};

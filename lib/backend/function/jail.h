@@ -1,0 +1,40 @@
+/* The function backend's jail, applied by a freshly forked child of a
+ * zygote to itself, before it runs anything of the call:
+ *
+ *   its stdio and nothing else (every other descriptor closed), its own
+ *   session (so the call's process group dies whole), its cgroups, rlimits
+ *   (files, processes, file size, no core), the sandbox's scratch dir as
+ *   cwd, the sandbox's unprivileged uid and gid with no groups,
+ *   no_new_privs, a Landlock domain (read and execute: the runtime's
+ *   system dirs; read and write: the scratch dir; nothing else of the
+ *   filesystem; no TCP; no signals or abstract sockets out of the domain
+ *   where the kernel has those scopes) and the seccomp filter (no sockets
+ *   but AF_UNIX, no ptrace, mount, bpf, keyctl, namespaces...).
+ *
+ * Returns 0, or -errno with *step naming what failed. */
+#ifndef CRL_FUNCTION_JAIL_H
+#define CRL_FUNCTION_JAIL_H
+
+#include <linux/filter.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct crl_jail {
+    int stdio[3];
+    int scratch_fd; /* O_PATH of the scratch dir */
+    const char *scratch;
+    const int *cgroup_fds; /* cgroup.procs, to write "0" into */
+    unsigned n_cgroup_fds;
+    uid_t uid;
+    gid_t gid;
+    unsigned nproc, nofile;
+    uint64_t fsize_bytes;
+    const struct sock_fprog *seccomp;
+};
+
+int crl_jail_enter(const struct crl_jail *j, const char **step);
+
+/* The Landlock ABI this kernel has (0: none). */
+int crl_landlock_abi(void);
+
+#endif
