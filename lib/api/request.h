@@ -8,6 +8,7 @@
 
 #include "../core/backend.h"
 #include "../core/exec.h"
+#include "../core/functions.h"
 #include "../core/host.h"
 #include "../core/session.h"
 #include "../util/buf.h"
@@ -28,6 +29,7 @@ struct crl_api {
     struct crl_import *imports;
     unsigned n_imports;
     char importer_path[4096];
+    struct crl_functions *functions; /* <state>/functions, read when asked */
 };
 
 struct crl_req {
@@ -74,6 +76,8 @@ struct crl_req {
     int stream_code;
     /* images: the import this request feeds */
     struct crl_import *import;
+    /* functions: the call this request waits for */
+    struct crl_fcall *fcall;
     unsigned pending; /* async operations that will still call back */
     struct crl_req *next;
 };
@@ -127,5 +131,9 @@ void crl_h_images_cleanup(struct crl_req *r);
 void crl_h_images_stop(struct crl_api *a);
 /* The stream reader took output: a held-back command may write on. */
 void crl_h_exec_drained(struct crl_req *r);
+/* Functions (handlers_functions.c): list, inspect, call.  Cleanup detaches
+ * a call from a request that is going away: the call is killed. */
+void crl_h_functions(struct crl_req *r);
+void crl_h_functions_cleanup(struct crl_req *r);
 
 #endif

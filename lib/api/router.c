@@ -86,6 +86,28 @@ bool crl_route_match(const char *path, struct crl_route *r)
         r->allow = r->ep == CRL_EP_IMAGE ? "GET, DELETE" : "GET, DELETE, POST";
         return true;
     }
+    if (strcmp(p, "functions") == 0 || strcmp(p, "functions/") == 0) {
+        r->ep = CRL_EP_FUNCTIONS;
+        r->allow = "GET";
+        return true;
+    }
+    if (strncmp(p, "functions/", 10) == 0) {
+        int n = segment(p + 10, r->name, sizeof(r->name));
+        if (n < 0)
+            return false;
+        p += 10 + n;
+        if (*p == 0) {
+            r->ep = CRL_EP_FUNCTION;
+            r->allow = "GET";
+            return true;
+        }
+        if (strcmp(p, "/call") == 0) {
+            r->ep = CRL_EP_FUNCTION_CALL;
+            r->allow = "POST";
+            return true;
+        }
+        return false;
+    }
     if (strncmp(p, "sandboxes", 9) != 0)
         return false;
     p += 9;

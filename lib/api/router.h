@@ -23,6 +23,9 @@ enum crl_endpoint {
     CRL_EP_SESSION_RUN,    /* POST */
     CRL_EP_FILES,          /* GET read, PUT write */
     CRL_EP_SANDBOX_ACTION, /* POST pause|resume|snapshot|fork */
+    CRL_EP_FUNCTIONS,      /* GET list */
+    CRL_EP_FUNCTION,       /* GET inspect */
+    CRL_EP_FUNCTION_CALL,  /* POST */
 };
 
 #define CRL_ROUTE_ID_MAX 64
@@ -32,7 +35,8 @@ struct crl_route {
     enum crl_endpoint ep;
     char id[CRL_ROUTE_ID_MAX];     /* sandbox id */
     char sub[CRL_ROUTE_ID_MAX];    /* session id, or the action's name */
-    char name[CRL_ROUTE_NAME_MAX]; /* image name: all of the path after /v1/images/ */
+    char name[CRL_ROUTE_NAME_MAX]; /* image name: all of the path after /v1/images/;
+                                      a function's name */
     /* methods the endpoint takes, for 405 and Allow */
     const char *allow;
 };

@@ -94,6 +94,7 @@ static void client_hung_up(struct crl_watch *w, uint32_t ev)
     crl_h_exec_cleanup(r);
     crl_h_files_cleanup(r);
     crl_h_images_cleanup(r);
+    crl_h_functions_cleanup(r);
     r->out_done = r->out_error = true;
     if (!r->resp && !r->streaming) {
         struct crl_err e = CRL_ERR_INIT;
@@ -259,6 +260,7 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **con
     crl_h_exec_cleanup(r);
     crl_h_files_cleanup(r);
     crl_h_images_cleanup(r);
+    crl_h_functions_cleanup(r);
     if (r->pending == 0)
         req_free(r);
 }
@@ -437,6 +439,9 @@ static void dispatch(struct crl_req *r)
     case CRL_EP_SESSION_RUN: crl_h_session_run(r); return;
     case CRL_EP_FILES: crl_h_files_end(r); return;
     case CRL_EP_SANDBOX_ACTION: h_action(r); return;
+    case CRL_EP_FUNCTIONS:
+    case CRL_EP_FUNCTION:
+    case CRL_EP_FUNCTION_CALL: crl_h_functions(r); return;
     case CRL_EP_NONE: break;
     }
     crl_err_set(&err, CRL_E_NOT_FOUND, "no such endpoint");
@@ -485,6 +490,8 @@ static void begin(struct crl_req *r, const char *url)
         crl_h_images_import_begin(r); /* an archive of any size, streamed */
         return;
     }
+    if (r->route.ep == CRL_EP_FUNCTION_CALL && r->body_limit > CRL_FUNCTION_MAX_ARGS)
+        r->body_limit = CRL_FUNCTION_MAX_ARGS; /* a call's arguments */
     const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length");
     if (cl && strtoull(cl, NULL, 10) > r->body_limit) {
         crl_err_set(&err, CRL_E_TOO_LARGE, "request body of %s bytes exceeds the limit of %zu", cl,
@@ -720,6 +727,12 @@ int crl_api_start(struct crl_host *h, const struct crl_api_config *cfg, struct c
     }
     if (importer_path(a, err) < 0)
         goto fail;
+    char fdir[4200];
+    snprintf(fdir, sizeof(fdir), "%s/functions", h->state_dir);
+    if (!(a->functions = crl_functions_new(fdir))) {
+        crl_err_sys(err, ENOMEM, "api");
+        goto fail;
+    }
     if (cfg->tcp_listen && listen_tcp(a, cfg->tcp_listen, err) < 0)
         goto fail;
     if (cfg->unix_path && listen_unix(a, cfg->unix_path, err) < 0)
@@ -765,6 +778,7 @@ void crl_api_stop(struct crl_api *a)
         MHD_stop_daemon(a->tcp_d);
     }
     crl_h_images_stop(a);
+    crl_functions_free(a->functions);
     if (a->unix_fd >= 0)
         close(a->unix_fd);
     if (a->unix_path[0])

@@ -725,6 +725,19 @@ int crl_cgroup_attach_fds(struct crl_cgroup *cg, const char *leaf, int *fds, int
     return 0;
 }
 
+int crl_cgroup_leaf_dir(struct crl_cgroup *cg, const char *leaf, struct crl_err *err)
+{
+    if (cg->m->version == CRL_CGROUP_V1)
+        return crl_err_set(err, CRL_E_UNSUPPORTED, "cgroup v1 has no CLONE_INTO_CGROUP");
+    int lp = leaf_parent_fd(cg);
+    if (mkdirat(lp, leaf, 0755) < 0 && errno != EEXIST)
+        return crl_err_sys(err, errno, "mkdir cgroup %s/%s", cg->name, leaf);
+    int fd = crl_openat(lp, leaf, O_RDONLY | O_DIRECTORY, 0);
+    if (fd < 0)
+        return crl_err_sys(err, errno, "open cgroup %s/%s", cg->name, leaf);
+    return fd;
+}
+
 int crl_cgroup_kill_leaf(struct crl_cgroup *cg, const char *leaf, pid_t spare, struct crl_err *err)
 {
     cleanup_close int fd = crl_openat(leaf_parent_fd(cg), leaf, O_RDONLY | O_DIRECTORY, 0);

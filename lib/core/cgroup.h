@@ -86,6 +86,9 @@ const char *crl_cgroup_name(const struct crl_cgroup *cg);
  * created if needed.  Caller closes the fds. */
 int crl_cgroup_attach_fds(struct crl_cgroup *cg, const char *leaf, int *fds, int *nfds,
                           struct crl_err *err);
+/* v2: the directory of the leaf (made if needed), for clone3's
+ * CLONE_INTO_CGROUP; -1 with CRL_E_UNSUPPORTED on v1.  Caller closes it. */
+int crl_cgroup_leaf_dir(struct crl_cgroup *cg, const char *leaf, struct crl_err *err);
 /* Kill every process in a leaf (an exec's tree) but `spare` (0: none),
  * atomically with respect to forks.  Returns how many were signalled. */
 int crl_cgroup_kill_leaf(struct crl_cgroup *cg, const char *leaf, pid_t spare, struct crl_err *err);

@@ -21,6 +21,8 @@ static const struct {
     {"host", crl_cmd_host, "show the host's capacity and use"},
     {"image", crl_cmd_image, "images: ls, inspect, rm, tag, gc, import, build-debian"},
     {"images", crl_cmd_images, "list images (corral image ls)"},
+    {"call", crl_cmd_call, "call a registered function with JSON arguments"},
+    {"functions", crl_cmd_functions, "list the registered functions"},
     {"bench", crl_cmd_bench, "measure sandbox cycles and exec against crun"},
 };
 
@@ -34,7 +36,7 @@ static void usage(FILE *f)
           "commands:\n",
           f);
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-        fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
     fputs("\n'corral COMMAND --help' shows a command's options.  Exit status: 0, 1 on an\n"
           "error, 2 on a usage error; run and exec exit with the command's status.\n",
           f);

@@ -40,6 +40,11 @@ static void test_routes(void)
         /* ids that look like endpoint names are ids */
         {"/v1/sandboxes/exec", CRL_EP_SANDBOX, "exec", "", "GET, DELETE"},
         {"/v1/sandboxes/sessions/sessions/run/run", CRL_EP_SESSION_RUN, "sessions", "run", "POST"},
+        {"/v1/functions", CRL_EP_FUNCTIONS, "", "", "GET"},
+        {"/v1/functions/", CRL_EP_FUNCTIONS, "", "", "GET"},
+        {"/v1/functions/add", CRL_EP_FUNCTION, "", "", "GET"},
+        {"/v1/functions/add_2-x/call", CRL_EP_FUNCTION_CALL, "", "", "POST"},
+        {"/v1/functions/call/call", CRL_EP_FUNCTION_CALL, "", "", "POST"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         const struct route_case *c = &cases[i];
@@ -107,6 +112,15 @@ static void test_routes_malformed(void)
         "/v1/sandboxes/a/sessions/../exec",
         "/v1/sandboxes/a/./exec",
         "/v1/sandboxes/a/sessions/s/../../exec",
+        "/v1/functionsX",
+        "/v1/functions//call",
+        "/v1/functions/add/",
+        "/v1/functions/add/call/",
+        "/v1/functions/add/run",
+        "/v1/functions/../host",
+        "/v1/functions/./call",
+        "/v1/functions/a b/call",
+        "/v1/functions/a%2Fb/call",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         struct crl_route r;
@@ -126,6 +140,8 @@ static void test_route_dot_ids(void)
     ok(!crl_route_match("/v1/sandboxes/a/sessions/..", &r), "'..' is not a session id");
     ok(crl_route_match("/v1/sandboxes/a.b/exec", &r) && strcmp(r.id, "a.b") == 0,
        "a dot inside an id is fine");
+    ok(crl_route_match("/v1/functions/add/call", &r) && strcmp(r.name, "add") == 0,
+       "a function's name is the route's name");
 }
 
 static void test_image_routes(void)

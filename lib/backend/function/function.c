@@ -67,6 +67,11 @@ struct fn_state {
     char *msg;
 };
 
+/* A process's own cgroup leaf, under its sandbox's. */
+struct fn_proc {
+    char leaf[24];
+};
+
 struct fn_sandbox {
     struct crl_cgroup *cg;
     int scratch_fd; /* O_PATH */
@@ -92,6 +97,25 @@ static void close_fd(int *fd)
 /* ---- zygotes ---- */
 
 static void zygote_lost(struct zygote *z);
+
+/* A call ended, or never started: whatever it left running in its leaf
+ * is killed (a call is not a machine: nothing outlives it), and the leaf
+ * goes (or, while the dead are reaped, goes with the sandbox). */
+static void proc_gone(struct fn_sandbox *f, struct crl_proc *p)
+{
+    struct fn_proc *fp = p->priv;
+    if (f) {
+        f->running--;
+        if (fp && f->cg) {
+            struct crl_err err = CRL_ERR_INIT;
+            if (crl_cgroup_kill_leaf(f->cg, fp->leaf, 0, &err) < 0)
+                crl_warn(NULL, "%s", err.msg);
+            crl_cgroup_remove_leaf(f->cg, fp->leaf);
+        }
+    }
+    free(fp);
+    p->priv = NULL;
+}
 
 static void on_zygote(struct crl_watch *w, uint32_t ev)
 {
@@ -121,8 +145,7 @@ static void on_zygote(struct crl_watch *w, uint32_t ev)
                 p->cpu_s = r.cpu_s;
                 p->maxrss_bytes = r.maxrss_bytes;
                 close_fd(&p->pidfd);
-                if (f)
-                    f->running--;
+                proc_gone(f, p);
                 free(c);
                 p->on_exit(p);
                 break;
@@ -149,8 +172,7 @@ static void on_zygote(struct crl_watch *w, uint32_t ev)
             close_fd(&p->in_fd);
             close_fd(&p->out_fd);
             close_fd(&p->err_fd);
-            if (f)
-                f->running--;
+            proc_gone(f, p);
             free(c);
             p->on_start(p, &err);
             continue;
@@ -241,9 +263,7 @@ static void zygote_lost(struct zygote *z)
     while (z->pending) {
         struct fn_call *c = z->pending;
         z->pending = c->next;
-        struct fn_sandbox *f = c->sb->priv;
-        if (f)
-            f->running--;
+        proc_gone(c->sb->priv, c->p);
         close_fd(&c->p->in_fd);
         close_fd(&c->p->out_fd);
         close_fd(&c->p->err_fd);
@@ -254,9 +274,7 @@ static void zygote_lost(struct zygote *z)
     while (z->running) {
         struct fn_call *c = z->running;
         z->running = c->next;
-        struct fn_sandbox *f = c->sb->priv;
-        if (f)
-            f->running--;
+        proc_gone(c->sb->priv, c->p);
         struct crl_proc *p = c->p;
         p->exited = true;
         p->status = SIGKILL; /* as if killed */
@@ -479,7 +497,19 @@ static int fn_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *
     p->err_fd = pp[2][0], theirs[2] = pp[2][1];
     memcpy(fds, theirs, sizeof(theirs));
     fds[3] = f->scratch_fd;
-    int r = crl_cgroup_attach_fds(f->cg, ".", fds + 4, &ncg, err);
+    struct fn_proc *fp = calloc(1, sizeof(*fp));
+    int r = fp ? 0 : crl_err_sys(err, ENOMEM, "spawn");
+    if (fp)
+        snprintf(fp->leaf, sizeof(fp->leaf), "e%llu", (unsigned long long)p->seq);
+    /* v2: the child is cloned into its leaf; v1: it writes itself into them */
+    if (r == 0 && crl_cgroup_mgr_version(sb->host->cgroups) == CRL_CGROUP_V2) {
+        rq->into_cgroup = 1;
+        fds[4] = crl_cgroup_leaf_dir(f->cg, fp->leaf, err);
+        r = fds[4] < 0 ? -1 : 0;
+        ncg = r == 0 ? 1 : 0;
+    } else if (r == 0) {
+        r = crl_cgroup_attach_fds(f->cg, fp->leaf, fds + 4, &ncg, err);
+    }
     rq->n_cgroup_fds = (uint32_t)ncg;
     struct fn_call *c = r == 0 ? calloc(1, sizeof(*c)) : NULL;
     if (r == 0 && !c)
@@ -502,8 +532,12 @@ static int fn_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *
         close_fd(&p->in_fd);
         close_fd(&p->out_fd);
         close_fd(&p->err_fd);
+        if (fp)
+            crl_cgroup_remove_leaf(f->cg, fp->leaf);
+        free(fp);
         return -1;
     }
+    p->priv = fp;
     c->next = z->pending;
     z->pending = c;
     f->running++;
@@ -512,12 +546,17 @@ static int fn_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *
 
 static int fn_kill(struct crl_sandbox *sb, struct crl_proc *p, enum crl_kill_scope scope)
 {
-    if (p->exited || !p->started)
+    struct fn_sandbox *f = sb->priv;
+    struct fn_proc *fp = p->priv;
+    if (p->exited || !fp)
         return 0;
-    /* Each call leads a session of its own: its process group is the tree
-     * (what leaves it goes with the sandbox's cgroup at destroy). */
-    if (scope != CRL_KILL_PROC && kill(-p->pid, SIGKILL) < 0 && errno != ESRCH)
-        crl_log_syscall(sb->id, errno, "kill(-%d)", (int)p->pid);
+    /* Its tree is its cgroup leaf, whatever sessions it made. */
+    if (scope != CRL_KILL_PROC && f && f->cg) {
+        struct crl_err err = CRL_ERR_INIT;
+        if (crl_cgroup_kill_leaf(f->cg, fp->leaf, scope == CRL_KILL_DESCENDANTS ? p->pid : 0,
+                                 &err) < 0)
+            crl_warn(sb->id, "%s", err.msg);
+    }
     if (scope != CRL_KILL_DESCENDANTS && p->pidfd >= 0 &&
         syscall(SYS_pidfd_send_signal, p->pidfd, SIGKILL, NULL, 0) < 0 && errno != ESRCH)
         crl_log_syscall(sb->id, errno, "pidfd_send_signal(%d)", (int)p->pid);

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/sched.h>
 #include <poll.h>
 #include <signal.h>
 #include <stddef.h>
@@ -67,7 +68,7 @@ static void child(const struct crl_zygote_runtime *rt, const struct crl_zyg_fork
         .scratch_fd = fds[3],
         .scratch = f->scratch,
         .cgroup_fds = fds + 4,
-        .n_cgroup_fds = f->n_cgroup_fds,
+        .n_cgroup_fds = f->into_cgroup ? 0 : f->n_cgroup_fds, /* already in it */
         .uid = f->uid,
         .gid = f->gid,
         .nproc = f->nproc,
@@ -95,7 +96,8 @@ static void handle_fork(const struct crl_zygote_runtime *rt, char *msg, size_t l
     struct crl_zyg_fork f;
     memcpy(&f, msg, sizeof(f));
     uint32_t n = f.argc, envc = f.envc;
-    if ((unsigned)nfds != 4 + f.n_cgroup_fds || n == 0 || n > 65536 || envc > 4096) {
+    if ((unsigned)nfds != 4 + f.n_cgroup_fds || (f.into_cgroup && f.n_cgroup_fds != 1) || n == 0 ||
+        n > 65536 || envc > 4096) {
         reply_err(f.id, EPROTO, "fork: wrong descriptors or counts");
         return;
     }
@@ -110,7 +112,16 @@ static void handle_fork(const struct crl_zygote_runtime *rt, char *msg, size_t l
         return;
     }
     f.scratch[sizeof(f.scratch) - 1] = 0;
-    pid_t pid = fork();
+    pid_t pid;
+    if (f.into_cgroup) {
+        /* Born in its cgroup (v2): no attach, and no moment outside it.  The
+         * zygote is single-threaded, so a raw clone3 is a fork. */
+        struct clone_args ca = {
+            .flags = CLONE_INTO_CGROUP, .exit_signal = SIGCHLD, .cgroup = (uint64_t)fds[4]};
+        pid = (pid_t)syscall(SYS_clone3, &ca, sizeof(ca));
+    } else {
+        pid = fork();
+    }
     if (pid == 0)
         child(rt, &f, fds, strings, n, envp);
     free(strings);

@@ -14,7 +14,9 @@
 #define CRL_ZYG_MAX_FDS (4 + CRL_ZYG_MAX_CGROUP_FDS)
 
 enum crl_zyg_op {
-    /* fds: stdin, stdout, stderr, the scratch dir (O_PATH), cgroup.procs... */
+    /* fds: stdin, stdout, stderr, the scratch dir (O_PATH), then the
+     * cgroup.procs files the child writes itself into (v1), or the one
+     * cgroup directory it is cloned into (v2: CLONE_INTO_CGROUP) */
     CRL_ZYG_FORK = 1,
     CRL_ZYG_REPLY = 100, /* to a FORK: pid, and its pidfd; or err */
     CRL_ZYG_EXITED,      /* a child ended (unsolicited) */
@@ -32,7 +34,8 @@ struct crl_zyg_fork {
     uint32_t kind;
     uint32_t uid, gid;
     uint32_t n_cgroup_fds;
-    uint32_t argc, envc; /* strings follow the struct, NUL-terminated */
+    uint32_t into_cgroup; /* 1: fds[4] is a cgroup dir for clone3 */
+    uint32_t argc, envc;  /* strings follow the struct, NUL-terminated */
     uint32_t nproc, nofile;
     uint64_t fsize_bytes;
     char scratch[256]; /* its path, for rules and HOME */

@@ -8,6 +8,7 @@
         sb.files.write("/tmp/a.txt", b"data")
         sh = sb.session()
         sh.run("cd /tmp")
+    total = client.call("add", {"a": 1, "b": 2})   # a registered function
 
 corral.AsyncClient offers the same from asyncio (see corral.aio).  Errors
 are corral.Error subclasses carrying the API's ``code``, ``message`` and
@@ -17,13 +18,14 @@ HTTP ``status``.  The API itself is described in docs/api.md.
 from ._api import ExecResult
 from .aio import AsyncClient, AsyncFiles, AsyncSandbox, AsyncSession
 from .client import Client, Files, Sandbox, Session
-from .errors import (CapacityError, Conflict, Error, Forbidden, InternalError, InvalidSpec,
-                     MethodNotAllowed, NoSpace, NotFound, PayloadTooLarge, Timeout, Unauthorized,
-                     Unavailable, Unsupported)
+from .errors import (CapacityError, Conflict, Error, Forbidden, FunctionError, InternalError,
+                     InvalidSpec, MethodNotAllowed, NoSpace, NotFound, PayloadTooLarge, Timeout,
+                     Unauthorized, Unavailable, Unsupported)
 
 __all__ = [
     "AsyncClient", "AsyncFiles", "AsyncSandbox", "AsyncSession", "CapacityError", "Client",
-    "Conflict", "Error", "ExecResult", "Files", "Forbidden", "InternalError", "InvalidSpec",
+    "Conflict", "Error", "ExecResult", "Files", "Forbidden", "FunctionError", "InternalError",
+    "InvalidSpec",
     "MethodNotAllowed", "NoSpace", "NotFound", "PayloadTooLarge", "Sandbox", "Session", "Timeout",
     "Unauthorized", "Unavailable", "Unsupported",
 ]

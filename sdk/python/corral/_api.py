@@ -11,7 +11,7 @@ import tarfile
 import tempfile
 import urllib.parse
 
-from .errors import Error, InvalidSpec
+from .errors import Error, FunctionError, InvalidSpec
 
 DEFAULT_URL = "unix:///run/corral/corrald.sock"
 DEFAULT_TIMEOUT = 60.0  # seconds to wait for any answer but an exec's
@@ -64,14 +64,14 @@ def json_call(method, target, obj=None, timeout=None):
     return Call(method, target, body, "application/json" if obj is not None else None, timeout)
 
 
-def build_spec(spec=None, *, backend=None, image=None, memory_mb=None, cpus=None, pids=None,
-               disk_mb=None, ttl_s=None, idle_ttl_s=None, labels=None, env=None, cwd=None,
-               network=None):
+def build_spec(spec=None, *, backend=None, runtime=None, image=None, memory_mb=None, cpus=None,
+               pids=None, disk_mb=None, ttl_s=None, idle_ttl_s=None, labels=None, env=None,
+               cwd=None, network=None):
     """The sandbox spec of docs/api.md: ``spec`` with the keyword fields over it."""
     out = json.loads(json.dumps(spec or {}))  # a deep copy
-    for key, value in (("backend", backend), ("image", image), ("ttl_s", ttl_s),
-                       ("idle_ttl_s", idle_ttl_s), ("labels", labels), ("env", env),
-                       ("cwd", cwd)):
+    for key, value in (("backend", backend), ("runtime", runtime), ("image", image),
+                       ("ttl_s", ttl_s), ("idle_ttl_s", idle_ttl_s), ("labels", labels),
+                       ("env", env), ("cwd", cwd)):
         if value is not None:
             out[key] = value
     for key, value in (("memory_mb", memory_mb), ("cpus", cpus), ("pids", pids),
@@ -161,6 +161,22 @@ def import_call(fileobj, length, name=None, timeout=None):
     target = "/v1/images" + ("?" + urllib.parse.urlencode({"name": name}) if name else "")
     return Call("POST", target, fileobj, "application/x-tar",
                 math.inf if timeout is None else timeout, length)
+
+
+def function_call(name, args=None, timeout=None):
+    """POST /v1/functions/{name}/call with ``args`` (any JSON value; None:
+    ``{}``) as the body.  The function's own time limit (limits.timeout_s)
+    bounds the call, so by default the client waits as long as it takes."""
+    body = json.dumps({} if args is None else args).encode()
+    return Call("POST", f"/v1/functions/{q(name)}/call", body, "application/json",
+                math.inf if timeout is None else timeout)
+
+
+def function_result(name, answer):
+    """A call's ``result``, or its FunctionError."""
+    if answer.get("ok"):
+        return answer.get("result")
+    raise FunctionError(name, answer)
 
 
 def tag_body(source, target):

@@ -94,6 +94,19 @@ class AsyncClient:
         """``{"status": "ok", "host_id": ...}`` when corrald is up."""
         return await self._json("GET", "/healthz")
 
+    async def call(self, name, args=None, timeout=None):
+        """Call a registered function and return its result; see Client.call()."""
+        answer = (await self._call(_api.function_call(name, args, timeout))).json()
+        return _api.function_result(name, answer)
+
+    async def functions(self):
+        """The registered functions; see Client.functions()."""
+        return (await self._json("GET", "/v1/functions"))["functions"]
+
+    async def function(self, name):
+        """One function's definition; see Client.function()."""
+        return await self._json("GET", f"/v1/functions/{q(name)}")
+
     async def _exec(self, call, on_stdout, on_stderr):
         if on_stdout is None and on_stderr is None:
             return ExecResult.from_json((await self._call(call)).json())

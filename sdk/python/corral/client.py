@@ -42,7 +42,8 @@ class Client:
     def create(self, spec=None, **fields):
         """Create a sandbox and return it once it is ready.
 
-        Keyword fields: backend, image, memory_mb, cpus, pids, disk_mb, ttl_s,
+        Keyword fields: backend, runtime (the function backend's: "shell" or
+        "python"), image, memory_mb, cpus, pids, disk_mb, ttl_s,
         idle_ttl_s, labels, env, cwd, network; they go over ``spec``, a dict
         in the form of docs/api.md.  Use the Sandbox as a context manager to
         destroy it when done.
@@ -103,6 +104,30 @@ class Client:
     def health(self):
         """``{"status": "ok", "host_id": ...}`` when corrald is up."""
         return self._json("GET", "/healthz")
+
+    def call(self, name, args=None, timeout=None):
+        """Call the registered function ``name`` with ``args`` (any JSON
+        value; None: ``{}``) and return its result.
+
+        Raises FunctionError when the call failed (non-zero exit, killed by
+        its timeout, memory or output limit, output not JSON), NotFound for
+        an unknown function, InvalidSpec for arguments its schema refuses.
+        ``timeout``: seconds to wait for the answer (default: as long as the
+        function's own limit); when it passes the call is abandoned, which
+        kills it, and Timeout is raised.
+        """
+        answer = self._call(_api.function_call(name, args, timeout)).json()
+        return _api.function_result(name, answer)
+
+    def functions(self):
+        """The registered functions: a list of ``{"name", "runtime",
+        "description", "schema"}``, or ``{"name", "error"}`` for a
+        definition corrald could not load."""
+        return self._json("GET", "/v1/functions")["functions"]
+
+    def function(self, name):
+        """One function's definition as corrald holds it (NotFound if none)."""
+        return self._json("GET", f"/v1/functions/{q(name)}")
 
     def _exec(self, call, on_stdout, on_stderr):
         if on_stdout is None and on_stderr is None:

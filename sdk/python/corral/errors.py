@@ -80,6 +80,30 @@ class Timeout(Error):
     """
 
 
+class FunctionError(Error):
+    """A registered function's call that failed: it exited non-zero, was
+    killed (its timeout, memory or output limit) or wrote no JSON result.
+
+    ``reason`` is ``exited``, ``signaled``, ``timeout``, ``oom``,
+    ``output_limit`` or ``killed``; ``exit_code`` and ``signal`` say how it
+    ended, ``stderr`` (str) what it wrote there (a Python function's
+    traceback), ``stdout`` the first 4 KiB of its output, ``answer`` the
+    whole answer.  ``code`` is ``"function_failed"``.
+    """
+
+    def __init__(self, name, answer):
+        self.function = name
+        self.answer = answer
+        self.reason = answer.get("reason")
+        self.exit_code = answer.get("exit_code")
+        self.signal = answer.get("signal")
+        self.stdout = answer.get("stdout", "")
+        self.stderr = answer.get("stderr", "")
+        self.duration_s = answer.get("duration_s")
+        super().__init__("function_failed",
+                         f"{name}: {answer.get('error', 'failed')} ({self.reason})", 200)
+
+
 _BY_CODE = {
     "invalid_json": InvalidSpec,
     "invalid_argument": InvalidSpec,
