@@ -230,6 +230,9 @@ static int start_stream(struct crl_req *r, enum crl_stream_kind kind, struct crl
     r->stream.started = stream_started;
     r->stream.done = stream_done;
     r->stream.ctx = r;
+    if (!r->sb->ops->stream)
+        return crl_err_set(err, CRL_E_UNSUPPORTED, "the %s backend cannot move files",
+                           r->sb->ops->name);
     r->pending++;
     if (r->sb->ops->stream(r->sb, &r->stream, err) < 0) {
         r->pending--;

@@ -141,9 +141,10 @@ static int build_function(scmp_filter_ctx ctx, struct crl_err *err)
         if (nr != __NR_SCMP_ERROR && (r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0)) < 0)
             return crl_err_sys(err, -r, "seccomp rule for %s", calls[i]);
     }
-    /* socket(2) and socketpair(2): AF_UNIX only */
-    if ((r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), SCMP_SYS(socket), 1,
-                              SCMP_A0(SCMP_CMP_NE, AF_UNIX))) < 0 ||
+    /* No socket(2) at all: a call has no network, and a unix socket's path
+     * on the host (a log daemon, a bus) would be in reach through one, as
+     * Landlock does not govern connect(2).  socketpair(2): AF_UNIX only. */
+    if ((r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socket), 0)) < 0 ||
         (r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), SCMP_SYS(socketpair), 1,
                               SCMP_A0(SCMP_CMP_NE, AF_UNIX))) < 0)
         return crl_err_sys(err, -r, "seccomp rule for socket");

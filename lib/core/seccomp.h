@@ -19,8 +19,9 @@ enum crl_seccomp_profile {
     CRL_SECCOMP_NO_NEW_CODE,
     /* The function backend: the container profile (which also refuses new
      * namespaces, so no user namespace to gain capabilities in), plus no
-     * ptrace or process_vm_*, and no sockets but AF_UNIX: a call has no
-     * network of its own to be kept in, so it gets none. */
+     * ptrace or process_vm_*, and no socket(2) at all, only
+     * socketpair(AF_UNIX): a call has no network of its own to be kept in,
+     * so it gets none, and no host unix socket either. */
     CRL_SECCOMP_FUNCTION,
 };
 

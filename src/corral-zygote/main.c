@@ -34,9 +34,9 @@ static void shell_run(enum crl_zyg_kind kind, char **s, uint32_t n, char **envp)
                 setenv("PATH", *e + 5, 1);
         execvpe(s[0], s, envp);
     }
-    int e = errno;
-    dprintf(2, "corral: %s: %s\n", kind == CRL_ZYG_SOURCE ? "/bin/sh" : s[0], strerror(e));
-    _exit(e == ENOENT ? 127 : 126);
+    /* corrald answers for it: the call did not start */
+    dprintf(CRL_ZYG_STATUS_FD, "%d exec\n", errno);
+    _exit(127);
 }
 
 /* ---- python ---- */
@@ -73,6 +73,11 @@ static int python_prepare(void)
     }
     if (PyRun_SimpleString(preload) != 0)
         return -1;
+    /* Everything allocated so far moves to a generation the collector never
+     * scans: a child's collections then do not write to (and so copy) the
+     * pages of the objects it shares with the zygote. */
+    if (PyRun_SimpleString("import gc\ngc.collect()\ngc.freeze()\n") != 0)
+        return -1;
     return 0;
 }
 
@@ -87,7 +92,7 @@ static void python_run(enum crl_zyg_kind kind, char **s, uint32_t n, char **envp
 {
     (void)n;
     if (kind != CRL_ZYG_SOURCE) {
-        dprintf(2, "corral: the python runtime runs source code: give cmd as a string\n");
+        dprintf(CRL_ZYG_STATUS_FD, "%d python-argv\n", EINVAL);
         _exit(2);
     }
     /* os.environ is the zygote's (isolated: none of corrald's); the call's
@@ -111,6 +116,15 @@ static void python_run(enum crl_zyg_kind kind, char **s, uint32_t n, char **envp
     }
     Py_XDECREF(os);
     PyErr_Clear();
+    /* as `python3 -c`: modules in the working directory (the scratch dir)
+     * can be imported */
+    PyObject *path = PySys_GetObject("path");
+    PyObject *cwd = PyUnicode_FromString("");
+    if (path && cwd)
+        PyList_Insert(path, 0, cwd);
+    Py_XDECREF(cwd);
+    PyErr_Clear();
+    close(CRL_ZYG_STATUS_FD); /* started */
     int code = 0;
     PyObject *main = PyImport_AddModule("__main__");
     PyObject *globals = main ? PyModule_GetDict(main) : NULL;

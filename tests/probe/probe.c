@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -36,7 +38,9 @@ static int usage(void)
           "  open PATH | write PATH | kill PID | mount | umount PATH | unshare-user | unshare-net\n"
           "  clone-newns | setns | bpf | keyctl | userfaultfd | perf | kexec | init-module\n"
           "  io-uring | ptrace PID | mknod | reboot | swapon | settime | net-connect\n"
-          "  sysrq | read-kcore | uid | caps | nnp | fds | forks N | alloc-mb N | seccomp\n",
+          "  sysrq | read-kcore | uid | caps | nnp | fds | forks N | alloc-mb N | seccomp\n"
+          "  ids | prctl-nnp | prctl-seccomp | open-fds | socket-inet | socketpair\n"
+          "  tcp-connect PORT | unix-connect PATH | abstract-connect NAME\n",
           stderr);
     return 100;
 }
@@ -193,6 +197,54 @@ int main(int argc, char **argv)
         }
         printf("%ld\n", mb);
         return 0;
+    }
+    /* Without /proc (the function backend's Landlock hides it): the same
+     * facts from the syscalls themselves. */
+    if (!strcmp(c, "ids")) {
+        printf("%u %u %u %u\n", getuid(), geteuid(), getgid(), getegid());
+        return 0;
+    }
+    if (!strcmp(c, "prctl-nnp") || !strcmp(c, "prctl-seccomp")) {
+        int r = prctl(!strcmp(c, "prctl-nnp") ? PR_GET_NO_NEW_PRIVS : PR_GET_SECCOMP, 0, 0, 0, 0);
+        if (r < 0)
+            return errno;
+        printf("%d\n", r);
+        return 0;
+    }
+    if (!strcmp(c, "open-fds")) {
+        for (int fd = 0; fd < 65536; fd++)
+            if (fcntl(fd, F_GETFD) >= 0)
+                printf("%d\n", fd);
+        return 0;
+    }
+    if (!strcmp(c, "socket-inet"))
+        return result(socket(AF_INET, SOCK_STREAM, 0));
+    if (!strcmp(c, "socketpair")) {
+        int sv[2];
+        return result(socketpair(AF_UNIX, SOCK_STREAM, 0, sv));
+    }
+    if (!strcmp(c, "tcp-connect") && arg) {
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        if (s < 0)
+            return errno;
+        struct sockaddr_in sa = {.sin_family = AF_INET,
+                                 .sin_port = htons((uint16_t)strtol(arg, NULL, 10))};
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        return result(connect(s, (struct sockaddr *)&sa, sizeof(sa)));
+    }
+    if ((!strcmp(c, "unix-connect") || !strcmp(c, "abstract-connect")) && arg) {
+        int s = socket(AF_UNIX, SOCK_STREAM, 0);
+        if (s < 0)
+            return errno;
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        size_t n = strlen(arg);
+        if (n + 1 >= sizeof(sa.sun_path))
+            return ENAMETOOLONG;
+        int abstract = !strcmp(c, "abstract-connect");
+        memcpy(sa.sun_path + abstract, arg, n); /* abstract: a leading NUL */
+        socklen_t len =
+            (socklen_t)(offsetof(struct sockaddr_un, sun_path) + abstract + n + (abstract ? 0 : 1));
+        return result(connect(s, (struct sockaddr *)&sa, len));
     }
     return usage();
 }

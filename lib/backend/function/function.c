@@ -67,9 +67,14 @@ struct fn_state {
     char *msg;
 };
 
-/* A process's own cgroup leaf, under its sandbox's. */
+/* A process's own cgroup leaf, under its sandbox's, and the pipe its
+ * child says on whether it started. */
 struct fn_proc {
     char leaf[24];
+    int status_fd;
+    struct crl_watch w;
+    bool settled, failed;
+    struct crl_sandbox *sb;
 };
 
 struct fn_sandbox {
@@ -104,6 +109,11 @@ static void zygote_lost(struct zygote *z);
 static void proc_gone(struct fn_sandbox *f, struct crl_proc *p)
 {
     struct fn_proc *fp = p->priv;
+    if (fp) {
+        if (fp->w.active)
+            crl_watch_stop(fp->sb->host->loop, &fp->w);
+        close_fd(&fp->status_fd);
+    }
     if (f) {
         f->running--;
         if (fp && f->cg) {
@@ -115,6 +125,53 @@ static void proc_gone(struct fn_sandbox *f, struct crl_proc *p)
     }
     free(fp);
     p->priv = NULL;
+}
+
+/* Did the call start?  Its status pipe closed unwritten: yes; a line
+ * "ERRNO STEP": no, and why.  `now`: it has exited, so the pipe has all it
+ * will ever have. */
+static void settle(struct crl_proc *p, bool now)
+{
+    struct fn_proc *fp = p->priv;
+    if (!fp || fp->settled)
+        return;
+    char line[128];
+    ssize_t n = read(fp->status_fd, line, sizeof(line) - 1);
+    if (n < 0 && errno == EAGAIN && !now)
+        return;
+    fp->settled = true;
+    if (fp->w.active)
+        crl_watch_stop(fp->sb->host->loop, &fp->w);
+    close_fd(&fp->status_fd);
+    if (n <= 0) {
+        p->started = true;
+        p->on_start(p, NULL);
+        return;
+    }
+    line[n] = 0;
+    int e = 0;
+    char step[32] = "";
+    sscanf(line, "%d %31s", &e, step);
+    struct crl_err err = CRL_ERR_INIT;
+    const char *what = p->argv && p->argv[0] ? p->argv[0] : "the command";
+    if (strcmp(step, "exec") == 0 && e == ENOENT)
+        crl_err_set(&err, CRL_E_NOT_FOUND, "executable %s not found", what);
+    else if (strcmp(step, "exec") == 0)
+        crl_err_set(&err, CRL_E_INVALID, "cannot execute %s: %s", what, strerror(e));
+    else if (strcmp(step, "python-argv") == 0)
+        crl_err_set(&err, CRL_E_INVALID,
+                    "the python runtime runs source code: give cmd as a string, not argv");
+    else
+        crl_err_set(&err, CRL_E_INTERNAL, "entering the function jail: %s: %s",
+                    step[0] ? step : "?", strerror(e));
+    fp->failed = true;
+    p->on_start(p, &err); /* never started: no on_exit follows */
+}
+
+static void status_readable(struct crl_watch *w, uint32_t ev)
+{
+    settle(w->data, false);
+    (void)ev;
 }
 
 static void on_zygote(struct crl_watch *w, uint32_t ev)
@@ -140,14 +197,17 @@ static void on_zygote(struct crl_watch *w, uint32_t ev)
                 *pp = c->next;
                 struct crl_proc *p = c->p;
                 struct fn_sandbox *f = c->sb->priv;
-                p->exited = true;
+                settle(p, true);
+                bool started = !((struct fn_proc *)p->priv)->failed;
+                p->exited = started;
                 p->status = r.status;
                 p->cpu_s = r.cpu_s;
                 p->maxrss_bytes = r.maxrss_bytes;
                 close_fd(&p->pidfd);
                 proc_gone(f, p);
                 free(c);
-                p->on_exit(p);
+                if (started)
+                    p->on_exit(p);
                 break;
             }
             continue;
@@ -179,11 +239,14 @@ static void on_zygote(struct crl_watch *w, uint32_t ev)
         }
         p->pid = r.pid;
         p->pidfd = nfds ? fds[0] : -1;
-        p->started = true;
         c->pid = r.pid;
         c->next = z->running;
         z->running = c;
-        p->on_start(p, NULL);
+        /* started once its status pipe says so */
+        struct fn_proc *fp = p->priv;
+        if (crl_watch_start(c->sb->host->loop, &fp->w, fp->status_fd, EPOLLIN, status_readable, p) <
+            0)
+            settle(p, true);
     }
     (void)ev;
 }
@@ -274,13 +337,16 @@ static void zygote_lost(struct zygote *z)
     while (z->running) {
         struct fn_call *c = z->running;
         z->running = c->next;
-        proc_gone(c->sb->priv, c->p);
         struct crl_proc *p = c->p;
-        p->exited = true;
+        settle(p, true);
+        bool started = !((struct fn_proc *)p->priv)->failed;
+        proc_gone(c->sb->priv, p);
+        p->exited = started;
         p->status = SIGKILL; /* as if killed */
         close_fd(&p->pidfd);
         free(c);
-        p->on_exit(p);
+        if (started)
+            p->on_exit(p);
     }
 }
 
@@ -483,32 +549,43 @@ static int fn_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *
     if (off == (size_t)-1)
         return crl_err_set(err, CRL_E_TOO_LARGE, "the command and its environment are too large");
 
-    int fds[CRL_ZYG_MAX_FDS], theirs[3] = {-1, -1, -1}, ncg = 0;
-    int pp[3][2];
-    int ok = 1;
-    for (int i = 0; i < 3 && ok; i++)
-        ok = pipe2(pp[i], O_CLOEXEC) == 0;
-    if (!ok) {
-        crl_err_sys(err, errno, "pipe");
-        return -1; /* (a pipe shortage: what was made leaks until exit) */
-    }
+    int fds[CRL_ZYG_MAX_FDS], theirs[4] = {-1, -1, -1, -1}, ncg = 0;
+    int pp[4][2];
+    for (int i = 0; i < 4; i++) /* stdin, stdout, stderr, status */
+        if (pipe2(pp[i], O_CLOEXEC) < 0) {
+            int e = errno;
+            while (i-- > 0) {
+                close(pp[i][0]);
+                close(pp[i][1]);
+            }
+            return crl_err_sys(err, e, "pipe");
+        }
     p->in_fd = pp[0][1], theirs[0] = pp[0][0];
     p->out_fd = pp[1][0], theirs[1] = pp[1][1];
     p->err_fd = pp[2][0], theirs[2] = pp[2][1];
-    memcpy(fds, theirs, sizeof(theirs));
+    int status = pp[3][0];
+    theirs[3] = pp[3][1];
+    memcpy(fds, theirs, 3 * sizeof(int));
     fds[3] = f->scratch_fd;
+    fds[4] = theirs[3];
+    crl_set_nonblock(status, 1);
     struct fn_proc *fp = calloc(1, sizeof(*fp));
     int r = fp ? 0 : crl_err_sys(err, ENOMEM, "spawn");
-    if (fp)
+    if (fp) {
         snprintf(fp->leaf, sizeof(fp->leaf), "e%llu", (unsigned long long)p->seq);
+        fp->status_fd = status;
+        fp->sb = sb;
+    } else {
+        close(status);
+    }
     /* v2: the child is cloned into its leaf; v1: it writes itself into them */
     if (r == 0 && crl_cgroup_mgr_version(sb->host->cgroups) == CRL_CGROUP_V2) {
         rq->into_cgroup = 1;
-        fds[4] = crl_cgroup_leaf_dir(f->cg, fp->leaf, err);
-        r = fds[4] < 0 ? -1 : 0;
+        fds[CRL_ZYG_FIXED_FDS] = crl_cgroup_leaf_dir(f->cg, fp->leaf, err);
+        r = fds[CRL_ZYG_FIXED_FDS] < 0 ? -1 : 0;
         ncg = r == 0 ? 1 : 0;
     } else if (r == 0) {
-        r = crl_cgroup_attach_fds(f->cg, fp->leaf, fds + 4, &ncg, err);
+        r = crl_cgroup_attach_fds(f->cg, fp->leaf, fds + CRL_ZYG_FIXED_FDS, &ncg, err);
     }
     rq->n_cgroup_fds = (uint32_t)ncg;
     struct fn_call *c = r == 0 ? calloc(1, sizeof(*c)) : NULL;
@@ -518,22 +595,24 @@ static int fn_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *
         c->id = rq->id = ++st->next_id;
         c->sb = sb;
         c->p = p;
-        if (crl_send_fds(z->sock, rq, sizeof(*rq) + off, fds, 4 + ncg) < 0) {
+        if (crl_send_fds(z->sock, rq, sizeof(*rq) + off, fds, CRL_ZYG_FIXED_FDS + ncg) < 0) {
             crl_err_sys(err, errno, "talking to the %s zygote", runtimes[f->runtime]);
             free(c);
             c = NULL;
         }
     }
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         close(theirs[i]);
     for (int i = 0; i < ncg; i++)
-        close(fds[4 + i]);
+        close(fds[CRL_ZYG_FIXED_FDS + i]);
     if (!c) {
         close_fd(&p->in_fd);
         close_fd(&p->out_fd);
         close_fd(&p->err_fd);
-        if (fp)
+        if (fp) {
             crl_cgroup_remove_leaf(f->cg, fp->leaf);
+            close(fp->status_fd);
+        }
         free(fp);
         return -1;
     }
@@ -607,6 +686,131 @@ static int fn_open(struct crl_sandbox *sb, struct crl_open_req *o, struct crl_er
         fo->size = (uint64_t)st.st_size;
     }
     crl_timer_start(sb->host->loop, &fo->t, 0, open_done, fo);
+    return 0;
+}
+
+/* A single file written into the scratch dir, whole or not at all: a
+ * temporary file beside it (owned by the sandbox's uid), renamed over it
+ * once corrald commits; corrald writes the bytes straight into it. */
+struct fn_upload {
+    struct crl_sandbox *sb;
+    struct crl_stream_req *t;
+    struct crl_watch w;
+    struct crl_timer timer;
+    int dir_fd, file_fd, ours;
+    bool committed;
+    char tmp[48];
+    char base[256];
+};
+
+static void upload_free(struct fn_upload *u)
+{
+    struct crl_loop *loop = u->sb->host->loop;
+    if (u->w.active)
+        crl_watch_stop(loop, &u->w);
+    crl_timer_stop(loop, &u->timer);
+    close_fd(&u->ours);
+    close_fd(&u->file_fd);
+    close_fd(&u->dir_fd);
+    free(u);
+}
+
+static void upload_msg(struct crl_watch *w, uint32_t ev)
+{
+    struct fn_upload *u = w->data;
+    char c;
+    ssize_t n;
+    while ((n = read(u->ours, &c, 1)) == 1)
+        u->committed |= c == CRL_STREAM_COMMIT;
+    if (n < 0 && errno == EAGAIN && !u->committed)
+        return;
+    /* committed, or abandoned (shut or closed without the commit) */
+    crl_watch_stop(u->sb->host->loop, &u->w);
+    int code = CRL_STREAM_FAILED;
+    struct stat st;
+    char msg[64] = "the upload was abandoned\n";
+    if (u->committed && fsync(u->file_fd) == 0 && fstat(u->file_fd, &st) == 0 &&
+        renameat(u->dir_fd, u->tmp, u->dir_fd, u->base) == 0) {
+        code = CRL_STREAM_OK;
+        snprintf(msg, sizeof(msg), "bytes=%llu\n", (unsigned long long)st.st_size);
+    } else {
+        if (u->committed)
+            snprintf(msg, sizeof(msg), "%s\n", strerror(errno));
+        code = u->committed && errno == ENOSPC ? CRL_STREAM_NOSPACE : CRL_STREAM_FAILED;
+        unlinkat(u->dir_fd, u->tmp, 0);
+    }
+    if (write(u->ours, msg, strlen(msg)) < 0)
+        crl_debug(u->sb->id, "upload message: %s", strerror(errno));
+    struct crl_stream_req *t = u->t;
+    upload_free(u);
+    t->done(t, code);
+    (void)ev;
+}
+
+static void upload_started(struct crl_timer *tm)
+{
+    struct fn_upload *u = tm->data;
+    u->t->started(u->t, NULL);
+}
+
+static int fn_stream(struct crl_sandbox *sb, struct crl_stream_req *t, struct crl_err *err)
+{
+    struct fn_sandbox *f = sb->priv;
+    if (!f || f->releasing)
+        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
+    if (t->kind != CRL_STREAM_FILE_IN)
+        return crl_err_set(err, CRL_E_UNSUPPORTED,
+                           "the function backend moves single files only, not directories (tar)");
+    struct fn_upload *u = calloc(1, sizeof(*u));
+    if (!u)
+        return crl_err_sys(err, ENOMEM, "upload");
+    u->sb = sb;
+    u->t = t;
+    u->dir_fd = u->file_fd = u->ours = -1;
+    /* the parent, resolved beneath the scratch dir; the name in it */
+    char parent[4096];
+    const char *slash = strrchr(t->path, '/');
+    snprintf(parent, sizeof(parent), "%.*s", slash ? (int)(slash - t->path) : 0, t->path);
+    snprintf(u->base, sizeof(u->base), "%s", slash ? slash + 1 : t->path);
+    if (!u->base[0] || strcmp(u->base, ".") == 0 || strcmp(u->base, "..") == 0) {
+        upload_free(u);
+        return crl_err_set(err, CRL_E_INVALID, "%s: not a file name", t->path);
+    }
+    long dfd =
+        crl_path_open_in_root(f->scratch_fd, parent[0] ? parent : "/", O_RDONLY | O_DIRECTORY, 0);
+    if (dfd < 0) {
+        upload_free(u);
+        return crl_err_set(err, dfd == -ENOENT ? CRL_E_NOT_FOUND : CRL_E_INVALID, "%s: %s",
+                           parent[0] ? parent : "/", strerror((int)-dfd));
+    }
+    u->dir_fd = (int)dfd;
+    snprintf(u->tmp, sizeof(u->tmp), ".corral-upload-%llx", (unsigned long long)crl_now_ns());
+    u->file_fd =
+        openat(u->dir_fd, u->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int sp[2] = {-1, -1};
+    if (u->file_fd < 0 || fchown(u->file_fd, f->uid, f->gid) < 0 ||
+        fchmod(u->file_fd, t->mode & 07777) < 0 ||
+        socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0) {
+        int e = errno;
+        if (u->file_fd >= 0)
+            unlinkat(u->dir_fd, u->tmp, 0);
+        upload_free(u);
+        return crl_err_sys(err, e, "%s", t->path);
+    }
+    u->ours = sp[1];
+    crl_set_nonblock(u->ours, 1);
+    t->msg_fd = sp[0];
+    t->data_fd = fcntl(u->file_fd, F_DUPFD_CLOEXEC, 0);
+    if (t->data_fd < 0 ||
+        crl_watch_start(sb->host->loop, &u->w, u->ours, EPOLLIN, upload_msg, u) < 0) {
+        int e = errno;
+        close_fd(&t->data_fd);
+        close_fd(&t->msg_fd);
+        unlinkat(u->dir_fd, u->tmp, 0);
+        upload_free(u);
+        return crl_err_sys(err, e, "%s", t->path);
+    }
+    crl_timer_start(sb->host->loop, &u->timer, 0, upload_started, u);
     return 0;
 }
 
@@ -721,4 +925,5 @@ const struct crl_backend_ops crl_function_backend = {
     .spawn = fn_spawn,
     .kill = fn_kill,
     .open = fn_open,
+    .stream = fn_stream,
 };

@@ -137,6 +137,8 @@ int crl_jail_enter(const struct crl_jail *j, const char **step)
     /* stdio at 0-2; the scratch dir and cgroup files stay until used */
     for (int i = 0; i < 3; i++)
         STEP("stdio", neg_errno(dup2(j->stdio[i], i)));
+    if (j->status_fd != j->status_at)
+        STEP("status", neg_errno(dup3(j->status_fd, j->status_at, O_CLOEXEC)));
     STEP("setsid", neg_errno(setsid()));
     for (unsigned i = 0; i < j->n_cgroup_fds; i++)
         STEP("cgroup", write(j->cgroup_fds[i], "0", 1) == 1 ? 0 : -errno);
@@ -154,7 +156,8 @@ int crl_jail_enter(const struct crl_jail *j, const char **step)
     STEP("landlock", landlock(j));
     /* Everything but stdio goes before the filter (close_range stays allowed
      * after, but nothing of ours is left to close then). */
-    STEP("close", neg_errno((int)syscall(SYS_close_range, 3, ~0u, 0)));
+    STEP("close", neg_errno((int)syscall(SYS_close_range, 3, j->status_at - 1, 0)));
+    STEP("close", neg_errno((int)syscall(SYS_close_range, j->status_at + 1, ~0u, 0)));
     STEP("seccomp", neg_errno(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, j->seccomp)));
     return 0;
 }

@@ -11,7 +11,9 @@
  *   where the kernel has those scopes) and the seccomp filter (no sockets
  *   but AF_UNIX, no ptrace, mount, bpf, keyctl, namespaces...).
  *
- * Returns 0, or -errno with *step naming what failed. */
+ * Every descriptor but stdio and the status pipe (moved to `status_at`,
+ * close-on-exec) is closed.  Returns 0, or -errno with *step naming what
+ * failed. */
 #ifndef CRL_FUNCTION_JAIL_H
 #define CRL_FUNCTION_JAIL_H
 
@@ -21,6 +23,8 @@
 
 struct crl_jail {
     int stdio[3];
+    int status_fd; /* kept, as CRL_ZYG_STATUS_FD-like `status_at` */
+    int status_at;
     int scratch_fd; /* O_PATH of the scratch dir */
     const char *scratch;
     const int *cgroup_fds; /* cgroup.procs, to write "0" into */

@@ -5,11 +5,15 @@
 #include <linux/sched.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -55,20 +59,25 @@ static int unpack(char *p, size_t len, char **out, uint32_t n)
 /* In the child: jail, then the call.  A failure before the call is
  * reported on stderr (the call's) and as exit status 126. */
 static void child(const struct crl_zygote_runtime *rt, const struct crl_zyg_fork *f, int *fds,
-                  char **strings, uint32_t n, char **envp)
+                  char **strings, uint32_t n, char **envp, bool in_cgroup)
 {
-    if (rt->after_fork)
-        rt->after_fork();
     signal(SIGCHLD, SIG_DFL);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
+    /* A spare, forked before its call was known, joins a v2 cgroup by
+     * writing itself into it, as on v1. */
+    int procs = -1;
+    if (f->into_cgroup && !in_cgroup)
+        procs = openat(fds[CRL_ZYG_FIXED_FDS], "cgroup.procs", O_WRONLY | O_CLOEXEC);
     struct crl_jail j = {
         .stdio = {fds[0], fds[1], fds[2]},
+        .status_fd = fds[4],
+        .status_at = CRL_ZYG_STATUS_FD,
         .scratch_fd = fds[3],
         .scratch = f->scratch,
-        .cgroup_fds = fds + 4,
-        .n_cgroup_fds = f->into_cgroup ? 0 : f->n_cgroup_fds, /* already in it */
+        .cgroup_fds = f->into_cgroup ? &procs : fds + CRL_ZYG_FIXED_FDS,
+        .n_cgroup_fds = f->into_cgroup ? (in_cgroup ? 0 : 1) : f->n_cgroup_fds,
         .uid = f->uid,
         .gid = f->gid,
         .nproc = f->nproc,
@@ -79,51 +88,171 @@ static void child(const struct crl_zygote_runtime *rt, const struct crl_zyg_fork
     const char *step = "?";
     int r = crl_jail_enter(&j, &step);
     if (r < 0) {
-        char msg[160];
-        int len = snprintf(msg, sizeof(msg), "corral: entering the function jail: %s: %s\n", step,
-                           strerror(-r));
-        if (write(2, msg, (size_t)len) < 0)
-            _exit(126);
+        /* its status pipe may be where it was, or already moved */
+        int to = fcntl(CRL_ZYG_STATUS_FD, F_GETFD) >= 0 ? CRL_ZYG_STATUS_FD : fds[4];
+        dprintf(to, "%d jail: %s\n", -r, step);
         _exit(126);
     }
     rt->run((enum crl_zyg_kind)f->kind, strings, n, envp);
     _exit(127);
 }
 
+/* A FORK request: its struct, and its strings (malloc'd vectors). */
+static int parse_fork(char *msg, size_t len, int nfds, struct crl_zyg_fork *f, char ***strings,
+                      char ***envp)
+{
+    memcpy(f, msg, sizeof(*f));
+    uint32_t n = f->argc, envc = f->envc;
+    *strings = *envp = NULL;
+    if ((unsigned)nfds != CRL_ZYG_FIXED_FDS + f->n_cgroup_fds ||
+        (f->into_cgroup && f->n_cgroup_fds != 1) || n == 0 || n > 65536 || envc > 4096)
+        return -1;
+    *strings = calloc(n + 1, sizeof(char *));
+    *envp = calloc(envc + 1, sizeof(char *));
+    if (!*strings || !*envp || unpack(msg + sizeof(*f), len - sizeof(*f), *strings, n) < 0) {
+        free(*strings);
+        free(*envp);
+        return -1;
+    }
+    char *env = (*strings)[n - 1] + strlen((*strings)[n - 1]) + 1;
+    if (unpack(env, len - (size_t)(env - msg), *envp, envc) < 0) {
+        free(*strings);
+        free(*envp);
+        return -1;
+    }
+    f->scratch[sizeof(f->scratch) - 1] = 0;
+    return 0;
+}
+
+/* ---- spares: children forked ahead of their calls ---- */
+
+/* Forking an initialised interpreter is the slow part of a call (page
+ * tables copied): the zygote keeps SPARES children forked while it is
+ * idle, each waiting on a socket of its own for a call, so a call that
+ * finds one ready does not wait for a fork. */
+#define SPARES 2
+
+struct spare {
+    pid_t pid;
+    int sock;
+};
+
+static struct spare g_spares[SPARES];
+static int g_nspares, g_sfd = -1;
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+/* While it waits, a spare copies the pages it shares with the zygote that
+ * a call would write (its writable private mappings), in one madvise per
+ * mapping: a call then takes no copy-on-write faults, which are the
+ * costliest part of running a forked interpreter (each a trap and a TLB
+ * flush).  Best effort: a mapping that refuses is left as it is. */
+static void prefault(void)
+{
+    FILE *f = fopen("/proc/self/maps", "re");
+    if (!f)
+        return;
+    char line[512];
+    while (fgets(line, sizeof(line), f)) {
+        unsigned long lo, hi;
+        char perms[5];
+        if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) != 3 || perms[1] != 'w' ||
+            perms[3] != 'p' || strstr(line, "[stack]") || strstr(line, "[vvar]"))
+            continue;
+        madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
+    }
+    fclose(f);
+}
+
+static void spare_main(const struct crl_zygote_runtime *rt, int sock)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    prefault();
+    close(CRL_ZYG_FD);
+    close(g_sfd);
+    for (int i = 0; i < g_nspares; i++)
+        close(g_spares[i].sock);
+    char *msg = malloc(CRL_ZYG_MAX_MSG);
+    int fds[CRL_ZYG_MAX_FDS];
+    int nfds = CRL_ZYG_MAX_FDS;
+    ssize_t len = msg ? crl_recv_fds(sock, msg, CRL_ZYG_MAX_MSG, fds, &nfds) : -1;
+    struct crl_zyg_fork f;
+    char **strings, **envp;
+    if (len <= 0 || parse_fork(msg, (size_t)len, nfds, &f, &strings, &envp) < 0)
+        _exit(0); /* not needed after all */
+    close(sock);
+    child(rt, &f, fds, strings, f.argc, envp, false);
+}
+
+static bool make_spare(const struct crl_zygote_runtime *rt)
+{
+    int pair[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) < 0)
+        return false;
+    int big = (int)CRL_ZYG_MAX_MSG * 2;
+    setsockopt(pair[0], SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof(big));
+    setsockopt(pair[1], SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof(big));
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (rt->after_fork)
+            rt->after_fork();
+        close(pair[0]);
+        spare_main(rt, pair[1]);
+    }
+    close(pair[1]);
+    if (pid < 0) {
+        close(pair[0]);
+        return false;
+    }
+    g_spares[g_nspares++] = (struct spare){pid, pair[0]};
+    return true;
+}
+
+/* Hand a call to a spare; the pid it runs as, or -1. */
+static pid_t use_spare(const char *msg, size_t len, const int *fds, int nfds)
+{
+    while (g_nspares > 0) {
+        struct spare sp = g_spares[--g_nspares];
+        ssize_t r = crl_send_fds(sp.sock, msg, len, fds, nfds);
+        close(sp.sock);
+        if (r >= 0)
+            return sp.pid;
+        kill(sp.pid, SIGKILL); /* reaped as any child */
+    }
+    return -1;
+}
+
 static void handle_fork(const struct crl_zygote_runtime *rt, char *msg, size_t len, int *fds,
                         int nfds)
 {
     struct crl_zyg_fork f;
-    memcpy(&f, msg, sizeof(f));
-    uint32_t n = f.argc, envc = f.envc;
-    if ((unsigned)nfds != 4 + f.n_cgroup_fds || (f.into_cgroup && f.n_cgroup_fds != 1) || n == 0 ||
-        n > 65536 || envc > 4096) {
-        reply_err(f.id, EPROTO, "fork: wrong descriptors or counts");
+    char **strings, **envp;
+    if (parse_fork(msg, len, nfds, &f, &strings, &envp) < 0) {
+        memcpy(&f, msg, sizeof(f));
+        reply_err(f.id, EPROTO, "fork: malformed request");
         return;
     }
-    char **strings = calloc(n + 1, sizeof(char *));
-    char **envp = calloc(envc + 1, sizeof(char *));
-    if (!strings || !envp || unpack(msg + sizeof(f), len - sizeof(f), strings, n) < 0 ||
-        unpack(strings[n - 1] + strlen(strings[n - 1]) + 1,
-               len - (size_t)(strings[n - 1] + strlen(strings[n - 1]) + 1 - msg), envp, envc) < 0) {
-        free(strings);
-        free(envp);
-        reply_err(f.id, EPROTO, "fork: malformed strings");
-        return;
-    }
-    f.scratch[sizeof(f.scratch) - 1] = 0;
-    pid_t pid;
-    if (f.into_cgroup) {
+    pid_t pid = use_spare(msg, len, fds, nfds);
+    if (pid < 0 && f.into_cgroup) {
         /* Born in its cgroup (v2): no attach, and no moment outside it.  The
          * zygote is single-threaded, so a raw clone3 is a fork. */
-        struct clone_args ca = {
-            .flags = CLONE_INTO_CGROUP, .exit_signal = SIGCHLD, .cgroup = (uint64_t)fds[4]};
+        struct clone_args ca = {.flags = CLONE_INTO_CGROUP,
+                                .exit_signal = SIGCHLD,
+                                .cgroup = (uint64_t)fds[CRL_ZYG_FIXED_FDS]};
         pid = (pid_t)syscall(SYS_clone3, &ca, sizeof(ca));
-    } else {
+        if (pid == 0 && rt->after_fork)
+            rt->after_fork();
+        if (pid == 0)
+            child(rt, &f, fds, strings, f.argc, envp, true);
+    } else if (pid < 0) {
         pid = fork();
+        if (pid == 0 && rt->after_fork)
+            rt->after_fork();
+        if (pid == 0)
+            child(rt, &f, fds, strings, f.argc, envp, false);
     }
-    if (pid == 0)
-        child(rt, &f, fds, strings, n, envp);
     free(strings);
     free(envp);
     if (pid < 0) {
@@ -166,21 +295,31 @@ int crl_zygote_main(const struct crl_zygote_runtime *rt)
     sigaddset(&chld, SIGCHLD);
     sigprocmask(SIG_BLOCK, &chld, NULL);
     int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+    g_sfd = sfd;
     if (sfd < 0 || rt->prepare() < 0) {
         crl_error(NULL, "zygote %s: could not start", rt->name);
         return 1;
     }
+    /* A call's orphans (what it started and left) are ours to reap, not
+     * the host's init's: they end with the call's leaf anyway. */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
     struct crl_zyg_reply hello = {.op = CRL_ZYG_HELLO};
     send_reply(&hello, NULL, 0);
     char *msg = malloc(CRL_ZYG_MAX_MSG);
     if (!msg)
         return 1;
+    bool spares_failed = false;
     for (;;) {
         struct pollfd pf[2] = {{CRL_ZYG_FD, POLLIN, 0}, {sfd, POLLIN, 0}};
-        if (poll(pf, 2, -1) < 0) {
+        int n = poll(pf, 2, g_nspares < SPARES && !spares_failed ? 0 : -1);
+        if (n < 0) {
             if (errno == EINTR)
                 continue;
             return 1;
+        }
+        if (n == 0) { /* idle: fork a spare (after a failure, not before the next call) */
+            spares_failed = !make_spare(rt);
+            continue;
         }
         if (pf[1].revents) {
             struct signalfd_siginfo si;
@@ -190,6 +329,7 @@ int crl_zygote_main(const struct crl_zygote_runtime *rt)
         }
         if (!pf[0].revents)
             continue;
+        spares_failed = false;
         int fds[CRL_ZYG_MAX_FDS];
         int nfds = CRL_ZYG_MAX_FDS;
         ssize_t len = crl_recv_fds(CRL_ZYG_FD, msg, CRL_ZYG_MAX_MSG, fds, &nfds);

@@ -11,12 +11,18 @@
 #define CRL_ZYG_FD 3
 #define CRL_ZYG_MAX_MSG (2u << 20)
 #define CRL_ZYG_MAX_CGROUP_FDS 6
-#define CRL_ZYG_MAX_FDS (4 + CRL_ZYG_MAX_CGROUP_FDS)
+#define CRL_ZYG_FIXED_FDS 5 /* stdin, stdout, stderr, scratch dir, status */
+#define CRL_ZYG_MAX_FDS (CRL_ZYG_FIXED_FDS + CRL_ZYG_MAX_CGROUP_FDS)
+/* In a call, until it runs the call (python) or executes it (shell): the
+ * status pipe, close-on-exec.  Closed unwritten: started.  Else one line,
+ * "ERRNO STEP", says why it could not start. */
+#define CRL_ZYG_STATUS_FD 1000
 
 enum crl_zyg_op {
-    /* fds: stdin, stdout, stderr, the scratch dir (O_PATH), then the
-     * cgroup.procs files the child writes itself into (v1), or the one
-     * cgroup directory it is cloned into (v2: CLONE_INTO_CGROUP) */
+    /* fds: stdin, stdout, stderr, the scratch dir (O_PATH), the status
+     * pipe's write end, then the cgroup.procs files the child writes itself
+     * into (v1), or the one cgroup directory it is cloned into (v2:
+     * CLONE_INTO_CGROUP) */
     CRL_ZYG_FORK = 1,
     CRL_ZYG_REPLY = 100, /* to a FORK: pid, and its pidfd; or err */
     CRL_ZYG_EXITED,      /* a child ended (unsolicited) */
@@ -34,7 +40,7 @@ struct crl_zyg_fork {
     uint32_t kind;
     uint32_t uid, gid;
     uint32_t n_cgroup_fds;
-    uint32_t into_cgroup; /* 1: fds[4] is a cgroup dir for clone3 */
+    uint32_t into_cgroup; /* 1: the cgroup fd is a directory for clone3 */
     uint32_t argc, envc;  /* strings follow the struct, NUL-terminated */
     uint32_t nproc, nofile;
     uint64_t fsize_bytes;
