@@ -309,3 +309,139 @@ int crl_bench_spawn(const char *path, size_t warm, size_t n, struct crl_bench_sa
     out->wall_s = (double)(crl_now_ns() - start) / 1e9;
     return 0;
 }
+
+/* ---- fork and exec, output read from a pipe; a bare fork ---- */
+
+/* fork + execv with stdout to a pipe, read to its end into *buf (grown as
+ * needed, *cap its size; NUL-terminated, *len bytes), then waitpid.  The
+ * wait status, or -1 with errno. */
+static int run_piped(const char *path, char *const argv[], char **buf, size_t *cap, size_t *len)
+{
+    int p[2];
+    *len = 0;
+    if (pipe2(p, O_CLOEXEC) < 0)
+        return -1;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        close(p[0]);
+        close(p[1]);
+        errno = e;
+        return -1;
+    }
+    if (pid == 0) {
+        int null = open("/dev/null", O_RDONLY);
+        if (null < 0 || dup2(null, STDIN_FILENO) < 0 || dup2(p[1], STDOUT_FILENO) < 0)
+            _exit(126);
+        execv(path, argv);
+        _exit(127);
+    }
+    close(p[1]);
+    int e = 0;
+    for (;;) {
+        if (*cap - *len < 2) {
+            size_t ncap = *cap ? *cap * 2 : 4096;
+            char *nb = realloc(*buf, ncap);
+            if (!nb) {
+                e = ENOMEM;
+                break;
+            }
+            *buf = nb;
+            *cap = ncap;
+        }
+        ssize_t got = read(p[0], *buf + *len, *cap - *len - 1);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            e = errno;
+        if (got <= 0)
+            break;
+        *len += (size_t)got;
+    }
+    if (*buf)
+        (*buf)[*len] = 0;
+    close(p[0]);
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return -1;
+    if (e) {
+        errno = e;
+        return -1;
+    }
+    return status;
+}
+
+int crl_bench_capture(const char *path, char *const argv[], int *status, char **out,
+                      struct crl_err *err)
+{
+    char *buf = NULL;
+    size_t cap = 0, len = 0;
+    *status = run_piped(path, argv, &buf, &cap, &len);
+    if (*status < 0) {
+        int e = errno;
+        free(buf);
+        return crl_err_sys(err, e, "running %s", path);
+    }
+    if (out)
+        *out = buf;
+    else
+        free(buf);
+    return 0;
+}
+
+int crl_bench_fork_exec(const char *path, char *const argv[], const char *expect, size_t warm,
+                        size_t n, struct crl_bench_samples *out, struct crl_err *err)
+{
+    cleanup_free char *buf = NULL;
+    size_t cap = 0, len = 0;
+    if (samples_alloc(out, n, err) < 0)
+        return -1;
+    unsigned long long start = crl_now_ns();
+    for (size_t i = 0; i < warm + n; i++) {
+        unsigned long long t0 = crl_now_ns();
+        int status = run_piped(path, argv, &buf, &cap, &len);
+        unsigned long long t1 = crl_now_ns();
+        if (status < 0)
+            return crl_err_sys(err, errno, "running %s", path);
+        if (status != 0)
+            return crl_err_set(err, CRL_E_INTERNAL, "%s exited with wait status %d", path, status);
+        if (expect && (len != strlen(expect) || memcmp(buf, expect, len) != 0))
+            return crl_err_set(err, CRL_E_INTERNAL, "%s printed '%.*s', not '%s'", path,
+                               (int)(len > 64 ? 64 : len), buf ? buf : "", expect);
+        if (i == warm)
+            start = t0;
+        if (i >= warm)
+            out->ms[out->n++] = (double)(t1 - t0) / 1e6;
+    }
+    out->wall_s = (double)(crl_now_ns() - start) / 1e9;
+    return 0;
+}
+
+int crl_bench_fork_exit(size_t warm, size_t n, struct crl_bench_samples *out, struct crl_err *err)
+{
+    if (samples_alloc(out, n, err) < 0)
+        return -1;
+    fflush(NULL);
+    unsigned long long start = crl_now_ns();
+    for (size_t i = 0; i < warm + n; i++) {
+        unsigned long long t0 = crl_now_ns();
+        pid_t pid = fork();
+        if (pid < 0)
+            return crl_err_sys(err, errno, "fork");
+        if (pid == 0)
+            _exit(0);
+        int status;
+        while (waitpid(pid, &status, 0) < 0)
+            if (errno != EINTR)
+                return crl_err_sys(err, errno, "waitpid");
+        unsigned long long t1 = crl_now_ns();
+        if (i == warm)
+            start = t0;
+        if (i >= warm)
+            out->ms[out->n++] = (double)(t1 - t0) / 1e6;
+    }
+    out->wall_s = (double)(crl_now_ns() - start) / 1e9;
+    return 0;
+}

@@ -1,7 +1,9 @@
 /* The peers `corral bench` measures Corral against, on the same machine in
  * the same run: `crun run` of the same busybox rootfs (create, run
  * /bin/true, delete), and a bare posix_spawn+wait of the same /bin/true on
- * the host, the floor under any exec. */
+ * the host, the floor under any exec; for `corral bench functions`, fork
+ * and exec of a program with its output read from a pipe, and a bare
+ * fork+exit+wait. */
 #ifndef CORRAL_BENCH_PEER_H
 #define CORRAL_BENCH_PEER_H
 
@@ -37,5 +39,21 @@ int crl_bench_crun(const char *bundle, size_t warm, size_t n, struct crl_bench_s
  * measured times. */
 int crl_bench_spawn(const char *path, size_t warm, size_t n, struct crl_bench_samples *out,
                     struct crl_err *err);
+
+/* fork + execv(path, argv) with stdout to a pipe read to its end (stdin
+ * /dev/null, stderr inherited) + waitpid: *status gets the wait status and
+ * *out (malloc'd, NUL-terminated, may be NULL) what it printed. */
+int crl_bench_capture(const char *path, char *const argv[], int *status, char **out,
+                      struct crl_err *err);
+
+/* crl_bench_capture() of path/argv timed from the fork to the reaped exit,
+ * `warm` times, then `n` measured times; every run must exit 0 and, if
+ * `expect` is not NULL, print exactly it. */
+int crl_bench_fork_exec(const char *path, char *const argv[], const char *expect, size_t warm,
+                        size_t n, struct crl_bench_samples *out, struct crl_err *err);
+
+/* The cheapest process there is: fork of this process, _exit(0) in the
+ * child, waitpid, `warm` then `n` measured times. */
+int crl_bench_fork_exit(size_t warm, size_t n, struct crl_bench_samples *out, struct crl_err *err);
 
 #endif
