@@ -171,8 +171,8 @@ static void python_run(enum crl_zyg_kind kind, char **s, uint32_t n, char **envp
 int main(int argc, char **argv)
 {
     static const struct crl_zygote_runtime runtimes[] = {
-        {"shell", shell_prepare, shell_run, NULL},
-        {"python", python_prepare, python_run, python_after_fork},
+        {"shell", shell_prepare, shell_run, NULL, false},
+        {"python", python_prepare, python_run, python_after_fork, true},
     };
     if (argc != 3 || strcmp(argv[1], "--runtime") != 0) {
         fprintf(stderr, "usage: corral-zygote --runtime shell|python (corrald starts it)\n");

@@ -169,7 +169,8 @@ static void prefault(void)
 static void spare_main(const struct crl_zygote_runtime *rt, int sock)
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    prefault();
+    if (rt->runs_in_image)
+        prefault();
     close(CRL_ZYG_FD);
     close(g_sfd);
     for (int i = 0; i < g_nspares; i++)

@@ -7,6 +7,7 @@
 #ifndef CRL_FUNCTION_ZYGOTE_H
 #define CRL_FUNCTION_ZYGOTE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "zygote_proto.h"
@@ -20,6 +21,9 @@ struct crl_zygote_runtime {
     void (*run)(enum crl_zyg_kind kind, char **strings, uint32_t n, char **envp);
     /* In a child, first of all (python: PyOS_AfterFork_Child); may be NULL. */
     void (*after_fork)(void);
+    /* Does a call run in the zygote's image (python), so that a spare
+     * should copy its pages before its call, rather than execute (shell)? */
+    bool runs_in_image;
 };
 
 /* Serve corrald on fd CRL_ZYG_FD until it goes away; the exit status. */
