@@ -26,6 +26,7 @@ enum crl_endpoint {
     CRL_EP_FUNCTIONS,      /* GET list */
     CRL_EP_FUNCTION,       /* GET inspect */
     CRL_EP_FUNCTION_CALL,  /* POST */
+    CRL_EP__COUNT
 };
 
 #define CRL_ROUTE_ID_MAX 64

@@ -442,7 +442,8 @@ static void dispatch(struct crl_req *r)
     case CRL_EP_FUNCTIONS:
     case CRL_EP_FUNCTION:
     case CRL_EP_FUNCTION_CALL: crl_h_functions(r); return;
-    case CRL_EP_NONE: break;
+    case CRL_EP_NONE:
+    case CRL_EP__COUNT: break;
     }
     crl_err_set(&err, CRL_E_NOT_FOUND, "no such endpoint");
     crl_req_error(r, &err);

@@ -48,9 +48,12 @@ static void fuzz_route(const char *s)
         return;
     }
     CHECK(s[0] == '/');
-    CHECK(r.ep > CRL_EP_NONE && r.ep <= CRL_EP_SANDBOX_ACTION);
+    CHECK(r.ep > CRL_EP_NONE && r.ep < CRL_EP__COUNT);
     CHECK(r.allow != NULL && r.allow[0]);
-    bool per_sandbox = r.ep >= CRL_EP_SANDBOX;
+    bool per_sandbox = r.ep >= CRL_EP_SANDBOX && r.ep <= CRL_EP_SANDBOX_ACTION;
+    bool named = (r.ep >= CRL_EP_IMAGE && r.ep <= CRL_EP_IMAGE_GC) || r.ep == CRL_EP_FUNCTION ||
+                 r.ep == CRL_EP_FUNCTION_CALL;
+    CHECK(named == (r.name[0] != 0) || r.ep == CRL_EP_IMAGE_TAG || r.ep == CRL_EP_IMAGE_GC);
     CHECK(id_ok(r.id, per_sandbox));
     CHECK(per_sandbox || r.id[0] == 0);
     bool has_sub =

@@ -354,10 +354,12 @@ def test_host_view_of_a_running_call(client, corrald, runtime_sleep):
             time.sleep(0.01)
         assert len(procs) == 1, procs
         pid = procs[0][0]
-        while True:  # its uid is the sandbox's a moment before its jail is whole
+        while True:  # its uid is the sandbox's a moment before its jail is whole,
+            # and it holds its status pipe until it has started the call
             status = dict(line.split(":", 1) for line in
                           Path(f"/proc/{pid}/status").read_text().splitlines())
-            if status["Seccomp"].strip() == "2" or time.monotonic() > deadline:
+            started = "1000" not in os.listdir(f"/proc/{pid}/fd")
+            if (status["Seccomp"].strip() == "2" and started) or time.monotonic() > deadline:
                 break
             time.sleep(0.01)
         facts = {k: status[k].split() for k in

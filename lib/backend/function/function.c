@@ -73,7 +73,7 @@ struct fn_proc {
     char leaf[24];
     int status_fd;
     struct crl_watch w;
-    bool settled, failed;
+    bool settled;
     struct crl_sandbox *sb;
 };
 
@@ -129,16 +129,17 @@ static void proc_gone(struct fn_sandbox *f, struct crl_proc *p)
 
 /* Did the call start?  Its status pipe closed unwritten: yes; a line
  * "ERRNO STEP": no, and why.  `now`: it has exited, so the pipe has all it
- * will ever have. */
-static void settle(struct crl_proc *p, bool now)
+ * will ever have.  Returns 1 (started), 0 (not known yet) or -1: it never
+ * started, and `p` went back to its owner (who may have freed it). */
+static int settle(struct crl_proc *p, bool now)
 {
     struct fn_proc *fp = p->priv;
     if (!fp || fp->settled)
-        return;
+        return 1;
     char line[128];
     ssize_t n = read(fp->status_fd, line, sizeof(line) - 1);
     if (n < 0 && errno == EAGAIN && !now)
-        return;
+        return 0;
     fp->settled = true;
     if (fp->w.active)
         crl_watch_stop(fp->sb->host->loop, &fp->w);
@@ -146,7 +147,7 @@ static void settle(struct crl_proc *p, bool now)
     if (n <= 0) {
         p->started = true;
         p->on_start(p, NULL);
-        return;
+        return 1;
     }
     line[n] = 0;
     int e = 0;
@@ -164,13 +165,26 @@ static void settle(struct crl_proc *p, bool now)
     else
         crl_err_set(&err, CRL_E_INTERNAL, "entering the function jail: %s: %s",
                     step[0] ? step : "?", strerror(e));
-    fp->failed = true;
+    /* Nothing of ours may point at p after its owner hears: the call
+     * record goes (its EXITED is then ignored), and the leaf. */
+    struct fn_sandbox *f = fp->sb->priv;
+    struct zygote *z = &g_fn->zy[f ? f->runtime : 0];
+    for (struct fn_call **pp = &z->running; *pp; pp = &(*pp)->next)
+        if ((*pp)->p == p) {
+            struct fn_call *c = *pp;
+            *pp = c->next;
+            free(c);
+            break;
+        }
+    close_fd(&p->pidfd);
+    proc_gone(f, p);
     p->on_start(p, &err); /* never started: no on_exit follows */
+    return -1;
 }
 
 static void status_readable(struct crl_watch *w, uint32_t ev)
 {
-    settle(w->data, false);
+    (void)settle(w->data, false);
     (void)ev;
 }
 
@@ -197,17 +211,16 @@ static void on_zygote(struct crl_watch *w, uint32_t ev)
                 *pp = c->next;
                 struct crl_proc *p = c->p;
                 struct fn_sandbox *f = c->sb->priv;
-                settle(p, true);
-                bool started = !((struct fn_proc *)p->priv)->failed;
-                p->exited = started;
+                free(c);
+                if (settle(p, true) < 0)
+                    break; /* it never started: handed back already */
+                p->exited = true;
                 p->status = r.status;
                 p->cpu_s = r.cpu_s;
                 p->maxrss_bytes = r.maxrss_bytes;
                 close_fd(&p->pidfd);
                 proc_gone(f, p);
-                free(c);
-                if (started)
-                    p->on_exit(p);
+                p->on_exit(p);
                 break;
             }
             continue;
@@ -338,15 +351,15 @@ static void zygote_lost(struct zygote *z)
         struct fn_call *c = z->running;
         z->running = c->next;
         struct crl_proc *p = c->p;
-        settle(p, true);
-        bool started = !((struct fn_proc *)p->priv)->failed;
-        proc_gone(c->sb->priv, p);
-        p->exited = started;
+        struct fn_sandbox *f = c->sb->priv;
+        free(c);
+        if (settle(p, true) < 0)
+            continue; /* it never started: handed back already */
+        proc_gone(f, p);
+        p->exited = true;
         p->status = SIGKILL; /* as if killed */
         close_fd(&p->pidfd);
-        free(c);
-        if (started)
-            p->on_exit(p);
+        p->on_exit(p);
     }
 }
 
@@ -364,9 +377,10 @@ static void release(struct crl_sandbox *sb)
     if (!f)
         return;
     crl_timer_stop(st->host->loop, &f->timer);
+    /* kept for the slot's next sandbox, as a container's are: no churn */
     if (f->cg) {
         struct crl_err err = CRL_ERR_INIT;
-        if (crl_cgroup_release(f->cg, true, &err) < 0)
+        if (crl_cgroup_release(f->cg, false, &err) < 0)
             crl_warn(sb->id, "%s", err.msg);
     }
     close_fd(&f->scratch_fd);
@@ -421,20 +435,26 @@ fail:
     return -1;
 }
 
+/* Kill what is left and wait, on a timer, for the cgroup to empty and its
+ * leaves to go (the zygote reaps the dead), then release.  Stuck: the
+ * slot is quarantined until a restart, as for a container. */
 static void drain(struct crl_timer *t)
 {
     struct crl_sandbox *sb = t->data;
     struct fn_sandbox *f = sb->priv;
-    struct crl_err err = CRL_ERR_INIT;
-    if (f->cg && crl_cgroup_kill_all(f->cg, &err) < 0 && f->drain_tries == 0)
-        crl_warn(sb->id, "%s", err.msg);
-    bool empty = !f->cg || crl_cgroup_count(f->cg, ".") <= 0;
-    if ((f->running > 0 || !empty) && ++f->drain_tries < 500) {
-        crl_timer_start(sb->host->loop, &f->timer, 10000000ull, drain, sb);
+    int n = f->cg ? crl_cgroup_count(f->cg, NULL) : 0;
+    bool busy = n == 0 && f->cg && crl_cgroup_tidy(f->cg, false) < 0 && errno == EBUSY;
+    if ((n > 0 || busy || f->running > 0) && f->drain_tries++ < 5000) {
+        if (n > 0 && f->drain_tries % 500 == 1)
+            crl_cgroup_kill_all(f->cg, NULL);
+        crl_timer_start(sb->host->loop, &f->timer, 1000000, drain, sb);
         return;
     }
-    if (f->running > 0 || !empty)
-        crl_warn(sb->id, "processes outlived its destroy; its cgroup stays for reconcile");
+    if (n > 0 || f->running > 0) {
+        crl_error(sb->id,
+                  "%d process(es) still in the cgroup after 5s: slot quarantined until restart", n);
+        sb->slot_quarantined = true;
+    }
     release(sb);
     crl_sandbox_destroyed(sb);
 }
@@ -449,7 +469,10 @@ static void fn_destroy(struct crl_sandbox *sb)
     f->releasing = true;
     crl_timer_stop(sb->host->loop, &f->timer);
     f->drain_tries = 0;
-    crl_timer_start(sb->host->loop, &f->timer, 0, drain, sb);
+    if (f->cg)
+        crl_cgroup_kill_all(f->cg, NULL);
+    f->timer.data = sb;
+    drain(&f->timer);
 }
 
 static int fn_stats(struct crl_sandbox *sb, struct crl_usage *u)

@@ -56,8 +56,8 @@ static int unpack(char *p, size_t len, char **out, uint32_t n)
     return 0;
 }
 
-/* In the child: jail, then the call.  A failure before the call is
- * reported on stderr (the call's) and as exit status 126. */
+/* In the child: jail, then the call.  A failure before the call goes to
+ * corrald on the status pipe ("ERRNO jail-STEP"), and the child exits. */
 static void child(const struct crl_zygote_runtime *rt, const struct crl_zyg_fork *f, int *fds,
                   char **strings, uint32_t n, char **envp, bool in_cgroup)
 {
@@ -90,7 +90,7 @@ static void child(const struct crl_zygote_runtime *rt, const struct crl_zyg_fork
     if (r < 0) {
         /* its status pipe may be where it was, or already moved */
         int to = fcntl(CRL_ZYG_STATUS_FD, F_GETFD) >= 0 ? CRL_ZYG_STATUS_FD : fds[4];
-        dprintf(to, "%d jail: %s\n", -r, step);
+        dprintf(to, "%d jail-%s\n", -r, step);
         _exit(126);
     }
     rt->run((enum crl_zyg_kind)f->kind, strings, n, envp);
@@ -149,6 +149,8 @@ static int g_nspares, g_sfd = -1;
  * mapping: a call then takes no copy-on-write faults, which are the
  * costliest part of running a forked interpreter (each a trap and a TLB
  * flush).  Best effort: a mapping that refuses is left as it is. */
+#define PREFAULT_MAX (64ul << 20)
+
 static void prefault(void)
 {
     FILE *f = fopen("/proc/self/maps", "re");
@@ -158,8 +160,10 @@ static void prefault(void)
     while (fgets(line, sizeof(line), f)) {
         unsigned long lo, hi;
         char perms[5];
+        /* not reservations either (a sanitizer's shadow is terabytes) */
         if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) != 3 || perms[1] != 'w' ||
-            perms[3] != 'p' || strstr(line, "[stack]") || strstr(line, "[vvar]"))
+            perms[3] != 'p' || strstr(line, "[stack]") || strstr(line, "[vvar]") ||
+            hi - lo > PREFAULT_MAX)
             continue;
         madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
     }
