@@ -20,7 +20,7 @@ SANFLAGS :=
 OPT := -O2
 endif
 
-PKGS := libmicrohttpd jansson libseccomp libarchive libcurl libcrypto
+PKGS := libmicrohttpd jansson libseccomp libarchive libcurl libcrypto zlib
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
@@ -33,7 +33,7 @@ LDFLAGS += $(SANFLAGS)
 LDLIBS += $(PKG_LIBS) -lm
 
 LIB_SRC := $(wildcard lib/util/*.c lib/core/*.c lib/image/*.c lib/api/*.c lib/client/*.c \
-                      lib/backend/*/*.c)
+                      lib/traj/*.c lib/backend/*/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/obj/%.o)
 LIB := $(B)/libcorral.a
 

@@ -21,13 +21,13 @@ if ! command -v "$cc" >/dev/null 2>&1; then
     exit 1
 fi
 
-mkdir -p "$out/corpus/spec" "$out/corpus/router" "$out/corpus/image"
+mkdir -p "$out/corpus/spec" "$out/corpus/router" "$out/corpus/image" "$out/corpus/traj_log"
 cflags="-std=gnu11 -g -O1 -D_GNU_SOURCE -fno-omit-frame-pointer \
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
     -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla \
     -Wno-unused-parameter"
 
-echo "fuzz: building $out/fuzz_spec, $out/fuzz_router and $out/fuzz_image"
+echo "fuzz: building $out/fuzz_spec, $out/fuzz_router, $out/fuzz_image and $out/fuzz_traj_log"
 # shellcheck disable=SC2046,SC2086  # word splitting of flags is intended
 $cc $cflags $(pkg-config --cflags jansson) -o "$out/fuzz_spec" tests/fuzz/fuzz_spec.c \
     lib/core/spec.c lib/util/*.c $(pkg-config --libs jansson)
@@ -38,9 +38,13 @@ $cc $cflags -o "$out/fuzz_router" tests/fuzz/fuzz_router.c lib/api/router.c
 $cc $cflags $(pkg-config --cflags jansson libarchive libcrypto) -o "$out/fuzz_image" \
     tests/fuzz/fuzz_image.c lib/image/*.c lib/util/*.c \
     $(pkg-config --libs jansson libarchive libcrypto)
+# the trajectory log: reader and open-for-append (recovery) on any file
+# shellcheck disable=SC2046,SC2086
+$cc $cflags $(pkg-config --cflags jansson zlib) -o "$out/fuzz_traj_log" \
+    tests/fuzz/fuzz_traj_log.c lib/traj/*.c lib/util/*.c $(pkg-config --libs jansson zlib)
 
 status=0
-for t in spec router image; do
+for t in spec router image traj_log; do
     bin=$out/fuzz_$t
     corpus=tests/fuzz/corpus/$t
     dict=tests/fuzz/$t.dict
