@@ -48,6 +48,31 @@ run corral inspect "$ID"
 run corral rm "$ID"
 
 echo
+echo "== images (a content-addressed store of EROFS layers)"
+run corral image ls
+if corral image inspect debian >/dev/null 2>&1; then
+    run corral run --image debian --memory-mb 256 -- python3 -c 'import sys; print("python", sys.version.split()[0], "in the debian image")'
+fi
+
+echo
+echo "== a registered function (STATE/functions/add.json, called as JSON in, JSON out)"
+mkdir -p /var/lib/corral/functions
+cat >/var/lib/corral/functions/demo_tools.py <<'PY'
+def add(a, b):
+    print("adding", a, b)  # to stderr: only the result reaches stdout
+    return {"sum": a + b}
+PY
+cat >/var/lib/corral/functions/add.json <<'JSON'
+{"runtime": "python", "entry": "demo_tools.py:add", "description": "Add two integers",
+ "limits": {"timeout_s": 10, "memory_mb": 128},
+ "schema": {"type": "object", "required": ["a", "b"], "additionalProperties": false,
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}
+JSON
+run corral call add '{"a": 2, "b": 40}'
+echo "\$ corral call add '{\"a\": \"two\", \"b\": 1}'   # refused by the schema"
+corral call add '{"a": "two", "b": 1}' || true
+
+echo
 echo "== the Python SDK"
 PYTHONPATH="$PWD/sdk/python" python3 - <<'PY'
 import corral
@@ -64,6 +89,10 @@ with client.create(backend="container", image="busybox", memory_mb=256) as sb:
     print("session ->", sh.run("pwd; echo $X").stdout)
     r = sb.exec("sleep 30 & sleep 30", timeout=0.5)
     print("timeout ->", r.reason, "after", round(r.duration_s, 2), "s")
+with client.create(backend="function", runtime="python") as fn:
+    r = fn.exec("import json, os\nprint(json.dumps({'uid': os.getuid(), 'cwd': os.getcwd()}))")
+    print("function (python) ->", r.stdout.decode().strip(), "in", round(r.duration_s * 1000, 1), "ms")
+print("call ->", client.call("add", {"a": 1, "b": 2}))
 print("destroyed; live sandboxes left:", len([s for s in client.list() if s.info["state"] != "destroyed"]))
 PY
 
