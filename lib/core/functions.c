@@ -59,21 +59,6 @@ static bool identifier_ok(const char *s)
     return true;
 }
 
-static const char *type_name(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    case JSON_NULL: return "null";
-    }
-    return "a value";
-}
-
 /* Read FILE (a Python entry) from fn->dir, if it changed since the last
  * read: its identity and mtime are the test. */
 static int load_source(struct crl_function *fn, struct crl_err *err)
@@ -145,7 +130,7 @@ static int parse_exec_entry(struct crl_function *fn, json_t *entry, struct crl_e
     if (!json_is_array(argv) || json_array_size(argv) == 0 || json_array_size(argv) > 4096)
         return crl_err_set(err, CRL_E_INVALID,
                            "entry.exec must be a non-empty array of strings (argv), not %s",
-                           type_name(argv));
+                           crl_json_type_name(argv));
     size_t n = json_array_size(argv), total = 0;
     if (!(fn->argv = calloc(n + 1, sizeof(char *))))
         return crl_err_sys(err, ENOMEM, "entry");
@@ -177,7 +162,7 @@ static int limit_number(json_t *lim, const char *key, double lo, double hi, bool
         return 0;
     if (integer ? !json_is_integer(v) : !json_is_number(v))
         return crl_err_set(err, CRL_E_INVALID, "limits.%s must be %s between %g and %g, not %s",
-                           key, integer ? "an integer" : "a number", lo, hi, type_name(v));
+                           key, integer ? "an integer" : "a number", lo, hi, crl_json_type_name(v));
     double x = json_number_value(v);
     if (!(x >= lo && x <= hi))
         return crl_err_set(err, CRL_E_INVALID, "limits.%s must be between %g and %g, not %g", key,
@@ -194,7 +179,8 @@ static int parse_limits(struct crl_function *fn, json_t *lim, struct crl_err *er
     if (!lim)
         return 0;
     if (!json_is_object(lim))
-        return crl_err_set(err, CRL_E_INVALID, "limits must be an object, not %s", type_name(lim));
+        return crl_err_set(err, CRL_E_INVALID, "limits must be an object, not %s",
+                           crl_json_type_name(lim));
     const char *key;
     json_t *v;
     json_object_foreach(lim, key, v)
@@ -227,7 +213,7 @@ static int parse_def(struct crl_function *fn, json_t *def, struct crl_err *err)
                                        "limits", "schema",  "description"};
     if (!json_is_object(def))
         return crl_err_set(err, CRL_E_INVALID, "a definition must be a JSON object, not %s",
-                           type_name(def));
+                           crl_json_type_name(def));
     const char *key;
     json_t *v;
     json_object_foreach(def, key, v)
@@ -259,7 +245,7 @@ static int parse_def(struct crl_function *fn, json_t *def, struct crl_err *err)
     } else {
         return crl_err_set(err, CRL_E_INVALID,
                            "entry must be \"FILE.py:CALLABLE\" or {\"exec\": [argv...]}, not %s",
-                           type_name(entry));
+                           crl_json_type_name(entry));
     }
     fn->entry = json_incref(entry);
     /* The runtime follows from the entry; when it is written, it must agree. */

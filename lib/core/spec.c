@@ -49,7 +49,7 @@ int crl_json_load(const char *json, size_t len, json_t **out, struct crl_err *er
     return 0;
 }
 
-static const char *json_type_name(const json_t *v)
+const char *crl_json_type_name(const json_t *v)
 {
     switch (json_typeof(v)) {
     case JSON_OBJECT: return "an object";
@@ -88,7 +88,7 @@ static int get_uint(json_t *v, const char *name, long long lo, long long hi, uns
     if (!json_is_integer(v))
         return crl_err_set(err, CRL_E_INVALID,
                            "%s must be an integer between %lld and %lld, not %s", name, lo, hi,
-                           json_type_name(v));
+                           crl_json_type_name(v));
     long long x = json_integer_value(v);
     if (x < lo || x > hi)
         return crl_err_set(err, CRL_E_INVALID, "%s must be between %lld and %lld, not %lld", name,
@@ -102,7 +102,7 @@ static int get_number(json_t *v, const char *name, double lo, double hi, double 
 {
     if (!json_is_number(v))
         return crl_err_set(err, CRL_E_INVALID, "%s must be a number between %g and %g, not %s",
-                           name, lo, hi, json_type_name(v));
+                           name, lo, hi, crl_json_type_name(v));
     double x = json_number_value(v);
     if (!(x >= lo && x <= hi))
         return crl_err_set(err, CRL_E_INVALID, "%s must be between %g and %g, not %g", name, lo, hi,
@@ -116,7 +116,7 @@ static int get_string(json_t *v, const char *name, size_t maxlen, const char **o
 {
     if (!json_is_string(v))
         return crl_err_set(err, CRL_E_INVALID, "%s must be a string, not %s", name,
-                           json_type_name(v));
+                           crl_json_type_name(v));
     size_t len = json_string_length(v);
     const char *s = json_string_value(v);
     if (len > maxlen)
@@ -176,7 +176,7 @@ static int parse_env(json_t *v, const char *name, char ***out, struct crl_err *e
 {
     if (!json_is_object(v))
         return crl_err_set(err, CRL_E_INVALID, "%s must be an object of strings, not %s", name,
-                           json_type_name(v));
+                           crl_json_type_name(v));
     size_t n = json_object_size(v);
     if (n > CRL_SPEC_MAX_ENV)
         return crl_err_set(err, CRL_E_INVALID, "%s has %zu variables; at most %d are allowed", name,
@@ -259,7 +259,7 @@ static int parse_resources(json_t *v, struct crl_spec *s, struct crl_err *err)
     static const char *const keys[] = {"cpus", "memory_mb", "pids", "disk_mb"};
     if (!json_is_object(v))
         return crl_err_set(err, CRL_E_INVALID, "resources must be an object, not %s",
-                           json_type_name(v));
+                           crl_json_type_name(v));
     if (check_keys(v, "resources", keys, CRL_ARRAY_SIZE(keys), err) < 0)
         return -1;
     json_t *f;
@@ -306,7 +306,7 @@ static int parse_labels(json_t *v, struct crl_spec *s, struct crl_err *err)
 {
     if (!json_is_object(v))
         return crl_err_set(err, CRL_E_INVALID, "labels must be an object of strings, not %s",
-                           json_type_name(v));
+                           crl_json_type_name(v));
     if (json_object_size(v) > CRL_SPEC_MAX_LABELS)
         return crl_err_set(err, CRL_E_INVALID, "labels: at most %d are allowed",
                            CRL_SPEC_MAX_LABELS);
@@ -399,7 +399,8 @@ int crl_spec_from_json(json_t *root, struct crl_spec *s, struct crl_err *err)
     if ((f = json_object_get(root, "network"))) {
         static const char *const nkeys[] = {"mode"};
         if (!json_is_object(f)) {
-            crl_err_set(err, CRL_E_INVALID, "network must be an object, not %s", json_type_name(f));
+            crl_err_set(err, CRL_E_INVALID, "network must be an object, not %s",
+                        crl_json_type_name(f));
             goto fail;
         }
         if (check_keys(f, "network", nkeys, 1, err) < 0)
@@ -570,12 +571,12 @@ static int parse_cmd(json_t *v, bool session, struct crl_exec_req *r, struct crl
     }
     if (session)
         return crl_err_set(err, CRL_E_INVALID, "cmd must be a string for a session, not %s",
-                           json_type_name(v));
+                           crl_json_type_name(v));
     if (!json_is_array(v))
         return crl_err_set(err, CRL_E_INVALID,
                            "cmd must be a string (run with /bin/sh -c) or an array of strings "
                            "(argv), not %s",
-                           json_type_name(v));
+                           crl_json_type_name(v));
     size_t n = json_array_size(v);
     if (n == 0)
         return crl_err_set(err, CRL_E_INVALID, "cmd must not be an empty array");
@@ -633,7 +634,8 @@ int crl_exec_req_parse(const char *json, size_t len, bool session, struct crl_ex
     }
     if (in) {
         if (!json_is_string(in)) {
-            crl_err_set(err, CRL_E_INVALID, "stdin must be a string, not %s", json_type_name(in));
+            crl_err_set(err, CRL_E_INVALID, "stdin must be a string, not %s",
+                        crl_json_type_name(in));
             goto fail;
         }
         r->stdin_len = json_string_length(in);
@@ -670,7 +672,8 @@ int crl_exec_req_parse(const char *json, size_t len, bool session, struct crl_ex
     }
     if ((f = json_object_get(root, "stream"))) {
         if (!json_is_boolean(f)) {
-            crl_err_set(err, CRL_E_INVALID, "stream must be a boolean, not %s", json_type_name(f));
+            crl_err_set(err, CRL_E_INVALID, "stream must be a boolean, not %s",
+                        crl_json_type_name(f));
             goto fail;
         }
         r->stream = json_is_true(f);

@@ -92,6 +92,8 @@ int crl_session_req_parse(const char *json, size_t len, struct crl_session_req *
 
 /* Helpers shared with other request parsers. */
 int crl_json_load(const char *json, size_t len, json_t **out, struct crl_err *err);
+/* "an object", "a string", ...: a JSON value's type, for messages. */
+const char *crl_json_type_name(const json_t *v);
 void crl_strv_free(char **v);
 size_t crl_strv_len(char *const *v);
 

@@ -235,3 +235,28 @@ void crl_bench_loadavg(char *buf, size_t cap)
             *p = 0;
     }
 }
+
+int crl_bench_begin(bool start, struct crl_bench_daemon *d, const char **url, const char *what)
+{
+    struct crl_err err = CRL_ERR_INIT;
+    *url = NULL;
+    if (!start)
+        return 0;
+    if (crl_bench_daemon_start(d, &err) < 0) {
+        crl_bench_daemon_stop(d);
+        crl_err_prefix(&err, "%s: --start-daemon", what);
+        return crl_cli_fail(&err);
+    }
+    *url = d->url;
+    return 0;
+}
+
+void crl_bench_end(bool start, struct crl_bench_daemon *d, int rc, const char *what)
+{
+    if (!start)
+        return;
+    char tail[300];
+    if (rc < 0 && crl_bench_daemon_log_tail(d, tail, sizeof(tail)) == 0 && tail[0])
+        fprintf(stderr, "corral: %s: corrald's log ends with:\n%s\n", what, tail);
+    crl_bench_daemon_stop(d);
+}

@@ -30,6 +30,13 @@ struct crl_bench_daemon {
 int crl_bench_daemon_start(struct crl_bench_daemon *d, struct crl_err *err);
 /* SIGTERM, wait (SIGKILL after 30 s), remove its directory.  Idempotent. */
 void crl_bench_daemon_stop(struct crl_bench_daemon *d);
+
+/* A bench's daemon, if `start`: run it and point *url at it (else *url is
+ * NULL: the corrald at $CORRAL_URL).  0, or the exit status to return
+ * after saying why (`what` names the bench). */
+int crl_bench_begin(bool start, struct crl_bench_daemon *d, const char **url, const char *what);
+/* Stop it, if started, with the end of its log when the bench failed. */
+void crl_bench_end(bool start, struct crl_bench_daemon *d, int rc, const char *what);
 /* The last `cap`-1 bytes of its log, for an error message. */
 int crl_bench_daemon_log_tail(const struct crl_bench_daemon *d, char *buf, size_t cap);
 

@@ -753,26 +753,16 @@ int crl_cmd_bench_images(int argc, char **argv)
 
     crl_cli_catch_signals(NULL);
     struct crl_bench_daemon d = {0};
-    const char *url = NULL;
-    if (start) {
-        if (crl_bench_daemon_start(&d, &err) < 0) {
-            crl_bench_daemon_stop(&d);
-            crl_err_prefix(&err, "bench images: --start-daemon");
-            return crl_cli_fail(&err);
-        }
-        url = d.url;
-    }
+    const char *url;
+    int brc = crl_bench_begin(start, &d, &url, "bench images");
+    if (brc)
+        return brc;
     char load0[64], load1[64];
     struct results r = {0};
     crl_bench_loadavg(load0, sizeof(load0));
     int rc = measure(url, &o, &r, &err);
     crl_bench_loadavg(load1, sizeof(load1));
-    if (start) {
-        char tail[300];
-        if (rc < 0 && crl_bench_daemon_log_tail(&d, tail, sizeof(tail)) == 0 && tail[0])
-            fprintf(stderr, "corral: bench images: corrald's log ends with:\n%s\n", tail);
-        crl_bench_daemon_stop(&d);
-    }
+    crl_bench_end(start, &d, rc, "bench images");
     if (rc == 0)
         report(&o, &r, load0, load1, o.quiet);
     results_free(&r);
