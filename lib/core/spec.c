@@ -394,6 +394,10 @@ int crl_spec_from_json(json_t *root, struct crl_spec *s, struct crl_err *err)
         }
         snprintf(s->image, sizeof(s->image), "%s", str);
     }
+    /* A call needs far less than a machine: a smaller default, so that
+     * admission control (which reserves memory_mb) lets more run at once. */
+    if (function)
+        s->memory_mb = CRL_SPEC_FUNCTION_MEMORY_MB;
     if ((f = json_object_get(root, "resources")) && parse_resources(f, s, err) < 0)
         goto fail;
     if ((f = json_object_get(root, "network"))) {

@@ -15,6 +15,7 @@
 
 #define CRL_SPEC_MAX_LABELS 64
 #define CRL_SPEC_MAX_ENV 256
+#define CRL_SPEC_FUNCTION_MEMORY_MB 128 /* the function backend's default memory_mb */
 #define CRL_EXEC_DEFAULT_TIMEOUT_S 300.0
 #define CRL_EXEC_MAX_TIMEOUT_S 86400.0
 #define CRL_EXEC_DEFAULT_OUTPUT (1u << 20)

@@ -127,7 +127,21 @@ static void test_spec_defaults(void)
     is_int(s.n_labels, 0, "no labels by default");
     ok(s.env == NULL, "no env by default");
     ok(s.cwd == NULL, "no cwd by default (the image's)");
+    is_str(s.runtime, "", "no runtime but for the function backend");
     crl_spec_free(&s);
+
+    if (spec_good("{\"backend\": \"function\"}", &s)) {
+        is_str(s.runtime, "shell", "the function backend's default runtime is shell");
+        is_int(s.memory_mb, 128, "and its default memory_mb is 128");
+        crl_spec_free(&s);
+    }
+    if (spec_good("{\"backend\": \"function\", \"runtime\": \"python\", "
+                  "\"resources\": {\"memory_mb\": 300}}",
+                  &s)) {
+        is_str(s.runtime, "python", "a runtime given is kept");
+        is_int(s.memory_mb, 300, "a memory_mb given wins over the function default");
+        crl_spec_free(&s);
+    }
 
     struct crl_spec i;
     crl_spec_init(&i);
