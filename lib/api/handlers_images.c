@@ -30,6 +30,7 @@
 #include "../util/cleanup.h"
 #include "../util/fdio.h"
 #include "../util/log.h"
+#include "../util/run.h"
 #include "request.h"
 
 #define MAX_IMPORTS 2
@@ -268,13 +269,7 @@ static int spawn_importer(struct crl_import *im, const char *name, struct crl_er
      * already; this holds for any that are not). */
     posix_spawn_file_actions_addclosefrom_np(&fa, 3);
     posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    sigset_t none, all;
-    sigemptyset(&none);
-    sigfillset(&all);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &all);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    crl_spawnattr_init_clean(&attr);
     const char *dir = crl_image_store_dir(a->host->images);
     const struct crl_import_limits *lim = &a->host->cfg.image_limits;
     char layer_max[32], total_max[32];

@@ -14,6 +14,7 @@
 #include "../util/cleanup.h"
 #include "../util/fdio.h"
 #include "../util/log.h"
+#include "../util/run.h"
 
 /* A layer mounted once, shared by every image (and sandbox) that has it. */
 struct layer_mount {
@@ -554,48 +555,17 @@ static int copy_file(const char *src, const char *dst, mode_t mode, struct crl_e
 /* `busybox --list-full` names every applet with its directory. */
 static int busybox_applets(const char *bin, char **out, struct crl_err *err)
 {
-    int pfd[2];
-    if (pipe2(pfd, O_CLOEXEC) < 0)
-        return crl_err_sys(err, errno, "pipe");
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
     char *argv[] = {(char *)bin, (char *)"--list-full", NULL};
     char *envp[] = {NULL};
-    pid_t pid;
-    int r = posix_spawn(&pid, bin, &fa, NULL, argv, envp);
-    posix_spawn_file_actions_destroy(&fa);
-    close(pfd[1]);
-    if (r != 0) {
-        close(pfd[0]);
-        return crl_err_sys(err, r, "running %s --list-full", bin);
-    }
-    size_t cap = 65536, len = 0;
-    char *buf = malloc(cap);
-    ssize_t n;
-    while (buf && (n = read(pfd[0], buf + len, cap - len - 1)) > 0) {
-        len += (size_t)n;
-        if (len + 1 >= cap) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-            }
-            buf = nb;
-        }
-    }
-    close(pfd[0]);
     int status;
-    waitpid(pid, &status, 0);
-    if (!buf)
-        return crl_err_sys(err, ENOMEM, "busybox applets");
-    buf[len] = 0;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || len == 0) {
-        free(buf);
+    if (crl_run_capture(argv, envp, 0, 1u << 20, out, &status, err) < 0)
+        return -1;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !**out) {
+        free(*out);
+        *out = NULL;
         return crl_err_set(err, CRL_E_INTERNAL,
                            "%s --list-full failed: is it Debian's busybox-static?", bin);
     }
-    *out = buf;
     return 0;
 }
 

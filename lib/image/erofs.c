@@ -13,56 +13,34 @@
 
 #include "../util/cleanup.h"
 #include "../util/fdio.h"
-
-extern char **environ;
+#include "../util/run.h"
 
 int crl_erofs_build(const char *dir, const char *out, struct crl_err *err)
 {
-    const char *bin = "mkfs.erofs";
-    /* Its output goes to a pipe we keep the tail of, for the error. */
-    int pfd[2];
-    if (pipe2(pfd, O_CLOEXEC) < 0)
-        return crl_err_sys(err, errno, "pipe");
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, pfd[1], 2);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    char *argv[] = {(char *)bin,   (char *)"--quiet", (char *)"--preserve-mtime",
-                    (char *)"-x1", (char *)out,       (char *)dir,
+    char *argv[] = {(char *)"mkfs.erofs",
+                    (char *)"--quiet",
+                    (char *)"--preserve-mtime",
+                    (char *)"-x1",
+                    (char *)out,
+                    (char *)dir,
                     NULL};
-    pid_t pid;
-    int r = posix_spawnp(&pid, bin, &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    close(pfd[1]);
-    if (r != 0) {
-        close(pfd[0]);
-        return crl_err_set(err, r == ENOENT ? CRL_E_UNSUPPORTED : CRL_E_INTERNAL,
-                           "cannot run %s (install erofs-utils): %s", bin, strerror(r));
-    }
     /* mkfs.erofs --quiet says little: keep the start of it for the error. */
-    char msg[512], buf[4096];
-    size_t len = 0;
-    ssize_t n;
-    while ((n = read(pfd[0], buf, sizeof(buf))) > 0 || (n < 0 && errno == EINTR)) {
-        size_t take = n > 0 ? (size_t)n : 0;
-        if (take > sizeof(msg) - 1 - len)
-            take = sizeof(msg) - 1 - len;
-        memcpy(msg + len, buf, take);
-        len += take;
+    char *msg = NULL;
+    int status;
+    if (crl_run_capture(argv, NULL, 1, 511, &msg, &status, err) < 0) {
+        if (err && err->sys_errno == ENOENT)
+            crl_err_set(err, CRL_E_UNSUPPORTED, "cannot run mkfs.erofs (install erofs-utils)");
+        return -1;
     }
-    close(pfd[0]);
-    msg[len] = 0;
+    size_t len = strlen(msg);
     while (len && (msg[len - 1] == '\n' || msg[len - 1] == ' '))
         msg[--len] = 0;
-    int status;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR)
-            return crl_err_sys(err, errno, "waiting for %s", bin);
+    int r = 0;
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        return crl_err_set(err, CRL_E_INTERNAL, "%s %s failed (status %d): %s", bin, dir, status,
-                           len ? msg : "no output");
-    return 0;
+        r = crl_err_set(err, CRL_E_INTERNAL, "mkfs.erofs %s failed (status %d): %s", dir, status,
+                        len ? msg : "no output");
+    free(msg);
+    return r;
 }
 
 int crl_erofs_mount(const char *path, struct crl_err *err)

@@ -25,6 +25,7 @@
 #include "../../util/cleanup.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"
+#include "../../util/run.h"
 #include "spawn_proto.h"
 
 #define MAX_SPAWNERS 16
@@ -881,26 +882,15 @@ static int start_spawner(struct ctr_state *st, unsigned i, bool wait, struct crl
     s->sock = -1;
     s->ready = false;
     int pair[2];
-    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) < 0)
-        return crl_err_sys(err, errno, "socketpair");
-    int big = (int)CRL_SPAWN_MAX_MSG * 2;
-    for (int k = 0; k < 2; k++) {
-        setsockopt(pair[k], SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof(big));
-        setsockopt(pair[k], SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof(big));
-    }
+    if (crl_seqpacket_pair(pair, CRL_SPAWN_MAX_MSG, err) < 0)
+        return -1;
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, pair[1], CRL_SPAWN_FD);
     /* corrald blocks signals it takes through a signalfd: the spawner
      * starts with none blocked and default dispositions. */
     posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    sigset_t none, all;
-    sigemptyset(&none);
-    sigfillset(&all);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &all);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    crl_spawnattr_init_clean(&attr);
     /* Settings travel in the environment, not argv: a sandbox's init shares
      * the spawner's memory, so `ps` inside a sandbox shows this argv (and
      * only ptrace, which is refused, could read the environment).  Nothing

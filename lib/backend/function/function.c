@@ -33,6 +33,7 @@
 #include "../../util/cleanup.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"
+#include "../../util/run.h"
 #include "zygote_proto.h"
 
 #define N_RUNTIMES 2
@@ -271,25 +272,14 @@ static int zygote_start(struct fn_state *st, unsigned rt, struct crl_err *err)
     z->runtime = rt;
     z->sock = -1;
     int pair[2];
-    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) < 0)
-        return crl_err_sys(err, errno, "socketpair");
-    int big = (int)CRL_ZYG_MAX_MSG * 2;
-    for (int k = 0; k < 2; k++) {
-        setsockopt(pair[k], SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof(big));
-        setsockopt(pair[k], SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof(big));
-    }
+    if (crl_seqpacket_pair(pair, CRL_ZYG_MAX_MSG, err) < 0)
+        return -1;
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, pair[1], CRL_ZYG_FD);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    sigset_t none, all;
-    sigemptyset(&none);
-    sigfillset(&all);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &all);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    crl_spawnattr_init_clean(&attr);
     char *argv[] = {(char *)"corral-zygote", (char *)"--runtime", (char *)runtimes[rt], NULL};
     char *envp[] = {(char *)"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
     pid_t pid;

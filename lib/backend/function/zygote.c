@@ -22,6 +22,7 @@
 #include "../../core/seccomp.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"
+#include "../../util/run.h"
 #include "jail.h"
 
 static struct sock_fprog g_filter;
@@ -194,11 +195,8 @@ static void spare_main(const struct crl_zygote_runtime *rt, int sock)
 static bool make_spare(const struct crl_zygote_runtime *rt)
 {
     int pair[2];
-    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) < 0)
+    if (crl_seqpacket_pair(pair, CRL_ZYG_MAX_MSG, NULL) < 0)
         return false;
-    int big = (int)CRL_ZYG_MAX_MSG * 2;
-    setsockopt(pair[0], SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof(big));
-    setsockopt(pair[1], SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof(big));
     pid_t pid = fork();
     if (pid == 0) {
         if (rt->after_fork)
