@@ -28,7 +28,7 @@ void crl_bench_samples_free(struct crl_bench_samples *s)
     s->n = 0;
 }
 
-static int samples_alloc(struct crl_bench_samples *s, size_t n, struct crl_err *err)
+int crl_bench_samples_alloc(struct crl_bench_samples *s, size_t n, struct crl_err *err)
 {
     s->ms = calloc(n ? n : 1, sizeof(double));
     s->n = 0;
@@ -244,7 +244,7 @@ int crl_bench_crun(const char *bundle, size_t warm, size_t n, struct crl_bench_s
                    struct crl_bench_samples *c2, struct crl_err *err)
 {
     int p[2];
-    if (samples_alloc(c1, n, err) < 0 || samples_alloc(c2, n, err) < 0)
+    if (crl_bench_samples_alloc(c1, n, err) < 0 || crl_bench_samples_alloc(c2, n, err) < 0)
         return -1;
     if (pipe2(p, O_CLOEXEC) < 0)
         return crl_err_sys(err, errno, "pipe");
@@ -290,7 +290,7 @@ int crl_bench_spawn(const char *path, size_t warm, size_t n, struct crl_bench_sa
                     struct crl_err *err)
 {
     char *const argv[] = {"true", NULL};
-    if (samples_alloc(out, n, err) < 0)
+    if (crl_bench_samples_alloc(out, n, err) < 0)
         return -1;
     unsigned long long start = crl_now_ns();
     for (size_t i = 0; i < warm + n; i++) {
@@ -396,7 +396,7 @@ int crl_bench_fork_exec(const char *path, char *const argv[], const char *expect
 {
     cleanup_free char *buf = NULL;
     size_t cap = 0, len = 0;
-    if (samples_alloc(out, n, err) < 0)
+    if (crl_bench_samples_alloc(out, n, err) < 0)
         return -1;
     unsigned long long start = crl_now_ns();
     for (size_t i = 0; i < warm + n; i++) {
@@ -421,7 +421,7 @@ int crl_bench_fork_exec(const char *path, char *const argv[], const char *expect
 
 int crl_bench_fork_exit(size_t warm, size_t n, struct crl_bench_samples *out, struct crl_err *err)
 {
-    if (samples_alloc(out, n, err) < 0)
+    if (crl_bench_samples_alloc(out, n, err) < 0)
         return -1;
     fflush(NULL);
     unsigned long long start = crl_now_ns();

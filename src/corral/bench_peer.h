@@ -18,6 +18,8 @@ struct crl_bench_samples {
     double wall_s;
 };
 
+/* Room for n samples (none taken yet). */
+int crl_bench_samples_alloc(struct crl_bench_samples *s, size_t n, struct crl_err *err);
 void crl_bench_samples_free(struct crl_bench_samples *s);
 
 /* A temporary OCI bundle for `rootfs`: `crun spec`'s config with

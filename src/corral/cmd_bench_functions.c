@@ -125,16 +125,6 @@ static void results_free(struct results *r)
         }                                                            \
     } while (0)
 
-static int samples_alloc(struct crl_bench_samples *s, size_t n, struct crl_err *err)
-{
-    s->ms = calloc(n ? n : 1, sizeof(double));
-    s->n = 0;
-    s->wall_s = 0;
-    if (!s->ms)
-        return crl_err_sys(err, ENOMEM, "allocating samples");
-    return 0;
-}
-
 static int check_interrupted(struct crl_err *err)
 {
     if (crl_cli_interrupted)
@@ -228,7 +218,7 @@ static int call(struct crl_client *c, const char *id, json_t *req, const char *e
 static int calls(struct crl_client *c, const char *id, json_t *req, size_t warm, size_t n,
                  struct crl_bench_samples *out, struct crl_bench_samples *proc, struct crl_err *err)
 {
-    if (samples_alloc(out, n, err) < 0 || samples_alloc(proc, n, err) < 0)
+    if (crl_bench_samples_alloc(out, n, err) < 0 || crl_bench_samples_alloc(proc, n, err) < 0)
         return -1;
     unsigned long long start = crl_now_ns();
     for (size_t i = 0; i < warm + n; i++) {
@@ -252,8 +242,9 @@ static int python_vs_peer(struct crl_client *c, const char *id, const char *pyth
 {
     json_auto_t *req = json_pack("{s:s}", "cmd", "print(1)");
     char *const argv[] = {"python3", "-c", "print(1)", NULL};
-    if (samples_alloc(&r->py, n, err) < 0 || samples_alloc(&r->py_peer, n, err) < 0 ||
-        samples_alloc(&r->py_proc, n, err) < 0)
+    if (crl_bench_samples_alloc(&r->py, n, err) < 0 ||
+        crl_bench_samples_alloc(&r->py_peer, n, err) < 0 ||
+        crl_bench_samples_alloc(&r->py_proc, n, err) < 0)
         return -1;
     double ours_s = 0, peer_s = 0;
     for (size_t i = 0; i < warm + n; i++) {
@@ -322,7 +313,7 @@ static int parallel_calls(const char *url, const char *id, size_t n, struct crl_
 {
     struct worker w[CONC];
     pthread_t t[CONC];
-    if (out && samples_alloc(out, n, err) < 0)
+    if (out && crl_bench_samples_alloc(out, n, err) < 0)
         return -1;
     size_t off = 0;
     for (int i = 0; i < CONC; i++) {
@@ -366,7 +357,7 @@ static int python_fork_floor(const char *python, size_t warm, size_t n, struct r
     int status;
     cleanup_free char *out = NULL;
     struct crl_bench_samples *bare = &r->fork_py, *run = &r->fork_py_run;
-    if (samples_alloc(bare, n, err) < 0 || samples_alloc(run, n, err) < 0 ||
+    if (crl_bench_samples_alloc(bare, n, err) < 0 || crl_bench_samples_alloc(run, n, err) < 0 ||
         crl_bench_capture(python, argv, &status, &out, err) < 0)
         return -1;
     if (status != 0 || !out)
@@ -418,7 +409,7 @@ static int measure_with(struct crl_client *c, const char *url, size_t n, bool qu
      * call with SPACED_MS between calls, which is when the zygote's spares
      * (forked ahead) are ready. */
     STEP(quiet, "python print(1), %d ms apart (%zu)", SPACED_MS, n / 4 + 1);
-    if (samples_alloc(&r->py_spaced, n / 4 + 1, err) < 0)
+    if (crl_bench_samples_alloc(&r->py_spaced, n / 4 + 1, err) < 0)
         return -1;
     for (size_t i = 0; i < warm / 4 + 1 + n / 4 + 1; i++) {
         struct timespec gap = {0, SPACED_MS * 1000000L};

@@ -113,15 +113,6 @@ static int check_interrupted(struct crl_err *err)
     return 0;
 }
 
-static int samples_alloc(struct crl_bench_samples *s, size_t n, struct crl_err *err)
-{
-    s->ms = calloc(n ? n : 1, sizeof(double));
-    s->n = 0;
-    if (!s->ms)
-        return crl_err_sys(err, ENOMEM, "allocating samples");
-    return 0;
-}
-
 static double ms_since(unsigned long long t0)
 {
     return (double)(crl_now_ns() - t0) / 1e6;
@@ -449,8 +440,8 @@ static int measure_imports(struct scratch *s, const struct opts *o, struct resul
                            struct crl_err *err)
 {
     long long removed;
-    if (samples_alloc(&r->imp, o->imports, err) < 0 ||
-        samples_alloc(&r->unpack, o->imports, err) < 0)
+    if (crl_bench_samples_alloc(&r->imp, o->imports, err) < 0 ||
+        crl_bench_samples_alloc(&r->unpack, o->imports, err) < 0)
         return -1;
     /* A layer left unreferenced by an earlier run would make the first
      * import a dedup. */
@@ -487,8 +478,8 @@ static int measure_creates(struct scratch *s, const struct opts *o, struct resul
     json_auto_t *bb = sandbox_spec("busybox", 0);
     json_auto_t *big = sandbox_spec(o->image, 0);
     size_t warm = o->iterations / 10 > 5 ? o->iterations / 10 : 5;
-    if (samples_alloc(&r->create_busybox, o->iterations, err) < 0 ||
-        samples_alloc(&r->create_image, o->iterations, err) < 0)
+    if (crl_bench_samples_alloc(&r->create_busybox, o->iterations, err) < 0 ||
+        crl_bench_samples_alloc(&r->create_image, o->iterations, err) < 0)
         return -1;
     STEP(o, "create latency, busybox and %s interleaved (%zu warm-up, %zu each)", o->image, warm,
          o->iterations);
