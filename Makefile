@@ -20,7 +20,7 @@ SANFLAGS :=
 OPT := -O2
 endif
 
-PKGS := libmicrohttpd jansson libseccomp libarchive libcurl libcrypto zlib
+PKGS := libmicrohttpd jansson libseccomp libarchive libcurl libcrypto zlib libzstd
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
