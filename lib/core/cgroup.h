@@ -101,6 +101,18 @@ int crl_cgroup_count(struct crl_cgroup *cg, const char *leaf);
 /* Freeze or thaw the whole sandbox. */
 int crl_cgroup_freeze(struct crl_cgroup *cg, bool frozen, struct crl_err *err);
 
+struct crl_cgroup_reclaim {
+    uint64_t before_bytes, after_bytes; /* the memory charge around it */
+    const char *how;                    /* "memory.reclaim", "memory.force_empty" or "none" */
+};
+
+/* Give back what memory of the sandbox the kernel can take (a frozen one's
+ * too): v2 memory.reclaim, v1 memory.force_empty.  Without swap that is
+ * the page cache (files read and written); anonymous memory and the tmpfs
+ * of a container's writable layer stay.  Synchronous: it takes as long as
+ * the kernel's reclaim (milliseconds per hundred MiB). */
+int crl_cgroup_reclaim(struct crl_cgroup *cg, struct crl_cgroup_reclaim *r, struct crl_err *err);
+
 int crl_cgroup_stats(struct crl_cgroup *cg, struct crl_cgroup_stats *st);
 
 #endif

@@ -22,6 +22,7 @@
 #include "../../core/backend.h"
 #include "../../core/host.h"
 #include "../../core/sandbox.h"
+#include "../../core/tar.h"
 #include "../../util/cleanup.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"
@@ -30,13 +31,13 @@
 
 #define MAX_SPAWNERS 16
 
-enum pending_kind { P_CREATE, P_SPAWN, P_OPEN, P_STREAM };
+enum pending_kind { P_CREATE, P_SPAWN, P_OPEN, P_STREAM, P_RESTORE };
 
 struct pending {
     uint64_t id;
     enum pending_kind kind;
     struct crl_sandbox *sb;
-    void *obj;     /* crl_proc, crl_open_req or crl_stream_req */
+    void *obj;     /* crl_proc, crl_open_req, crl_stream_req or ctr_restore */
     char leaf[24]; /* a stream's cgroup leaf, removed when it ends */
     struct pending *next;
 };
@@ -44,7 +45,7 @@ struct pending {
 /* A process of ours that a spawner will report the exit of. */
 struct running {
     pid_t pid;
-    enum pending_kind kind; /* P_SPAWN or P_STREAM */
+    enum pending_kind kind; /* P_SPAWN, P_STREAM or P_RESTORE */
     struct crl_sandbox *sb;
     void *obj;
     char leaf[24];
@@ -86,8 +87,10 @@ struct ctr_sandbox {
     struct crl_watch w_init;
     bool init_dead;
     bool releasing;
-    bool create_failed;        /* draining after a create that failed half-way */
-    struct crl_err create_err; /* ... and why */
+    bool paused;                          /* frozen: thawed before anything kills it */
+    struct crl_cgroup_reclaim last_pause; /* what the last pause gave back */
+    bool create_failed;                   /* draining after a create that failed half-way */
+    struct crl_err create_err;            /* ... and why */
     unsigned drain_tries;
     struct crl_timer drain_timer;
 };
@@ -95,6 +98,13 @@ struct ctr_sandbox {
 struct ctr_proc {
     char leaf[24];
     unsigned spawner;
+};
+
+/* A checkpoint being restored by a helper in the sandbox (spawner.c). */
+struct ctr_restore {
+    struct crl_restore_req *rq;
+    struct crl_sandbox *sb; /* a reference is held */
+    int msg_fd;             /* the helper's last words */
 };
 
 static struct ctr_state *g_state; /* one container backend per host process */
@@ -326,6 +336,13 @@ static void ctr_destroy(struct crl_sandbox *sb)
         return;
     }
     c->releasing = true;
+    /* A frozen init (v1) would not die of the SIGKILL until thawed. */
+    if (c->paused && c->cg) {
+        struct crl_err err = CRL_ERR_INIT;
+        if (crl_cgroup_freeze(c->cg, false, &err) < 0)
+            crl_warn(sb->id, "destroy: %s", err.msg);
+        c->paused = false;
+    }
     if (c->init_dead) {
         start_drain(sb);
         return;
@@ -691,6 +708,170 @@ static void stream_started(struct spawner *s, struct crl_sandbox *sb, struct crl
     t->started(t, NULL);
 }
 
+/* ---- checkpoints ---- */
+
+/* The writable layer, straight from the tmpfs corral-init handed us (only
+ * the sandbox's mount namespace has it mounted): upper/ is the overlay's
+ * upper dir, with its whiteouts (0/0 character devices) and opaque
+ * directories (user.overlay.opaque, the mount has `userxattr`), owned by
+ * host ids: the sandbox's plus its slot's base.  /tmp is the overlay's; only
+ * /dev/shm (POSIX shared memory) lives on the tmpfs outside upper/. */
+static int ctr_snapshot(struct crl_sandbox *sb, struct crl_snapshot_view *v, struct crl_err *err)
+{
+    struct ctr_sandbox *c = sb->priv;
+    if (!c || c->releasing || c->tmpfs_fd < 0)
+        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
+    int fd = crl_openat(c->tmpfs_fd, "upper", O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0);
+    if (fd < 0)
+        return crl_err_sys(err, errno, "opening the writable layer of %s", sb->id);
+    v->dir_fd = fd;
+    v->format = CRL_LAYER_OVERLAY;
+    v->uid_shift = v->gid_shift = sb->host->cfg.uid_base + sb->slot * 65536u;
+    return 0;
+}
+
+/* A reading of its own of the caller's descriptor: from offset 0, leaving
+ * the caller's offset alone, and read-only whatever the caller's was. */
+static int reopen_read_only(int fd, struct crl_err *err)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    int r = crl_openat(AT_FDCWD, path, O_RDONLY, 0);
+    if (r < 0)
+        crl_err_sys(err, errno, "reopening the checkpoint (fd %d)", fd);
+    return r;
+}
+
+static void restore_finish(struct ctr_restore *cr, const struct crl_err *err)
+{
+    struct crl_sandbox *sb = cr->sb;
+    struct crl_restore_req *rq = cr->rq;
+    close_fd(&cr->msg_fd);
+    free(cr);
+    rq->done(rq, err);
+    crl_sandbox_unref(sb);
+}
+
+/* The change set is applied, at / of the sandbox's overlay (its mounts
+ * left out), by a helper the spawner forks and moves into the sandbox as
+ * its root, in a cgroup leaf of its own: writes are the sandbox's and
+ * charged to it, and a removal through the overlay makes a whiteout.  (In
+ * a paused sandbox the helper is frozen with the rest until a resume.) */
+static int ctr_restore(struct crl_sandbox *sb, struct crl_restore_req *rq, struct crl_err *err)
+{
+    struct ctr_state *st = g_state;
+    struct ctr_sandbox *c = sb->priv;
+    struct spawner *s = spawner_for(sb, err);
+    if (!s)
+        return -1;
+    if (c->pidfd < 0)
+        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not ready yet", sb->id);
+    struct ctr_restore *cr = calloc(1, sizeof(*cr));
+    if (!cr)
+        return crl_err_sys(err, ENOMEM, "restore");
+    cr->rq = rq;
+    cr->sb = sb;
+    cr->msg_fd = -1;
+    int fds[3 + CRL_CGROUP_MAX_FDS] = {c->pidfd, -1, -1};
+    int ncg = 0, msg[2], ret = -1;
+    char leaf[32];
+    snprintf(leaf, sizeof(leaf), "r%llu", (unsigned long long)++sb->next_seq);
+    if ((fds[1] = reopen_read_only(rq->tar_fd, err)) < 0)
+        goto out;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, msg) < 0) {
+        crl_err_sys(err, errno, "socketpair");
+        goto out;
+    }
+    cr->msg_fd = msg[0];
+    fds[2] = msg[1];
+    if (crl_cgroup_attach_fds(c->cg, leaf, fds + 3, &ncg, err) < 0)
+        goto out;
+    struct crl_spawn_req *req = (struct crl_spawn_req *)st->msg;
+    memset(req, 0, sizeof(*req));
+    req->op = CRL_SPAWN_RESTORE;
+    req->u.stream.kind = CRL_STREAM_TAR_IN;
+    req->u.stream.n_cgroup_fds = (uint32_t)ncg;
+    size_t off = pack(req->strings, 0, CRL_SPAWN_MAX_MSG - sizeof(*req), "/");
+    req->strings_len = (uint32_t)off;
+    ret = send_req(s, req, sizeof(*req) + off, fds, 3 + ncg, P_RESTORE, sb, cr, leaf, err);
+out:
+    for (int i = 1; i < 3 + ncg; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    if (ret < 0) {
+        close_fd(&cr->msg_fd);
+        remove_leaf(sb, leaf);
+        free(cr);
+        return -1;
+    }
+    crl_sandbox_ref(sb);
+    return 0;
+}
+
+static void restore_started(struct spawner *s, struct crl_sandbox *sb, struct ctr_restore *cr,
+                            const char *leaf, const struct crl_spawn_reply *r, int *fds, int nfds)
+{
+    for (int i = 0; i < nfds; i++)
+        close(fds[i]);
+    if (r->err) {
+        struct crl_err err = CRL_ERR_INIT;
+        spawn_error(r, "restoring", &err);
+        remove_leaf(sb, leaf);
+        restore_finish(cr, &err);
+        return;
+    }
+    add_running(s, r->pid, P_RESTORE, sb, cr, leaf);
+}
+
+/* The helper ended with `code` (enum crl_stream_status, or 128 + a signal). */
+static void restore_exited(struct crl_sandbox *sb, struct ctr_restore *cr, const char *leaf,
+                           int code)
+{
+    remove_leaf(sb, leaf);
+    char msg[600] = "";
+    ssize_t n = recv(cr->msg_fd, msg, sizeof(msg) - 1, MSG_DONTWAIT);
+    msg[n > 0 ? n : 0] = 0;
+    msg[strcspn(msg, "\n")] = 0;
+    struct crl_err err = CRL_ERR_INIT;
+    bool live = sb->state == CRL_SB_READY || sb->state == CRL_SB_PAUSED;
+    restore_finish(cr, crl_tar_restore_error(code, msg, live, &err) < 0 ? &err : NULL);
+}
+
+/* ---- pause ---- */
+
+/* Freeze every process of the sandbox (its init, execs, sessions and
+ * helpers: all in its cgroup), then give back what memory the kernel can
+ * take from frozen tasks. */
+static int ctr_pause(struct crl_sandbox *sb, struct crl_err *err)
+{
+    struct ctr_sandbox *c = sb->priv;
+    if (!c || c->releasing || !c->cg)
+        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
+    if (crl_cgroup_freeze(c->cg, true, err) < 0) {
+        crl_cgroup_freeze(c->cg, false, NULL); /* not half frozen */
+        return -1;
+    }
+    c->paused = true;
+    struct crl_err rerr = CRL_ERR_INIT;
+    if (crl_cgroup_reclaim(c->cg, &c->last_pause, &rerr) < 0)
+        crl_warn(sb->id, "pause: %s", rerr.msg); /* frozen all the same */
+    crl_debug(sb->id, "frozen; %s: memory %llu -> %llu bytes", c->last_pause.how,
+              (unsigned long long)c->last_pause.before_bytes,
+              (unsigned long long)c->last_pause.after_bytes);
+    return 0;
+}
+
+static int ctr_resume(struct crl_sandbox *sb, struct crl_err *err)
+{
+    struct ctr_sandbox *c = sb->priv;
+    if (!c || c->releasing || !c->cg)
+        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
+    if (crl_cgroup_freeze(c->cg, false, err) < 0)
+        return -1;
+    c->paused = false;
+    return 0;
+}
+
 /* ---- stats ---- */
 
 static int ctr_stats(struct crl_sandbox *sb, struct crl_usage *u)
@@ -722,9 +903,15 @@ static json_t *ctr_info(struct crl_sandbox *sb)
     if (!c || c->pid <= 0)
         return NULL;
     struct crl_host *h = sb->host;
-    return json_pack("{s:i, s:I, s:s, s:i}", "init_pid", (json_int_t)c->pid, "uid_base",
-                     (json_int_t)(h->cfg.uid_base + sb->slot * 65536u), "cgroup",
-                     c->cg ? crl_cgroup_name(c->cg) : "", "spawner", (json_int_t)c->spawner);
+    json_t *o = json_pack("{s:i, s:I, s:s, s:i}", "init_pid", (json_int_t)c->pid, "uid_base",
+                          (json_int_t)(h->cfg.uid_base + sb->slot * 65536u), "cgroup",
+                          c->cg ? crl_cgroup_name(c->cg) : "", "spawner", (json_int_t)c->spawner);
+    if (o && c->last_pause.how) /* what the last pause gave back, and how */
+        json_object_set_new(o, "last_pause",
+                            json_pack("{s:s, s:I, s:I}", "memory_release", c->last_pause.how,
+                                      "memory_before_bytes", (json_int_t)c->last_pause.before_bytes,
+                                      "memory_after_bytes", (json_int_t)c->last_pause.after_bytes));
+    return o;
 }
 
 /* ---- spawner events ---- */
@@ -765,12 +952,15 @@ static void on_spawner(struct crl_watch *w, uint32_t ev)
             struct running *run = take_running(s, r.pid);
             if (!run)
                 continue; /* a sandbox's init, or a helper we stopped tracking */
+            int code = WIFEXITED(r.status) ? WEXITSTATUS(r.status) : 128 + WTERMSIG(r.status);
             if (run->kind == P_SPAWN) {
                 proc_exited(run->sb, run->obj, &r);
+            } else if (run->kind == P_RESTORE) {
+                restore_exited(run->sb, run->obj, run->leaf, code);
             } else {
                 struct crl_stream_req *t = run->obj;
                 remove_leaf(run->sb, run->leaf);
-                t->done(t, WIFEXITED(r.status) ? WEXITSTATUS(r.status) : 128 + WTERMSIG(r.status));
+                t->done(t, code);
             }
             free(run);
             continue;
@@ -788,6 +978,7 @@ static void on_spawner(struct crl_watch *w, uint32_t ev)
         case P_SPAWN: spawn_done(s, p->sb, p->obj, &r, fds, nfds); break;
         case P_OPEN: open_done(p->sb, p->obj, &r, fds, nfds); break;
         case P_STREAM: stream_started(s, p->sb, p->obj, p->leaf, &r, fds, nfds); break;
+        case P_RESTORE: restore_started(s, p->sb, p->obj, p->leaf, &r, fds, nfds); break;
         }
         free(p);
     }
@@ -845,6 +1036,7 @@ static void spawner_lost(struct spawner *s)
         case P_SPAWN: spawn_done(s, p->sb, p->obj, &r, NULL, 0); break;
         case P_OPEN: open_done(p->sb, p->obj, &r, NULL, 0); break;
         case P_STREAM: stream_started(s, p->sb, p->obj, p->leaf, &r, NULL, 0); break;
+        case P_RESTORE: restore_started(s, p->sb, p->obj, p->leaf, &r, NULL, 0); break;
         }
         free(p);
     }
@@ -854,6 +1046,8 @@ static void spawner_lost(struct spawner *s)
         s->running = run->next;
         if (run->kind == P_SPAWN) {
             proc_exited(run->sb, run->obj, &dead);
+        } else if (run->kind == P_RESTORE) {
+            restore_exited(run->sb, run->obj, run->leaf, CRL_STREAM_GONE);
         } else {
             struct crl_stream_req *t = run->obj;
             t->done(t, CRL_STREAM_GONE);
@@ -989,14 +1183,21 @@ static void ctr_shutdown(struct crl_host *h, void *state)
             kill(s->pid, SIGKILL);
             waitpid(s->pid, NULL, 0);
         }
+        /* Sandboxes are gone by now: only a restore's owner is still told. */
+        struct crl_err gone = CRL_ERR_INIT;
+        crl_err_set(&gone, CRL_E_UNAVAILABLE, "restoring: corrald is shutting down");
         while (s->pending) {
             struct pending *p = s->pending;
             s->pending = p->next;
+            if (p->kind == P_RESTORE)
+                restore_finish(p->obj, &gone);
             free(p);
         }
         while (s->running) {
             struct running *r = s->running;
             s->running = r->next;
+            if (r->kind == P_RESTORE)
+                restore_finish(r->obj, &gone);
             free(r);
         }
     }
@@ -1018,4 +1219,8 @@ const struct crl_backend_ops crl_container_backend = {
     .kill = ctr_kill,
     .open = ctr_open,
     .stream = ctr_stream,
+    .snapshot = ctr_snapshot,
+    .restore = ctr_restore,
+    .pause = ctr_pause,
+    .resume = ctr_resume,
 };

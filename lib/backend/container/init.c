@@ -178,8 +178,8 @@ NO_SAN int crl_init_main(void *arg)
     CHECK(crl_raw1(SYS_unshare, CLONE_NEWCGROUP), CRL_STEP_CGROUPNS);
     CHECK(crl_raw2(SYS_sethostname, a->hostname, crl_raw_strlen(a->hostname)), CRL_STEP_CREDS);
 
-    /* The writable layer: one tmpfs holds the overlay's upper and work dirs,
-     * /tmp and /dev/shm, so disk_mb caps them all together. */
+    /* The writable layer: one tmpfs holds the overlay's upper and work dirs
+     * and /dev/shm, so disk_mb caps them all together. */
     CHECK(raw_mount("tmpfs", a->workdir, "tmpfs", MS_NOSUID | MS_NODEV, a->tmpfs_opts),
           CRL_STEP_TMPFS);
     /* kept out of the way of the layer fds, whose numbers come free below */
@@ -191,10 +191,8 @@ NO_SAN int crl_init_main(void *arg)
     CHECK(crl_raw3(SYS_mkdirat, AT_FDCWD, "upper", 0755), CRL_STEP_TMPFS);
     CHECK(crl_raw3(SYS_mkdirat, AT_FDCWD, "work", 0700), CRL_STEP_TMPFS);
     CHECK(crl_raw3(SYS_mkdirat, AT_FDCWD, "root", 0755), CRL_STEP_TMPFS);
-    CHECK(crl_raw3(SYS_mkdirat, AT_FDCWD, "tmp", 01777), CRL_STEP_TMPFS);
     CHECK(crl_raw3(SYS_mkdirat, AT_FDCWD, "shm", 01777), CRL_STEP_TMPFS);
-    CHECK(crl_raw3(SYS_fchmodat, AT_FDCWD, "tmp", 01777), CRL_STEP_TMPFS); /* umask */
-    CHECK(crl_raw3(SYS_fchmodat, AT_FDCWD, "shm", 01777), CRL_STEP_TMPFS);
+    CHECK(crl_raw3(SYS_fchmodat, AT_FDCWD, "shm", 01777), CRL_STEP_TMPFS); /* umask */
     /* Each layer at l<i>, and the overlay's option string naming them. */
     static const char head[] = "lowerdir=",
                       tail[] = ",upperdir=upper,workdir=work,userxattr,volatile";
@@ -257,8 +255,14 @@ NO_SAN int crl_init_main(void *arg)
                     "mode=0755,size=64k"),
           CRL_STEP_DEV);
 
-    CHECK(mkdir_ok("root/tmp", 01777), CRL_STEP_TMP);
-    CHECK(raw_mount("tmp", "root/tmp", NULL, MS_BIND, NULL), CRL_STEP_TMP);
+    /* /tmp is the overlay's own directory, not a mount: what is written
+     * there is part of the writable layer, and so of a checkpoint (the
+     * upper dir is all a snapshot sees).  An image without one gets it. */
+    long made_tmp = crl_raw3(SYS_mkdirat, AT_FDCWD, "root/tmp", 01777);
+    if (made_tmp == 0)
+        CHECK(crl_raw3(SYS_fchmodat, AT_FDCWD, "root/tmp", 01777), CRL_STEP_TMP); /* umask */
+    else if (made_tmp != -EEXIST)
+        CHECK(made_tmp, CRL_STEP_TMP);
 
     /* /sys is masked: a fresh sysfs needs a network namespace owned by the
      * sandbox (ours is the host's, on purpose), and the host's would show

@@ -3,8 +3,9 @@
  * A spawner (src/corral-spawner) is a small single-threaded helper that
  * corrald starts at boot.  Everything that enters a sandbox's namespaces runs
  * there: creating a sandbox's PID 1, spawning execs, opening files inside a
- * sandbox, streaming files and tar in and out.  corrald itself never shares memory with a process
- * inside a sandbox, and the spawner holds no secret of corrald's.
+ * sandbox, streaming files and tar in and out, restoring checkpoints.
+ * corrald itself never shares memory with a process inside a sandbox, and
+ * the spawner holds no secret of corrald's.
  *
  * Messages are SOCK_SEQPACKET datagrams: a fixed struct, then a string area;
  * descriptors travel with SCM_RIGHTS.  Both ends are built from one tree, so
@@ -25,6 +26,8 @@ enum crl_spawn_op {
     CRL_SPAWN_EXEC,       /* fds: sandbox PID 1 pidfd, stdin, stdout, stderr, cgroup.procs... */
     CRL_SPAWN_OPEN,       /* fds: sandbox PID 1 pidfd */
     CRL_SPAWN_STREAM,     /* fds: pidfd, data pipe, message pipe, cgroup.procs... */
+    CRL_SPAWN_RESTORE,    /* as STREAM, the data a checkpoint's tar (read-only); applied
+                             at / of the overlay as the sandbox's root (crl_tar_apply) */
     CRL_SPAWN_REPLY = 100,
     CRL_SPAWN_EXITED, /* a child of the spawner ended (unsolicited) */
 };
@@ -73,7 +76,7 @@ static inline const char *crl_spawn_step_name(uint32_t step)
         [CRL_STEP_PROC] = "mount /proc",
         [CRL_STEP_DEV] = "populate /dev",
         [CRL_STEP_SYS] = "mount /sys",
-        [CRL_STEP_TMP] = "mount /tmp",
+        [CRL_STEP_TMP] = "make /tmp",
         [CRL_STEP_MASK] = "mask /proc",
         [CRL_STEP_PIVOT] = "pivot_root",
         [CRL_STEP_SECCOMP] = "seccomp",

@@ -33,6 +33,7 @@
 #include "../../core/backend.h"
 #include "../../core/path.h"
 #include "../../core/seccomp.h"
+#include "../../core/tar.h"
 #include "../../util/cleanup.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"
@@ -40,7 +41,6 @@
 #include "../../util/rawsys.h"
 #include "init.h"
 #include "spawn_proto.h"
-#include "tar.h"
 
 #define NO_SAN __attribute__((no_sanitize("address", "undefined")))
 #define INIT_STACK (64 * 1024)
@@ -774,30 +774,12 @@ static void make_parent(const char *path)
     }
 }
 
-static int errno_status(int e)
-{
-    switch (e) {
-    case ENOENT: return CRL_STREAM_NOENT;
-    case ENOTDIR: return CRL_STREAM_NOTDIR;
-    case ENOSPC:
-    case EDQUOT: return CRL_STREAM_NOSPACE;
-    case EACCES:
-    case EPERM:
-    case EROFS: return CRL_STREAM_DENIED;
-    case EISDIR: return CRL_STREAM_ISDIR;
-    case ELOOP:
-    case EXDEV:
-    case ENAMETOOLONG: return CRL_STREAM_BAD_INPUT; /* a path we will not follow */
-    default: return CRL_STREAM_FAILED;
-    }
-}
-
 static int fail_errno(int e, const char *tmp, char *msg, size_t msglen)
 {
     if (tmp)
         unlink(tmp);
     snprintf(msg, msglen, "%s", strerror(e));
-    return errno_status(e);
+    return crl_tar_status_of_errno(e);
 }
 
 /* Follow `path` while it names a symlink, as open(2) would, into `out`.
@@ -908,6 +890,7 @@ static void stream_child(const struct crl_spawn_req *rq_in, int *fds, const char
     /* Our copies first: the request lives in the buffer we clear below. */
     struct crl_spawn_stream stcopy = rq_in->u.stream;
     const struct crl_spawn_stream *st = &stcopy;
+    bool restore = rq_in->op == CRL_SPAWN_RESTORE;
     char *path = strdup(path_in);
     int code = CRL_STREAM_FAILED;
     char msg[512] = "";
@@ -944,23 +927,39 @@ static void stream_child(const struct crl_spawn_req *rq_in, int *fds, const char
         }
     int step;
     long r = -EINVAL;
+    int tree = -1;
     if (setns(pid1fd, CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET | CLONE_NEWCGROUP) <
         0)
         r = -errno;
+    /* A restore works on the overlay alone: a detached copy of the root
+     * mount without the ones on it (/proc, /dev, /sys), made while we are
+     * still host root (the sandbox's root may not mount), so that their
+     * mountpoints are plain directories of the overlay. */
+    else if (restore && (tree = (int)syscall(SYS_open_tree, AT_FDCWD, "/",
+                                             OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)) < 0)
+        r = -errno;
     else
         r = enter_identity(pid1fd, st->uid, st->gid, sp.last_cap, &step);
+    if (r == 0 && tree >= 0 && fchdir(tree) < 0)
+        r = -errno;
     if (r < 0) {
         int e = (int)-r;
-        snprintf(msg, sizeof(msg), "entering the sandbox: %s", strerror(e));
+        snprintf(msg, sizeof(msg), "%s the sandbox: %s", restore ? "restoring into" : "entering",
+                 strerror(e));
         code = e == ESRCH ? CRL_STREAM_GONE : CRL_STREAM_FAILED;
         goto out;
     }
-    close_range(5, ~0u, 0);
+    close_range(5, ~0u, 0); /* the tree too: our cwd holds it */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
         syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &sp.seccomp) < 0 ||
         syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &sp.no_new_code) < 0) {
         snprintf(msg, sizeof(msg), "seccomp: %s", strerror(errno));
+        goto out;
+    }
+    if (restore) {
+        unsigned long n;
+        code = crl_tar_apply(data, CRL_TAR_APPLY_OWNERS, &n, msg, sizeof(msg));
         goto out;
     }
     if (st->kind == CRL_STREAM_FILE_IN) {
@@ -972,7 +971,7 @@ static void stream_child(const struct crl_spawn_req *rq_in, int *fds, const char
     if (chdir(path) < 0) {
         int e = errno;
         snprintf(msg, sizeof(msg), "%s: %s", path, strerror(e));
-        code = errno_status(e);
+        code = crl_tar_status_of_errno(e);
         goto out;
     }
     if (st->kind == CRL_STREAM_TAR_OUT) {
@@ -1092,7 +1091,8 @@ static int handle_request(void)
         case CRL_SPAWN_CREATE: handle_create(rq, fds, nfds); break;
         case CRL_SPAWN_EXEC: handle_exec(rq, fds, nfds); break;
         case CRL_SPAWN_OPEN: handle_open(rq, fds, nfds); break;
-        case CRL_SPAWN_STREAM: handle_stream(rq, fds, nfds); break;
+        case CRL_SPAWN_STREAM:
+        case CRL_SPAWN_RESTORE: handle_stream(rq, fds, nfds); break;
         default: reply(rq->id, EOPNOTSUPP, CRL_STEP_NONE, 0, NULL, 0, "unknown request"); break;
         }
     }

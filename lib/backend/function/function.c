@@ -30,6 +30,7 @@
 #include "../../core/host.h"
 #include "../../core/path.h"
 #include "../../core/sandbox.h"
+#include "../../core/tar.h"
 #include "../../util/cleanup.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"
@@ -39,12 +40,24 @@
 #define N_RUNTIMES 2
 static const char *const runtimes[N_RUNTIMES] = {"shell", "python"};
 
-/* A request waiting for its REPLY, or a child waiting for its EXITED. */
+/* A checkpoint being restored into the scratch dir by a jailed child of
+ * the zygote (CRL_ZYG_RESTORE): no user code runs in it. */
+struct fn_restore {
+    struct crl_restore_req *rq;
+    struct crl_sandbox *sb; /* a reference is held */
+    char leaf[24];
+    int status_fd; /* closed unwritten once the jail is entered; else "ERRNO STEP" */
+    int msg_fd;    /* its stderr: the result's line */
+};
+
+/* A request waiting for its REPLY, or a child waiting for its EXITED: a
+ * process (p) or a restore (rs). */
 struct fn_call {
     uint64_t id;
     pid_t pid;
     struct crl_sandbox *sb;
     struct crl_proc *p;
+    struct fn_restore *rs;
     struct fn_call *next;
 };
 
@@ -85,8 +98,10 @@ struct fn_sandbox {
     uid_t uid;
     gid_t gid;
     unsigned runtime;
-    unsigned running; /* processes not yet exited */
+    unsigned running; /* processes and restores not yet exited */
     bool releasing;
+    bool paused;
+    struct crl_cgroup_reclaim last_pause;
     struct crl_timer timer; /* create's completion; destroy's drain */
     unsigned drain_tries;
 };
@@ -103,6 +118,7 @@ static void close_fd(int *fd)
 /* ---- zygotes ---- */
 
 static void zygote_lost(struct zygote *z);
+static void restore_end(struct fn_restore *rs, int status, const struct crl_err *err);
 
 /* A call ended, or never started: whatever it left running in its leaf
  * is killed (a call is not a machine: nothing outlives it), and the leaf
@@ -210,6 +226,11 @@ static void on_zygote(struct crl_watch *w, uint32_t ev)
                 if (c->pid != r.pid)
                     continue;
                 *pp = c->next;
+                if (c->rs) {
+                    restore_end(c->rs, r.status, NULL);
+                    free(c);
+                    break;
+                }
                 struct crl_proc *p = c->p;
                 struct fn_sandbox *f = c->sb->priv;
                 free(c);
@@ -236,6 +257,21 @@ static void on_zygote(struct crl_watch *w, uint32_t ev)
             continue;
         }
         *pp = c->next;
+        if (c->rs) {
+            for (int i = 0; i < nfds; i++)
+                close(fds[i]);
+            if (r.err) {
+                struct crl_err err = CRL_ERR_INIT;
+                crl_err_sys(&err, r.err, "restoring: function zygote: %s", r.msg);
+                restore_end(c->rs, 0, &err);
+                free(c);
+            } else {
+                c->pid = r.pid;
+                c->next = z->running;
+                z->running = c;
+            }
+            continue;
+        }
         struct crl_proc *p = c->p;
         struct fn_sandbox *f = c->sb->priv;
         if (r.err) {
@@ -329,6 +365,11 @@ static void zygote_lost(struct zygote *z)
     while (z->pending) {
         struct fn_call *c = z->pending;
         z->pending = c->next;
+        if (c->rs) {
+            restore_end(c->rs, 0, &err);
+            free(c);
+            continue;
+        }
         proc_gone(c->sb->priv, c->p);
         close_fd(&c->p->in_fd);
         close_fd(&c->p->out_fd);
@@ -340,6 +381,11 @@ static void zygote_lost(struct zygote *z)
     while (z->running) {
         struct fn_call *c = z->running;
         z->running = c->next;
+        if (c->rs) {
+            restore_end(c->rs, 0, &err);
+            free(c);
+            continue;
+        }
         struct crl_proc *p = c->p;
         struct fn_sandbox *f = c->sb->priv;
         free(c);
@@ -458,6 +504,10 @@ static void fn_destroy(struct crl_sandbox *sb)
     }
     f->releasing = true;
     crl_timer_stop(sb->host->loop, &f->timer);
+    if (f->paused && f->cg) { /* a frozen call (v1) would not die until thawed */
+        crl_cgroup_freeze(f->cg, false, NULL);
+        f->paused = false;
+    }
     f->drain_tries = 0;
     if (f->cg)
         crl_cgroup_kill_all(f->cg, NULL);
@@ -490,9 +540,16 @@ static json_t *fn_info(struct crl_sandbox *sb)
     struct fn_sandbox *f = sb->priv;
     if (!f)
         return NULL;
-    return json_pack("{s:s, s:i, s:s, s:i}", "runtime", runtimes[f->runtime], "uid",
-                     (json_int_t)f->uid, "scratch", f->scratch, "zygote_pid",
-                     (json_int_t)g_fn->zy[f->runtime].pid);
+    json_t *o = json_pack("{s:s, s:i, s:s, s:i, s:s}", "runtime", runtimes[f->runtime], "uid",
+                          (json_int_t)f->uid, "scratch", f->scratch, "zygote_pid",
+                          (json_int_t)g_fn->zy[f->runtime].pid, "cgroup",
+                          f->cg ? crl_cgroup_name(f->cg) : "");
+    if (o && f->last_pause.how) /* what the last pause gave back, and how */
+        json_object_set_new(o, "last_pause",
+                            json_pack("{s:s, s:I, s:I}", "memory_release", f->last_pause.how,
+                                      "memory_before_bytes", (json_int_t)f->last_pause.before_bytes,
+                                      "memory_after_bytes", (json_int_t)f->last_pause.after_bytes));
+    return o;
 }
 
 /* ---- processes ---- */
@@ -524,6 +581,40 @@ static size_t pack_env(char *dst, size_t off, size_t cap, char **envp, const cha
     return off;
 }
 
+/* A FORK request's jail: the sandbox's ids, limits and scratch dir. */
+static struct crl_zyg_fork *fork_request(struct crl_sandbox *sb, struct fn_sandbox *f)
+{
+    struct crl_zyg_fork *rq = (struct crl_zyg_fork *)g_fn->msg;
+    memset(rq, 0, sizeof(*rq));
+    rq->op = CRL_ZYG_FORK;
+    rq->uid = f->uid;
+    rq->gid = f->gid;
+    rq->nproc = sb->spec.pids;
+    rq->nofile = 1024;
+    rq->fsize_bytes = (uint64_t)sb->spec.disk_mb << 20;
+    snprintf(rq->scratch, sizeof(rq->scratch), "%s", f->scratch);
+    return rq;
+}
+
+/* The cgroup a child of the zygote joins, into fds (*ncg of them): on v2
+ * the directory of its leaf, which it is cloned into; on v1 the
+ * cgroup.procs files it writes itself into. */
+static int fork_cgroup(struct crl_sandbox *sb, struct fn_sandbox *f, const char *leaf,
+                       struct crl_zyg_fork *rq, int *fds, int *ncg, struct crl_err *err)
+{
+    *ncg = 0;
+    if (crl_cgroup_mgr_version(sb->host->cgroups) == CRL_CGROUP_V2) {
+        rq->into_cgroup = 1;
+        if ((fds[0] = crl_cgroup_leaf_dir(f->cg, leaf, err)) < 0)
+            return -1;
+        *ncg = 1;
+    } else if (crl_cgroup_attach_fds(f->cg, leaf, fds, ncg, err) < 0) {
+        return -1;
+    }
+    rq->n_cgroup_fds = (uint32_t)*ncg;
+    return 0;
+}
+
 static int fn_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *err)
 {
     struct fn_state *st = g_fn;
@@ -537,15 +628,7 @@ static int fn_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *
     struct zygote *z = &st->zy[f->runtime];
     if (z->sock < 0 && zygote_start(st, f->runtime, err) < 0)
         return -1;
-    struct crl_zyg_fork *rq = (struct crl_zyg_fork *)st->msg;
-    memset(rq, 0, sizeof(*rq));
-    rq->op = CRL_ZYG_FORK;
-    rq->uid = f->uid;
-    rq->gid = f->gid;
-    rq->nproc = sb->spec.pids;
-    rq->nofile = 1024;
-    rq->fsize_bytes = (uint64_t)sb->spec.disk_mb << 20;
-    snprintf(rq->scratch, sizeof(rq->scratch), "%s", f->scratch);
+    struct crl_zyg_fork *rq = fork_request(sb, f);
     size_t cap = CRL_ZYG_MAX_MSG - sizeof(*rq);
     char *strings = st->msg + sizeof(*rq);
     size_t off = 0;
@@ -591,16 +674,8 @@ static int fn_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *
     } else {
         close(status);
     }
-    /* v2: the child is cloned into its leaf; v1: it writes itself into them */
-    if (r == 0 && crl_cgroup_mgr_version(sb->host->cgroups) == CRL_CGROUP_V2) {
-        rq->into_cgroup = 1;
-        fds[CRL_ZYG_FIXED_FDS] = crl_cgroup_leaf_dir(f->cg, fp->leaf, err);
-        r = fds[CRL_ZYG_FIXED_FDS] < 0 ? -1 : 0;
-        ncg = r == 0 ? 1 : 0;
-    } else if (r == 0) {
-        r = crl_cgroup_attach_fds(f->cg, fp->leaf, fds + CRL_ZYG_FIXED_FDS, &ncg, err);
-    }
-    rq->n_cgroup_fds = (uint32_t)ncg;
+    if (r == 0)
+        r = fork_cgroup(sb, f, fp->leaf, rq, fds + CRL_ZYG_FIXED_FDS, &ncg, err);
     struct fn_call *c = r == 0 ? calloc(1, sizeof(*c)) : NULL;
     if (r == 0 && !c)
         crl_err_sys(err, ENOMEM, "spawn");
@@ -827,6 +902,198 @@ static int fn_stream(struct crl_sandbox *sb, struct crl_stream_req *t, struct cr
     return 0;
 }
 
+/* ---- checkpoints ---- */
+
+/* The scratch dir is the whole writable tree: what a sandbox owns there
+ * (its uid, its gid) is stored as 0. */
+static int fn_snapshot(struct crl_sandbox *sb, struct crl_snapshot_view *v, struct crl_err *err)
+{
+    struct fn_sandbox *f = sb->priv;
+    if (!f || f->releasing || f->scratch_fd < 0)
+        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
+    int fd = crl_openat(f->scratch_fd, ".", O_RDONLY | O_DIRECTORY, 0);
+    if (fd < 0)
+        return crl_err_sys(err, errno, "opening the scratch dir %s", f->scratch);
+    v->dir_fd = fd;
+    v->format = CRL_LAYER_PLAIN;
+    v->uid_shift = f->uid;
+    v->gid_shift = f->gid;
+    return 0;
+}
+
+/* A reading of its own of the caller's descriptor: from offset 0, leaving
+ * the caller's offset alone, and read-only whatever the caller's was. */
+static int reopen_read_only(int fd, struct crl_err *err)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    int r = crl_openat(AT_FDCWD, path, O_RDONLY, 0);
+    if (r < 0)
+        crl_err_sys(err, errno, "reopening the checkpoint (fd %d)", fd);
+    return r;
+}
+
+/* A restore's child ended (wait status), or never ran (err): tell its
+ * owner, on the loop, and let go of everything it had. */
+static void restore_end(struct fn_restore *rs, int status, const struct crl_err *err)
+{
+    struct crl_sandbox *sb = rs->sb;
+    struct fn_sandbox *f = sb->priv;
+    struct crl_err e = CRL_ERR_INIT;
+    if (!err) {
+        char line[128] = "", msg[600] = "";
+        ssize_t n = read(rs->status_fd, line, sizeof(line) - 1);
+        line[n > 0 ? n : 0] = 0;
+        n = read(rs->msg_fd, msg, sizeof(msg) - 1);
+        msg[n > 0 ? n : 0] = 0;
+        msg[strcspn(msg, "\n")] = 0;
+        int jail_errno = 0;
+        char step[32] = "";
+        bool live = sb->state == CRL_SB_READY || sb->state == CRL_SB_PAUSED;
+        if (line[0] && sscanf(line, "%d %31s", &jail_errno, step) == 2)
+            crl_err_set(&e, CRL_E_INTERNAL, "restoring: entering the function jail: %s: %s", step,
+                        strerror(jail_errno));
+        else
+            crl_tar_restore_error(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status),
+                                  msg, live, &e);
+        err = e.code == CRL_OK ? NULL : &e;
+    }
+    if (f) {
+        f->running--;
+        if (f->cg) { /* it forks nothing, but its leaf goes all the same */
+            crl_cgroup_kill_leaf(f->cg, rs->leaf, 0, NULL);
+            crl_cgroup_remove_leaf(f->cg, rs->leaf);
+        }
+    }
+    close_fd(&rs->status_fd);
+    close_fd(&rs->msg_fd);
+    struct crl_restore_req *rq = rs->rq;
+    free(rs);
+    rq->done(rq, err);
+    crl_sandbox_unref(sb);
+}
+
+/* The change set is applied by a child of the sandbox's zygote, in the
+ * jail every call has (the sandbox's uid, Landlock: its scratch dir and
+ * nothing else writable, seccomp, rlimits, its cgroup leaf), that runs no
+ * user code: it extracts as the sandbox's uid (the archive's owners are
+ * ignored; everything is the sandbox's, as it could make it itself), with
+ * crl_tar_apply's checks inside Landlock's walls.  (In a paused sandbox
+ * the child is frozen until a resume.) */
+static int fn_restore(struct crl_sandbox *sb, struct crl_restore_req *rq, struct crl_err *err)
+{
+    struct fn_state *st = g_fn;
+    struct fn_sandbox *f = sb->priv;
+    if (!f || f->releasing)
+        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
+    struct zygote *z = &st->zy[f->runtime];
+    if (z->sock < 0 && zygote_start(st, f->runtime, err) < 0)
+        return -1;
+    struct fn_restore *rs = calloc(1, sizeof(*rs));
+    struct fn_call *c = calloc(1, sizeof(*c));
+    int fds[CRL_ZYG_MAX_FDS], ncg = 0, msg[2], status[2];
+    int ret = -1;
+    for (int i = 0; i < CRL_ZYG_MAX_FDS; i++)
+        fds[i] = -1;
+    if (!rs || !c) {
+        crl_err_sys(err, ENOMEM, "restore");
+        goto out;
+    }
+    rs->rq = rq;
+    rs->sb = sb;
+    rs->status_fd = rs->msg_fd = -1;
+    snprintf(rs->leaf, sizeof(rs->leaf), "r%llu", (unsigned long long)++sb->next_seq);
+    struct crl_zyg_fork *zrq = fork_request(sb, f);
+    zrq->kind = CRL_ZYG_RESTORE;
+    zrq->argc = 1;
+    size_t off = pack(st->msg + sizeof(*zrq), 0, CRL_ZYG_MAX_MSG - sizeof(*zrq), "restore");
+    /* stdin the checkpoint, stdout nowhere, stderr its last words */
+    fds[3] = f->scratch_fd;
+    if (pipe2(msg, O_CLOEXEC) < 0) {
+        crl_err_sys(err, errno, "pipe");
+        goto out;
+    }
+    rs->msg_fd = msg[0];
+    fds[2] = msg[1];
+    if (pipe2(status, O_CLOEXEC) < 0) {
+        crl_err_sys(err, errno, "pipe");
+        goto out;
+    }
+    rs->status_fd = status[0];
+    fds[4] = status[1];
+    crl_set_nonblock(rs->msg_fd, 1);
+    crl_set_nonblock(rs->status_fd, 1);
+    if ((fds[0] = reopen_read_only(rq->tar_fd, err)) < 0)
+        goto out;
+    if ((fds[1] = crl_openat(AT_FDCWD, "/dev/null", O_WRONLY, 0)) < 0) {
+        crl_err_sys(err, errno, "/dev/null");
+        goto out;
+    }
+    if (fork_cgroup(sb, f, rs->leaf, zrq, fds + CRL_ZYG_FIXED_FDS, &ncg, err) < 0)
+        goto out;
+    c->id = zrq->id = ++st->next_id;
+    c->sb = sb;
+    c->rs = rs;
+    if (crl_send_fds(z->sock, zrq, sizeof(*zrq) + off, fds, CRL_ZYG_FIXED_FDS + ncg) < 0) {
+        crl_err_sys(err, errno, "talking to the %s zygote", runtimes[f->runtime]);
+        goto out;
+    }
+    c->next = z->pending;
+    z->pending = steal_pointer(&c);
+    f->running++;
+    crl_sandbox_ref(sb);
+    rs = NULL;
+    ret = 0;
+out:
+    for (int i = 0; i < CRL_ZYG_MAX_FDS; i++)
+        if (i != 3 && fds[i] >= 0) /* 3: the scratch dir, which stays ours */
+            close(fds[i]);
+    if (rs) {
+        close_fd(&rs->msg_fd);
+        close_fd(&rs->status_fd);
+        if (f->cg && rs->leaf[0])
+            crl_cgroup_remove_leaf(f->cg, rs->leaf);
+    }
+    free(rs);
+    free(c);
+    return ret;
+}
+
+/* ---- pause ---- */
+
+/* Between calls nothing of a function sandbox runs (every call ends with
+ * all it started), so a pause stops the calls under way, if any, and gives
+ * back the page cache its calls charged to it (files of its scratch dir). */
+static int fn_pause(struct crl_sandbox *sb, struct crl_err *err)
+{
+    struct fn_sandbox *f = sb->priv;
+    if (!f || f->releasing || !f->cg)
+        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
+    if (crl_cgroup_freeze(f->cg, true, err) < 0) {
+        crl_cgroup_freeze(f->cg, false, NULL); /* not half frozen */
+        return -1;
+    }
+    f->paused = true;
+    struct crl_err rerr = CRL_ERR_INIT;
+    if (crl_cgroup_reclaim(f->cg, &f->last_pause, &rerr) < 0)
+        crl_warn(sb->id, "pause: %s", rerr.msg); /* frozen all the same */
+    crl_debug(sb->id, "frozen (%u call(s) under way); %s: memory %llu -> %llu bytes", f->running,
+              f->last_pause.how, (unsigned long long)f->last_pause.before_bytes,
+              (unsigned long long)f->last_pause.after_bytes);
+    return 0;
+}
+
+static int fn_resume(struct crl_sandbox *sb, struct crl_err *err)
+{
+    struct fn_sandbox *f = sb->priv;
+    if (!f || f->releasing || !f->cg)
+        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
+    if (crl_cgroup_freeze(f->cg, false, err) < 0)
+        return -1;
+    f->paused = false;
+    return 0;
+}
+
 /* ---- life ---- */
 
 static int fn_init(struct crl_host *h, void **state, struct crl_err *err)
@@ -909,14 +1176,21 @@ static void fn_shutdown(struct crl_host *h, void *state)
             if (waitpid(z->pid, &status, 0) < 0)
                 crl_log_syscall(NULL, errno, "waiting for zygote %d", (int)z->pid);
         }
+        /* Sandboxes are gone by now: only a restore's owner is still told. */
+        struct crl_err gone = CRL_ERR_INIT;
+        crl_err_set(&gone, CRL_E_UNAVAILABLE, "restoring: corrald is shutting down");
         while (z->pending) {
             struct fn_call *c = z->pending;
             z->pending = c->next;
+            if (c->rs)
+                restore_end(c->rs, 0, &gone);
             free(c);
         }
         while (z->running) {
             struct fn_call *c = z->running;
             z->running = c->next;
+            if (c->rs)
+                restore_end(c->rs, 0, &gone);
             free(c);
         }
     }
@@ -939,4 +1213,8 @@ const struct crl_backend_ops crl_function_backend = {
     .kill = fn_kill,
     .open = fn_open,
     .stream = fn_stream,
+    .snapshot = fn_snapshot,
+    .restore = fn_restore,
+    .pause = fn_pause,
+    .resume = fn_resume,
 };

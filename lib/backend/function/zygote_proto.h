@@ -30,8 +30,11 @@ enum crl_zyg_op {
 };
 
 enum crl_zyg_kind {
-    CRL_ZYG_ARGV = 0,   /* execute argv (strings: argv..., env...) */
-    CRL_ZYG_SOURCE = 1, /* run source in the runtime (strings: source, env...) */
+    CRL_ZYG_ARGV = 0,    /* execute argv (strings: argv..., env...) */
+    CRL_ZYG_SOURCE = 1,  /* run source in the runtime (strings: source, env...) */
+    CRL_ZYG_RESTORE = 2, /* no user code: apply the checkpoint tar on stdin to the scratch
+                            dir (crl_tar_apply), its result's line on stderr, its
+                            enum crl_stream_status the exit code (strings: "restore") */
 };
 
 struct crl_zyg_fork {
