@@ -253,6 +253,15 @@ static void get_opened(struct crl_open_req *o, int fd, bool is_dir, uint64_t siz
             close(fd);
     } else if (err) {
         crl_req_error(r, err);
+    } else if (r->tcall && is_dir) {
+        close(fd);
+        crl_err_set(&e, CRL_E_UNSUPPORTED,
+                    "%s is a directory: directories (tar streams) are not recorded in a "
+                    "trajectory; read files one at a time",
+                    r->path);
+        crl_req_error(r, &e);
+    } else if (r->tcall) {
+        crl_traj_capture_file(r, fd, size); /* kept whole, to log it */
     } else if (is_dir) {
         close(fd);
         if (crl_sandbox_check_ready(r->sb, &e) < 0 || start_stream(r, CRL_STREAM_TAR_OUT, &e) < 0)
@@ -336,8 +345,24 @@ void crl_h_files_end(struct crl_req *r)
         get(r);
         return;
     }
+    if (r->body_held && !r->stream.ctx) {
+        /* A trajectory's step: the body was held whole; now it is sent. */
+        crl_h_files_begin(r);
+        return;
+    }
     if (starting(r))
         return; /* called again once the helper is ready */
+    if (r->body_held && r->fd >= 0 && !r->upload_failed && r->body_off < r->body.len) {
+        size_t left = r->body.len - r->body_off;
+        int rc = crl_req_pipe_body(r, r->fd, r->body.data + r->body_off, &left);
+        r->body_off = r->body.len - left;
+        if (rc > 0)
+            return; /* called again once the pipe has room */
+        if (rc < 0) {
+            r->upload_failed = true;
+            crl_err_set(&r->upload_err, CRL_E_INTERNAL, "writing %s stopped early", r->path);
+        }
+    }
     /* End of the body: the whole of it, so the file may replace what was
      * there; then the helper sees EOF, and its exit answers. */
     if (r->fd >= 0) {

@@ -30,6 +30,7 @@ struct crl_api {
     unsigned n_imports;
     char importer_path[4096];
     struct crl_functions *functions; /* <state>/functions, read when asked */
+    struct crl_trajs *trajs;         /* <state>/trajectories */
 };
 
 struct crl_req {
@@ -78,6 +79,12 @@ struct crl_req {
     struct crl_import *import;
     /* functions: the call this request waits for */
     struct crl_fcall *fcall;
+    /* trajectories (handlers_traj.c): the step this request is, a create's
+     * trajectory until its sandbox holds it, and an upload held whole */
+    struct crl_traj_call *tcall;
+    struct crl_traj *topen;
+    bool body_held;
+    size_t body_off;
     unsigned pending; /* async operations that will still call back */
     struct crl_req *next;
 };
@@ -86,6 +93,8 @@ struct crl_req {
 void crl_req_respond(struct crl_req *r, unsigned status, struct MHD_Response *resp);
 void crl_req_json(struct crl_req *r, unsigned status, json_t *body);
 void crl_req_error(struct crl_req *r, const struct crl_err *err);
+/* {"error": {"code", "message"}} */
+json_t *crl_req_error_json(const struct crl_err *err);
 void crl_req_suspend(struct crl_req *r);
 void crl_req_resume(struct crl_req *r);
 /* A query parameter (URL-decoded), or NULL. */
@@ -135,5 +144,33 @@ void crl_h_exec_drained(struct crl_req *r);
  * a call from a request that is going away: the call is killed. */
 void crl_h_functions(struct crl_req *r);
 void crl_h_functions_cleanup(struct crl_req *r);
+/* POST .../pause and .../resume (handlers_actions.c). */
+void crl_h_pause(struct crl_req *r);
+void crl_h_resume(struct crl_req *r);
+/* Trajectories (handlers_traj.c).  A step endpoint of a sandbox that
+ * records a trajectory goes through crl_traj_take() first: it answers from
+ * the log while fast-forwarding, or goes live and runs the endpoint with
+ * crl_req_run_step(), whose answer crl_traj_capture() takes (from
+ * crl_req_json/crl_req_error) to record it before it is sent. */
+bool crl_traj_take(struct crl_req *r);
+bool crl_traj_capture(struct crl_req *r, unsigned status, json_t *body);
+/* A files GET of a step: the file's bytes, read whole. */
+void crl_traj_capture_file(struct crl_req *r, int fd, uint64_t size);
+/* PUT .../files at its headers: does this upload wait whole for its step? */
+bool crl_traj_holds_upload(struct crl_req *r);
+void crl_req_run_step(struct crl_req *r);
+/* Create with "trajectory": open it before, hand it to the sandbox after. */
+int crl_traj_create_begin(struct crl_req *r, const struct crl_spec *spec, struct crl_err *err);
+int crl_traj_create_end(struct crl_req *r, struct crl_sandbox *sb, struct crl_err *err);
+void crl_traj_create_abort(struct crl_req *r);
+void crl_h_traj_cleanup(struct crl_req *r);
+/* A sandbox's JSON, with its checkpoint state and place in its trajectory. */
+json_t *crl_traj_sandbox_json(struct crl_sandbox *sb, json_t *o);
+void crl_traj_req_free(struct crl_req *r);
+void crl_h_trajectories(struct crl_req *r);
+void crl_h_snapshot(struct crl_req *r);
+void crl_h_fork(struct crl_req *r);
+/* The trajectory layer, made at the API's start. */
+struct crl_trajs *crl_api_trajs(struct crl_api *a);
 
 #endif

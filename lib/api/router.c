@@ -108,6 +108,28 @@ bool crl_route_match(const char *path, struct crl_route *r)
         }
         return false;
     }
+    if (strcmp(p, "trajectories") == 0 || strcmp(p, "trajectories/") == 0) {
+        r->ep = CRL_EP_TRAJECTORIES;
+        r->allow = "GET";
+        return true;
+    }
+    if (strncmp(p, "trajectories/", 13) == 0) {
+        int n = segment(p + 13, r->name, sizeof(r->name));
+        if (n < 0)
+            return false;
+        p += 13 + n;
+        if (*p == 0) {
+            r->ep = CRL_EP_TRAJECTORY;
+            r->allow = "GET, DELETE";
+            return true;
+        }
+        if (strcmp(p, "/steps") == 0) {
+            r->ep = CRL_EP_TRAJECTORY_STEPS;
+            r->allow = "GET";
+            return true;
+        }
+        return false;
+    }
     if (strncmp(p, "sandboxes", 9) != 0)
         return false;
     p += 9;

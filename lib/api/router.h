@@ -11,21 +11,24 @@ enum crl_endpoint {
     CRL_EP_HEALTHZ,
     CRL_EP_METRICS,
     CRL_EP_HOST,
-    CRL_EP_IMAGES,         /* GET list, POST import */
-    CRL_EP_IMAGE,          /* GET inspect, DELETE remove */
-    CRL_EP_IMAGE_TAG,      /* POST; GET and DELETE: the image named "tag" */
-    CRL_EP_IMAGE_GC,       /* POST; GET and DELETE: the image named "gc" */
-    CRL_EP_SANDBOXES,      /* GET list, POST create */
-    CRL_EP_SANDBOX,        /* GET inspect, DELETE destroy */
-    CRL_EP_EXEC,           /* POST */
-    CRL_EP_SESSIONS,       /* GET list, POST open */
-    CRL_EP_SESSION,        /* DELETE close */
-    CRL_EP_SESSION_RUN,    /* POST */
-    CRL_EP_FILES,          /* GET read, PUT write */
-    CRL_EP_SANDBOX_ACTION, /* POST pause|resume|snapshot|fork */
-    CRL_EP_FUNCTIONS,      /* GET list */
-    CRL_EP_FUNCTION,       /* GET inspect */
-    CRL_EP_FUNCTION_CALL,  /* POST */
+    CRL_EP_IMAGES,           /* GET list, POST import */
+    CRL_EP_IMAGE,            /* GET inspect, DELETE remove */
+    CRL_EP_IMAGE_TAG,        /* POST; GET and DELETE: the image named "tag" */
+    CRL_EP_IMAGE_GC,         /* POST; GET and DELETE: the image named "gc" */
+    CRL_EP_SANDBOXES,        /* GET list, POST create */
+    CRL_EP_SANDBOX,          /* GET inspect, DELETE destroy */
+    CRL_EP_EXEC,             /* POST */
+    CRL_EP_SESSIONS,         /* GET list, POST open */
+    CRL_EP_SESSION,          /* DELETE close */
+    CRL_EP_SESSION_RUN,      /* POST */
+    CRL_EP_FILES,            /* GET read, PUT write */
+    CRL_EP_SANDBOX_ACTION,   /* POST pause|resume|snapshot|fork */
+    CRL_EP_FUNCTIONS,        /* GET list */
+    CRL_EP_FUNCTION,         /* GET inspect */
+    CRL_EP_FUNCTION_CALL,    /* POST */
+    CRL_EP_TRAJECTORIES,     /* GET list */
+    CRL_EP_TRAJECTORY,       /* GET inspect, DELETE remove */
+    CRL_EP_TRAJECTORY_STEPS, /* GET: NDJSON, a step a line */
     CRL_EP__COUNT
 };
 
@@ -37,7 +40,7 @@ struct crl_route {
     char id[CRL_ROUTE_ID_MAX];     /* sandbox id */
     char sub[CRL_ROUTE_ID_MAX];    /* session id, or the action's name */
     char name[CRL_ROUTE_NAME_MAX]; /* image name: all of the path after /v1/images/;
-                                      a function's name */
+                                      a function's name; a trajectory's id */
     /* methods the endpoint takes, for 405 and Allow */
     const char *allow;
 };

@@ -18,6 +18,7 @@
 #include "../util/cleanup.h"
 #include "../util/fdio.h"
 #include "../util/log.h"
+#include "../traj/traj.h"
 #include "api.h"
 #include "request.h"
 
@@ -37,6 +38,8 @@ void crl_req_respond(struct crl_req *r, unsigned status, struct MHD_Response *re
 
 void crl_req_json(struct crl_req *r, unsigned status, json_t *body)
 {
+    if (crl_traj_capture(r, status, body))
+        return; /* a trajectory's step: recorded first, answered then */
     char *s = json_dumps(body, JSON_COMPACT);
     json_decref(body);
     if (!s) {
@@ -52,16 +55,26 @@ void crl_req_json(struct crl_req *r, unsigned status, json_t *body)
     crl_req_respond(r, status, resp);
 }
 
-void crl_req_error(struct crl_req *r, const struct crl_err *err)
+json_t *crl_req_error_json(const struct crl_err *err)
 {
-    int status = crl_errc_http_status(err->code);
     /* A message may quote what a client sent (a path, a URL), in any bytes:
      * JSON takes UTF-8 only. */
     char msg[sizeof(err->msg)];
     snprintf(msg, sizeof(msg), "%s", err->msg);
     crl_utf8_sanitize(msg);
-    json_t *body =
-        json_pack("{s:{s:s, s:s}}", "error", "code", crl_errc_name(err->code), "message", msg);
+    return json_pack("{s:{s:s, s:s}}", "error", "code", crl_errc_name(err->code), "message", msg);
+}
+
+void crl_req_error(struct crl_req *r, const struct crl_err *err)
+{
+    int status = crl_errc_http_status(err->code);
+    if (r->tcall) {
+        json_t *j = crl_req_error_json(err);
+        if (crl_traj_capture(r, (unsigned)status, j))
+            return; /* a trajectory's step: recorded first, answered then */
+        json_decref(j);
+    }
+    json_t *body = crl_req_error_json(err);
     char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
     if (!s)
@@ -95,6 +108,7 @@ static void client_hung_up(struct crl_watch *w, uint32_t ev)
     crl_h_files_cleanup(r);
     crl_h_images_cleanup(r);
     crl_h_functions_cleanup(r);
+    crl_h_traj_cleanup(r);
     r->out_done = r->out_error = true;
     if (!r->resp && !r->streaming) {
         struct crl_err e = CRL_ERR_INIT;
@@ -134,6 +148,8 @@ const char *crl_req_query(struct crl_req *r, const char *key)
 
 int crl_req_sandbox(struct crl_req *r, struct crl_err *err)
 {
+    if (r->sb && strcmp(r->sb->id, r->route.id) == 0)
+        return 0; /* looked up already (a trajectory's step) */
     struct crl_sandbox *sb = crl_host_find(r->api->host, r->route.id, err);
     if (!sb)
         return -1;
@@ -225,6 +241,7 @@ static void req_free(struct crl_req *r)
         MHD_destroy_response(r->resp);
     crl_buf_free(&r->body);
     crl_buf_free(&r->out);
+    crl_traj_req_free(r);
     if (r->sb)
         crl_sandbox_unref(r->sb);
     free(r);
@@ -261,6 +278,7 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **con
     crl_h_files_cleanup(r);
     crl_h_images_cleanup(r);
     crl_h_functions_cleanup(r);
+    crl_h_traj_cleanup(r);
     if (r->pending == 0)
         req_free(r);
 }
@@ -311,14 +329,19 @@ static void h_list(struct crl_req *r)
 static void created(struct crl_sandbox *sb, const struct crl_err *err, void *ctx)
 {
     struct crl_req *r = ctx;
-    if (!err && (r->gone || r->client_gone)) {
+    struct crl_err terr = CRL_ERR_INIT;
+    if (err) {
+        crl_traj_create_abort(r); /* a new trajectory goes with the sandbox */
+        if (!r->gone && !r->client_gone)
+            crl_req_error(r, err);
+    } else if (r->gone || r->client_gone) {
         /* The client left before its sandbox was ready: nobody knows its id. */
         crl_host_destroy(sb->host, sb, "client_gone", NULL, NULL, NULL);
-    } else if (!r->gone && !r->client_gone) {
-        if (err)
-            crl_req_error(r, err);
-        else
-            crl_req_json(r, 201, crl_sandbox_json(sb));
+    } else if (crl_traj_create_end(r, sb, &terr) < 0) {
+        crl_host_destroy(sb->host, sb, "trajectory_failed", NULL, NULL, NULL);
+        crl_req_error(r, &terr);
+    } else {
+        crl_req_json(r, 201, crl_traj_sandbox_json(sb, crl_sandbox_json(sb)));
     }
     crl_req_pending_done(r);
 }
@@ -331,10 +354,16 @@ static void h_create(struct crl_req *r)
         crl_req_error(r, &err);
         return;
     }
+    if (spec.trajectory[0] && crl_traj_create_begin(r, &spec, &err) < 0) {
+        crl_spec_free(&spec);
+        crl_req_error(r, &err);
+        return;
+    }
     r->pending++;
     if (crl_host_create(r->api->host, &spec, created, r, &err) < 0) {
         r->pending--;
         crl_spec_free(&spec);
+        crl_traj_create_abort(r);
         crl_req_error(r, &err);
     }
 }
@@ -355,7 +384,7 @@ static void h_sandbox(struct crl_req *r)
         return;
     }
     if (strcmp(r->method, "GET") == 0) {
-        crl_req_json(r, 200, crl_sandbox_json(r->sb));
+        crl_req_json(r, 200, crl_traj_sandbox_json(r->sb, crl_sandbox_json(r->sb)));
         return;
     }
     r->pending++;
@@ -383,16 +412,35 @@ static void session_closed(struct crl_req *r)
     crl_req_json(r, 200, j);
 }
 
+struct crl_trajs *crl_api_trajs(struct crl_api *a)
+{
+    return a->trajs;
+}
+
 static void h_action(struct crl_req *r)
 {
-    struct crl_err err = CRL_ERR_INIT;
-    if (crl_req_sandbox(r, &err) < 0) {
-        crl_req_error(r, &err);
-        return;
+    if (strcmp(r->route.sub, "pause") == 0)
+        crl_h_pause(r);
+    else if (strcmp(r->route.sub, "resume") == 0)
+        crl_h_resume(r);
+    else if (strcmp(r->route.sub, "snapshot") == 0)
+        crl_h_snapshot(r);
+    else
+        crl_h_fork(r);
+}
+
+/* The endpoints that are a trajectory's steps, run live. */
+void crl_req_run_step(struct crl_req *r)
+{
+    switch (r->route.ep) {
+    case CRL_EP_EXEC: crl_h_exec(r); return;
+    case CRL_EP_SESSIONS: crl_h_session_open(r); return;
+    case CRL_EP_SESSION: session_closed(r); return;
+    case CRL_EP_SESSION_RUN: crl_h_session_run(r); return;
+    case CRL_EP_FILES: crl_h_files_end(r); return;
+    case CRL_EP_SANDBOX_ACTION: crl_h_snapshot(r); return;
+    default: return;
     }
-    crl_err_set(&err, CRL_E_UNSUPPORTED, "%s is not available for %s sandboxes in this version",
-                r->route.sub, r->sb->spec.backend);
-    crl_req_error(r, &err);
 }
 
 static void dispatch(struct crl_req *r)
@@ -404,12 +452,25 @@ static void dispatch(struct crl_req *r)
         return;
     }
     bool get = strcmp(r->method, "GET") == 0;
+    if (crl_traj_take(r))
+        return; /* a step of a trajectory: answered from it, or run through it */
     switch (r->route.ep) {
+    case CRL_EP_TRAJECTORIES:
+    case CRL_EP_TRAJECTORY:
+    case CRL_EP_TRAJECTORY_STEPS: crl_h_trajectories(r); return;
     case CRL_EP_HEALTHZ:
         crl_req_json(r, 200, json_pack("{s:s, s:s}", "status", "ok", "host_id", h->cfg.host_id));
         return;
     case CRL_EP_METRICS: {
-        char *m = crl_host_metrics(h);
+        struct crl_buf b;
+        crl_buf_init(&b, CRL_BUF_UNBOUNDED);
+        char *hm = crl_host_metrics(h);
+        if (hm)
+            crl_buf_append(&b, hm, strlen(hm));
+        free(hm);
+        crl_trajs_metrics(r->api->trajs, &b);
+        crl_buf_append(&b, "", 1);
+        char *m = b.data;
         struct MHD_Response *resp =
             MHD_create_response_from_buffer(m ? strlen(m) : 0, m ? m : (char *)"",
                                             m ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
@@ -483,7 +544,7 @@ static void begin(struct crl_req *r, const char *url)
         crl_req_error(r, &err);
         return;
     }
-    if (r->route.ep == CRL_EP_FILES && strcmp(r->method, "PUT") == 0) {
+    if (r->route.ep == CRL_EP_FILES && strcmp(r->method, "PUT") == 0 && !crl_traj_holds_upload(r)) {
         crl_h_files_begin(r);
         return;
     }
@@ -541,7 +602,7 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
     if (r->resp)
         return queue(r);
     if (*upload_data_size) {
-        if (r->route.ep == CRL_EP_FILES) {
+        if (r->route.ep == CRL_EP_FILES && !r->body_held) {
             if (crl_h_files_body(r, upload_data, upload_data_size) < 0)
                 crl_req_suspend(r); /* not ready for it yet: MHD hands it again on resume */
             return MHD_YES;
@@ -734,6 +795,8 @@ int crl_api_start(struct crl_host *h, const struct crl_api_config *cfg, struct c
         crl_err_sys(err, ENOMEM, "api");
         goto fail;
     }
+    if (crl_trajs_open(h->state_dir, &a->trajs, err) < 0)
+        goto fail;
     if (cfg->tcp_listen && listen_tcp(a, cfg->tcp_listen, err) < 0)
         goto fail;
     if (cfg->unix_path && listen_unix(a, cfg->unix_path, err) < 0)
@@ -780,6 +843,14 @@ void crl_api_stop(struct crl_api *a)
     }
     crl_h_images_stop(a);
     crl_functions_free(a->functions);
+    /* Sandboxes outlive the API by a moment: their trajectories end now. */
+    for (struct crl_sandbox *sb = a->host->sandboxes; sb; sb = sb->next)
+        if (sb->traj && sb->on_gone) {
+            void (*gone)(struct crl_sandbox *) = sb->on_gone;
+            sb->on_gone = NULL;
+            gone(sb);
+        }
+    crl_trajs_close(a->trajs);
     if (a->unix_fd >= 0)
         close(a->unix_fd);
     if (a->unix_path[0])

@@ -447,6 +447,11 @@ void crl_sandbox_destroyed(struct crl_sandbox *sb)
     bool ended = sb->state == CRL_SB_FAILED || sb->state == CRL_SB_DESTROYED;
     sb->tearing_down = false;
     release_host_side(sb);
+    if (sb->on_gone) {
+        void (*gone)(struct crl_sandbox *) = sb->on_gone;
+        sb->on_gone = NULL;
+        gone(sb);
+    }
     if (!ended) {
         sb->state = CRL_SB_DESTROYED;
         sb->ended_at = crl_wall_s();
@@ -500,15 +505,64 @@ int crl_host_destroy(struct crl_host *h, struct crl_sandbox *sb, const char *rea
     return 0;
 }
 
-int crl_sandbox_check_ready(struct crl_sandbox *sb, struct crl_err *err)
+/* CRL_E_CONFLICT: the sandbox is in no state for what was asked. */
+static int not_ready(struct crl_sandbox *sb, struct crl_err *err)
 {
-    if (sb->state == CRL_SB_READY)
-        return 0;
     if (sb->state == CRL_SB_FAILED)
         return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s has failed (%s): %s", sb->id,
                            sb->end_reason, sb->message);
     return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is %s", sb->id,
                        crl_sb_state_name(sb->state));
+}
+
+int crl_sandbox_check_ready(struct crl_sandbox *sb, struct crl_err *err)
+{
+    /* A paused sandbox wakes for whatever is asked of it. */
+    if (sb->state == CRL_SB_PAUSED && crl_sandbox_resume(sb, err) < 0)
+        return -1;
+    if (sb->state == CRL_SB_READY)
+        return 0;
+    return not_ready(sb, err);
+}
+
+int crl_sandbox_pause(struct crl_sandbox *sb, struct crl_err *err)
+{
+    if (!sb->ops->pause || !sb->ops->resume)
+        return crl_err_set(err, CRL_E_UNSUPPORTED, "pause is not available for %s sandboxes",
+                           sb->ops->name);
+    if (sb->state == CRL_SB_PAUSED)
+        return 0;
+    if (sb->state != CRL_SB_READY)
+        return not_ready(sb, err);
+    if (sb->ops->pause(sb, err) < 0)
+        return crl_err_prefix(err, "pausing %s", sb->id);
+    sb->state = CRL_SB_PAUSED;
+    /* Idle time does not count while paused (the ttl does): a paused
+     * sandbox ends by its ttl or a destroy, and resuming starts its idle
+     * time afresh. */
+    crl_timer_stop(sb->host->loop, &sb->idle_timer);
+    crl_info(sb->id, "paused");
+    return 0;
+}
+
+int crl_sandbox_resume(struct crl_sandbox *sb, struct crl_err *err)
+{
+    if (!sb->ops->pause || !sb->ops->resume)
+        return crl_err_set(err, CRL_E_UNSUPPORTED, "resume is not available for %s sandboxes",
+                           sb->ops->name);
+    if (sb->state == CRL_SB_READY)
+        return 0;
+    if (sb->state != CRL_SB_PAUSED)
+        return not_ready(sb, err);
+    if (sb->ops->resume(sb, err) < 0)
+        return crl_err_prefix(err, "resuming %s", sb->id);
+    sb->state = CRL_SB_READY;
+    crl_sandbox_touch(sb);
+    if (sb->spec.idle_ttl_s)
+        crl_timer_start(sb->host->loop, &sb->idle_timer, (uint64_t)sb->spec.idle_ttl_s * NS_PER_S,
+                        idle_check, sb);
+    crl_info(sb->id, "resumed");
+    return 0;
 }
 
 int crl_sandbox_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *err)

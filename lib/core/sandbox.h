@@ -60,6 +60,10 @@ struct crl_sandbox {
     struct crl_sb_waiter *create_waiters, *destroy_waiters;
     struct crl_proc *procs;
     struct crl_session *sessions;
+    /* Checkpoints and the trajectory (lib/traj/traj.h), owned by the layer
+     * above the host; on_gone runs once, when the backend has torn it down. */
+    struct crl_traj_sb *traj;
+    void (*on_gone)(struct crl_sandbox *sb);
     struct crl_sandbox *next, *prev;           /* the host's list, in creation order reversed */
     struct crl_sandbox *next_hash;             /* the host's id index */
     struct crl_sandbox *tomb_next, *tomb_prev; /* the host's ended sandboxes, oldest first */
@@ -77,8 +81,19 @@ void crl_sandbox_destroyed(struct crl_sandbox *sb);
 
 /* Activity resets the idle TTL. */
 void crl_sandbox_touch(struct crl_sandbox *sb);
-/* Is it in a state to run things?  Fills err (CRL_E_CONFLICT) if not. */
+/* Is it in a state to run things?  A paused sandbox is resumed first, so
+ * any exec, file or session call wakes it.  Fills err (CRL_E_CONFLICT) if
+ * not. */
 int crl_sandbox_check_ready(struct crl_sandbox *sb, struct crl_err *err);
+
+/* ready -> paused: every process stopped, what memory can be released
+ * given back (the backend's pause).  Idempotent on a paused sandbox.  Its
+ * ttl keeps running; its idle time does not (resuming starts it afresh).
+ * CRL_E_UNSUPPORTED for a backend without the op, CRL_E_CONFLICT in any
+ * other state. */
+int crl_sandbox_pause(struct crl_sandbox *sb, struct crl_err *err);
+/* paused -> ready (a ready sandbox is left as it is). */
+int crl_sandbox_resume(struct crl_sandbox *sb, struct crl_err *err);
 
 /* Processes: start one through the backend, tracking it on the sandbox. */
 int crl_sandbox_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *err);

@@ -454,7 +454,15 @@ int crl_session_open(struct crl_sandbox *sb, struct crl_session_req *req, crl_se
     if (!s)
         return crl_err_sys(err, ENOMEM, "session");
     s->sb = sb;
-    snprintf(s->id, sizeof(s->id), "ss-%llu", ++session_seq);
+    /* A given id (a trajectory's session, opened again) or a new one that
+     * no session of this sandbox has, whatever ids were given before. */
+    struct crl_err ignored;
+    if (req->id[0])
+        snprintf(s->id, sizeof(s->id), "%s", req->id);
+    else
+        do
+            snprintf(s->id, sizeof(s->id), "ss-%llu", ++session_seq);
+        while (crl_session_find(sb, s->id, &ignored));
     crl_buf_init(&s->inq, CRL_BUF_UNBOUNDED);
     crl_buf_init(&s->win[0], CRL_BUF_UNBOUNDED);
     crl_buf_init(&s->win[1], CRL_BUF_UNBOUNDED);

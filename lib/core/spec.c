@@ -337,6 +337,71 @@ static int parse_labels(json_t *v, struct crl_spec *s, struct crl_err *err)
     return 0;
 }
 
+bool crl_traj_id_ok(const char *id)
+{
+    size_t n = strlen(id);
+    if (n == 0 || n > CRL_TRAJ_ID_MAX || !isalnum((unsigned char)id[0]))
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)id[i]) && !strchr("._-", id[i]))
+            return false;
+    return strcmp(id, "blobs") != 0; /* the checkpoint store's directory */
+}
+
+static const char *const checkpoint_modes[] = {
+    [CRL_CKPT_EVERY_STEP] = "every-step",
+    [CRL_CKPT_ON_REQUEST] = "on-request",
+    [CRL_CKPT_NONE] = "none",
+};
+
+const char *crl_checkpoint_mode_name(enum crl_checkpoint_mode m)
+{
+    return checkpoint_modes[m];
+}
+
+/* "trajectory": "ID", or {"id": "ID", "checkpoint": "every-step"|"on-request"|"none"}. */
+static int parse_trajectory(json_t *f, struct crl_spec *s, struct crl_err *err)
+{
+    static const char *const keys[] = {"id", "checkpoint"};
+    json_t *idv = f;
+    if (json_is_object(f)) {
+        if (check_keys(f, "trajectory", keys, CRL_ARRAY_SIZE(keys), err) < 0)
+            return -1;
+        idv = json_object_get(f, "id");
+        if (!idv)
+            return crl_err_set(err, CRL_E_INVALID, "trajectory.id is required");
+        json_t *m = json_object_get(f, "checkpoint");
+        if (m) {
+            const char *str;
+            if (get_string(m, "trajectory.checkpoint", 16, &str, err) < 0)
+                return -1;
+            size_t i = 0;
+            while (i < CRL_ARRAY_SIZE(checkpoint_modes) && strcmp(str, checkpoint_modes[i]) != 0)
+                i++;
+            if (i == CRL_ARRAY_SIZE(checkpoint_modes))
+                return crl_err_set(err, CRL_E_INVALID,
+                                   "trajectory.checkpoint '%s' is unknown; expected every-step, "
+                                   "on-request or none",
+                                   str);
+            s->checkpoint = (enum crl_checkpoint_mode)i;
+        }
+    } else if (!json_is_string(f)) {
+        return crl_err_set(err, CRL_E_INVALID,
+                           "trajectory must be an id or an object {\"id\", \"checkpoint\"}, not %s",
+                           crl_json_type_name(f));
+    }
+    const char *id;
+    if (get_string(idv, "trajectory.id", CRL_TRAJ_ID_MAX * 4, &id, err) < 0)
+        return -1;
+    if (!crl_traj_id_ok(id))
+        return crl_err_set(err, CRL_E_INVALID,
+                           "trajectory.id '%s' is not valid: 1-128 of [A-Za-z0-9._-], starting "
+                           "with a letter or digit (and not 'blobs')",
+                           id);
+    snprintf(s->trajectory, sizeof(s->trajectory), "%s", id);
+    return 0;
+}
+
 int crl_spec_from_json(json_t *root, struct crl_spec *s, struct crl_err *err)
 {
     static const char *const keys[] = {"backend", "runtime", "image",      "resources",
@@ -439,11 +504,8 @@ int crl_spec_from_json(json_t *root, struct crl_spec *s, struct crl_err *err)
         goto fail;
     if ((f = json_object_get(root, "cwd")) && get_abs_path(f, "cwd", &s->cwd, err) < 0)
         goto fail;
-    if (json_object_get(root, "trajectory")) {
-        crl_err_set(err, CRL_E_UNSUPPORTED,
-                    "trajectory recording is not available in this version of corrald");
+    if ((f = json_object_get(root, "trajectory")) && parse_trajectory(f, s, err) < 0)
         goto fail;
-    }
     return 0;
 fail:
     crl_spec_free(s);
@@ -485,6 +547,10 @@ json_t *crl_spec_to_json(const struct crl_spec *s)
         json_object_set_new(o, "cwd", json_string(s->cwd));
     if (o && s->runtime[0])
         json_object_set_new(o, "runtime", json_string(s->runtime));
+    if (o && s->trajectory[0])
+        json_object_set_new(o, "trajectory",
+                            json_pack("{s:s, s:s}", "id", s->trajectory, "checkpoint",
+                                      crl_checkpoint_mode_name(s->checkpoint)));
     return o;
 }
 

@@ -15,6 +15,7 @@
 
 #define CRL_SPEC_MAX_LABELS 64
 #define CRL_SPEC_MAX_ENV 256
+#define CRL_TRAJ_ID_MAX 128             /* a trajectory id's length */
 #define CRL_SPEC_FUNCTION_MEMORY_MB 128 /* the function backend's default memory_mb */
 #define CRL_EXEC_DEFAULT_TIMEOUT_S 300.0
 #define CRL_EXEC_MAX_TIMEOUT_S 86400.0
@@ -42,7 +43,18 @@ struct crl_spec {
     size_t n_labels;
     char **env; /* "K=V", NULL-terminated; defaults for every exec */
     char *cwd;  /* default working directory of execs */
+    /* The trajectory this sandbox records (or fast-forwards through): "" for none. */
+    char trajectory[CRL_TRAJ_ID_MAX + 1];
+    enum crl_checkpoint_mode {
+        CRL_CKPT_EVERY_STEP, /* after every step that can change state */
+        CRL_CKPT_ON_REQUEST, /* only on POST .../snapshot */
+        CRL_CKPT_NONE,
+    } checkpoint;
 };
+
+/* A trajectory id: 1-128 of [A-Za-z0-9._-], starting with a letter or digit. */
+bool crl_traj_id_ok(const char *id);
+const char *crl_checkpoint_mode_name(enum crl_checkpoint_mode m);
 
 void crl_spec_init(struct crl_spec *s);
 void crl_spec_free(struct crl_spec *s);
@@ -82,6 +94,7 @@ int crl_exec_req_parse(const char *json, size_t len, bool session, struct crl_ex
                        struct crl_err *err);
 
 struct crl_session_req {
+    char id[24]; /* "": a new id; set only by corrald itself (a trajectory's reopen) */
     char **env;
     char *cwd;
     char *shell; /* default /bin/sh */

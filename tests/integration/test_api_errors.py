@@ -75,7 +75,9 @@ BAD_SPECS = [
     ({"runtime": "python"}, 400, "invalid_argument", ["runtime", "function"]),
     ({"network": {"mode": "full"}}, 501, "not_implemented", ["network.mode"]),
     ({"network": {"mode": "allow"}}, 501, "not_implemented", ["network.mode"]),
-    ({"trajectory": {"id": "t-1"}}, 501, "not_implemented", ["trajectory"]),
+    ({"trajectory": {"id": "../t"}}, 400, "invalid_argument", ["trajectory.id"]),
+    ({"trajectory": {"id": "t", "checkpoint": "x"}}, 400, "invalid_argument",
+     ["trajectory.checkpoint"]),
 ]
 EXC = {400: corral.InvalidSpec, 404: corral.NotFound, 501: corral.Unsupported}
 
@@ -230,10 +232,21 @@ def test_conflict(corrald, client):
     check_exc(e, corral.Conflict, 409, "conflict")
 
 
-def test_not_implemented_actions(corrald, sandbox):
+def test_sandbox_actions_bad_input(corrald, sandbox):
     for action in ("pause", "resume", "snapshot", "fork"):
-        check(corrald.request("POST", f"/v1/sandboxes/{sandbox.id}/{action}"),
-              501, "not_implemented", action)
+        check(corrald.request("POST", f"/v1/sandboxes/sb-nope/{action}"), 404, "not_found",
+              "sb-nope")
+    check(corrald.request("POST", f"/v1/sandboxes/{sandbox.id}/snapshot", {"nam": "x"}),
+          400, "invalid_argument", "name")
+    check(corrald.request("POST", f"/v1/sandboxes/{sandbox.id}/fork", {"stp": 1}),
+          400, "invalid_argument", "stp")
+    check(corrald.request("POST", f"/v1/sandboxes/{sandbox.id}/fork", {"step": 1}),
+          400, "invalid_argument", "no trajectory")
+    check(corrald.request("POST", f"/v1/sandboxes/{sandbox.id}/fork", {"step": 1,
+                                                                      "checkpoint": "x"}),
+          400, "invalid_argument", "not both")
+    check(corrald.request("POST", f"/v1/sandboxes/{sandbox.id}/fork",
+                          {"checkpoint": "sha256:zz"}), 400, "invalid_argument", "sha256:zz")
 
 
 def test_tcp_listener_needs_the_token(corrald, monkeypatch):

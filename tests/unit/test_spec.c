@@ -358,6 +358,34 @@ static void test_spec_unknown_fields(void)
     spec_bad("{\"\": 1}", CRL_E_INVALID, "^unknown field ''$");
 }
 
+static void test_spec_trajectory(void)
+{
+    spec_bad("{\"trajectory\": true}", CRL_E_INVALID, "^trajectory must be an id or an object");
+    spec_bad("{\"trajectory\": {\"path\": \"/x\"}}", CRL_E_INVALID, "trajectory\\.path");
+    spec_bad("{\"trajectory\": {}}", CRL_E_INVALID, "^trajectory\\.id is required");
+    spec_bad("{\"trajectory\": \"\"}", CRL_E_INVALID, "^trajectory\\.id '' is not valid");
+    spec_bad("{\"trajectory\": \"../x\"}", CRL_E_INVALID, "^trajectory\\.id '\\.\\./x'");
+    spec_bad("{\"trajectory\": \"blobs\"}", CRL_E_INVALID, "not 'blobs'");
+    spec_bad("{\"trajectory\": \"-x\"}", CRL_E_INVALID, "starting with a letter or digit");
+    spec_bad("{\"trajectory\": {\"id\": \"t\", \"checkpoint\": \"always\"}}", CRL_E_INVALID,
+             "^trajectory\\.checkpoint 'always' is unknown");
+    struct crl_spec s;
+    if (spec_good("{\"trajectory\": \"t-1.a_b\"}", &s)) {
+        is_str(s.trajectory, "t-1.a_b", "a trajectory given as a string");
+        ok(s.checkpoint == CRL_CKPT_EVERY_STEP, "checkpoints every step by default");
+        json_t *j = crl_spec_to_json(&s);
+        is_str(json_string_value(json_object_get(json_object_get(j, "trajectory"), "checkpoint")),
+               "every-step", "the spec reports the checkpoint mode");
+        json_decref(j);
+        crl_spec_free(&s);
+    }
+    if (spec_good("{\"trajectory\": {\"id\": \"T9\", \"checkpoint\": \"on-request\"}}", &s)) {
+        is_str(s.trajectory, "T9", "a trajectory given as an object");
+        ok(s.checkpoint == CRL_CKPT_ON_REQUEST, "checkpoint on-request");
+        crl_spec_free(&s);
+    }
+}
+
 static void test_spec_unsupported(void)
 {
     spec_bad("{\"network\": {\"mode\": \"allow\"}}", CRL_E_UNSUPPORTED,
@@ -367,10 +395,6 @@ static void test_spec_unsupported(void)
     spec_bad("{\"network\": {\"mode\": \"bridge\"}}", CRL_E_INVALID,
              "^network\\.mode 'bridge' is unknown");
     spec_bad("{\"network\": {\"mode\": \"\"}}", CRL_E_INVALID, "^network\\.mode '' is unknown");
-    spec_bad("{\"trajectory\": true}", CRL_E_UNSUPPORTED, "^trajectory recording is not available");
-    spec_bad("{\"trajectory\": {\"path\": \"/x\"}}", CRL_E_UNSUPPORTED, "trajectory");
-    /* An invalid field is reported as such even next to an unsupported one. */
-    spec_bad("{\"trajectory\": true, \"ttl_s\": -5}", CRL_E_INVALID, "^ttl_s");
     struct crl_spec s;
     if (spec_good("{\"network\": {\"mode\": \"none\"}}", &s)) {
         is_str(s.network_mode, "none", "network.mode none is accepted");
@@ -972,7 +996,8 @@ int main(void)
     TAP_RUN(test_spec_types, 10);
     TAP_RUN(test_spec_ranges, 10);
     TAP_RUN(test_spec_unknown_fields, 10);
-    TAP_RUN(test_spec_unsupported, 10);
+    TAP_RUN(test_spec_unsupported, 6);
+    TAP_RUN(test_spec_trajectory, 13);
     TAP_RUN(test_spec_labels, 10);
     TAP_RUN(test_spec_env, 10);
     TAP_RUN(test_spec_json_errors, 10);
