@@ -26,6 +26,7 @@ struct crl_client {
     char *auth;      /* "Authorization: Bearer ..." or NULL */
     volatile sig_atomic_t *cancel;
     bool cancelled;
+    long last_status; /* of the last request's answer, 0 if none came */
     bool verbose; /* $CORRAL_DEBUG: curl's trace on stderr (headers, never bodies or the token) */
     char curl_err[CURL_ERROR_SIZE];
 };
@@ -172,6 +173,11 @@ const char *crl_client_url(const struct crl_client *c)
 void crl_client_set_cancel(struct crl_client *c, volatile sig_atomic_t *flag)
 {
     c->cancel = flag;
+}
+
+long crl_client_last_status(const struct crl_client *c)
+{
+    return c->last_status;
 }
 
 bool crl_client_cancelled(const struct crl_client *c)
@@ -473,6 +479,7 @@ static int perform(struct xfer *x, const char *method, const char *path, const c
     curl_easy_reset(h); /* options go; the kept-alive connection stays */
     c->curl_err[0] = 0;
     c->cancelled = false;
+    c->last_status = 0;
     curl_easy_setopt(h, CURLOPT_URL, url);
     if (c->unix_path)
         curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, c->unix_path);
@@ -534,6 +541,7 @@ static int perform(struct xfer *x, const char *method, const char *path, const c
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
     curl_slist_free_all(hdrs);
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &x->status);
+    c->last_status = x->status;
     if (rc == CURLE_OK && x->on_line && ok_status(x->status) && feed_lines(x, &x->body, true) < 0)
         rc = CURLE_WRITE_ERROR;
     if (rc == CURLE_OK && x->sink && ok_status(x->status) && !x->sink_began && sink_begin(x) < 0)
@@ -931,6 +939,23 @@ int crl_client_get(struct crl_client *c, const char *id, const char *path, crl_c
     x.sink = sink;
     x.sink_ctx = ctx;
     int rc = perform(&x, "GET", url, NULL, NULL, 0, -1, err);
+    crl_buf_free(&x.body);
+    return rc;
+}
+
+static int fd_sink(void *ctx, bool is_dir, int mode, int *fd, struct crl_err *err)
+{
+    *fd = *(int *)ctx;
+    return 0;
+}
+
+int crl_client_download(struct crl_client *c, const char *path, int fd, struct crl_err *err)
+{
+    struct xfer x;
+    xfer_init(&x, c);
+    x.sink = fd_sink;
+    x.sink_ctx = &fd;
+    int rc = perform(&x, "GET", path, NULL, NULL, 0, -1, err);
     crl_buf_free(&x.body);
     return rc;
 }

@@ -48,6 +48,9 @@ const char *crl_client_url(const struct crl_client *c);
 void crl_client_set_cancel(struct crl_client *c, volatile sig_atomic_t *flag);
 /* Did the last failed request stop because of the cancel flag? */
 bool crl_client_cancelled(const struct crl_client *c);
+/* The HTTP status of the last request's answer (an error answer's too), 0
+ * when none came (corrald unreachable, the transfer cut before an answer). */
+long crl_client_last_status(const struct crl_client *c);
 
 /* One request.  `path` starts with '/' and is sent as is (the helpers
  * below escape their parameters).  `body` (borrowed, may be NULL) is sent
@@ -178,5 +181,10 @@ typedef int (*crl_client_sink_fn)(void *ctx, bool is_dir, int mode, int *fd, str
  * a socket never raise SIGPIPE. */
 int crl_client_get(struct crl_client *c, const char *id, const char *path, crl_client_sink_fn sink,
                    void *ctx, struct crl_err *err);
+
+/* GET `path` (sent as is, any endpoint) and write a 2xx answer's body to
+ * `fd` byte for byte as it arrives; an error answer is mapped to *err as
+ * crl_client_request does, and nothing of it reaches fd. */
+int crl_client_download(struct crl_client *c, const char *path, int fd, struct crl_err *err);
 
 #endif

@@ -194,6 +194,7 @@ static const struct {
     {CRL_CLI_OPT_LABEL, "--label", "label"},
     {CRL_CLI_OPT_ENV, "--env", "env"},
     {CRL_CLI_OPT_CWD, "--cwd", "cwd"},
+    {CRL_CLI_OPT_TRAJECTORY, "--trajectory", "trajectory"},
 };
 
 int crl_cli_spec_flag(json_t *spec, int opt, const char *arg, struct crl_err *err)
@@ -212,6 +213,7 @@ int crl_cli_spec_flag(json_t *spec, int opt, const char *arg, struct crl_err *er
     case CRL_CLI_OPT_BACKEND:
     case CRL_CLI_OPT_IMAGE:
     case CRL_CLI_OPT_CWD:
+    case CRL_CLI_OPT_TRAJECTORY:
         json_object_set_new(spec, field, json_string(arg));
         if (!json_object_get(spec, field))
             return crl_err_set(err, CRL_E_INVALID, "%s: '%s' is not valid UTF-8 text", flag, arg);

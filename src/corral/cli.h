@@ -35,8 +35,15 @@ int crl_cmd_image_build_debian(int argc, char **argv);
 int crl_cmd_bench(int argc, char **argv);
 int crl_cmd_bench_images(int argc, char **argv); /* corral bench images */
 int crl_cmd_bench_functions(int argc, char **argv);
+int crl_cmd_bench_traj(int argc, char **argv); /* corral bench traj */
 int crl_cmd_call(int argc, char **argv);
 int crl_cmd_functions(int argc, char **argv);
+int crl_cmd_traj(int argc, char **argv);
+int crl_cmd_traj_replay(int argc, char **argv); /* corral traj replay */
+int crl_cmd_snapshot(int argc, char **argv);
+int crl_cmd_fork(int argc, char **argv);
+int crl_cmd_pause(int argc, char **argv);
+int crl_cmd_resume(int argc, char **argv);
 
 /* ---- reporting ---- */
 
@@ -71,6 +78,15 @@ const char *crl_cli_age(const char *rfc3339, char *buf, size_t cap);
 /* A string field of an object, or `dflt` when missing or not a string. */
 const char *crl_cli_str(json_t *obj, const char *key, const char *dflt);
 
+/* ---- trajectories ---- */
+
+struct crl_buf;
+/* What a step record asked, in a few words for a table row (a command line,
+ * "ss-1: cmd", a path...), appended to b; control characters as spaces. */
+void crl_cli_traj_what(json_t *step, struct crl_buf *b);
+/* A step's checkpoint as its first 12 hex digits, or "-" when it has none. */
+const char *crl_cli_traj_ckpt(json_t *step, char *buf, size_t cap);
+
 /* ---- flags ---- */
 
 /* Strict numbers: the whole string, in range; else a usage error message
@@ -83,7 +99,7 @@ int crl_cli_parse_double(const char *flag, const char *s, double lo, double hi, 
 int crl_cli_parse_kv(const char *flag, const char *s, json_t *obj, struct crl_err *err);
 
 /* The spec flags (--backend --image --cpus --memory-mb --pids --disk-mb
- * --ttl --idle-ttl --label --env --cwd), as getopt_long() entries whose
+ * --ttl --idle-ttl --label --env --cwd --trajectory), as getopt_long() entries whose
  * values are CRL_CLI_SPEC_FIRST and up; CRL_CLI_SPEC_OPTIONS goes inside a
  * command's `struct option` table. */
 enum {
@@ -99,7 +115,8 @@ enum {
     CRL_CLI_OPT_LABEL,
     CRL_CLI_OPT_ENV,
     CRL_CLI_OPT_CWD,
-    CRL_CLI_SPEC_LAST = CRL_CLI_OPT_CWD,
+    CRL_CLI_OPT_TRAJECTORY,
+    CRL_CLI_SPEC_LAST = CRL_CLI_OPT_TRAJECTORY,
     CRL_CLI_OPT_OTHER /* first value free for a command's own long options */
 };
 /* clang-format off */
@@ -114,7 +131,8 @@ enum {
     {"idle-ttl", required_argument, 0, CRL_CLI_OPT_IDLE_TTL},                                      \
     {"label", required_argument, 0, CRL_CLI_OPT_LABEL},                                            \
     {"env", required_argument, 0, CRL_CLI_OPT_ENV},                                                \
-    {"cwd", required_argument, 0, CRL_CLI_OPT_CWD}
+    {"cwd", required_argument, 0, CRL_CLI_OPT_CWD},                                                \
+    {"trajectory", required_argument, 0, CRL_CLI_OPT_TRAJECTORY}
 /* clang-format on */
 #define CRL_CLI_SPEC_HELP                                                                \
     "spec options:\n"                                                                    \
@@ -128,7 +146,9 @@ enum {
     "  --idle-ttl S        destroy after S seconds without use; 0: never (default 0)\n"  \
     "  --label K=V         a label (repeatable)\n"                                       \
     "  --env K=V           environment of every process (repeatable)\n"                  \
-    "  --cwd DIR           default working directory\n"
+    "  --cwd DIR           default working directory\n"                                  \
+    "  --trajectory ID     record every call as a step of trajectory ID; an existing\n"  \
+    "                      one is fast-forwarded through first (docs/api.md)\n"
 
 /* Apply spec flag `opt` (CRL_CLI_SPEC_FIRST..LAST) with `arg` to `spec`. */
 int crl_cli_spec_flag(json_t *spec, int opt, const char *arg, struct crl_err *err);

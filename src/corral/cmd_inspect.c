@@ -54,6 +54,17 @@ static void show(json_t *sb)
         crl_cli_bytes(json_number_value(json_object_get(use, "disk_limit_bytes")), l, sizeof(l)),
         json_integer_value(json_object_get(use, "oom_kills")));
     printf("sessions:  %lld\n", json_integer_value(json_object_get(sb, "sessions")));
+    json_t *ck = json_object_get(sb, "checkpoints");
+    if (json_object_get(ck, "trajectory"))
+        printf("trajectory: %s at step %lld, %s (%lld steps replayed, %lld recorded)%s%s\n",
+               crl_cli_str(ck, "trajectory", "?"), json_integer_value(json_object_get(ck, "step")),
+               json_is_true(json_object_get(ck, "live")) ? "live" : "fast-forwarding",
+               json_integer_value(json_object_get(ck, "steps_replayed")),
+               json_integer_value(json_object_get(ck, "steps_recorded")),
+               json_object_get(ck, "broken") ? ": " : "", crl_cli_str(ck, "broken", ""));
+    if (ck)
+        printf("checkpoint: %s (mode %s)\n", crl_cli_str(ck, "state", "-"),
+               crl_cli_str(ck, "mode", "?"));
 }
 
 int crl_cmd_inspect(int argc, char **argv)

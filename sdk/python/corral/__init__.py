@@ -8,6 +8,10 @@
         sb.files.write("/tmp/a.txt", b"data")
         sh = sb.session()
         sh.run("cd /tmp")
+        sb.snapshot(); sb.fork(); sb.pause(); sb.resume()
+    with client.create(trajectory="t-1") as sb:   # every call a durable step
+        r = sb.exec("date")                          # r.step, r.replayed
+    client.trajectory("t-1").steps()
     total = client.call("add", {"a": 1, "b": 2})   # a registered function
 
 corral.AsyncClient offers the same from asyncio (see corral.aio).  Errors
@@ -15,17 +19,17 @@ are corral.Error subclasses carrying the API's ``code``, ``message`` and
 HTTP ``status``.  The API itself is described in docs/api.md.
 """
 
-from ._api import ExecResult
-from .aio import AsyncClient, AsyncFiles, AsyncSandbox, AsyncSession
-from .client import Client, Files, Sandbox, Session
+from ._api import ExecResult, FileBytes
+from .aio import AsyncClient, AsyncFiles, AsyncSandbox, AsyncSession, AsyncTrajectory
+from .client import Client, Files, Sandbox, Session, Trajectory
 from .errors import (CapacityError, Conflict, Error, Forbidden, FunctionError, InternalError,
                      InvalidSpec, MethodNotAllowed, NoSpace, NotFound, PayloadTooLarge, Timeout,
                      Unauthorized, Unavailable, Unsupported)
 
 __all__ = [
-    "AsyncClient", "AsyncFiles", "AsyncSandbox", "AsyncSession", "CapacityError", "Client",
-    "Conflict", "Error", "ExecResult", "Files", "Forbidden", "FunctionError", "InternalError",
-    "InvalidSpec",
-    "MethodNotAllowed", "NoSpace", "NotFound", "PayloadTooLarge", "Sandbox", "Session", "Timeout",
+    "AsyncClient", "AsyncFiles", "AsyncSandbox", "AsyncSession", "AsyncTrajectory",
+    "CapacityError", "Client", "Conflict", "Error", "ExecResult", "FileBytes", "Files",
+    "Forbidden", "FunctionError", "InternalError", "InvalidSpec", "MethodNotAllowed", "NoSpace",
+    "NotFound", "PayloadTooLarge", "Sandbox", "Session", "Timeout", "Trajectory",
     "Unauthorized", "Unavailable", "Unsupported",
 ]

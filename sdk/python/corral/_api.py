@@ -66,12 +66,12 @@ def json_call(method, target, obj=None, timeout=None):
 
 def build_spec(spec=None, *, backend=None, runtime=None, image=None, memory_mb=None, cpus=None,
                pids=None, disk_mb=None, ttl_s=None, idle_ttl_s=None, labels=None, env=None,
-               cwd=None, network=None):
+               cwd=None, network=None, trajectory=None):
     """The sandbox spec of docs/api.md: ``spec`` with the keyword fields over it."""
     out = json.loads(json.dumps(spec or {}))  # a deep copy
     for key, value in (("backend", backend), ("runtime", runtime), ("image", image),
                        ("ttl_s", ttl_s), ("idle_ttl_s", idle_ttl_s), ("labels", labels),
-                       ("env", env), ("cwd", cwd)):
+                       ("env", env), ("cwd", cwd), ("trajectory", trajectory)):
         if value is not None:
             out[key] = value
     for key, value in (("memory_mb", memory_mb), ("cpus", cpus), ("pids", pids),
@@ -125,6 +125,32 @@ def write_call(sandbox_id, path, data, mode=None, user=None):
         mode = format(mode, "o")
     return file_call(sandbox_id, "PUT", path, bytes(data), "application/octet-stream",
                      mode=mode, user=user)
+
+
+def snapshot_body(name):
+    return {} if name is None else {"name": name}
+
+
+def fork_body(step=None, checkpoint=None, trajectory=None):
+    """POST .../fork: from step N of the sandbox's trajectory, a checkpoint
+    id, or (neither) the sandbox's state now; ``trajectory`` (an id or
+    ``{"id", "checkpoint"}``) for the new sandbox to record."""
+    if step is not None and checkpoint is not None:
+        raise InvalidSpec("invalid_argument", "fork from a step or a checkpoint, not both")
+    body = {}
+    for key, value in (("step", step), ("checkpoint", checkpoint), ("trajectory", trajectory)):
+        if value is not None:
+            body[key] = value
+    return body
+
+
+def trajectory_target(trajectory_id, tail=""):
+    return f"/v1/trajectories/{q(trajectory_id)}{tail}"
+
+
+def ndjson(body):
+    """The objects of an NDJSON body, one a line."""
+    return [json.loads(line) for line in body.split(b"\n") if line.strip()]
 
 
 def image_target(name):
@@ -217,7 +243,9 @@ class ExecResult:
     ``reason`` is ``exited`` (``exit_code`` set), ``signaled`` (``signal``
     set), ``timeout``, ``oom`` or ``killed``.  ``truncated`` says output
     beyond ``max_output_bytes`` was dropped.  ``session_alive`` is set for
-    session commands only.
+    session commands only.  On a sandbox that records a trajectory,
+    ``step`` is the step's number and ``replayed`` whether the result came
+    from the log without running anything (both None otherwise).
     """
 
     stdout: bytes
@@ -233,6 +261,8 @@ class ExecResult:
     peak_memory_bytes: int = 0
     signal_name: str = None
     session_alive: bool = None
+    step: int = None
+    replayed: bool = None
 
     @classmethod
     def from_json(cls, d, stdout=None, stderr=None):
@@ -246,7 +276,37 @@ class ExecResult:
                    stdout_truncated=d.get("stdout_truncated", False),
                    stderr_truncated=d.get("stderr_truncated", False),
                    cpu_s=d.get("cpu_s", 0.0), peak_memory_bytes=d.get("peak_memory_bytes", 0),
-                   signal_name=d.get("signal_name"), session_alive=d.get("session_alive"))
+                   signal_name=d.get("signal_name"), session_alive=d.get("session_alive"),
+                   step=d.get("step"), replayed=d.get("replayed"))
+
+
+class FileBytes(bytes):
+    """A file's bytes, as ``files.read()`` returns them: ``bytes`` in every
+    way, plus what corrald said of the file.  ``mode`` is its permission
+    bits (an int, or None); on a sandbox that records a trajectory,
+    ``step`` is the read's step number and ``replayed`` whether the bytes
+    came from the log (both None otherwise)."""
+
+    mode = None
+    step = None
+    replayed = None
+
+    @classmethod
+    def from_response(cls, response):
+        data = cls(response.body)
+        h = response.headers
+        mode, step, replayed = (h.get("x-corral-mode"), h.get("x-corral-step"),
+                                h.get("x-corral-replayed"))
+        if mode:
+            try:
+                data.mode = int(mode, 8)
+            except ValueError:
+                pass
+        if step and step.isdigit():
+            data.step = int(step)
+        if replayed in ("true", "false"):
+            data.replayed = replayed == "true"
+        return data
 
 
 class StreamDecoder:

@@ -94,6 +94,15 @@ class AsyncClient:
         """``{"status": "ok", "host_id": ...}`` when corrald is up."""
         return await self._json("GET", "/healthz")
 
+    async def trajectories(self):
+        """Every trajectory corrald has; see Client.trajectories()."""
+        return (await self._json("GET", "/v1/trajectories"))["trajectories"]
+
+    def trajectory(self, trajectory_id):
+        """The AsyncTrajectory with this id (not a coroutine: nothing is
+        asked of corrald yet)."""
+        return AsyncTrajectory(self, trajectory_id)
+
     async def call(self, name, args=None, timeout=None):
         """Call a registered function and return its result; see Client.call()."""
         answer = (await self._call(_api.function_call(name, args, timeout))).json()
@@ -173,6 +182,28 @@ class AsyncSandbox:
                 if v is not None}
         return AsyncSession(self, await self.client._json("POST", f"{self._path}/sessions", body))
 
+    async def snapshot(self, name=None):
+        """Checkpoint the writable filesystem now; see Sandbox.snapshot()."""
+        return await self.client._json("POST", f"{self._path}/snapshot",
+                                       _api.snapshot_body(name))
+
+    async def fork(self, step=None, checkpoint=None, trajectory=None):
+        """A new AsyncSandbox from a step, a checkpoint or the state now;
+        see Sandbox.fork()."""
+        body = _api.fork_body(step, checkpoint, trajectory)
+        return AsyncSandbox(self.client, await self.client._json("POST", f"{self._path}/fork",
+                                                                 body))
+
+    async def pause(self):
+        """Freeze the sandbox; see Sandbox.pause()."""
+        self.info = await self.client._json("POST", f"{self._path}/pause")
+        return self.info
+
+    async def resume(self):
+        """Thaw a paused sandbox; see Sandbox.resume()."""
+        self.info = await self.client._json("POST", f"{self._path}/resume")
+        return self.info
+
 
 class AsyncFiles:
     """A sandbox's files; see Files."""
@@ -186,8 +217,9 @@ class AsyncFiles:
         return resp.json()
 
     async def read(self, path):
-        """A file's bytes."""
-        return (await self._sb.client._call(_api.file_call(self._sb.id, "GET", path))).body
+        """A file's bytes, as a FileBytes; see Files.read()."""
+        resp = await self._sb.client._call(_api.file_call(self._sb.id, "GET", path))
+        return _api.FileBytes.from_response(resp)
 
     async def put_dir(self, local_dir_or_tar, path):
         """Copy a local directory (or tar bytes) into ``path``; see Files.put_dir()."""
@@ -206,6 +238,7 @@ class AsyncSession:
 
     def __init__(self, sandbox, info):
         self.sandbox = sandbox
+        self.info = info
         self.session_id = info["session_id"]
         self.alive = info["alive"]
 
@@ -236,3 +269,28 @@ class AsyncSession:
         except errors.NotFound:
             pass
         self.alive = False
+
+
+class AsyncTrajectory:
+    """A trajectory; see Trajectory."""
+
+    def __init__(self, client, trajectory_id):
+        self.client = client
+        self.id = trajectory_id
+
+    def __repr__(self):
+        return f"<corral.AsyncTrajectory {self.id}>"
+
+    async def info(self, outputs=False):
+        """The trajectory and its steps; see Trajectory.info()."""
+        tail = "?outputs=1" if outputs else ""
+        return await self.client._json("GET", _api.trajectory_target(self.id, tail))
+
+    async def steps(self):
+        """Every step with its outputs; see Trajectory.steps()."""
+        call = _api.Call("GET", _api.trajectory_target(self.id, "/steps"))
+        return _api.ndjson((await self.client._call(call)).body)
+
+    async def remove(self):
+        """Delete the trajectory; see Trajectory.remove()."""
+        return await self.client._json("DELETE", _api.trajectory_target(self.id))

@@ -1,4 +1,4 @@
-"""The blocking client: Client, Sandbox, Files, Session."""
+"""The blocking client: Client, Sandbox, Files, Session, Trajectory."""
 
 import contextlib
 
@@ -44,9 +44,14 @@ class Client:
 
         Keyword fields: backend, runtime (the function backend's: "shell" or
         "python"), image, memory_mb, cpus, pids, disk_mb, ttl_s,
-        idle_ttl_s, labels, env, cwd, network; they go over ``spec``, a dict
-        in the form of docs/api.md.  Use the Sandbox as a context manager to
-        destroy it when done.
+        idle_ttl_s, labels, env, cwd, network, trajectory; they go over
+        ``spec``, a dict in the form of docs/api.md.  Use the Sandbox as a
+        context manager to destroy it when done.
+
+        ``trajectory`` ("t-1", or ``{"id": "t-1", "checkpoint":
+        "every-step"|"on-request"|"none"}``) records every call made to the
+        sandbox as a step of that trajectory; if it exists already, the
+        sandbox first fast-forwards through it (see Trajectory).
         """
         return Sandbox(self, self._json("POST", "/v1/sandboxes", _api.build_spec(spec, **fields)))
 
@@ -104,6 +109,16 @@ class Client:
     def health(self):
         """``{"status": "ok", "host_id": ...}`` when corrald is up."""
         return self._json("GET", "/healthz")
+
+    def trajectories(self):
+        """Every trajectory corrald has: a list of ``{"id", "spec", "base",
+        "created_at", "n_steps", "heads", "live_sandbox"}`` (``{"id",
+        "error"}`` for one whose log cannot be read)."""
+        return self._json("GET", "/v1/trajectories")["trajectories"]
+
+    def trajectory(self, trajectory_id):
+        """The Trajectory with this id (nothing is asked of corrald yet)."""
+        return Trajectory(self, trajectory_id)
 
     def call(self, name, args=None, timeout=None):
         """Call the registered function ``name`` with ``args`` (any JSON
@@ -210,6 +225,34 @@ class Sandbox:
                 if v is not None}
         return Session(self, self.client._json("POST", f"{self._path}/sessions", body))
 
+    def snapshot(self, name=None):
+        """Checkpoint the sandbox's writable filesystem now (not its
+        processes): ``{"sandbox", "checkpoint": "sha256:...", "name",
+        "stats": {"entries", "changed", "removed", "bytes_stored",
+        "seconds"}}``.  On a trajectory sandbox it is a step too."""
+        return self.client._json("POST", f"{self._path}/snapshot", _api.snapshot_body(name))
+
+    def fork(self, step=None, checkpoint=None, trajectory=None):
+        """A new Sandbox with this one's spec, on the state after ``step`` of
+        its trajectory, or of ``checkpoint`` (an id from snapshot()), or
+        (neither) its state now.  ``trajectory`` (an id or ``{"id",
+        "checkpoint"}``, a new one) makes the new sandbox record one; its
+        ``info["forked_from"]`` is ``{"sandbox", "step", "checkpoint"}``.
+        NotFound for a step that does not exist."""
+        body = _api.fork_body(step, checkpoint, trajectory)
+        return Sandbox(self.client, self.client._json("POST", f"{self._path}/fork", body))
+
+    def pause(self):
+        """Freeze every process of the sandbox and release what memory can
+        be; any later call resumes it.  Returns the sandbox's info."""
+        self.info = self.client._json("POST", f"{self._path}/pause")
+        return self.info
+
+    def resume(self):
+        """Thaw a paused sandbox.  Returns the sandbox's info."""
+        self.info = self.client._json("POST", f"{self._path}/resume")
+        return self.info
+
 
 class Files:
     """A sandbox's files: ``sandbox.files``.  Paths are absolute, without ``..``."""
@@ -224,8 +267,10 @@ class Files:
         return self._sb.client._call(_api.write_call(self._sb.id, path, data, mode, user)).json()
 
     def read(self, path):
-        """A file's bytes."""
-        return self._sb.client._call(_api.file_call(self._sb.id, "GET", path)).body
+        """A file's bytes: a FileBytes, which is bytes with ``mode`` and, on
+        a trajectory sandbox, ``step`` and ``replayed``."""
+        return _api.FileBytes.from_response(
+            self._sb.client._call(_api.file_call(self._sb.id, "GET", path)))
 
     def put_dir(self, local_dir_or_tar, path):
         """Copy a local directory's contents (or extract a tar archive given as
@@ -242,10 +287,13 @@ class Files:
 
 
 class Session:
-    """A shell in a sandbox: ``session_id``, and ``alive`` until it exits."""
+    """A shell in a sandbox: ``session_id``, and ``alive`` until it exits;
+    ``info`` is corrald's answer to its opening (with ``step`` and
+    ``replayed`` on a trajectory sandbox)."""
 
     def __init__(self, sandbox, info):
         self.sandbox = sandbox
+        self.info = info
         self.session_id = info["session_id"]
         self.alive = info["alive"]
 
@@ -276,6 +324,40 @@ class Session:
         except errors.NotFound:
             pass
         self.alive = False
+
+
+class Trajectory:
+    """A trajectory: the durable log of every call made to the sandboxes
+    that recorded it, as a tree of steps (docs/api.md, "Trajectories").
+    ``client.trajectory(id)``; ``id`` is its id."""
+
+    def __init__(self, client, trajectory_id):
+        self.client = client
+        self.id = trajectory_id
+
+    def __repr__(self):
+        return f"<corral.Trajectory {self.id}>"
+
+    def info(self, outputs=False):
+        """``{"id", "spec", "base", "created_at", "steps", "events",
+        "n_steps", "heads", "live_sandbox"}``; each step without its outputs
+        (stdout, stderr, stdin) unless ``outputs``.  NotFound if none."""
+        tail = "?outputs=1" if outputs else ""
+        return self.client._json("GET", _api.trajectory_target(self.id, tail))
+
+    def steps(self):
+        """Every step, in order, as a dict with its outputs: the NDJSON
+        export (``n``, ``parent``, ``kind``, ``request``, ``hash``,
+        ``status``, ``response``, ``checkpoint``, ...; a file read's bytes
+        as ``content_base64``, a file write's as
+        ``request["body_base64"]``)."""
+        resp = self.client._call(_api.Call("GET", _api.trajectory_target(self.id, "/steps")))
+        return _api.ndjson(resp.body)
+
+    def remove(self):
+        """Delete the trajectory and its log; Conflict while a sandbox holds
+        it.  Checkpoints stay in the shared store."""
+        return self.client._json("DELETE", _api.trajectory_target(self.id))
 
 
 _default = None
