@@ -26,6 +26,7 @@ static const char help[] =
     "usage: corral bench [OPTIONS]\n"
     "       corral bench images [OPTIONS]  (image import, create and disk: see its --help)\n"
     "       corral bench functions [OPTIONS]  (the function backend's calls: see its --help)\n"
+    "       corral bench traj [OPTIONS]  (trajectories: step overhead, fast-forward, restore)\n"
     "\n"
     "Measure, on this machine and in one run:\n"
     "  1. sandbox cycles through the API: create (64 MiB), exec /bin/true,\n"
@@ -405,6 +406,11 @@ int crl_cmd_bench(int argc, char **argv)
         static char self[] = "bench functions";
         argv[1] = self;
         return crl_cmd_bench_functions(argc - 1, argv + 1);
+    }
+    if (argc > 1 && strcmp(argv[1], "traj") == 0) {
+        static char self[] = "bench traj";
+        argv[1] = self;
+        return crl_cmd_bench_traj(argc - 1, argv + 1);
     }
     struct crl_err err = CRL_ERR_INIT;
     bool start = false, json_only = false;
