@@ -16,6 +16,7 @@ struct crl_api_config {
     const char *token;         /* required for TCP */
     bool allow_remote;         /* allow a non-loopback TCP address */
     size_t max_body;           /* JSON request bodies */
+    unsigned checkpoint_gc_s;  /* the checkpoint collector's period and grace; 0: never */
     const char *importer_path; /* corral-import; NULL: next to this program */
 };
 

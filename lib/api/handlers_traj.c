@@ -40,27 +40,37 @@ struct crl_traj_call {
     bool running; /* the endpoint runs live: its answer is ours to record */
     double started_at;
     unsigned long long t0;
+    /* the answer, while its step is made durable */
+    struct crl_traj_record_job record;
+    unsigned status;
+    json_t *body;
+    char *body_text; /* a large answer, stored as a blob */
     /* going live, or a fork's new sandbox: the state restored */
+    struct crl_traj_restore_job prep;
     struct crl_restore_req restore;
-    int tar_fd;
-    char ckpt[CRL_CKPT_ID_MAX];
     uint32_t from_step;
     json_t *sessions; /* [[id, body]] to open again */
     size_t next_session;
+    /* a checkpoint taken for a snapshot or a fork from now */
+    struct crl_traj_ckpt_job ckpt;
+    char *snapshot_name;
     /* a file read in a step */
     bool is_file;
     struct crl_buf file;
     char file_mode[8];
+    /* POST /v1/trajectories/gc */
+    struct crl_traj_gc_job gc;
     /* a fork */
     struct crl_sandbox *source;
     int64_t fork_step;
+    json_t *fork_body;
 };
 
 static struct crl_traj_call *call_new(void)
 {
     struct crl_traj_call *c = calloc(1, sizeof(*c));
     if (c) {
-        c->tar_fd = -1;
+        c->prep.tar_fd = -1;
         crl_buf_init(&c->file, TRAJ_MAX_READ);
     }
     return c;
@@ -70,10 +80,14 @@ void crl_traj_req_free(struct crl_req *r)
 {
     struct crl_traj_call *c = r->tcall;
     if (c) {
-        if (c->tar_fd >= 0)
-            close(c->tar_fd);
+        crl_traj_restore_job_free(&c->prep);
         json_decref(c->request);
         json_decref(c->sessions);
+        json_decref(c->record.rec);
+        json_decref(c->body);
+        json_decref(c->fork_body);
+        free(c->body_text);
+        free(c->snapshot_name);
         crl_buf_free(&c->file);
         if (c->source)
             crl_sandbox_unref(c->source);
@@ -260,8 +274,13 @@ static void replay(struct crl_req *r, struct crl_traj_call *c, const struct crl_
         goto fail;
     unsigned status = (unsigned)json_integer_value(json_object_get(rec, "status"));
     const char *blob_id = json_string_value(json_object_get(rec, "response_blob"));
-    if (blob_id && crl_blob_get(crl_trajs_store(s->ts), blob_id, &blob, SIZE_MAX, &err) < 0)
-        goto fail;
+    if (blob_id) {
+        crl_trajs_lock(s->ts);
+        int rc = crl_blob_get(crl_trajs_store(s->ts), blob_id, &blob, SIZE_MAX, &err);
+        crl_trajs_unlock(s->ts);
+        if (rc < 0)
+            goto fail;
+    }
     s->cursor = m->n;
     s->replayed++;
     crl_trajs_counters(s->ts)->steps_replayed++;
@@ -302,6 +321,32 @@ static void run_live(struct crl_req *r)
     crl_req_run_step(r);
 }
 
+static void recorded(struct crl_traj_record_job *rj, const struct crl_err *err)
+{
+    struct crl_req *r = rj->ctx;
+    struct crl_traj_call *c = r->tcall;
+    struct crl_traj_sb *s = c->s;
+    s->busy = false;
+    if (err) {
+        crl_warn(s->sb->id, "trajectory %s: a step could not be recorded: %s", s->traj->id,
+                 err->msg);
+        struct crl_err e2 = CRL_ERR_INIT;
+        crl_err_set(&e2, CRL_E_INTERNAL,
+                    "the call ran but could not be recorded in trajectory %s: %s", s->traj->id,
+                    err->msg);
+        crl_req_error(r, &e2);
+    } else if (c->is_file) {
+        answer_file(r, c->file.data ? c->file.data : "", c->file.len, c->file_mode, rj->st.n,
+                    false);
+    } else {
+        json_t *body = c->body;
+        c->body = NULL;
+        mark(body, rj->st.n, false);
+        answer(r, c, c->status, body);
+    }
+    crl_req_pending_done(r);
+}
+
 bool crl_traj_capture(struct crl_req *r, unsigned status, json_t *body)
 {
     struct crl_traj_call *c = r->tcall;
@@ -309,61 +354,59 @@ bool crl_traj_capture(struct crl_req *r, unsigned status, json_t *body)
         return false;
     c->running = false;
     struct crl_traj_sb *s = c->s;
-    s->busy = false;
     if (status >= 500) {
         /* The platform failed, not the call: not a step; the answer goes as it is. */
+        s->busy = false;
         crl_req_json(r, status, body);
         return true;
     }
     struct crl_err err = CRL_ERR_INIT;
-    struct crl_ckpt_store *store = crl_trajs_store(s->ts);
-    json_t *rec = json_pack("{s:s, s:O, s:s, s:i, s:f, s:f}", "kind", c->kind, "request",
-                            c->request, "hash", c->hash, "status", (int)status, "started_at",
-                            c->started_at, "duration_s", (double)(crl_now_ns() - c->t0) / 1e9);
-    char id[CRL_CKPT_ID_MAX];
-    const char *ckpt = NULL;
-    uint32_t n = 0;
-    if (!rec) {
+    struct crl_traj_record_job *rj = &c->record;
+    c->status = status;
+    c->body = body;
+    /* The worker fills rec in: nothing in it is shared with the loop. */
+    rj->rec =
+        json_pack("{s:s, s:o, s:s, s:i, s:f, s:f}", "kind", c->kind, "request",
+                  json_deep_copy(c->request), "hash", c->hash, "status", (int)status, "started_at",
+                  c->started_at, "duration_s", (double)(crl_now_ns() - c->t0) / 1e9);
+    if (!rj->rec) {
         crl_err_sys(&err, ENOMEM, "a step");
         goto fail;
     }
-    if (r->body_held && r->body.len) {
-        if (crl_blob_put(store, r->body.data, r->body.len, id, &err) < 0)
-            goto fail;
-        json_object_set_new(json_object_get(rec, "request"), "body_blob", json_string(id));
-    }
+    /* What the record references rather than holds: stored first. */
+    if (r->body_held && r->body.len)
+        rj->blob[rj->n_blobs++] = (typeof(rj->blob[0])){
+            r->body.data, r->body.len, json_object_get(rj->rec, "request"), "body_blob"};
     if (c->is_file) {
-        if (crl_blob_put(store, c->file.data ? c->file.data : "", c->file.len, id, &err) < 0)
-            goto fail;
-        json_object_set_new(rec, "response_blob", json_string(id));
-        json_object_set_new(rec, "file_mode", json_string(c->file_mode));
+        rj->blob[rj->n_blobs++] = (typeof(rj->blob[0])){c->file.data ? c->file.data : "",
+                                                        c->file.len, rj->rec, "response_blob"};
+        json_object_set_new(rj->rec, "file_mode", json_string(c->file_mode));
     } else {
-        cleanup_free char *text = json_dumps(body, JSON_COMPACT);
+        char *text = json_dumps(body, JSON_COMPACT);
         if (text && strlen(text) > CRL_TRAJ_INLINE_MAX) {
-            if (crl_blob_put(store, text, strlen(text), id, &err) < 0)
-                goto fail;
-            json_object_set_new(rec, "response_blob", json_string(id));
+            c->body_text = text;
+            rj->blob[rj->n_blobs++] =
+                (typeof(rj->blob[0])){text, strlen(text), rj->rec, "response_blob"};
         } else {
-            json_object_set(rec, "response", body);
+            free(text);
+            json_object_set_new(rj->rec, "response", json_deep_copy(body));
         }
     }
     if (strcmp(c->kind, "snapshot") == 0 && status == 200)
-        ckpt = json_string_value(json_object_get(body, "checkpoint"));
-    if ((c->is_file || r->body_held) && crl_ckpt_store_sync(store, &err) < 0)
+        snprintf(rj->ckpt_given, sizeof(rj->ckpt_given), "%s",
+                 json_string_value(json_object_get(body, "checkpoint")));
+    rj->s = s;
+    rj->changes_state = c->changes_state && status < 400;
+    rj->cb = recorded;
+    rj->ctx = r;
+    r->pending++;
+    if (crl_traj_record_start(rj, &err) < 0) {
+        r->pending--;
         goto fail;
-    if (crl_traj_record(s, rec, c->changes_state && status < 400, ckpt, &n, &err) < 0)
-        goto fail;
-    json_decref(rec);
-    if (c->is_file) {
-        answer_file(r, c->file.data ? c->file.data : "", c->file.len, c->file_mode, n, false);
-        return true;
     }
-    mark(body, n, false);
-    answer(r, c, status, body);
-    return true;
+    return true; /* answered once durable */
 fail:
-    json_decref(rec);
-    json_decref(body);
+    s->busy = false;
     crl_warn(s->sb->id, "trajectory %s: a step could not be recorded: %s", s->traj->id, err.msg);
     struct crl_err e2 = CRL_ERR_INIT;
     crl_err_set(&e2, CRL_E_INTERNAL, "the call ran but could not be recorded in trajectory %s: %s",
@@ -444,7 +487,7 @@ static void live_ready(struct crl_req *r)
     crl_trajs_counters(s->ts)->went_live++;
     if (crl_traj_event(s, "live",
                        json_pack("{s:i, s:s*, s:i}", "restored_from_step", (int)c->from_step,
-                                 "restored", c->ckpt[0] ? c->ckpt : NULL, "sessions",
+                                 "restored", c->prep.ckpt[0] ? c->prep.ckpt : NULL, "sessions",
                                  (int)json_array_size(c->sessions)),
                        &err) < 0)
         crl_warn(s->sb->id, "trajectory %s: %s", s->traj->id, err.msg);
@@ -500,47 +543,52 @@ static void restored(struct crl_restore_req *rq, const struct crl_err *err)
 {
     struct crl_req *r = rq->ctx;
     struct crl_traj_call *c = r->tcall;
-    struct crl_err e = CRL_ERR_INIT;
-    close(c->tar_fd);
-    c->tar_fd = -1;
     if (err) {
         live_failed(r, err);
         return;
     }
-    if (crl_traj_restored(c->s, c->ckpt, &e) < 0) {
-        live_failed(r, &e);
-        return;
-    }
+    crl_traj_restored(c->s, &c->prep); /* its state, and the index of it */
+    crl_traj_restore_job_free(&c->prep);
     next_session(r);
 }
 
-/* The chain of checkpoint `id` as a tar stream in a memfd, for a restore. */
-static int restore_tar(struct crl_trajs *ts, const char *id, struct crl_err *err)
+/* The restore's material is ready (on the worker): hand it to the backend. */
+static void prepared(struct crl_traj_restore_job *rj, const struct crl_err *err)
 {
-    int fd = memfd_create("corral-restore", MFD_CLOEXEC);
-    if (fd < 0)
-        return crl_err_sys(err, errno, "memfd_create");
-    struct crl_ckpt_stats st = {0};
-    if (crl_ckpt_write_tar(crl_trajs_store(ts), id, fd, &st, err) < 0 ||
-        lseek(fd, 0, SEEK_SET) < 0) {
-        close(fd);
-        return -1;
+    struct crl_req *r = rj->ctx;
+    struct crl_traj_call *c = r->tcall;
+    struct crl_sandbox *sb = c->s->sb;
+    struct crl_err e = CRL_ERR_INIT;
+    if (!err && !c->prep.ckpt[0]) {
+        c->restore.done(&c->restore, NULL); /* the image is the state: nothing to apply */
+        return;
     }
-    return fd;
+    if (!err && !sb->ops->restore) {
+        crl_err_set(&e, CRL_E_UNSUPPORTED, "the %s backend cannot restore checkpoints",
+                    sb->ops->name);
+        err = &e;
+    }
+    if (!err && crl_sandbox_check_ready(sb, &e) < 0)
+        err = &e;
+    if (!err) {
+        c->restore.tar_fd = c->prep.tar_fd;
+        c->restore.ctx = r;
+        if (sb->ops->restore(sb, &c->restore, &e) < 0)
+            err = &e;
+    }
+    if (err)
+        c->restore.done(&c->restore, err);
 }
 
-/* Start restoring c->ckpt into sb; c->restore.done runs once it is in. */
-static int start_restore(struct crl_req *r, struct crl_sandbox *sb, struct crl_err *err)
+/* Restore checkpoint c->prep.ckpt into sb: material on the worker, then
+ * the backend's restore op; c->restore.done runs at the end either way. */
+static void start_restore(struct crl_req *r)
 {
     struct crl_traj_call *c = r->tcall;
-    if (!sb->ops->restore)
-        return crl_err_set(err, CRL_E_UNSUPPORTED, "the %s backend cannot restore checkpoints",
-                           sb->ops->name);
-    if ((c->tar_fd = restore_tar(trajs_of(r), c->ckpt, err)) < 0)
-        return -1;
-    c->restore.tar_fd = c->tar_fd;
     c->restore.ctx = r;
-    return sb->ops->restore(sb, &c->restore, err);
+    c->prep.cb = prepared;
+    c->prep.ctx = r;
+    crl_traj_restore_prepare(trajs_of(r), &c->prep);
 }
 
 /* The sessions open at the cursor: opened along the path, not closed. */
@@ -591,19 +639,14 @@ static void go_live(struct crl_req *r)
     struct crl_err err = CRL_ERR_INIT;
     s->busy = true;
     r->pending++;
-    snprintf(c->ckpt, sizeof(c->ckpt), "%s", crl_traj_live_state(s, &c->from_step));
+    snprintf(c->prep.ckpt, sizeof(c->prep.ckpt), "%s", crl_traj_live_state(s, &c->from_step));
     c->restore.done = restored;
     c->restore.ctx = r;
     if (crl_sandbox_check_ready(s->sb, &err) < 0 || sessions_at_cursor(s, &c->sessions, &err) < 0) {
         live_failed(r, &err);
         return;
     }
-    if (!c->ckpt[0]) {
-        restored(&c->restore, NULL); /* the image is the state */
-        return;
-    }
-    if (start_restore(r, s->sb, &err) < 0)
-        live_failed(r, &err);
+    start_restore(r);
 }
 
 bool crl_traj_take(struct crl_req *r)
@@ -708,11 +751,29 @@ json_t *crl_traj_sandbox_json(struct crl_sandbox *sb, json_t *o)
 
 /* ---- snapshot ---- */
 
+static void snapshot_taken(struct crl_traj_ckpt_job *cj, const struct crl_err *err)
+{
+    struct crl_req *r = cj->ctx;
+    struct crl_traj_call *c = r->tcall;
+    if (err) {
+        crl_req_error(r, err);
+    } else {
+        const struct crl_ckpt_stats *st = &cj->st;
+        crl_req_json(r, 200,
+                     json_pack("{s:s, s:s, s:s*, s:{s:I, s:I, s:I, s:I, s:f}}", "sandbox",
+                               r->sb->id, "checkpoint", cj->id, "name", c->snapshot_name, "stats",
+                               "entries", (json_int_t)st->entries, "changed",
+                               (json_int_t)st->changed, "removed", (json_int_t)st->removed,
+                               "bytes_stored", (json_int_t)st->bytes_stored, "seconds",
+                               cj->seconds));
+    }
+    crl_req_pending_done(r);
+}
+
 void crl_h_snapshot(struct crl_req *r)
 {
     struct crl_err err = CRL_ERR_INIT;
     json_t *body = NULL;
-    const char *name = NULL;
     if (crl_req_sandbox(r, &err) < 0 || crl_sandbox_check_ready(r->sb, &err) < 0)
         goto fail;
     if (r->body.len) {
@@ -725,21 +786,31 @@ void crl_h_snapshot(struct crl_req *r)
                         "a snapshot request is {\"name\": \"...\"} (at most 128 bytes), or empty");
             goto fail;
         }
-        name = json_string_value(n);
     }
     struct crl_traj_sb *s = crl_traj_sb_get(trajs_of(r), r->sb, &err);
-    char id[CRL_CKPT_ID_MAX];
-    struct crl_ckpt_stats st = {0};
-    unsigned long long t0 = crl_now_ns();
-    if (!s || crl_traj_checkpoint(s, id, &st, &err) < 0)
+    if (!s)
         goto fail;
-    json_t *o = json_pack("{s:s, s:s, s:s*, s:{s:I, s:I, s:I, s:I, s:f}}", "sandbox", r->sb->id,
-                          "checkpoint", id, "name", name, "stats", "entries",
-                          (json_int_t)st.entries, "changed", (json_int_t)st.changed, "removed",
-                          (json_int_t)st.removed, "bytes_stored", (json_int_t)st.bytes_stored,
-                          "seconds", (double)(crl_now_ns() - t0) / 1e9);
+    /* A step of a trajectory has its call already; a plain snapshot not. */
+    if (!r->tcall && !(r->tcall = call_new())) {
+        crl_err_sys(&err, ENOMEM, "snapshot");
+        goto fail;
+    }
+    struct crl_traj_call *c = r->tcall;
+    const char *name = json_string_value(json_object_get(body, "name"));
+    if (name && !(c->snapshot_name = strdup(name))) {
+        crl_err_sys(&err, ENOMEM, "snapshot");
+        goto fail;
+    }
     json_decref(body);
-    crl_req_json(r, 200, o);
+    body = NULL;
+    c->ckpt.s = s;
+    c->ckpt.cb = snapshot_taken;
+    c->ckpt.ctx = r;
+    r->pending++;
+    if (crl_traj_checkpoint_start(&c->ckpt, &err) < 0) {
+        r->pending--;
+        goto fail;
+    }
     return;
 fail:
     json_decref(body);
@@ -751,11 +822,12 @@ fail:
 static void fork_answer(struct crl_req *r, struct crl_sandbox *sb)
 {
     struct crl_traj_call *c = r->tcall;
+    const char *ck = c->prep.ckpt;
     json_t *o = crl_traj_sandbox_json(sb, crl_sandbox_json(sb));
     json_object_set_new(o, "forked_from",
                         json_pack("{s:s, s:o, s:o}", "sandbox", c->source->id, "step",
                                   c->fork_step >= 0 ? json_integer(c->fork_step) : json_null(),
-                                  "checkpoint", c->ckpt[0] ? json_string(c->ckpt) : json_null()));
+                                  "checkpoint", ck[0] ? json_string(ck) : json_null()));
     crl_req_json(r, 201, o);
 }
 
@@ -764,22 +836,19 @@ static void fork_restored(struct crl_restore_req *rq, const struct crl_err *err)
     struct crl_req *r = rq->ctx;
     struct crl_traj_call *c = r->tcall;
     struct crl_sandbox *sb = c->s->sb;
-    struct crl_err e = CRL_ERR_INIT;
-    close(c->tar_fd);
-    c->tar_fd = -1;
-    if (!err && crl_traj_restored(c->s, c->ckpt, &e) < 0)
-        err = &e;
     if (err) {
         crl_host_destroy(sb->host, sb, "restore_failed", NULL, NULL, NULL);
         if (!r->gone)
             crl_req_error(r, err);
     } else {
+        crl_traj_restored(c->s, &c->prep);
         c->s->live = true;
         if (r->gone || r->client_gone)
             crl_host_destroy(sb->host, sb, "client_gone", NULL, NULL, NULL);
         else
             fork_answer(r, sb);
     }
+    crl_traj_restore_job_free(&c->prep);
     crl_req_pending_done(r);
 }
 
@@ -795,26 +864,62 @@ static void fork_created(struct crl_sandbox *sb, const struct crl_err *err, void
         crl_req_pending_done(r);
         return;
     }
-    if (crl_traj_create_end(r, sb, &e) < 0 || !(c->s = crl_traj_sb_get(trajs_of(r), sb, &e)))
-        goto fail;
-    c->restore.done = fork_restored;
-    c->restore.ctx = r;
-    if (!c->ckpt[0]) {
-        fork_restored(&c->restore, NULL);
+    if (crl_traj_create_end(r, sb, &e) < 0 || !(c->s = crl_traj_sb_get(trajs_of(r), sb, &e))) {
+        crl_host_destroy(sb->host, sb, "restore_failed", NULL, NULL, NULL);
+        if (!r->gone)
+            crl_req_error(r, &e);
+        crl_req_pending_done(r);
         return;
     }
-    if (start_restore(r, sb, &e) < 0)
-        goto fail;
-    return;
-fail:
-    crl_host_destroy(sb->host, sb, "restore_failed", NULL, NULL, NULL);
-    if (!r->gone)
-        crl_req_error(r, &e);
+    c->restore.done = fork_restored;
+    start_restore(r);
+}
+
+/* The new sandbox: the source's spec, with the trajectory asked for, if any. */
+static void fork_create(struct crl_req *r)
+{
+    struct crl_traj_call *c = r->tcall;
+    struct crl_err err = CRL_ERR_INIT;
+    struct crl_spec spec;
+    crl_spec_init(&spec);
+    json_t *spec_json = crl_spec_to_json(&c->source->spec);
+    json_t *traj = json_object_get(c->fork_body, "trajectory");
+    json_object_del(spec_json, "trajectory");
+    if (traj)
+        json_object_set(spec_json, "trajectory", traj);
+    int rc = crl_spec_from_json(spec_json, &spec, &err);
+    json_decref(spec_json);
+    if (rc < 0 || (spec.trajectory[0] && crl_traj_open(trajs_of(r), spec.trajectory, &spec,
+                                                       c->prep.ckpt, true, &r->topen, &err) < 0)) {
+        crl_spec_free(&spec);
+        crl_req_error(r, &err);
+        return;
+    }
+    r->pending++;
+    if (crl_host_create(r->api->host, &spec, fork_created, r, &err) < 0) {
+        r->pending--;
+        crl_spec_free(&spec);
+        crl_traj_create_abort(r);
+        crl_req_error(r, &err);
+    }
+}
+
+static void fork_checkpointed(struct crl_traj_ckpt_job *cj, const struct crl_err *err)
+{
+    struct crl_req *r = cj->ctx;
+    struct crl_traj_call *c = r->tcall;
+    if (err) {
+        crl_req_error(r, err);
+    } else if (!r->gone && !r->client_gone) {
+        snprintf(c->prep.ckpt, sizeof(c->prep.ckpt), "%s", cj->id);
+        fork_create(r);
+    }
     crl_req_pending_done(r);
 }
 
 /* Which state a fork starts from: step N of the sandbox's trajectory, a
- * checkpoint by id, or (neither) its state now. */
+ * checkpoint by id, or (neither) its state now, checkpointed on the
+ * worker.  0: c->prep.ckpt is set; 1: it will be (fork_checkpointed). */
 static int fork_state(struct crl_req *r, json_t *body, struct crl_traj_call *c, struct crl_err *err)
 {
     struct crl_sandbox *sb = r->sb;
@@ -846,15 +951,18 @@ static int fork_state(struct crl_req *r, json_t *body, struct crl_traj_call *c, 
                                "(checkpoint mode %s); the nearest is step %u",
                                (long long)n, s->traj->id, crl_checkpoint_mode_name(s->mode), k);
         c->fork_step = n;
-        snprintf(c->ckpt, sizeof(c->ckpt), "%s", s->traj->steps[k].ckpt);
+        snprintf(c->prep.ckpt, sizeof(c->prep.ckpt), "%s", s->traj->steps[k].ckpt);
         return 0;
     }
     if (ck) {
         if (!json_is_string(ck))
             return crl_err_set(err, CRL_E_INVALID, "checkpoint must be a checkpoint id string");
-        if (crl_ckpt_check(crl_trajs_store(trajs_of(r)), json_string_value(ck), err) < 0)
+        crl_trajs_lock(trajs_of(r));
+        int rc = crl_ckpt_check(crl_trajs_store(trajs_of(r)), json_string_value(ck), err);
+        crl_trajs_unlock(trajs_of(r));
+        if (rc < 0)
             return -1;
-        snprintf(c->ckpt, sizeof(c->ckpt), "%s", json_string_value(ck));
+        snprintf(c->prep.ckpt, sizeof(c->prep.ckpt), "%s", json_string_value(ck));
         return 0;
     }
     if (crl_sandbox_check_ready(sb, err) < 0)
@@ -869,24 +977,29 @@ static int fork_state(struct crl_req *r, json_t *body, struct crl_traj_call *c, 
             return crl_err_set(err, CRL_E_CONFLICT,
                                "the state at step %u of trajectory %s was not checkpointed",
                                s->cursor, s->traj->id);
-        snprintf(c->ckpt, sizeof(c->ckpt), "%s", id);
+        snprintf(c->prep.ckpt, sizeof(c->prep.ckpt), "%s", id);
         c->fork_step = s->cursor;
         return 0;
     }
     if (s->busy)
         return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is running a step; fork it after",
                            sb->id);
-    struct crl_ckpt_stats st;
-    return crl_traj_checkpoint(s, c->ckpt, &st, err);
+    c->ckpt.s = s;
+    c->ckpt.cb = fork_checkpointed;
+    c->ckpt.ctx = r;
+    r->pending++;
+    if (crl_traj_checkpoint_start(&c->ckpt, err) < 0) {
+        r->pending--;
+        return -1;
+    }
+    return 1;
 }
 
 void crl_h_fork(struct crl_req *r)
 {
     static const char *const keys[] = {"step", "checkpoint", "trajectory"};
     struct crl_err err = CRL_ERR_INIT;
-    json_t *body = NULL, *spec_json = NULL;
-    struct crl_spec spec;
-    crl_spec_init(&spec);
+    json_t *body = NULL;
     if (crl_req_sandbox(r, &err) < 0)
         goto fail;
     if (r->body.len && crl_json_load(r->body.data, r->body.len, &body, &err) < 0)
@@ -918,32 +1031,16 @@ void crl_h_fork(struct crl_req *r)
     r->tcall = c;
     c->source = r->sb;
     crl_sandbox_ref(r->sb);
-    if (fork_state(r, body, c, &err) < 0)
+    c->fork_body = body;
+    body = NULL;
+    int rc = fork_state(r, c->fork_body, c, &err);
+    if (rc < 0)
         goto fail;
-    /* The new sandbox: the same spec, with the trajectory asked for, if any. */
-    spec_json = crl_spec_to_json(&r->sb->spec);
-    json_object_del(spec_json, "trajectory");
-    if (json_object_get(body, "trajectory"))
-        json_object_set(spec_json, "trajectory", json_object_get(body, "trajectory"));
-    if (crl_spec_from_json(spec_json, &spec, &err) < 0)
-        goto fail;
-    if (spec.trajectory[0] &&
-        crl_traj_open(trajs_of(r), spec.trajectory, &spec, c->ckpt, true, &r->topen, &err) < 0)
-        goto fail;
-    json_decref(body);
-    json_decref(spec_json);
-    r->pending++;
-    if (crl_host_create(r->api->host, &spec, fork_created, r, &err) < 0) {
-        r->pending--;
-        crl_spec_free(&spec);
-        crl_traj_create_abort(r);
-        crl_req_error(r, &err);
-    }
+    if (rc == 0)
+        fork_create(r);
     return;
 fail:
     json_decref(body);
-    json_decref(spec_json);
-    crl_spec_free(&spec);
     crl_req_error(r, &err);
 }
 
@@ -955,11 +1052,69 @@ static void each_line(json_t *step, void *ctx)
     stream_line(r, json_incref(step));
 }
 
+static void collected(struct crl_traj_gc_job *gj, const struct crl_err *err)
+{
+    struct crl_req *r = gj->ctx;
+    if (err)
+        crl_req_error(r, err);
+    else
+        crl_req_json(r, 200,
+                     json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f}", "trajectories",
+                               (json_int_t)gj->trajectories, "blobs_removed",
+                               (json_int_t)gj->st.blobs_removed, "bytes_removed",
+                               (json_int_t)gj->st.bytes_removed, "blobs_kept",
+                               (json_int_t)gj->st.blobs_kept, "young_kept",
+                               (json_int_t)gj->st.young_kept, "tmp_removed",
+                               (json_int_t)gj->st.tmp_removed, "missing", (json_int_t)gj->missing,
+                               "grace_s", gj->grace_s, "seconds", gj->seconds));
+    crl_req_pending_done(r);
+}
+
+/* POST /v1/trajectories/gc {"grace_s": N}: default an hour. */
+static void gc(struct crl_req *r)
+{
+    struct crl_err err = CRL_ERR_INIT;
+    json_t *body = NULL;
+    double grace = 3600;
+    if (r->body.len) {
+        if (crl_json_load(r->body.data, r->body.len, &body, &err) < 0)
+            goto fail;
+        json_t *g = json_object_get(body, "grace_s");
+        if (!json_is_object(body) || json_object_size(body) > (g ? 1u : 0u) ||
+            (g && (!json_is_number(g) || json_number_value(g) < 0))) {
+            crl_err_set(&err, CRL_E_INVALID,
+                        "a gc request is {\"grace_s\": seconds (0 or more)}, or empty");
+            goto fail;
+        }
+        if (g)
+            grace = json_number_value(g);
+    }
+    json_decref(body);
+    if (!(r->tcall = call_new())) {
+        crl_err_sys(&err, ENOMEM, "gc");
+        crl_req_error(r, &err);
+        return;
+    }
+    r->tcall->gc.grace_s = grace;
+    r->tcall->gc.cb = collected;
+    r->tcall->gc.ctx = r;
+    r->pending++;
+    crl_trajs_gc_start(trajs_of(r), &r->tcall->gc);
+    return;
+fail:
+    json_decref(body);
+    crl_req_error(r, &err);
+}
+
 void crl_h_trajectories(struct crl_req *r)
 {
     struct crl_err err = CRL_ERR_INIT;
     struct crl_trajs *ts = trajs_of(r);
     json_t *o = NULL;
+    if (r->route.ep == CRL_EP_TRAJECTORY_GC && strcmp(r->method, "POST") == 0) {
+        gc(r);
+        return;
+    }
     if (r->route.ep == CRL_EP_TRAJECTORIES) {
         crl_req_json(r, 200, crl_trajs_list_json(ts, r->api->host));
         return;

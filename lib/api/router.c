@@ -119,8 +119,10 @@ bool crl_route_match(const char *path, struct crl_route *r)
             return false;
         p += 13 + n;
         if (*p == 0) {
-            r->ep = CRL_EP_TRAJECTORY;
-            r->allow = "GET, DELETE";
+            /* "gc" is an action to POST, and a trajectory to GET or DELETE */
+            bool gc = strcmp(r->name, "gc") == 0;
+            r->ep = gc ? CRL_EP_TRAJECTORY_GC : CRL_EP_TRAJECTORY;
+            r->allow = gc ? "GET, DELETE, POST" : "GET, DELETE";
             return true;
         }
         if (strcmp(p, "/steps") == 0) {

@@ -29,6 +29,7 @@ enum crl_endpoint {
     CRL_EP_TRAJECTORIES,     /* GET list */
     CRL_EP_TRAJECTORY,       /* GET inspect, DELETE remove */
     CRL_EP_TRAJECTORY_STEPS, /* GET: NDJSON, a step a line */
+    CRL_EP_TRAJECTORY_GC,    /* POST; GET and DELETE: the trajectory named "gc" */
     CRL_EP__COUNT
 };
 

@@ -457,7 +457,8 @@ static void dispatch(struct crl_req *r)
     switch (r->route.ep) {
     case CRL_EP_TRAJECTORIES:
     case CRL_EP_TRAJECTORY:
-    case CRL_EP_TRAJECTORY_STEPS: crl_h_trajectories(r); return;
+    case CRL_EP_TRAJECTORY_STEPS:
+    case CRL_EP_TRAJECTORY_GC: crl_h_trajectories(r); return;
     case CRL_EP_HEALTHZ:
         crl_req_json(r, 200, json_pack("{s:s, s:s}", "status", "ok", "host_id", h->cfg.host_id));
         return;
@@ -795,8 +796,9 @@ int crl_api_start(struct crl_host *h, const struct crl_api_config *cfg, struct c
         crl_err_sys(err, ENOMEM, "api");
         goto fail;
     }
-    if (crl_trajs_open(h->state_dir, &a->trajs, err) < 0)
+    if (crl_trajs_open(h->state_dir, h->loop, &a->trajs, err) < 0)
         goto fail;
+    crl_trajs_gc_every(a->trajs, cfg->checkpoint_gc_s);
     if (cfg->tcp_listen && listen_tcp(a, cfg->tcp_listen, err) < 0)
         goto fail;
     if (cfg->unix_path && listen_unix(a, cfg->unix_path, err) < 0)

@@ -65,26 +65,132 @@ struct crl_ckpt_store {
     uint8_t *walk_buf;
 };
 
-static void sweep_tmp(struct crl_ckpt_store *s)
+/* "<64 hex>.<16 hex>.gc": a blob a sweep holds in tmp/ (see blob_remove). */
+#define HELD_SUFFIX ".gc"
+#define HELD_NAME_LEN (64 + 1 + 16 + sizeof(HELD_SUFFIX) - 1)
+
+#define DIGEST_BYTES 32
+
+/* 64 lowercase hex digits to bytes, checked on the way (a NUL stops it):
+ * marking and sweeping parse millions of them. */
+static bool hex_bin(const char *hex, uint8_t out[DIGEST_BYTES])
+{
+    static const int8_t val[256] = {
+        ['0'] = 1,  ['1'] = 2,  ['2'] = 3,  ['3'] = 4,  ['4'] = 5,  ['5'] = 6,
+        ['6'] = 7,  ['7'] = 8,  ['8'] = 9,  ['9'] = 10, ['a'] = 11, ['b'] = 12,
+        ['c'] = 13, ['d'] = 14, ['e'] = 15, ['f'] = 16, /* 0: not a digit */
+    };
+    for (int i = 0; i < DIGEST_BYTES; i++) {
+        int hi = val[(unsigned char)hex[2 * i]], lo = hi ? val[(unsigned char)hex[2 * i + 1]] : 0;
+        if (!lo)
+            return false;
+        out[i] = (uint8_t)((hi - 1) << 4 | (lo - 1));
+    }
+    return true;
+}
+
+/* A blob id ("sha256:<64 hex>") to bytes; false if malformed. */
+static bool id_bin(const char *id, uint8_t out[DIGEST_BYTES])
+{
+    return id && strncmp(id, "sha256:", 7) == 0 && hex_bin(id + 7, out) && id[7 + 64] == 0;
+}
+
+static bool held_name(const char *name)
+{
+    uint8_t d[DIGEST_BYTES];
+    return strlen(name) == HELD_NAME_LEN && hex_bin(name, d) && name[64] == '.' &&
+           strcmp(name + HELD_NAME_LEN - strlen(HELD_SUFFIX), HELD_SUFFIX) == 0;
+}
+
+/* Seconds from t to now; negative for a time ahead of this host's clock. */
+static double age_s(const struct timespec *t, const struct timespec *now)
+{
+    return (double)now->tv_sec - (double)t->tv_sec + (double)(now->tv_nsec - t->tv_nsec) / 1e9;
+}
+
+static bool blob_file_ok(struct crl_ckpt_store *s, const char *hex)
+{
+    struct stat st;
+    /* An empty file is no zstd frame: a blob whose write was torn, replaced. */
+    return fstatat(s->blob_fd, hex, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+           st.st_size > 0;
+}
+
+/* Give the blob a sweep held as tmp/`held` its name sha256/`hex` again;
+ * if a put has written it anew meanwhile, that copy stays. */
+static int blob_unhold(struct crl_ckpt_store *s, const char *held, const char *hex,
+                       struct crl_err *err)
+{
+    int r = renameat2(s->tmp_fd, held, s->blob_fd, hex, RENAME_NOREPLACE);
+    if (r < 0 && (errno == EINVAL || errno == ENOSYS)) /* NFS: the same bytes either way */
+        r = renameat(s->tmp_fd, held, s->blob_fd, hex);
+    if (r < 0 && errno == EEXIST) {
+        if (blob_file_ok(s, hex)) {
+            unlinkat(s->tmp_fd, held, 0);
+            return 0;
+        }
+        r = renameat(s->tmp_fd, held, s->blob_fd, hex); /* over a torn write */
+    }
+    if (r < 0 && errno != ENOENT) /* ENOENT: another sweep put it back first */
+        return crl_err_sys(err, errno, "rename %s/tmp/%s to sha256/%s", s->dir, held, hex);
+    return 0;
+}
+
+/* Remove tmp/ files at least max_age_s old (by age, not by pid: the writer
+ * may be on another host), and give every blob a sweep held there its name
+ * back, whatever its age: a sweep that died holding one may have held a
+ * blob a put had just made young; one still running finds it gone and
+ * leaves it be. */
+static int tmp_clean(struct crl_ckpt_store *s, double max_age_s, uint64_t *removed,
+                     struct crl_err *err)
 {
     int fd = crl_openat(s->tmp_fd, ".", O_RDONLY | O_DIRECTORY, 0);
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     if (!d) {
+        int e = errno;
         if (fd >= 0)
             close(fd);
-        return;
+        return crl_err_sys(err, e, "open %s/tmp", s->dir);
     }
-    time_t now = time(NULL);
-    struct dirent *de;
-    while ((de = readdir(d))) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    bool unheld = false;
+    int ret = 0;
+    for (;;) {
+        errno = 0;
+        struct dirent *de = readdir(d);
+        if (!de) {
+            if (errno)
+                ret = crl_err_sys(err, errno, "readdir %s/tmp", s->dir);
+            break;
+        }
+        const char *name = de->d_name;
         struct stat st;
-        if (de->d_name[0] == '.' || fstatat(s->tmp_fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        if (name[0] == '.')
             continue;
-        /* By age, not by pid: the writer may be on another host. */
-        if (S_ISREG(st.st_mode) && st.st_mtime < now - TMP_MAX_AGE_S)
-            unlinkat(s->tmp_fd, de->d_name, 0);
+        if (held_name(name)) {
+            char hex[65];
+            memcpy(hex, name, 64);
+            hex[64] = 0;
+            unheld = true;
+            if ((ret = blob_unhold(s, name, hex, err)) < 0)
+                break;
+            continue;
+        }
+        if (fstatat(s->tmp_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
+            age_s(&st.st_mtim, &now) < max_age_s)
+            continue;
+        if (unlinkat(s->tmp_fd, name, 0) == 0) {
+            (*removed)++;
+        } else if (errno != ENOENT) {
+            ret = crl_err_sys(err, errno, "unlink %s/tmp/%s", s->dir, name);
+            break;
+        }
     }
     closedir(d);
+    if (unheld && fsync(s->blob_fd) < 0 && ret == 0)
+        ret = crl_err_sys(err, errno, "fsync %s/sha256", s->dir);
+    return ret;
 }
 
 int crl_ckpt_store_open(const char *dir, struct crl_ckpt_store **out, struct crl_err *err)
@@ -132,7 +238,10 @@ int crl_ckpt_store_open(const char *dir, struct crl_ckpt_store **out, struct crl
         crl_err_sys(err, ENOMEM, "checkpoint store %s: zstd", dir);
         goto fail;
     }
-    sweep_tmp(s);
+    uint64_t n = 0;
+    struct crl_err e = CRL_ERR_INIT;
+    if (tmp_clean(s, TMP_MAX_AGE_S, &n, &e) < 0)
+        crl_warn(NULL, "checkpoint store: %s", e.msg);
     *out = s;
     return 0;
 fail:
@@ -175,12 +284,15 @@ int crl_ckpt_store_sync(struct crl_ckpt_store *s, struct crl_err *err)
 
 /* ---- writing blobs ---- */
 
-static bool blob_exists(struct crl_ckpt_store *s, const char *id)
+/* Whether blob `id` is there, made young: its mtime is set to now first,
+ * and only then is it looked for, so that a sweep cannot remove it from
+ * under the reference its caller is about to make (see the header). */
+static int blob_refresh(struct crl_ckpt_store *s, const char *id, struct crl_err *err)
 {
-    struct stat st;
-    /* An empty file is no zstd frame: a blob whose write was torn, replaced. */
-    return fstatat(s->blob_fd, crl_digest_hex(id), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-           S_ISREG(st.st_mode) && st.st_size > 0;
+    const char *hex = crl_digest_hex(id);
+    if (utimensat(s->blob_fd, hex, NULL, AT_SYMLINK_NOFOLLOW) < 0)
+        return errno == ENOENT ? 0 : crl_err_sys(err, errno, "utimensat %s/sha256/%s", s->dir, hex);
+    return blob_file_ok(s, hex) ? 1 : 0;
 }
 
 static int tmp_create(struct crl_ckpt_store *s, char name[48], struct crl_err *err)
@@ -219,14 +331,17 @@ static int blob_commit(struct crl_ckpt_store *s, const char *tmp, int fd, const 
         r = -1;
         errno = EEXIST;
     }
-    /* There already: keep it, unless it is the empty file of a torn write
-     * (or, without RENAME_NOREPLACE, not there after all). */
-    if (r < 0 && errno == EEXIST && !blob_exists(s, id))
-        r = renameat(s->tmp_fd, tmp, s->blob_fd, hex);
     if (r < 0 && errno == EEXIST) {
-        unlinkat(s->tmp_fd, tmp, 0);
-        s->dirty = true; /* its writer may not have synced the directory yet */
-        return 0;
+        /* There already: keep it (made young, as any put that finds it),
+         * unless it is the empty file of a torn write (or, without
+         * RENAME_NOREPLACE, not there after all). */
+        int there = blob_refresh(s, id, err);
+        if (there != 0) {
+            unlinkat(s->tmp_fd, tmp, 0);
+            s->dirty = true; /* its writer may not have synced the directory yet */
+            return there > 0 ? 0 : -1;
+        }
+        r = renameat(s->tmp_fd, tmp, s->blob_fd, hex);
     }
     if (r < 0) {
         int e = errno;
@@ -344,9 +459,10 @@ static int put_hashed(struct crl_ckpt_store *s, const void *data, size_t len, co
 {
     if (strcmp(id, EMPTY_ID) == 0 || batch_has(s, id))
         return 0;
-    if (blob_exists(s, id)) {
+    int there = blob_refresh(s, id, err);
+    if (there != 0) {
         s->dirty = true;
-        return 0;
+        return there > 0 ? 0 : -1;
     }
     char tmp[48];
     int fd = tmp_create(s, tmp, err);
@@ -1429,9 +1545,10 @@ static int file_content(struct walk *w, int fd, const struct stat *st, const str
     if ((known && strcmp(known, e->blob) == 0) || strcmp(e->blob, EMPTY_ID) == 0 ||
         batch_has(w->s, e->blob))
         return 0;
-    if (blob_exists(w->s, e->blob)) {
+    int there = blob_refresh(w->s, e->blob, w->err);
+    if (there != 0) {
         w->s->dirty = true;
-        return 0;
+        return there > 0 ? 0 : crl_err_prefix(w->err, "%s", e->path);
     }
     char tmp[48];
     int out = tmp_create(w->s, tmp, w->err);
@@ -2120,5 +2237,341 @@ out:
     free(buf);
     free(v);
     crl_ckpt_index_free(idx);
+    return ret;
+}
+
+/* ---- garbage collection ---- */
+
+#define MARKS_MIN_CAP ((size_t)1024)
+
+/* A set of digests, each kept in place (32 bytes): open addressing, linear
+ * probing, at most 3/4 full; 1M digests take 64 MiB.  The all-zero digest
+ * stands for a free slot and is kept aside.  Digests are as good as random,
+ * but a sandbox's contents are not trusted and files whose digests share a
+ * chosen prefix are cheap to make: the slot comes from a keyed hash of 16
+ * bytes of the digest, not from its first bytes. */
+struct dset {
+    uint8_t (*slots)[DIGEST_BYTES];
+    size_t cap; /* 0 or a power of two */
+    size_t count;
+    unsigned shift; /* 64 - log2(cap) */
+    bool has_zero;
+    uint64_t k0, k1; /* odd */
+};
+
+struct crl_ckpt_marks {
+    struct dset blobs;  /* what a sweep keeps */
+    struct dset walked; /* manifests whose chain and contents are marked */
+};
+
+static const uint8_t zero_digest[DIGEST_BYTES];
+
+static bool is_zero(const uint8_t *d)
+{
+    return memcmp(d, zero_digest, DIGEST_BYTES) == 0;
+}
+
+/* Where dg is, or the free slot where it would go. */
+static size_t dset_slot(const struct dset *d, const uint8_t *dg)
+{
+    uint64_t w0, w1;
+    memcpy(&w0, dg, 8);
+    memcpy(&w1, dg + 8, 8);
+    size_t mask = d->cap - 1;
+    for (size_t i = (size_t)(((w0 * d->k0) ^ (w1 * d->k1)) >> d->shift);; i = (i + 1) & mask)
+        if (memcmp(d->slots[i], dg, DIGEST_BYTES) == 0 || is_zero(d->slots[i]))
+            return i;
+}
+
+static bool dset_has(const struct dset *d, const uint8_t *dg)
+{
+    if (is_zero(dg))
+        return d->has_zero;
+    return d->cap && memcmp(d->slots[dset_slot(d, dg)], dg, DIGEST_BYTES) == 0;
+}
+
+static int dset_grow(struct dset *d)
+{
+    struct dset n = *d;
+    n.cap = d->cap ? d->cap * 2 : MARKS_MIN_CAP;
+    n.shift = 64 - (unsigned)__builtin_ctzll(n.cap);
+    if (!(n.slots = calloc(n.cap, sizeof(*n.slots))))
+        return -1;
+    for (size_t i = 0; i < d->cap; i++)
+        if (!is_zero(d->slots[i]))
+            memcpy(n.slots[dset_slot(&n, d->slots[i])], d->slots[i], DIGEST_BYTES);
+    free(d->slots);
+    *d = n;
+    return 0;
+}
+
+/* 1 if dg is new to the set, 0 if it was there, -1 out of memory. */
+static int dset_add(struct dset *d, const uint8_t *dg)
+{
+    if (is_zero(dg)) {
+        bool had = d->has_zero;
+        d->has_zero = true;
+        return !had;
+    }
+    size_t i = d->cap ? dset_slot(d, dg) : 0;
+    if (d->cap && !is_zero(d->slots[i]))
+        return 0;
+    if ((d->count + 1) * 4 > d->cap * 3) {
+        if (dset_grow(d) < 0)
+            return -1;
+        i = dset_slot(d, dg);
+    }
+    memcpy(d->slots[i], dg, DIGEST_BYTES);
+    d->count++;
+    return 1;
+}
+
+struct crl_ckpt_marks *crl_ckpt_marks_new(void)
+{
+    struct crl_ckpt_marks *m = calloc(1, sizeof(*m));
+    if (!m)
+        return NULL;
+    uint64_t k[2];
+    if (getrandom(k, sizeof(k), 0) != (ssize_t)sizeof(k)) {
+        k[0] = crl_now_ns() * 0x9e3779b97f4a7c15ull;
+        k[1] = ((uint64_t)getpid() << 32 ^ crl_now_ns()) * 0xc2b2ae3d27d4eb4full;
+    }
+    m->blobs.k0 = m->walked.k0 = k[0] | 1;
+    m->blobs.k1 = m->walked.k1 = k[1] | 1;
+    return m;
+}
+
+void crl_ckpt_marks_free(struct crl_ckpt_marks *m)
+{
+    if (!m)
+        return;
+    free(m->blobs.slots);
+    free(m->walked.slots);
+    free(m);
+}
+
+size_t crl_ckpt_marks_count(const struct crl_ckpt_marks *m)
+{
+    return m->blobs.count + m->blobs.has_zero;
+}
+
+bool crl_ckpt_marked(const struct crl_ckpt_marks *m, const char *id)
+{
+    uint8_t d[DIGEST_BYTES];
+    return id_bin(id, d) && dset_has(&m->blobs, d);
+}
+
+int crl_ckpt_mark_blob(struct crl_ckpt_marks *m, const char *id, struct crl_err *err)
+{
+    uint8_t d[DIGEST_BYTES];
+    if (!id || !*id)
+        return 0;
+    if (!id_bin(id, d))
+        return crl_err_set(err, CRL_E_INVALID, "%s is not a blob id (sha256:<64 hex>)", id);
+    return dset_add(&m->blobs, d) < 0 ? crl_err_sys(err, ENOMEM, "marking blob %s", id) : 0;
+}
+
+/* Mark the content blobs of manifest `id`'s entries, counting those not
+ * there (looked for once, when first marked). */
+static int mark_entries(struct crl_ckpt_store *s, struct crl_ckpt_marks *m, const char *id,
+                        json_t *entries, uint64_t *missing, struct crl_err *err)
+{
+    for (size_t i = 0; i < json_array_size(entries); i++) {
+        json_t *e = json_array_get(entries, i);
+        const char *type = json_string_value(json_object_get(e, "type"));
+        const char *blob = json_string_value(json_object_get(e, "blob"));
+        uint8_t d[DIGEST_BYTES];
+        bool file = type && strcmp(type, "file") == 0;
+        if (!type || (file && !id_bin(blob, d)))
+            return crl_err_set(err, CRL_E_INTERNAL,
+                               "checkpoint %s (%s/sha256/%s) is corrupt: entry %zu is malformed",
+                               id, s->dir, crl_digest_hex(id), i);
+        if (!file)
+            continue;
+        int r = dset_add(&m->blobs, d);
+        if (r < 0)
+            return crl_err_sys(err, ENOMEM, "marking checkpoint %s", id);
+        if (r == 0 || strcmp(blob, EMPTY_ID) == 0)
+            continue;
+        struct stat st;
+        if (fstatat(s->blob_fd, crl_digest_hex(blob), &st, AT_SYMLINK_NOFOLLOW) < 0) {
+            if (errno != ENOENT)
+                return crl_err_sys(err, errno, "stat %s/sha256/%s", s->dir, crl_digest_hex(blob));
+            (*missing)++;
+        } else if (!S_ISREG(st.st_mode) || st.st_size == 0) {
+            (*missing)++;
+        }
+    }
+    return 0;
+}
+
+/* Mark what manifest `cur` (its bytes in b) names, and set cur to its
+ * parent ("" for none). */
+static int mark_manifest(struct crl_ckpt_store *s, struct crl_ckpt_marks *m,
+                         char cur[CRL_CKPT_ID_MAX], const struct crl_buf *b, uint64_t *missing,
+                         struct crl_err *err)
+{
+    json_error_t je;
+    json_t *root = json_loadb(b->data ? b->data : "", b->len, JSON_REJECT_DUPLICATES, &je);
+    json_t *entries = json_object_get(root, "entries"), *p = json_object_get(root, "parent");
+    if (!root || json_integer_value(json_object_get(root, "v")) != 1 || !json_is_array(entries) ||
+        !(json_is_null(p) || crl_digest_valid(json_string_value(p)))) {
+        crl_err_set(err, CRL_E_INTERNAL,
+                    "checkpoint %s (%s/sha256/%s) is not a version 1 manifest%s%s", cur, s->dir,
+                    crl_digest_hex(cur), root ? "" : ": ", root ? "" : je.text);
+        json_decref(root);
+        return -1;
+    }
+    int ret = mark_entries(s, m, cur, entries, missing, err);
+    snprintf(cur, CRL_CKPT_ID_MAX, "%s", json_is_null(p) ? "" : json_string_value(p));
+    json_decref(root);
+    return ret;
+}
+
+int crl_ckpt_mark_checkpoint(struct crl_ckpt_store *s, struct crl_ckpt_marks *m, const char *id,
+                             uint64_t *missing, struct crl_err *err)
+{
+    uint64_t none = 0;
+    if (!missing)
+        missing = &none;
+    uint8_t d[DIGEST_BYTES];
+    if (!id || !*id)
+        return 0;
+    if (!id_bin(id, d))
+        return crl_err_set(err, CRL_E_INVALID, "%s is not a checkpoint id (sha256:<64 hex>)", id);
+    char cur[CRL_CKPT_ID_MAX];
+    snprintf(cur, sizeof(cur), "%s", id);
+    struct crl_buf b;
+    crl_buf_init(&b, CRL_BUF_UNBOUNDED);
+    int ret = 0;
+    while (cur[0] && ret == 0) {
+        id_bin(cur, d); /* checked: the id, or a manifest's parent */
+        int r = dset_add(&m->walked, d);
+        if (r == 0) /* its chain is marked already */
+            break;
+        if (r < 0 || dset_add(&m->blobs, d) < 0) {
+            ret = crl_err_sys(err, ENOMEM, "marking checkpoint %s", cur);
+            break;
+        }
+        struct crl_err e = CRL_ERR_INIT;
+        b.len = 0;
+        if (crl_blob_get(s, cur, &b, CRL_CKPT_MANIFEST_MAX, &e) < 0) {
+            /* Missing, or the empty file of a torn write: nothing to follow. */
+            if (e.code == CRL_E_NOT_FOUND || !blob_file_ok(s, crl_digest_hex(cur))) {
+                (*missing)++;
+                break;
+            }
+            if (err)
+                *err = e;
+            ret = crl_err_prefix(err, "marking checkpoint %s", id);
+            break;
+        }
+        ret = mark_manifest(s, m, cur, &b, missing, err);
+    }
+    crl_buf_free(&b);
+    return ret;
+}
+
+/* Remove blob `hex`, unmarked and old as `was` shows, unless a put makes it
+ * young meanwhile: it is moved into tmp/ (as <hex>.<tag>.gc) first, then
+ * looked at again, and given its name back if its mtime moved (see the
+ * header). */
+static int blob_remove(struct crl_ckpt_store *s, const char *hex, const struct stat *was,
+                       const char *tag, const struct timespec *now, double grace_s,
+                       struct crl_ckpt_gc_stats *st, struct crl_err *err)
+{
+    char held[HELD_NAME_LEN + 1];
+    snprintf(held, sizeof(held), "%s.%s%s", hex, tag, HELD_SUFFIX);
+    if (renameat(s->blob_fd, hex, s->tmp_fd, held) < 0)
+        return errno == ENOENT
+                   ? 0
+                   : crl_err_sys(err, errno, "rename %s/sha256/%s to tmp/%s", s->dir, hex, held);
+    struct stat is;
+    if (fstatat(s->tmp_fd, held, &is, AT_SYMLINK_NOFOLLOW) < 0) {
+        int e = errno;
+        if (e == ENOENT) /* another sweep put it back, or removed it */
+            return 0;
+        blob_unhold(s, held, hex, NULL);
+        return crl_err_sys(err, e, "stat %s/tmp/%s", s->dir, held);
+    }
+    if (is.st_mtim.tv_sec != was->st_mtim.tv_sec || is.st_mtim.tv_nsec != was->st_mtim.tv_nsec ||
+        age_s(&is.st_mtim, now) < grace_s) {
+        /* Back, and durably at once: the take whose put made it young may
+         * have synced sha256/ while it was away. */
+        st->young_kept++;
+        if (blob_unhold(s, held, hex, err) < 0)
+            return -1;
+        return fsync(s->blob_fd) < 0 ? crl_err_sys(err, errno, "fsync %s/sha256", s->dir) : 0;
+    }
+    if (unlinkat(s->tmp_fd, held, 0) < 0)
+        return errno == ENOENT ? 0 : crl_err_sys(err, errno, "unlink %s/tmp/%s", s->dir, held);
+    st->blobs_removed++;
+    st->bytes_removed += (uint64_t)is.st_size;
+    return 0;
+}
+
+int crl_ckpt_sweep(struct crl_ckpt_store *s, const struct crl_ckpt_marks *m, double grace_s,
+                   struct crl_ckpt_gc_stats *st, struct crl_err *err)
+{
+    struct crl_ckpt_gc_stats local;
+    if (!st)
+        st = &local;
+    memset(st, 0, sizeof(*st));
+    if (!(grace_s >= 0)) /* NaN too */
+        return crl_err_set(err, CRL_E_INVALID, "sweeping %s: a grace of %g s is not valid", s->dir,
+                           grace_s);
+    unsigned long long r;
+    if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r))
+        r = (unsigned long long)getpid() << 32 ^ crl_now_ns();
+    char tag[17];
+    snprintf(tag, sizeof(tag), "%016llx", r);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    int fd = crl_openat(s->blob_fd, ".", O_RDONLY | O_DIRECTORY, 0);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return crl_err_sys(err, e, "open %s/sha256", s->dir);
+    }
+    int ret = 0;
+    for (;;) {
+        errno = 0;
+        struct dirent *de = readdir(d);
+        if (!de) {
+            if (errno)
+                ret = crl_err_sys(err, errno, "readdir %s/sha256", s->dir);
+            break;
+        }
+        const char *name = de->d_name;
+        uint8_t dg[DIGEST_BYTES];
+        if (!hex_bin(name, dg) || name[64] != 0) /* not a blob: not ours to remove */
+            continue;
+        if (dset_has(&m->blobs, dg)) {
+            st->blobs_kept++;
+            continue;
+        }
+        struct stat bs;
+        if (fstatat(s->blob_fd, name, &bs, AT_SYMLINK_NOFOLLOW) < 0) {
+            if (errno == ENOENT)
+                continue;
+            ret = crl_err_sys(err, errno, "stat %s/sha256/%s", s->dir, name);
+            break;
+        }
+        if (!S_ISREG(bs.st_mode))
+            continue;
+        if (age_s(&bs.st_mtim, &now) < grace_s) {
+            st->young_kept++;
+            continue;
+        }
+        if ((ret = blob_remove(s, name, &bs, tag, &now, grace_s, st, err)) < 0)
+            break;
+    }
+    closedir(d);
+    if (ret == 0)
+        ret = tmp_clean(s, grace_s, &st->tmp_removed, err);
+    if (st->blobs_removed && fsync(s->blob_fd) < 0 && ret == 0)
+        ret = crl_err_sys(err, errno, "fsync %s/sha256", s->dir);
     return ret;
 }

@@ -14,6 +14,8 @@
  *                  half-written has a final name; leftovers of a crashed
  *                  writer (on any host) are removed by the next open once
  *                  an hour old.
+ *   tmp/<hex>.<rand>.gc  a blob a sweep is removing (below); one left by a
+ *                  sweep that died is put back by the next open or sweep.
  *
  * A checkpoint is a manifest blob; its id is the checkpoint's id.  It is
  * canonical JSON (sorted keys, compact, entries in path order), so the same
@@ -80,12 +82,44 @@
  * Entries rebuilt by crl_ckpt_index_load() have no key: their files are
  * hashed and compared by content and metadata.
  *
+ * Garbage collection.  Blobs are removed by a sweep only: the trajectory
+ * layer marks what it keeps (every checkpoint a trajectory or a live
+ * sandbox refers to, with its chain and contents, and every other blob it
+ * refers to, e.g. a response body), then sweeps the rest, but for young
+ * blobs: those whose file's mtime is within a grace period.  Marking and
+ * sweeping may run while other handles, here or on other hosts, take
+ * checkpoints and put blobs.  What keeps a sweep from removing a blob that a
+ * reference made after the marking began is about to name:
+ *   - a blob written since then is young: its mtime is when it was written;
+ *   - a put that finds its blob there already (crl_blob_put(), and a take
+ *     storing a content or manifest the store has) makes it young again:
+ *     it sets the blob's mtime to now first, then checks that it is there.
+ *     A sweep takes an old unmarked blob away from its name first (a
+ *     rename into tmp/), then looks at its mtime again, and gives it its
+ *     name back if the mtime moved.  So a refresh lands either before the
+ *     rename, and the sweep sees it, or after, and the put finds no blob
+ *     and writes it anew: no sweep removes a blob a put has returned for.
+ *     (A blob put back is fsync'd into sha256/ at once, as the put's take
+ *     may have synced the directory while it was away.)
+ *   - what a take keeps from its index without a put (unchanged files, the
+ *     parent chain) is not refreshed: it is named by the take's parent,
+ *     which must be marked; a sandbox's current checkpoint is a root.
+ * So the grace must cover the longest a reference can go unseen by the
+ * marking: a take's run (its first new blob is written at its start), the
+ * time until its id is recorded where the marking finds it, and the clock
+ * skew between hosts (an mtime comes from the clock of the host, or the
+ * file server, that set it).  A new reference to an old checkpoint made
+ * without a put (a restore or fork from one that was not marked) is for
+ * the caller to exclude while a sweep runs.  A sweep's grace of 0 is for a
+ * store nothing else writes to.
+ *
  * Errors are struct crl_err; each names the path or blob concerned.  A
  * store handle is for one thread at a time; any number of handles, in any
  * number of processes or hosts, may share a directory. */
 #ifndef CRL_TRAJ_CKPT_H
 #define CRL_TRAJ_CKPT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -108,7 +142,8 @@ void crl_ckpt_store_close(struct crl_ckpt_store *s);
 const char *crl_ckpt_store_dir(const struct crl_ckpt_store *s);
 
 /* Store `len` bytes as a blob and give its id ("sha256:<hex>" of the bytes).
- * Idempotent: an existing blob is not rewritten.  The blob's file is
+ * Idempotent: an existing blob is not rewritten, but made young (its mtime
+ * set to now: see garbage collection above).  The blob's file is
  * fdatasync'd before it gets its name; it is durable once
  * crl_ckpt_store_sync() has returned 0 after the put. */
 int crl_blob_put(struct crl_ckpt_store *s, const void *data, size_t len, char id[CRL_CKPT_ID_MAX],
@@ -188,5 +223,52 @@ int crl_ckpt_write_tar(struct crl_ckpt_store *s, const char *ckpt_id, int fd,
  * read).  CRL_E_NOT_FOUND naming the first missing blob, CRL_E_INTERNAL for
  * a corrupt one. */
 int crl_ckpt_check(struct crl_ckpt_store *s, const char *ckpt_id, struct crl_err *err);
+
+/* ---- garbage collection: mark, then sweep ---- */
+
+/* A set of blob ids, held as 32-byte digests in one hash table (about 64
+ * MiB per million).  NULL when out of memory. */
+struct crl_ckpt_marks;
+struct crl_ckpt_marks *crl_ckpt_marks_new(void);
+/* NULL is fine. */
+void crl_ckpt_marks_free(struct crl_ckpt_marks *m);
+/* How many blob ids are marked, and whether `id` is one of them. */
+size_t crl_ckpt_marks_count(const struct crl_ckpt_marks *m);
+bool crl_ckpt_marked(const struct crl_ckpt_marks *m, const char *id);
+
+/* Mark one blob id (e.g. a response or body blob a log references).  NULL
+ * and "" are no-ops; a malformed id is CRL_E_INVALID.  Nothing is read. */
+int crl_ckpt_mark_blob(struct crl_ckpt_marks *m, const char *id, struct crl_err *err);
+
+/* Mark checkpoint `id` (NULL or "": a no-op): its manifest, every manifest
+ * of its chain, and every content blob they name.  Each manifest is read
+ * once per set: the walk stops at one a previous call marked (so marking
+ * every checkpoint of a trajectory reads its chains once), and each content
+ * blob is looked for once, when first marked.  A missing manifest (which
+ * ends its chain) or content blob is not an error: it is counted in
+ * *missing (may be NULL), which is not reset.  CRL_E_INVALID for a
+ * malformed id; CRL_E_INTERNAL naming the file for a corrupt manifest; on
+ * failure the set holds what was marked so far, and sweeping with it would
+ * remove what the rest of the chain holds. */
+int crl_ckpt_mark_checkpoint(struct crl_ckpt_store *s, struct crl_ckpt_marks *m, const char *id,
+                             uint64_t *missing, struct crl_err *err);
+
+struct crl_ckpt_gc_stats {
+    uint64_t blobs_kept;    /* marked */
+    uint64_t blobs_removed; /* unmarked and old */
+    uint64_t bytes_removed; /* their files' (compressed) sizes */
+    uint64_t young_kept;    /* unmarked, but within the grace */
+    uint64_t tmp_removed;   /* files of tmp/ older than the grace */
+};
+
+/* Remove every blob of sha256/ that is not marked and is at least grace_s
+ * seconds old by its mtime (see garbage collection above for what the
+ * grace must cover; a negative or NaN grace is CRL_E_INVALID), and every
+ * file of tmp/ at least that old; names in sha256/ that are no blob's are
+ * left alone.  Removals are made durable by one fsync of sha256/ at the
+ * end (a blob put back, rarely, by one at once).  *st (may be NULL) is
+ * filled, also on failure with what was done. */
+int crl_ckpt_sweep(struct crl_ckpt_store *s, const struct crl_ckpt_marks *m, double grace_s,
+                   struct crl_ckpt_gc_stats *st, struct crl_err *err);
 
 #endif

@@ -3,9 +3,12 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,16 +21,125 @@ struct crl_trajs {
     char dir[4096];
     int dir_fd;
     struct crl_ckpt_store *store;
-    struct crl_traj *open; /* every trajectory open in this process */
+    struct crl_traj *open;   /* every trajectory open in this process */
+    struct crl_traj_sb *sbs; /* every sandbox's checkpoint state (changed under lock) */
     struct crl_traj_counters c;
+    /* The worker: jobs queued by the loop, done ones handed back through
+     * an eventfd.  `lock` is held by the worker for each job and by the
+     * loop around its own (short) uses of the store and the logs. */
+    struct crl_loop *loop;
+    pthread_t thread;
+    bool started, stopping;
+    pthread_mutex_t lock, qlock;
+    pthread_cond_t qcond;
+    struct crl_traj_job *queue, *queue_tail, *finished;
+    int efd;
+    struct crl_watch w;
+    /* the periodic collector */
+    unsigned gc_period_s;
+    struct crl_timer gc_timer;
+    struct crl_traj_gc_job gc;
+    bool gc_running;
 };
 
-int crl_trajs_open(const char *state_dir, struct crl_trajs **out, struct crl_err *err)
+void crl_trajs_lock(struct crl_trajs *ts)
+{
+    pthread_mutex_lock(&ts->lock);
+}
+
+void crl_trajs_unlock(struct crl_trajs *ts)
+{
+    pthread_mutex_unlock(&ts->lock);
+}
+
+static void *worker(void *arg)
+{
+    struct crl_trajs *ts = arg;
+    pthread_mutex_lock(&ts->qlock);
+    for (;;) {
+        while (!ts->queue && !ts->stopping)
+            pthread_cond_wait(&ts->qcond, &ts->qlock);
+        struct crl_traj_job *j = ts->queue;
+        if (!j)
+            break; /* stopping, and nothing left to do */
+        ts->queue = j->next;
+        if (!ts->queue)
+            ts->queue_tail = NULL;
+        pthread_mutex_unlock(&ts->qlock);
+        j->err = (struct crl_err)CRL_ERR_INIT;
+        pthread_mutex_lock(&ts->lock);
+        j->rc = j->work(j, &j->err);
+        pthread_mutex_unlock(&ts->lock);
+        pthread_mutex_lock(&ts->qlock);
+        j->next = ts->finished;
+        ts->finished = j;
+        uint64_t one = 1;
+        if (write(ts->efd, &one, sizeof(one)) < 0) { /* the loop reads it; it cannot fill */
+        }
+    }
+    pthread_mutex_unlock(&ts->qlock);
+    return NULL;
+}
+
+/* On the loop: hand finished jobs back, oldest first. */
+static void run_finished(struct crl_trajs *ts)
+{
+    pthread_mutex_lock(&ts->qlock);
+    struct crl_traj_job *j = ts->finished, *rev = NULL;
+    ts->finished = NULL;
+    pthread_mutex_unlock(&ts->qlock);
+    while (j) {
+        struct crl_traj_job *next = j->next;
+        j->next = rev;
+        rev = j;
+        j = next;
+    }
+    while (rev) {
+        struct crl_traj_job *next = rev->next;
+        rev->done(rev, rev->rc < 0 ? &rev->err : NULL);
+        rev = next;
+    }
+}
+
+static void on_finished(struct crl_watch *w, uint32_t ev)
+{
+    struct crl_trajs *ts = w->data;
+    uint64_t n;
+    if (read(ts->efd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+        crl_warn(NULL, "trajectories: reading the worker's eventfd: %s", strerror(errno));
+    run_finished(ts);
+}
+
+void crl_trajs_submit(struct crl_trajs *ts, struct crl_traj_job *j)
+{
+    j->ts = ts;
+    j->next = NULL;
+    pthread_mutex_lock(&ts->qlock);
+    if (ts->queue_tail)
+        ts->queue_tail->next = j;
+    else
+        ts->queue = j;
+    ts->queue_tail = j;
+    pthread_cond_signal(&ts->qcond);
+    pthread_mutex_unlock(&ts->qlock);
+}
+
+int crl_trajs_open(const char *state_dir, struct crl_loop *loop, struct crl_trajs **out,
+                   struct crl_err *err)
 {
     struct crl_trajs *ts = calloc(1, sizeof(*ts));
     if (!ts)
         return crl_err_sys(err, ENOMEM, "trajectories");
     ts->dir_fd = -1;
+    ts->loop = loop;
+    pthread_mutex_init(&ts->lock, NULL);
+    pthread_mutex_init(&ts->qlock, NULL);
+    pthread_cond_init(&ts->qcond, NULL);
+    ts->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (ts->efd < 0) {
+        crl_err_sys(err, errno, "eventfd");
+        goto fail;
+    }
     snprintf(ts->dir, sizeof(ts->dir), "%s/trajectories", state_dir);
     char blobs[4200];
     snprintf(blobs, sizeof(blobs), "%s/blobs", ts->dir);
@@ -42,12 +154,20 @@ int crl_trajs_open(const char *state_dir, struct crl_trajs **out, struct crl_err
     }
     if (crl_ckpt_store_open(blobs, &ts->store, err) < 0)
         goto fail;
+    int e = pthread_create(&ts->thread, NULL, worker, ts);
+    if (e) {
+        crl_err_sys(err, e, "starting the trajectory worker");
+        goto fail;
+    }
+    ts->started = true;
+    if (crl_watch_start(loop, &ts->w, ts->efd, EPOLLIN, on_finished, ts) < 0) {
+        crl_err_sys(err, errno, "watching the trajectory worker");
+        goto fail;
+    }
     *out = ts;
     return 0;
 fail:
-    if (ts->dir_fd >= 0)
-        close(ts->dir_fd);
-    free(ts);
+    crl_trajs_close(ts);
     return -1;
 }
 
@@ -55,10 +175,28 @@ void crl_trajs_close(struct crl_trajs *ts)
 {
     if (!ts)
         return;
+    if (ts->started) {
+        /* Jobs queued are steps being made durable: they finish. */
+        pthread_mutex_lock(&ts->qlock);
+        ts->stopping = true;
+        pthread_cond_signal(&ts->qcond);
+        pthread_mutex_unlock(&ts->qlock);
+        pthread_join(ts->thread, NULL);
+        run_finished(ts);
+    }
+    if (ts->w.active)
+        crl_watch_stop(ts->loop, &ts->w);
+    crl_timer_stop(ts->loop, &ts->gc_timer);
     while (ts->open)
         crl_traj_close(ts->open);
     crl_ckpt_store_close(ts->store);
-    close(ts->dir_fd);
+    if (ts->dir_fd >= 0)
+        close(ts->dir_fd);
+    if (ts->efd >= 0)
+        close(ts->efd);
+    pthread_mutex_destroy(&ts->lock);
+    pthread_mutex_destroy(&ts->qlock);
+    pthread_cond_destroy(&ts->qcond);
     free(ts);
 }
 
@@ -356,20 +494,56 @@ int crl_traj_remove(struct crl_trajs *ts, const char *id, struct crl_err *err)
 
 /* ---- a sandbox's checkpoints and trajectory ---- */
 
+/* What a sandbox's state is now, for the collector: set under the lock. */
+static void pin(struct crl_traj_sb *s, const char *id)
+{
+    snprintf(s->pinned, sizeof(s->pinned), "%s", id);
+}
+
+static void sb_free(struct crl_traj_sb *s)
+{
+    crl_trajs_lock(s->ts);
+    for (struct crl_traj_sb **p = &s->ts->sbs; *p; p = &(*p)->next_in_ts)
+        if (*p == s) {
+            *p = s->next_in_ts;
+            break;
+        }
+    crl_trajs_unlock(s->ts);
+    if (s->traj) {
+        struct crl_err err = CRL_ERR_INIT;
+        if (crl_traj_event(s, "detach", NULL, &err) < 0)
+            crl_warn(s->sb->id, "trajectory %s: %s", s->traj->id, err.msg);
+        crl_traj_close(s->traj);
+    }
+    crl_ckpt_index_free(s->idx);
+    free(s);
+}
+
 static void sb_gone(struct crl_sandbox *sb)
 {
     struct crl_traj_sb *s = sb->traj;
     if (!s)
         return;
-    if (s->traj) {
-        struct crl_err err = CRL_ERR_INIT;
-        if (crl_traj_event(s, "detach", NULL, &err) < 0)
-            crl_warn(sb->id, "trajectory %s: %s", s->traj->id, err.msg);
-        crl_traj_close(s->traj);
-    }
-    crl_ckpt_index_free(s->idx);
     sb->traj = NULL;
-    free(s);
+    if (s->jobs)
+        s->gone = true; /* the last job's end frees it */
+    else
+        sb_free(s);
+}
+
+/* A job on s is queued: s and its sandbox stay until it is done. */
+static void job_hold(struct crl_traj_sb *s)
+{
+    s->jobs++;
+    crl_sandbox_ref(s->sb);
+}
+
+static void job_release(struct crl_traj_sb *s)
+{
+    struct crl_sandbox *sb = s->sb;
+    if (--s->jobs == 0 && s->gone)
+        sb_free(s);
+    crl_sandbox_unref(sb);
 }
 
 struct crl_traj_sb *crl_traj_sb_get(struct crl_trajs *ts, struct crl_sandbox *sb,
@@ -387,6 +561,10 @@ struct crl_traj_sb *crl_traj_sb_get(struct crl_trajs *ts, struct crl_sandbox *sb
     s->ts = ts;
     s->mode = sb->spec.checkpoint;
     s->live = true;
+    crl_trajs_lock(ts);
+    s->next_in_ts = ts->sbs;
+    ts->sbs = s;
+    crl_trajs_unlock(ts);
     sb->traj = s;
     sb->on_gone = sb_gone;
     return s;
@@ -465,45 +643,111 @@ int crl_traj_step_record(struct crl_traj *t, uint32_t n, json_t **out, struct cr
     return 0;
 }
 
-int crl_traj_checkpoint(struct crl_traj_sb *s, char id[CRL_CKPT_ID_MAX], struct crl_ckpt_stats *st,
-                        struct crl_err *err)
+/* ---- the work that waits on disks, on the worker ---- */
+
+static int ckpt_work(struct crl_traj_job *j, struct crl_err *err)
 {
-    struct crl_sandbox *sb = s->sb;
-    if (!sb->ops->snapshot)
-        return crl_err_set(err, CRL_E_UNSUPPORTED, "the %s backend cannot take checkpoints",
-                           sb->ops->name);
-    struct crl_snapshot_view v = {.dir_fd = -1};
-    if (sb->ops->snapshot(sb, &v, err) < 0)
-        return -1;
-    struct crl_ckpt_stats local = {0};
-    if (!st)
-        st = &local;
+    struct crl_traj_ckpt_job *cj = (struct crl_traj_ckpt_job *)j;
     unsigned long long t0 = crl_now_ns();
-    int r = crl_ckpt_take(s->ts->store, s->idx, s->state[0] ? s->state : NULL, &v, id, st, err);
-    close(v.dir_fd);
-    if (r == 0) {
-        snprintf(s->state, sizeof(s->state), "%s", id);
-        s->ts->c.checkpoints++;
-        s->ts->c.checkpoint_bytes_stored += st->bytes_stored;
-        s->ts->c.checkpoint_seconds += (double)(crl_now_ns() - t0) / 1e9;
-    }
+    int r = crl_ckpt_take(j->ts->store, cj->s->idx, cj->parent[0] ? cj->parent : NULL, &cj->view,
+                          cj->id, &cj->st, err);
+    close(cj->view.dir_fd);
+    cj->view.dir_fd = -1;
+    if (r == 0)
+        pin(cj->s, cj->id);
+    cj->seconds = (double)(crl_now_ns() - t0) / 1e9;
     return r;
 }
 
-int crl_traj_restored(struct crl_traj_sb *s, const char *id, struct crl_err *err)
+static void ckpt_done(struct crl_traj_job *j, const struct crl_err *err)
 {
-    struct crl_ckpt_index *idx;
-    if (!id || !id[0]) {
-        idx = crl_ckpt_index_new();
-        if (!idx)
-            return crl_err_sys(err, ENOMEM, "checkpoint index");
-    } else if (crl_ckpt_index_load(s->ts->store, id, &idx, err) < 0) {
-        return -1;
+    struct crl_traj_ckpt_job *cj = (struct crl_traj_ckpt_job *)j;
+    struct crl_traj_sb *s = cj->s;
+    if (!err) {
+        snprintf(s->state, sizeof(s->state), "%s", cj->id);
+        s->ts->c.checkpoints++;
+        s->ts->c.checkpoint_bytes_stored += cj->st.bytes_stored;
+        s->ts->c.checkpoint_seconds += cj->seconds;
     }
-    crl_ckpt_index_free(s->idx);
-    s->idx = idx;
-    snprintf(s->state, sizeof(s->state), "%s", id ? id : "");
+    cj->cb(cj, err);
+    job_release(s);
+}
+
+/* Open the sandbox's writable layer for a checkpoint (on the loop: cheap). */
+static int open_view(struct crl_traj_sb *s, struct crl_snapshot_view *v, struct crl_err *err)
+{
+    struct crl_sandbox *sb = s->sb;
+    *v = (struct crl_snapshot_view){.dir_fd = -1};
+    if (!sb->ops->snapshot)
+        return crl_err_set(err, CRL_E_UNSUPPORTED, "the %s backend cannot take checkpoints",
+                           sb->ops->name);
+    return sb->ops->snapshot(sb, v, err);
+}
+
+int crl_traj_checkpoint_start(struct crl_traj_ckpt_job *cj, struct crl_err *err)
+{
+    struct crl_traj_sb *s = cj->s;
+    if (open_view(s, &cj->view, err) < 0)
+        return -1;
+    memcpy(cj->parent, s->state, sizeof(cj->parent));
+    cj->job.work = ckpt_work;
+    cj->job.done = ckpt_done;
+    job_hold(s);
+    crl_trajs_submit(s->ts, &cj->job);
     return 0;
+}
+
+static int restore_work(struct crl_traj_job *j, struct crl_err *err)
+{
+    struct crl_traj_restore_job *rj = (struct crl_traj_restore_job *)j;
+    rj->tar_fd = memfd_create("corral-restore", MFD_CLOEXEC);
+    if (rj->tar_fd < 0)
+        return crl_err_sys(err, errno, "memfd_create");
+    if (crl_ckpt_write_tar(j->ts->store, rj->ckpt, rj->tar_fd, &rj->st, err) < 0)
+        return -1;
+    if (lseek(rj->tar_fd, 0, SEEK_SET) < 0)
+        return crl_err_sys(err, errno, "lseek");
+    if (!rj->ckpt[0]) {
+        if (!(rj->idx = crl_ckpt_index_new()))
+            return crl_err_sys(err, ENOMEM, "checkpoint index");
+        return 0;
+    }
+    return crl_ckpt_index_load(j->ts->store, rj->ckpt, &rj->idx, err);
+}
+
+static void restore_done(struct crl_traj_job *j, const struct crl_err *err)
+{
+    struct crl_traj_restore_job *rj = (struct crl_traj_restore_job *)j;
+    rj->cb(rj, err);
+}
+
+void crl_traj_restore_prepare(struct crl_trajs *ts, struct crl_traj_restore_job *rj)
+{
+    rj->tar_fd = -1;
+    rj->idx = NULL;
+    rj->job.work = restore_work;
+    rj->job.done = restore_done;
+    crl_trajs_submit(ts, &rj->job);
+}
+
+void crl_traj_restore_job_free(struct crl_traj_restore_job *rj)
+{
+    if (rj->tar_fd >= 0)
+        close(rj->tar_fd);
+    rj->tar_fd = -1;
+    crl_ckpt_index_free(rj->idx);
+    rj->idx = NULL;
+}
+
+void crl_traj_restored(struct crl_traj_sb *s, struct crl_traj_restore_job *rj)
+{
+    crl_ckpt_index_free(s->idx);
+    s->idx = rj->idx;
+    rj->idx = NULL;
+    snprintf(s->state, sizeof(s->state), "%s", rj->ckpt);
+    crl_trajs_lock(s->ts);
+    pin(s, rj->ckpt);
+    crl_trajs_unlock(s->ts);
 }
 
 static int append_synced(struct crl_traj *t, uint8_t type, json_t *rec, struct crl_traj_pos *pos,
@@ -518,52 +762,107 @@ static int append_synced(struct crl_traj *t, uint8_t type, json_t *rec, struct c
     return 0;
 }
 
-int crl_traj_record(struct crl_traj_sb *s, json_t *rec, bool changes_state, const char *ckpt,
-                    uint32_t *n_out, struct crl_err *err)
+static int record_work(struct crl_traj_job *j, struct crl_err *err)
 {
-    struct crl_traj *t = s->traj;
-    struct crl_traj_step st = {.n = (uint32_t)t->n_steps + 1, .parent = s->cursor};
-    const struct crl_traj_step *par = &t->steps[s->cursor];
-    if (ckpt) {
-        snprintf(st.ckpt, sizeof(st.ckpt), "%s", ckpt);
-        st.known = true;
-    } else if (changes_state && s->mode == CRL_CKPT_EVERY_STEP) {
-        struct crl_ckpt_stats cs = {0};
-        unsigned long long t0 = crl_now_ns();
-        if (crl_traj_checkpoint(s, st.ckpt, &cs, err) < 0)
+    struct crl_traj_record_job *rj = (struct crl_traj_record_job *)j;
+    struct crl_trajs *ts = j->ts;
+    struct crl_traj_step *st = &rj->st;
+    for (int i = 0; i < rj->n_blobs; i++) {
+        char id[CRL_CKPT_ID_MAX];
+        if (crl_blob_put(ts->store, rj->blob[i].data, rj->blob[i].len, id, err) < 0)
             return -1;
-        st.known = true;
-        json_object_set_new(rec, "checkpoint_stats",
-                            json_pack("{s:I, s:I, s:I, s:f}", "changed", (json_int_t)cs.changed,
-                                      "removed", (json_int_t)cs.removed, "bytes_stored",
-                                      (json_int_t)cs.bytes_stored, "seconds",
-                                      (double)(crl_now_ns() - t0) / 1e9));
-    } else if (changes_state) {
-        st.known = false;
-    } else {
-        memcpy(st.ckpt, par->ckpt, sizeof(st.ckpt));
-        st.known = par->known;
+        json_object_set_new(rj->blob[i].obj, rj->blob[i].key, json_string(id));
     }
-    const char *hash = json_string_value(json_object_get(rec, "hash"));
-    const char *kind = json_string_value(json_object_get(rec, "kind"));
-    snprintf(st.hash, sizeof(st.hash), "%s", hash ? hash : "");
-    snprintf(st.kind, sizeof(st.kind), "%s", kind ? kind : "");
-    json_object_set_new(rec, "n", json_integer(st.n));
-    json_object_set_new(rec, "parent", json_integer(st.parent));
-    json_object_set_new(rec, "checkpoint", st.ckpt[0] ? json_string(st.ckpt) : json_null());
-    json_object_set_new(rec, "known", json_boolean(st.known));
-    json_object_set_new(rec, "sandbox", json_string(s->sb->id));
-    json_object_set_new(rec, "recorded_at", json_real(crl_wall_s()));
+    if (rj->n_blobs && crl_ckpt_store_sync(ts->store, err) < 0)
+        return -1;
+    if (rj->take) {
+        unsigned long long t0 = crl_now_ns();
+        int r = crl_ckpt_take(ts->store, rj->s->idx, rj->parent_state[0] ? rj->parent_state : NULL,
+                              &rj->view, st->ckpt, &rj->cs, err);
+        close(rj->view.dir_fd);
+        rj->view.dir_fd = -1;
+        if (r < 0)
+            return -1;
+        pin(rj->s, st->ckpt);
+        rj->took = true; /* the sandbox is at st->ckpt, even if the record fails */
+        rj->ckpt_s = (double)(crl_now_ns() - t0) / 1e9;
+        json_object_set_new(rj->rec, "checkpoint_stats",
+                            json_pack("{s:I, s:I, s:I, s:f}", "changed", (json_int_t)rj->cs.changed,
+                                      "removed", (json_int_t)rj->cs.removed, "bytes_stored",
+                                      (json_int_t)rj->cs.bytes_stored, "seconds", rj->ckpt_s));
+    }
+    json_object_set_new(rj->rec, "checkpoint", st->ckpt[0] ? json_string(st->ckpt) : json_null());
     unsigned long long t0 = crl_now_ns();
-    if (append_synced(t, CRL_TRAJ_STEP, rec, &st.pos, err) < 0)
+    if (append_synced(rj->s->traj, CRL_TRAJ_STEP, rj->rec, &st->pos, err) < 0)
         return -1;
-    s->ts->c.record_seconds += (double)(crl_now_ns() - t0) / 1e9;
-    if (push_step(t, &st, err) < 0)
-        return -1;
-    s->cursor = st.n;
-    s->recorded++;
-    s->ts->c.steps_recorded++;
-    *n_out = st.n;
+    rj->record_s = (double)(crl_now_ns() - t0) / 1e9;
+    return 0;
+}
+
+static void record_done(struct crl_traj_job *j, const struct crl_err *err)
+{
+    struct crl_traj_record_job *rj = (struct crl_traj_record_job *)j;
+    struct crl_traj_sb *s = rj->s;
+    struct crl_err e2 = CRL_ERR_INIT;
+    if (rj->view.dir_fd >= 0) /* the job failed before the checkpoint */
+        close(rj->view.dir_fd);
+    rj->view.dir_fd = -1;
+    if (rj->took)
+        snprintf(s->state, sizeof(s->state), "%s", rj->st.ckpt);
+    if (!err && push_step(s->traj, &rj->st, &e2) < 0)
+        err = &e2;
+    if (!err) {
+        if (rj->take) {
+            s->ts->c.checkpoints++;
+            s->ts->c.checkpoint_bytes_stored += rj->cs.bytes_stored;
+            s->ts->c.checkpoint_seconds += rj->ckpt_s;
+        }
+        s->ts->c.record_seconds += rj->record_s;
+        s->ts->c.steps_recorded++;
+        s->cursor = rj->st.n;
+        s->recorded++;
+    }
+    rj->cb(rj, err);
+    job_release(s);
+}
+
+int crl_traj_record_start(struct crl_traj_record_job *rj, struct crl_err *err)
+{
+    struct crl_traj_sb *s = rj->s;
+    struct crl_traj *t = s->traj;
+    struct crl_traj_step *st = &rj->st;
+    const struct crl_traj_step *par = &t->steps[s->cursor];
+    *st = (struct crl_traj_step){.n = (uint32_t)t->n_steps + 1, .parent = s->cursor};
+    rj->view.dir_fd = -1;
+    rj->take = rj->took = false;
+    if (rj->ckpt_given[0]) {
+        snprintf(st->ckpt, sizeof(st->ckpt), "%s", rj->ckpt_given);
+        st->known = true;
+    } else if (rj->changes_state && s->mode == CRL_CKPT_EVERY_STEP) {
+        if (open_view(s, &rj->view, err) < 0)
+            return -1;
+        rj->take = true;
+        memcpy(rj->parent_state, s->state, sizeof(rj->parent_state));
+        st->known = true;
+    } else if (rj->changes_state) {
+        st->known = false;
+    } else {
+        memcpy(st->ckpt, par->ckpt, sizeof(st->ckpt));
+        st->known = par->known;
+    }
+    const char *hash = json_string_value(json_object_get(rj->rec, "hash"));
+    const char *kind = json_string_value(json_object_get(rj->rec, "kind"));
+    snprintf(st->hash, sizeof(st->hash), "%s", hash ? hash : "");
+    snprintf(st->kind, sizeof(st->kind), "%s", kind ? kind : "");
+    json_object_set_new(rj->rec, "n", json_integer(st->n));
+    json_object_set_new(rj->rec, "parent", json_integer(st->parent));
+    json_object_set_new(rj->rec, "known", json_boolean(st->known));
+    json_object_set_new(rj->rec, "sandbox", json_string(s->sb->id));
+    json_object_set_new(rj->rec, "recorded_at", json_real(crl_wall_s()));
+    rj->job.work = record_work;
+    rj->job.done = record_done;
+    job_hold(s);
+    crl_trajs_submit(s->ts, &rj->job);
     return 0;
 }
 
@@ -574,9 +873,151 @@ int crl_traj_event(struct crl_traj_sb *s, const char *event, json_t *extra, stru
     json_object_set_new(rec, "sandbox", json_string(s->sb->id));
     json_object_set_new(rec, "at", json_integer(s->cursor));
     json_object_set_new(rec, "time", json_real(crl_wall_s()));
+    crl_trajs_lock(s->ts); /* the worker may be appending a step */
     int r = append_synced(s->traj, CRL_TRAJ_EVENT, rec, NULL, err);
+    crl_trajs_unlock(s->ts);
     json_decref(rec);
     return r;
+}
+
+/* ---- garbage collection ---- */
+
+static int gc_mark_log(struct crl_trajs *ts, const char *id, struct crl_ckpt_marks *m,
+                       uint64_t *missing, struct crl_err *err)
+{
+    char path[4400];
+    snprintf(path, sizeof(path), "%s/%s/log", ts->dir, id);
+    struct crl_traj_reader *rd;
+    if (crl_traj_reader_open(path, NULL, &rd, err) < 0)
+        return -1;
+    struct crl_traj_record rec;
+    int r;
+    while ((r = crl_traj_reader_next(rd, &rec, err)) == 1) {
+        if (rec.type != CRL_TRAJ_BEGIN && rec.type != CRL_TRAJ_STEP)
+            continue;
+        json_error_t je;
+        json_t *j = json_loadb((const char *)rec.payload, rec.len, 0, &je);
+        if (!j) {
+            crl_err_set(err, CRL_E_INTERNAL, "%s: the record at byte offset %llu is not JSON", path,
+                        (unsigned long long)rec.pos.offset);
+            r = -1;
+            break;
+        }
+        const char *ck = json_string_value(
+            json_object_get(j, rec.type == CRL_TRAJ_BEGIN ? "base" : "checkpoint"));
+        const char *resp = json_string_value(json_object_get(j, "response_blob"));
+        const char *body =
+            json_string_value(json_object_get(json_object_get(j, "request"), "body_blob"));
+        r = (ck ? crl_ckpt_mark_checkpoint(ts->store, m, ck, missing, err) : 0) < 0 ||
+                    crl_ckpt_mark_blob(m, resp, err) < 0 || crl_ckpt_mark_blob(m, body, err) < 0
+                ? -1
+                : 1;
+        json_decref(j);
+        if (r < 0)
+            break;
+    }
+    crl_traj_reader_close(rd);
+    return r < 0 ? -1 : 0;
+}
+
+static int gc_work(struct crl_traj_job *j, struct crl_err *err)
+{
+    struct crl_traj_gc_job *gj = (struct crl_traj_gc_job *)j;
+    struct crl_trajs *ts = j->ts;
+    unsigned long long t0 = crl_now_ns();
+    struct crl_ckpt_marks *m = crl_ckpt_marks_new();
+    if (!m)
+        return crl_err_sys(err, ENOMEM, "checkpoint gc");
+    /* Under the lock, as every job: the sandboxes' states are settled. */
+    int r = 0;
+    for (struct crl_traj_sb *s = ts->sbs; s && r == 0; s = s->next_in_ts)
+        if (s->pinned[0])
+            r = crl_ckpt_mark_checkpoint(ts->store, m, s->pinned, &gj->missing, err);
+    int fd = r == 0 ? dup(ts->dir_fd) : -1;
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (r == 0 && !d) {
+        if (fd >= 0)
+            close(fd);
+        r = crl_err_sys(err, errno, "reading %s", ts->dir);
+    }
+    if (d) {
+        rewinddir(d);
+        struct dirent *e;
+        while (r == 0 && (e = readdir(d))) {
+            if (e->d_name[0] == '.' || !crl_traj_id_ok(e->d_name))
+                continue;
+            gj->trajectories++;
+            if (gc_mark_log(ts, e->d_name, m, &gj->missing, err) < 0) {
+                char msg[sizeof(err->msg)];
+                snprintf(msg, sizeof(msg), "%s", err->msg);
+                r = crl_err_set(err, err->code,
+                                "nothing was removed: trajectory %s cannot be read (%s)", e->d_name,
+                                msg);
+            }
+        }
+        closedir(d);
+    }
+    if (r == 0)
+        r = crl_ckpt_sweep(ts->store, m, gj->grace_s, &gj->st, err);
+    crl_ckpt_marks_free(m);
+    gj->seconds = (double)(crl_now_ns() - t0) / 1e9;
+    return r;
+}
+
+static void gc_done(struct crl_traj_job *j, const struct crl_err *err)
+{
+    struct crl_traj_gc_job *gj = (struct crl_traj_gc_job *)j;
+    if (!err)
+        crl_info(NULL,
+                 "checkpoint gc: %llu trajectories, %llu blobs removed (%llu bytes), %llu kept, "
+                 "%llu young kept, %.3fs",
+                 (unsigned long long)gj->trajectories, (unsigned long long)gj->st.blobs_removed,
+                 (unsigned long long)gj->st.bytes_removed, (unsigned long long)gj->st.blobs_kept,
+                 (unsigned long long)gj->st.young_kept, gj->seconds);
+    gj->cb(gj, err);
+}
+
+void crl_trajs_gc_start(struct crl_trajs *ts, struct crl_traj_gc_job *gj)
+{
+    gj->trajectories = gj->missing = 0;
+    memset(&gj->st, 0, sizeof(gj->st));
+    gj->job.work = gc_work;
+    gj->job.done = gc_done;
+    crl_trajs_submit(ts, &gj->job);
+}
+
+static void periodic_gc(struct crl_timer *t);
+
+static void periodic_done(struct crl_traj_gc_job *gj, const struct crl_err *err)
+{
+    struct crl_trajs *ts = gj->ctx;
+    ts->gc_running = false;
+    if (err)
+        crl_warn(NULL, "checkpoint gc: %s", err->msg);
+    if (!ts->stopping)
+        crl_timer_start(ts->loop, &ts->gc_timer, (uint64_t)ts->gc_period_s * 1000000000ull,
+                        periodic_gc, ts);
+}
+
+static void periodic_gc(struct crl_timer *t)
+{
+    struct crl_trajs *ts = t->data;
+    if (ts->gc_running)
+        return;
+    ts->gc_running = true;
+    ts->gc.grace_s = ts->gc_period_s;
+    ts->gc.cb = periodic_done;
+    ts->gc.ctx = ts;
+    crl_trajs_gc_start(ts, &ts->gc);
+}
+
+void crl_trajs_gc_every(struct crl_trajs *ts, unsigned period_s)
+{
+    ts->gc_period_s = period_s;
+    crl_timer_stop(ts->loop, &ts->gc_timer);
+    if (period_s)
+        crl_timer_start(ts->loop, &ts->gc_timer, (uint64_t)period_s * 1000000000ull, periodic_gc,
+                        ts);
 }
 
 /* ---- reading, for the API ---- */
@@ -683,8 +1124,11 @@ int crl_traj_read(struct crl_trajs *ts, const char *id, bool outputs, json_t **o
                 parents = p;
             }
             parents[n++] = (uint32_t)json_integer_value(json_object_get(j, "parent"));
-            if (outputs)
+            if (outputs) {
+                crl_trajs_lock(ts);
                 inline_blobs(ts, j);
+                crl_trajs_unlock(ts);
+            }
             json_t *s = outputs ? json_incref(j) : step_summary(j);
             if (each) {
                 each(s, ctx);

@@ -90,15 +90,20 @@ struct crl_traj_sb {
     enum crl_checkpoint_mode mode;
     struct crl_traj *traj; /* NULL: checkpoints only (snapshot, fork) */
     uint32_t cursor;
-    bool live;   /* calls run; false while fast-forwarding */
-    bool busy;   /* a step is being answered: one at a time */
-    bool broken; /* going live failed: the state is not the trajectory's */
+    bool live;                    /* calls run; false while fast-forwarding */
+    bool busy;                    /* a step is being answered: one at a time */
+    bool broken;                  /* going live failed: the state is not the trajectory's */
+    unsigned jobs;                /* queued on the worker: it is freed after the last */
+    bool gone;                    /* its sandbox is gone */
+    char pinned[CRL_CKPT_ID_MAX]; /* its state, for the collector (under the lock) */
+    struct crl_traj_sb *next_in_ts;
     char broken_msg[256];
     /* counters for GET /v1/sandboxes/{id} */
     uint64_t replayed, recorded;
 };
 
-int crl_trajs_open(const char *state_dir, struct crl_trajs **out, struct crl_err *err);
+int crl_trajs_open(const char *state_dir, struct crl_loop *loop, struct crl_trajs **out,
+                   struct crl_err *err);
 void crl_trajs_close(struct crl_trajs *ts);
 struct crl_ckpt_store *crl_trajs_store(struct crl_trajs *ts);
 struct crl_traj_counters *crl_trajs_counters(struct crl_trajs *ts);
@@ -134,20 +139,115 @@ const char *crl_traj_live_state(const struct crl_traj_sb *s, uint32_t *from_step
 /* Read a step's record back (a new reference). */
 int crl_traj_step_record(struct crl_traj *t, uint32_t n, json_t **out, struct crl_err *err);
 
-/* Take a checkpoint of the sandbox's writable layer now (incremental to
- * its last one); *id is the new state. */
-int crl_traj_checkpoint(struct crl_traj_sb *s, char id[CRL_CKPT_ID_MAX], struct crl_ckpt_stats *st,
-                        struct crl_err *err);
-/* After a restore of checkpoint `id` into the sandbox: that is its state. */
-int crl_traj_restored(struct crl_traj_sb *s, const char *id, struct crl_err *err);
+/* ---- the worker ----
+ *
+ * What waits on a disk (checkpoints, blob writes, fdatasyncs, restore
+ * streams) runs on one worker thread, a job at a time in the order queued,
+ * so the loop never waits on it; each job's done runs back on the loop.
+ * The worker holds the store's lock for each job; the loop takes it around
+ * its own short uses of the store and the logs (replayed answers, events,
+ * exports). */
+struct crl_traj_job {
+    struct crl_trajs *ts;
+    int (*work)(struct crl_traj_job *j, struct crl_err *err);        /* worker */
+    void (*done)(struct crl_traj_job *j, const struct crl_err *err); /* loop */
+    int rc;
+    struct crl_err err;
+    struct crl_traj_job *next;
+};
 
-/* Record a live step as a child of the cursor and move the cursor to it:
- * `rec` holds kind, request, hash, status, response...; this adds n,
- * parent and the checkpoint (taken here when `changes_state` and the mode
- * is every-step, or given as `ckpt`), appends and syncs.  Durable on
- * success. */
-int crl_traj_record(struct crl_traj_sb *s, json_t *rec, bool changes_state, const char *ckpt,
-                    uint32_t *n, struct crl_err *err);
+void crl_trajs_submit(struct crl_trajs *ts, struct crl_traj_job *j);
+void crl_trajs_lock(struct crl_trajs *ts);
+void crl_trajs_unlock(struct crl_trajs *ts);
+
+/* A checkpoint of the sandbox's writable layer now, incremental to its last
+ * one; cb runs on the loop with cj->id the new state.  The caller keeps cj
+ * (embedded in something of its own) until cb. */
+struct crl_traj_ckpt_job {
+    struct crl_traj_job job;
+    struct crl_traj_sb *s;
+    void (*cb)(struct crl_traj_ckpt_job *cj, const struct crl_err *err);
+    void *ctx;
+    /* filled in */
+    struct crl_snapshot_view view;
+    char parent[CRL_CKPT_ID_MAX];
+    char id[CRL_CKPT_ID_MAX];
+    struct crl_ckpt_stats st;
+    double seconds;
+};
+int crl_traj_checkpoint_start(struct crl_traj_ckpt_job *cj, struct crl_err *err);
+
+/* A restore's material: the chain of `ckpt` ("" for the image) as a tar
+ * stream in a memfd (tar_fd, at offset 0) and its index.  Once the
+ * backend has applied it, crl_traj_restored() makes it the sandbox's
+ * state; crl_traj_restore_job_free() releases what is left. */
+struct crl_traj_restore_job {
+    struct crl_traj_job job;
+    char ckpt[CRL_CKPT_ID_MAX];
+    void (*cb)(struct crl_traj_restore_job *rj, const struct crl_err *err);
+    void *ctx;
+    /* filled in */
+    int tar_fd;
+    struct crl_ckpt_index *idx;
+    struct crl_ckpt_stats st;
+};
+void crl_traj_restore_prepare(struct crl_trajs *ts, struct crl_traj_restore_job *rj);
+void crl_traj_restored(struct crl_traj_sb *s, struct crl_traj_restore_job *rj);
+void crl_traj_restore_job_free(struct crl_traj_restore_job *rj);
+
+/* Record a live step as a child of the cursor: `rec` (owned by the job's
+ * owner; kind, request, hash, status, response...) gets n, parent and the
+ * checkpoint (taken when `changes_state` and the mode is every-step, or
+ * `ckpt_given`), after the blobs are stored and their ids set in rec; it is
+ * appended and synced; then, on the loop, the cursor moves to it and cb
+ * runs.  The sandbox stays busy until cb. */
+struct crl_traj_record_job {
+    struct crl_traj_job job;
+    struct crl_traj_sb *s;
+    json_t *rec;
+    bool changes_state;
+    char ckpt_given[CRL_CKPT_ID_MAX];
+    struct {
+        const void *data;
+        size_t len;
+        json_t *obj;     /* where its id goes */
+        const char *key; /* under this key */
+    } blob[3];
+    int n_blobs;
+    void (*cb)(struct crl_traj_record_job *rj, const struct crl_err *err);
+    void *ctx;
+    /* filled in */
+    struct crl_traj_step st;
+    bool take;
+    struct crl_snapshot_view view;
+    char parent_state[CRL_CKPT_ID_MAX];
+    bool took;
+    struct crl_ckpt_stats cs;
+    double ckpt_s, record_s;
+};
+int crl_traj_record_start(struct crl_traj_record_job *rj, struct crl_err *err);
+
+/* Garbage collection of the checkpoint store: every blob that no
+ * trajectory's log and no live sandbox's state refers to, and that is older
+ * than grace_s (what another host or a job has just written is young), is
+ * removed.  A log that cannot be read stops the sweep: what it refers to
+ * is unknown.  It runs on the worker, under the lock as every job, so the
+ * sandboxes' states it keeps (each one's newest checkpoint, pinned as the
+ * worker takes it) are settled. */
+struct crl_traj_gc_job {
+    struct crl_traj_job job;
+    double grace_s;
+    void (*cb)(struct crl_traj_gc_job *gj, const struct crl_err *err);
+    void *ctx;
+    /* filled in */
+    uint64_t trajectories, missing;
+    struct crl_ckpt_gc_stats st;
+    double seconds;
+};
+void crl_trajs_gc_start(struct crl_trajs *ts, struct crl_traj_gc_job *gj);
+/* Collect every period_s seconds with that grace (0: never). */
+void crl_trajs_gc_every(struct crl_trajs *ts, unsigned period_s);
+
 /* An EVENT record (attach, live, detach), synced. */
 int crl_traj_event(struct crl_traj_sb *s, const char *event, json_t *extra, struct crl_err *err);
 

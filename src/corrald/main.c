@@ -49,6 +49,8 @@ static const char usage[] =
     "  --max-tombstones N     and at most N of them, oldest forgotten first (default 10000)\n"
     "  --host-id ID           this host's id in sandbox ids (default: from the hostname)\n"
     "  --max-body-mb N        largest JSON request body (default 16)\n"
+    "  --checkpoint-gc-s N    every N s, remove the checkpoint blobs no trajectory or\n"
+    "                         sandbox refers to and older than N s (default 3600; 0: never)\n"
     "  --log-format text|json, --log-level error|warn|info|debug\n";
 
 static int parse_uint(const char *flag, const char *s, unsigned long max, unsigned long *out)
@@ -99,7 +101,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "corrald: close_range: %s\n", strerror(errno));
     struct crl_host_config hc;
     crl_host_config_defaults(&hc);
-    struct crl_api_config ac = {.unix_path = "/run/corral/corrald.sock"};
+    struct crl_api_config ac = {.unix_path = "/run/corral/corrald.sock", .checkpoint_gc_s = 3600};
     const char *images_from[MAX_IMAGES_FROM];
     size_t n_from = 0;
     const char *token_file = NULL;
@@ -132,6 +134,7 @@ int main(int argc, char **argv)
                                          {"max-tombstones", required_argument, 0, 'M'},
                                          {"host-id", required_argument, 0, 'H'},
                                          {"max-body-mb", required_argument, 0, 'B'},
+                                         {"checkpoint-gc-s", required_argument, 0, 'G'},
                                          {"log-format", required_argument, 0, 'F'},
                                          {"log-level", required_argument, 0, 'L'},
                                          {"help", no_argument, 0, 'h'},
@@ -140,6 +143,11 @@ int main(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 's': hc.state_dir = optarg; break;
+        case 'G':
+            if (parse_uint("--checkpoint-gc-s", optarg, 10u * 365 * 86400, &v) < 0)
+                return 2;
+            ac.checkpoint_gc_s = (unsigned)v;
+            break;
         case 'S': ac.unix_path = *optarg ? optarg : NULL; break;
         case 'l': ac.tcp_listen = optarg; break;
         case 't': token_file = optarg; break;

@@ -52,7 +52,8 @@ static void fuzz_route(const char *s)
     CHECK(r.allow != NULL && r.allow[0]);
     bool per_sandbox = r.ep >= CRL_EP_SANDBOX && r.ep <= CRL_EP_SANDBOX_ACTION;
     bool named = (r.ep >= CRL_EP_IMAGE && r.ep <= CRL_EP_IMAGE_GC) || r.ep == CRL_EP_FUNCTION ||
-                 r.ep == CRL_EP_FUNCTION_CALL;
+                 r.ep == CRL_EP_FUNCTION_CALL || r.ep == CRL_EP_TRAJECTORY ||
+                 r.ep == CRL_EP_TRAJECTORY_STEPS || r.ep == CRL_EP_TRAJECTORY_GC;
     CHECK(named == (r.name[0] != 0) || r.ep == CRL_EP_IMAGE_TAG || r.ep == CRL_EP_IMAGE_GC);
     CHECK(id_ok(r.id, per_sandbox));
     CHECK(per_sandbox || r.id[0] == 0);

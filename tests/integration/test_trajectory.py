@@ -382,3 +382,48 @@ def test_export_and_function_backend(corrald):
     steps = [json.loads(x) for x in lines]
     assert [s["kind"] for s in steps] == ["exec", "file_write", "exec"]
     assert base64.b64decode(steps[1]["request"]["body_base64"]) == b"\x00\x01binary"
+
+
+def test_checkpoint_gc(corrald_factory):
+    """What no trajectory and no sandbox refers to goes; the rest still
+    restores.  A log that cannot be read stops the sweep."""
+    d = corrald_factory(["--checkpoint-gc-s", "0"])
+    blobs = Path(d.state_dir) / "trajectories" / "blobs" / "sha256"
+    keep, drop = tid(), tid()
+    for traj in (keep, drop):
+        sid = create(d, traj)
+        exec_(d, sid, f"echo {traj} > /tmp/{traj}; head -c 100000 /dev/urandom > /tmp/r")
+        destroy(d, sid)
+    plain = d.request("POST", "/v1/sandboxes", {"resources": {"memory_mb": 128}}).json()["id"]
+    exec_(d, plain, "echo plain > /tmp/p")
+    d.request("POST", f"/v1/sandboxes/{plain}/snapshot", {})
+    assert d.request("DELETE", f"/v1/trajectories/{drop}").status == 200
+    before = len(list(blobs.iterdir()))
+    r = d.request("POST", "/v1/trajectories/gc", {"grace_s": 0})
+    assert r.status == 200, r
+    gc = r.json()
+    assert gc["blobs_removed"] >= 3 and gc["bytes_removed"] > 100000, gc
+    assert len(list(blobs.iterdir())) == before - gc["blobs_removed"]
+    # Nothing removable is left: a second collection removes nothing.
+    assert d.request("POST", "/v1/trajectories/gc", {"grace_s": 0}).json()["blobs_removed"] == 0
+    # The kept trajectory still resumes exactly; the plain sandbox still forks.
+    sid = create(d, keep)
+    exec_(d, sid, f"echo {keep} > /tmp/{keep}; head -c 100000 /dev/urandom > /tmp/r")
+    j = exec_(d, sid, f"cat /tmp/{keep}; wc -c < /tmp/r")
+    assert j["stdout"].split() == [keep, "100000"]
+    destroy(d, sid)
+    fork = d.request("POST", f"/v1/sandboxes/{plain}/fork", {})
+    assert fork.status == 201, fork
+    assert exec_(d, fork.json()["id"], "cat /tmp/p")["stdout"] == "plain\n"
+    destroy(d, fork.json()["id"])
+    destroy(d, plain)
+    # Their sandboxes gone, their checkpoints go too.
+    assert d.request("POST", "/v1/trajectories/gc", {"grace_s": 0}).json()["blobs_removed"] > 0
+    # An unreadable log stops it, naming the trajectory.
+    (Path(d.state_dir) / "trajectories" / "broken").mkdir()
+    (Path(d.state_dir) / "trajectories" / "broken" / "log").write_bytes(b"not a log at all" * 4)
+    r = d.request("POST", "/v1/trajectories/gc", {"grace_s": 0})
+    assert r.status == 500 and "broken" in r.error["message"], r
+    assert "nothing was removed" in r.error["message"]
+    r = d.request("POST", "/v1/trajectories/gc", {"grace_s": -1})
+    assert r.status == 400, r

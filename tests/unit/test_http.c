@@ -45,6 +45,12 @@ static void test_routes(void)
         {"/v1/functions/add", CRL_EP_FUNCTION, "", "", "GET"},
         {"/v1/functions/add_2-x/call", CRL_EP_FUNCTION_CALL, "", "", "POST"},
         {"/v1/functions/call/call", CRL_EP_FUNCTION_CALL, "", "", "POST"},
+        {"/v1/trajectories", CRL_EP_TRAJECTORIES, "", "", "GET"},
+        {"/v1/trajectories/", CRL_EP_TRAJECTORIES, "", "", "GET"},
+        {"/v1/trajectories/t-1.a_b", CRL_EP_TRAJECTORY, "", "", "GET, DELETE"},
+        {"/v1/trajectories/t-1/steps", CRL_EP_TRAJECTORY_STEPS, "", "", "GET"},
+        {"/v1/trajectories/gc", CRL_EP_TRAJECTORY_GC, "", "", "GET, DELETE, POST"},
+        {"/v1/trajectories/steps/steps", CRL_EP_TRAJECTORY_STEPS, "", "", "GET"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         const struct route_case *c = &cases[i];
@@ -121,6 +127,14 @@ static void test_routes_malformed(void)
         "/v1/functions/./call",
         "/v1/functions/a b/call",
         "/v1/functions/a%2Fb/call",
+        "/v1/trajectoriesX",
+        "/v1/trajectories//steps",
+        "/v1/trajectories/t/",
+        "/v1/trajectories/t/steps/",
+        "/v1/trajectories/t/log",
+        "/v1/trajectories/../host",
+        "/v1/trajectories/./steps",
+        "/v1/trajectories/a b",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         struct crl_route r;
