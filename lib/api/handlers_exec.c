@@ -27,14 +27,7 @@ static void stream_chunk(struct crl_req *r, enum crl_exec_stream s, const char *
     memcpy(r->carry[i], joined + use, r->carry_len[i]);
     if (!use)
         return;
-    json_t *line = crl_output_json(key, joined, use);
-    char *text = json_dumps(line, JSON_COMPACT);
-    json_decref(line);
-    if (!text)
-        return;
-    crl_req_stream_append(r, text, strlen(text));
-    crl_req_stream_append(r, "\n", 1);
-    free(text);
+    crl_req_stream_json(r, crl_output_json(key, joined, use));
     if (!r->out_paused && r->out.len > STREAM_HIGH) {
         r->out_paused = true;
         if (r->exec)
@@ -86,15 +79,7 @@ static void on_done(void *ctx, const struct crl_exec_result *res, const struct c
             if (r->streaming) {
                 stream_chunk(r, CRL_STDOUT, "", 0, true);
                 stream_chunk(r, CRL_STDERR, "", 0, true);
-                json_t *line = json_pack("{s:o}", "result", j);
-                char *text = json_dumps(line, JSON_COMPACT);
-                json_decref(line);
-                if (text) {
-                    crl_req_stream_append(r, text, strlen(text));
-                    crl_req_stream_append(r, "\n", 1);
-                    free(text);
-                }
-                crl_req_stream_end(r, text == NULL);
+                crl_req_stream_end(r, crl_req_stream_json(r, json_pack("{s:o}", "result", j)) < 0);
             } else {
                 crl_req_json(r, 200, j);
             }

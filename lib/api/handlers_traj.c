@@ -200,17 +200,6 @@ static int canonical(struct crl_req *r, struct crl_traj_call *c, struct crl_err 
 
 /* ---- answering ---- */
 
-static void stream_line(struct crl_req *r, json_t *line)
-{
-    char *text = json_dumps(line, JSON_COMPACT);
-    json_decref(line);
-    if (!text)
-        return;
-    crl_req_stream_append(r, text, strlen(text));
-    crl_req_stream_append(r, "\n", 1);
-    free(text);
-}
-
 /* A command's result as its client asked for it: JSON, or the NDJSON a
  * stream would have sent (output lines, then the result). */
 static void answer(struct crl_req *r, struct crl_traj_call *c, unsigned status, json_t *body)
@@ -229,12 +218,12 @@ static void answer(struct crl_req *r, struct crl_traj_call *c, unsigned status, 
             json_t *line = json_pack("{s:O}", keys[i], v);
             if (b64)
                 json_object_set_new(line, "encoding", json_string("base64"));
-            stream_line(r, line);
+            crl_req_stream_json(r, line);
         }
         json_object_del(body, keys[i]);
     }
     json_object_del(body, "encoding");
-    stream_line(r, json_pack("{s:o}", "result", body));
+    crl_req_stream_json(r, json_pack("{s:o}", "result", body));
     crl_req_stream_end(r, false);
 }
 
@@ -1049,7 +1038,7 @@ fail:
 static void each_line(json_t *step, void *ctx)
 {
     struct crl_req *r = ctx;
-    stream_line(r, json_incref(step));
+    crl_req_stream_json(r, json_incref(step));
 }
 
 static void collected(struct crl_traj_gc_job *gj, const struct crl_err *err)

@@ -104,6 +104,8 @@ int crl_req_sandbox(struct crl_req *r, struct crl_err *err);
 /* Streamed output: append bytes, wake the reader. */
 void crl_req_stream_append(struct crl_req *r, const char *data, size_t len);
 void crl_req_stream_end(struct crl_req *r, bool error);
+/* One NDJSON line (the value is consumed); -1 if it could not be encoded. */
+int crl_req_stream_json(struct crl_req *r, json_t *line);
 struct MHD_Response *crl_req_stream_response(struct crl_req *r, const char *content_type);
 /* An async operation finished; frees the request if MHD is done with it. */
 void crl_req_pending_done(struct crl_req *r);

@@ -158,6 +158,18 @@ int crl_req_sandbox(struct crl_req *r, struct crl_err *err)
     return 0;
 }
 
+int crl_req_stream_json(struct crl_req *r, json_t *line)
+{
+    char *text = line ? json_dumps(line, JSON_COMPACT) : NULL;
+    json_decref(line);
+    if (!text)
+        return -1;
+    crl_req_stream_append(r, text, strlen(text));
+    crl_req_stream_append(r, "\n", 1);
+    free(text);
+    return 0;
+}
+
 /* ---- uploads into a pipe ---- */
 
 static void pipe_writable(struct crl_watch *w, uint32_t ev)

@@ -921,3 +921,18 @@ int crl_cgroup_release(struct crl_cgroup *cg, bool remove, struct crl_err *err)
     free(cg);
     return ret;
 }
+
+int crl_cgroup_pause(struct crl_cgroup *cg, const char *who, struct crl_cgroup_reclaim *r,
+                     struct crl_err *err)
+{
+    if (crl_cgroup_freeze(cg, true, err) < 0) {
+        crl_cgroup_freeze(cg, false, NULL);
+        return -1;
+    }
+    struct crl_err rerr = CRL_ERR_INIT;
+    if (crl_cgroup_reclaim(cg, r, &rerr) < 0)
+        crl_warn(who, "pause: %s", rerr.msg);
+    crl_debug(who, "frozen; %s: memory %llu -> %llu bytes", r->how,
+              (unsigned long long)r->before_bytes, (unsigned long long)r->after_bytes);
+    return 0;
+}

@@ -112,6 +112,11 @@ struct crl_cgroup_reclaim {
  * of a container's writable layer stay.  Synchronous: it takes as long as
  * the kernel's reclaim (milliseconds per hundred MiB). */
 int crl_cgroup_reclaim(struct crl_cgroup *cg, struct crl_cgroup_reclaim *r, struct crl_err *err);
+/* A sandbox's pause: freeze it (thawed back if that fails: never half
+ * frozen), then release what memory can be released (a failure to release
+ * is logged under `who`; the sandbox stays frozen). */
+int crl_cgroup_pause(struct crl_cgroup *cg, const char *who, struct crl_cgroup_reclaim *r,
+                     struct crl_err *err);
 
 int crl_cgroup_stats(struct crl_cgroup *cg, struct crl_cgroup_stats *st);
 

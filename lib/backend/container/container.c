@@ -847,17 +847,9 @@ static int ctr_pause(struct crl_sandbox *sb, struct crl_err *err)
     struct ctr_sandbox *c = sb->priv;
     if (!c || c->releasing || !c->cg)
         return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
-    if (crl_cgroup_freeze(c->cg, true, err) < 0) {
-        crl_cgroup_freeze(c->cg, false, NULL); /* not half frozen */
+    if (crl_cgroup_pause(c->cg, sb->id, &c->last_pause, err) < 0)
         return -1;
-    }
     c->paused = true;
-    struct crl_err rerr = CRL_ERR_INIT;
-    if (crl_cgroup_reclaim(c->cg, &c->last_pause, &rerr) < 0)
-        crl_warn(sb->id, "pause: %s", rerr.msg); /* frozen all the same */
-    crl_debug(sb->id, "frozen; %s: memory %llu -> %llu bytes", c->last_pause.how,
-              (unsigned long long)c->last_pause.before_bytes,
-              (unsigned long long)c->last_pause.after_bytes);
     return 0;
 }
 

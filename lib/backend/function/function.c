@@ -1069,17 +1069,9 @@ static int fn_pause(struct crl_sandbox *sb, struct crl_err *err)
     struct fn_sandbox *f = sb->priv;
     if (!f || f->releasing || !f->cg)
         return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
-    if (crl_cgroup_freeze(f->cg, true, err) < 0) {
-        crl_cgroup_freeze(f->cg, false, NULL); /* not half frozen */
+    if (crl_cgroup_pause(f->cg, sb->id, &f->last_pause, err) < 0)
         return -1;
-    }
-    f->paused = true;
-    struct crl_err rerr = CRL_ERR_INIT;
-    if (crl_cgroup_reclaim(f->cg, &f->last_pause, &rerr) < 0)
-        crl_warn(sb->id, "pause: %s", rerr.msg); /* frozen all the same */
-    crl_debug(sb->id, "frozen (%u call(s) under way); %s: memory %llu -> %llu bytes", f->running,
-              f->last_pause.how, (unsigned long long)f->last_pause.before_bytes,
-              (unsigned long long)f->last_pause.after_bytes);
+    f->paused = true; /* a call under way is frozen with it */
     return 0;
 }
 
