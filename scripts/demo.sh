@@ -93,8 +93,31 @@ with client.create(backend="function", runtime="python") as fn:
     r = fn.exec("import json, os\nprint(json.dumps({'uid': os.getuid(), 'cwd': os.getcwd()}))")
     print("function (python) ->", r.stdout.decode().strip(), "in", round(r.duration_s * 1000, 1), "ms")
 print("call ->", client.call("add", {"a": 1, "b": 2}))
+
+# A trajectory: a preempted agent resumes without running anything twice.
+import uuid
+traj = "demo-" + uuid.uuid4().hex[:8]
+calls = ["echo $RANDOM >> /tmp/log; wc -l < /tmp/log", "date +%s", "echo $RANDOM >> /tmp/log; wc -l < /tmp/log"]
+with client.create(image="busybox", memory_mb=256, trajectory=traj) as sb:
+    first = [sb.exec(c) for c in calls]
+    print("trajectory", traj, "recorded:", [(r.step, r.stdout.decode().strip()) for r in first])
+with client.create(image="busybox", memory_mb=256, trajectory=traj) as sb:
+    again = [sb.exec(c) for c in calls]
+    print("resumed, replayed:", [(r.step, r.replayed, r.stdout.decode().strip()) for r in again])
+    live = sb.exec("wc -l < /tmp/log")
+    print("live again at step", live.step, "on the restored state: /tmp/log has",
+          live.stdout.decode().strip(), "lines (not 4)")
+    fork = sb.fork(step=1)
+    print("fork from step 1 ->", fork.exec("wc -l < /tmp/log").stdout.decode().strip(), "line")
+    fork.destroy()
 print("destroyed; live sandboxes left:", len([s for s in client.list() if s.info["state"] != "destroyed"]))
 PY
+
+echo
+echo "== the trajectory, from the CLI"
+run corral traj ls
+T=$(corral traj ls | awk 'NR > 1 && /^demo-/ {print $1; exit}')
+[ -n "$T" ] && run corral traj show "$T"
 
 echo
 echo "== corrald keeps running:"
