@@ -29,6 +29,7 @@
 
 #define TRAJ_MAX_UPLOAD (64u << 20) /* a file written in a step is held whole, to hash it */
 #define TRAJ_MAX_READ (64u << 20)   /* a file read in a step is kept whole, to log it */
+#define TRAJ_MAX_WAITING 256        /* calls waiting for a sandbox's step in progress */
 
 struct crl_traj_call {
     struct crl_traj_sb *s;
@@ -100,14 +101,74 @@ void crl_traj_req_free(struct crl_req *r)
     }
 }
 
+/* ---- one step at a time: the others wait their turn, in order ---- */
+
+static void next_turn(struct crl_traj_sb *s);
+
+static void unqueue(struct crl_traj_sb *s, struct crl_req *r)
+{
+    for (struct crl_req **p = (struct crl_req **)&s->waiting; *p; p = &(*p)->twait_next)
+        if (*p == r) {
+            *p = r->twait_next;
+            s->n_waiting--;
+            break;
+        }
+    r->twaiting = false;
+    r->pending--;
+}
+
+/* The sandbox is gone: nobody's turn will come. */
+static void waiting_gone(struct crl_traj_sb *s)
+{
+    while (s->waiting) {
+        struct crl_req *r = s->waiting;
+        unqueue(s, r);
+        r->pending++; /* held across the answer */
+        struct crl_err err = CRL_ERR_INIT;
+        crl_err_set(&err, CRL_E_CONFLICT, "sandbox %s ended while this call waited for its turn",
+                    s->sb->id);
+        crl_req_error(r, &err);
+        crl_req_pending_done(r);
+    }
+}
+
+static int wait_turn(struct crl_req *r, struct crl_traj_sb *s, struct crl_err *err)
+{
+    if (s->n_waiting >= TRAJ_MAX_WAITING)
+        return crl_err_set(err, CRL_E_CAPACITY,
+                           "%u calls already wait for sandbox %s, which records trajectory %s one "
+                           "step at a time",
+                           s->n_waiting, s->sb->id, s->traj->id);
+    struct crl_req **p = (struct crl_req **)&s->waiting;
+    while (*p)
+        p = &(*p)->twait_next;
+    *p = r;
+    r->twait_next = NULL;
+    r->twaiting = true;
+    s->n_waiting++;
+    s->gone_hook = waiting_gone;
+    r->pending++; /* answered when its turn comes */
+    return 0;
+}
+
+/* The step in progress has ended: the next waiting call takes its turn
+ * (a replayed one answers at once, and the one after it goes on). */
+static void step_ended(struct crl_traj_sb *s)
+{
+    s->busy = false;
+    next_turn(s);
+}
+
 void crl_h_traj_cleanup(struct crl_req *r)
 {
     struct crl_traj_call *c = r->tcall;
+    if (r->twaiting && r->sb && r->sb->traj)
+        unqueue(r->sb->traj, r); /* its client left before its turn */
     /* A call cancelled with its client never answers: the sandbox takes
      * the next step.  (What it changed is in the next checkpoint.) */
     if (c && c->running) {
         c->running = false;
-        c->s->busy = false;
+        step_ended(c->s);
     }
 }
 
@@ -315,7 +376,6 @@ static void recorded(struct crl_traj_record_job *rj, const struct crl_err *err)
     struct crl_req *r = rj->ctx;
     struct crl_traj_call *c = r->tcall;
     struct crl_traj_sb *s = c->s;
-    s->busy = false;
     if (err) {
         crl_warn(s->sb->id, "trajectory %s: a step could not be recorded: %s", s->traj->id,
                  err->msg);
@@ -334,6 +394,7 @@ static void recorded(struct crl_traj_record_job *rj, const struct crl_err *err)
         answer(r, c, c->status, body);
     }
     crl_req_pending_done(r);
+    step_ended(s);
 }
 
 bool crl_traj_capture(struct crl_req *r, unsigned status, json_t *body)
@@ -345,8 +406,8 @@ bool crl_traj_capture(struct crl_req *r, unsigned status, json_t *body)
     struct crl_traj_sb *s = c->s;
     if (status >= 500) {
         /* The platform failed, not the call: not a step; the answer goes as it is. */
-        s->busy = false;
         crl_req_json(r, status, body);
+        step_ended(s);
         return true;
     }
     struct crl_err err = CRL_ERR_INIT;
@@ -395,12 +456,12 @@ bool crl_traj_capture(struct crl_req *r, unsigned status, json_t *body)
     }
     return true; /* answered once durable */
 fail:
-    s->busy = false;
     crl_warn(s->sb->id, "trajectory %s: a step could not be recorded: %s", s->traj->id, err.msg);
     struct crl_err e2 = CRL_ERR_INIT;
     crl_err_set(&e2, CRL_E_INTERNAL, "the call ran but could not be recorded in trajectory %s: %s",
                 s->traj->id, err.msg);
     crl_req_error(r, &e2);
+    step_ended(s);
     return true;
 }
 
@@ -451,7 +512,6 @@ static void live_failed(struct crl_req *r, const struct crl_err *err)
 {
     struct crl_traj_call *c = r->tcall;
     struct crl_traj_sb *s = c->s;
-    s->busy = false;
     s->broken = true;
     snprintf(s->broken_msg, sizeof(s->broken_msg),
              "sandbox %s could not be brought to step %u of trajectory %s (%s); destroy it and "
@@ -465,6 +525,7 @@ static void live_failed(struct crl_req *r, const struct crl_err *err)
         crl_req_error(r, &e);
     }
     crl_req_pending_done(r);
+    step_ended(s); /* the waiting calls hear that it is broken */
 }
 
 static void live_ready(struct crl_req *r)
@@ -482,13 +543,13 @@ static void live_ready(struct crl_req *r)
         crl_warn(s->sb->id, "trajectory %s: %s", s->traj->id, err.msg);
     crl_info(s->sb->id, "trajectory %s: live at step %u (state of step %u), after %llu replayed",
              s->traj->id, s->cursor, c->from_step, (unsigned long long)s->replayed);
-    s->busy = false;
     if (r->gone || r->client_gone) {
         crl_req_pending_done(r);
+        step_ended(s);
         return;
     }
     r->pending--;
-    run_live(r);
+    run_live(r); /* still busy: its step now */
 }
 
 static void next_session(struct crl_req *r);
@@ -638,6 +699,18 @@ static void go_live(struct crl_req *r)
     start_restore(r);
 }
 
+static void next_turn(struct crl_traj_sb *s)
+{
+    while (!s->busy && s->waiting) {
+        struct crl_req *r = s->waiting;
+        unqueue(s, r);
+        r->pending++; /* held while it is taken */
+        if (!crl_traj_take(r))
+            crl_req_run_step(r); /* the sandbox left its trajectory meanwhile */
+        crl_req_pending_done(r);
+    }
+}
+
 bool crl_traj_take(struct crl_req *r)
 {
     bool changes;
@@ -648,15 +721,14 @@ bool crl_traj_take(struct crl_req *r)
     struct crl_traj_sb *s = r->sb->traj;
     if (!s || !s->traj)
         return false;
-    if (s->busy || s->broken) {
-        if (s->broken)
-            crl_err_set(&err, CRL_E_CONFLICT, "%s", s->broken_msg);
-        else
-            crl_err_set(&err, CRL_E_CONFLICT,
-                        "sandbox %s records trajectory %s and takes one call at a time; another "
-                        "is running",
-                        r->sb->id, s->traj->id);
+    if (s->broken) {
+        crl_err_set(&err, CRL_E_CONFLICT, "%s", s->broken_msg);
         crl_req_error(r, &err);
+        return true;
+    }
+    if (s->busy) { /* in order, after the step in progress */
+        if (wait_turn(r, s, &err) < 0)
+            crl_req_error(r, &err);
         return true;
     }
     const char *ct = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Type");

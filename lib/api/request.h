@@ -83,6 +83,8 @@ struct crl_req {
      * trajectory until its sandbox holds it, and an upload held whole */
     struct crl_traj_call *tcall;
     struct crl_traj *topen;
+    struct crl_req *twait_next; /* waiting for its sandbox's step in progress */
+    bool twaiting;
     bool body_held;
     size_t body_off;
     unsigned pending; /* async operations that will still call back */

@@ -525,6 +525,8 @@ static void sb_gone(struct crl_sandbox *sb)
     if (!s)
         return;
     sb->traj = NULL;
+    if (s->gone_hook)
+        s->gone_hook(s);
     if (s->jobs)
         s->gone = true; /* the last job's end frees it */
     else

@@ -96,6 +96,11 @@ struct crl_traj_sb {
     unsigned jobs;                /* queued on the worker: it is freed after the last */
     bool gone;                    /* its sandbox is gone */
     char pinned[CRL_CKPT_ID_MAX]; /* its state, for the collector (under the lock) */
+    /* The API layer's: calls waiting for their turn, and what to do with
+     * them when the sandbox goes (called before anything is freed). */
+    void *waiting;
+    unsigned n_waiting;
+    void (*gone_hook)(struct crl_traj_sb *s);
     struct crl_traj_sb *next_in_ts;
     char broken_msg[256];
     /* counters for GET /v1/sandboxes/{id} */

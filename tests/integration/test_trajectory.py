@@ -8,6 +8,7 @@ runs; a live one runs on the state the trajectory had."""
 import base64
 import json
 import os
+import time
 import uuid
 from pathlib import Path
 
@@ -240,21 +241,35 @@ def test_streamed_exec_is_recorded_and_replayed(corrald):
     destroy(d, sid)
 
 
-def test_one_holder_one_call_at_a_time(corrald):
+def test_one_holder_and_calls_in_turn(corrald):
+    """A trajectory is held by one sandbox; its calls are steps one at a
+    time: a call made while another runs waits its turn."""
     d, traj = corrald, tid()
     sid = create(d, traj)
-    r = d.request("POST", "/v1/sandboxes", {"trajectory": traj, **{"resources": {
-        "memory_mb": 128}}})
+    r = d.request("POST", "/v1/sandboxes", {"trajectory": traj, "resources": {"memory_mb": 128}})
     assert r.status == 409 and sid in r.error["message"], r
-    sock = d.send("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": "sleep 2"})
+    slow = d.send("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": "sleep 1; echo slow >> /tmp/o"})
     try:
-        import time
         time.sleep(0.3)
-        r = d.request("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": "true"})
-        assert r.status == 409 and "one call at a time" in r.error["message"], r
+        t0 = time.monotonic()
+        j = exec_(d, sid, "echo fast >> /tmp/o; cat /tmp/o")
+        assert time.monotonic() - t0 > 0.4, "it waited for the step in progress"
+        assert (j["step"], j["stdout"]) == (2, "slow\nfast\n")
+        first = json.loads(slow.recv(65536).split(b"\r\n\r\n", 1)[1])
+        assert first["step"] == 1
     finally:
-        sock.recv(65536)
-        sock.close()
+        slow.close()
+    # A client that leaves while waiting takes nothing with it.
+    slow = d.send("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": "sleep 1"})
+    time.sleep(0.2)
+    gone = d.send("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": "echo never"})
+    time.sleep(0.2)
+    gone.close()
+    slow.recv(65536)
+    slow.close()
+    assert exec_(d, sid, "echo after")["step"] == 4
+    steps = d.request("GET", f"/v1/trajectories/{traj}").json()["steps"]
+    assert [s["request"]["body"]["cmd"] for s in steps][-2:] == ["sleep 1", "echo after"]
     destroy(d, sid)
 
 
