@@ -12,13 +12,19 @@
  *   3. restore: a 50-step trajectory resumed, fast-forwarded and brought
  *      live by a 51st call (restoring the state of step 50), against the
  *      same exec in a sandbox that has that state already; and a fork from
- *      step 50 against a plain create.
+ *      step 50 against a plain create;
+ *   4. responsiveness: execs of `true` in a plain sandbox B, from a thread
+ *      of their own, while sandbox A steps (each step a fresh 16 MiB file),
+ *      recording a trajectory every-step or none, against B with A idle:
+ *      whether a checkpoint's disk work stalls the other sandboxes.
  *
  * Everything it creates (sandboxes, trajectories) is removed on the way
  * out, on an error or Ctrl-C too.  It prints figures and ratios and never
  * judges an absolute time. */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,10 +46,16 @@
 #define FORK_SHALLOW 10 /* a fork from a shallower step, to see what depth costs */
 #define MAX_SANDBOXES 8
 #define MAX_TRAJS 8
-/* The state a step changes must be in the writable layer: a container's
- * /tmp is a mount of its own, which checkpoints leave out. */
 #define EXEC_CMD "echo x >> /root/f"
 #define PUT_PATH "/root/w"
+/* 4: A's steps, each a file of BIG_BYTES (RESP_ROUNDS rounds of RESP_STEPS
+ * steps, each way), and B probed for RESP_IDLE_S a round with A idle. */
+#define BIG_BYTES (16 << 20)
+#define RESP_ROUNDS 3
+#define RESP_STEPS 8
+#define RESP_IDLE_S 2
+#define RESP_MAX_SAMPLES 20000 /* B's execs kept per kind of window */
+#define RESP_MEMORY_MB 128     /* A's: the file is in its writable layer, a tmpfs */
 
 static const char help[] =
     "usage: corral bench traj [OPTIONS]\n"
@@ -61,10 +73,16 @@ static const char help[] =
     "     restores step 50's state first: its latency against the same exec in a\n"
     "     sandbox already in that state, the restore alone (from the\n"
     "     trajectory's \"live\" event); and POST .../fork {\"step\": 50} (and 10)\n"
-    "     against a plain create.\n"
+    "     against a plain create;\n"
+    "  4. responsiveness: exec `true` in a plain sandbox B from a thread of its own,\n"
+    "     while sandbox A makes steps that each write a fresh 16 MiB file, back to\n"
+    "     back, (a) with no trajectory and (b) recording every-step, against B\n"
+    "     with A idle: p50, p99 and the ratios (3 rounds, 8 steps each way a round,\n"
+    "     2 s idle).\n"
     "Prints a table and a JSON line.  Uses corrald at $CORRAL_URL unless\n"
     "--start-daemon.  Sandboxes and trajectories it made are removed after\n"
-    "(checkpoints stay in corrald's store, as DELETE /v1/trajectories leaves them).\n"
+    "(their checkpoints, some 400 MiB, stay in corrald's store until its next\n"
+    "checkpoint gc past the grace: 'corral traj gc').\n"
     "\n"
     "  --start-daemon      run a private corrald (next to this corral, fresh state\n"
     "                      in a temporary directory) for the bench, stop it after\n"
@@ -77,6 +95,8 @@ static const char help[] =
 
 enum { A_PLAIN, B_NONE, C_EVERY, N_KINDS };
 static const char *const kind_mode[N_KINDS] = {NULL, "none", "every-step"};
+/* 4: what sandbox A does while B is probed */
+enum { W_IDLE, W_PLAIN, W_EVERY, N_WINDOWS };
 
 struct results {
     char host_id[32];
@@ -91,6 +111,10 @@ struct results {
         rs_live_ckpt, rs_plain_exec, rs_first_exec, rs_fork, rs_fork_shallow, rs_create;
     long long rs_ckpt_bytes; /* what the 50 steps' checkpoints stored */
     size_t restores;
+    /* 4: responsiveness: B's execs by what A does meanwhile, A's steps
+     * (none, every-step) and the checkpoints of the latter */
+    struct crl_bench_samples rp_b[N_WINDOWS], rp_a[2], rp_a_proc[2], rp_ckpt;
+    double rp_stored_mib; /* a checkpoint's bytes_stored, mean */
 };
 
 static void results_free(struct results *r)
@@ -105,12 +129,15 @@ static void results_free(struct results *r)
         &r->ff_replay,     &r->ff_resume_create, &r->rs_resume_create, &r->rs_forward,
         &r->rs_live,       &r->rs_restore,       &r->rs_live_exec,     &r->rs_live_ckpt,
         &r->rs_plain_exec, &r->rs_first_exec,    &r->rs_fork,          &r->rs_fork_shallow,
-        &r->rs_create};
+        &r->rs_create,     &r->rp_b[0],          &r->rp_b[1],          &r->rp_b[2],
+        &r->rp_a[0],       &r->rp_a[1],          &r->rp_a_proc[0],     &r->rp_a_proc[1],
+        &r->rp_ckpt};
     for (size_t i = 0; i < CRL_ARRAY_SIZE(all); i++)
         crl_bench_samples_free(all[i]);
 }
 
 struct bench {
+    const char *url; /* NULL: $CORRAL_URL */
     struct crl_client *c;
     const char *image;
     size_t n, warm;
@@ -186,12 +213,13 @@ static void sandbox_forget(struct bench *b, const char *id)
             b->sandboxes[i][0] = 0;
 }
 
-/* The bench's spec: the image, 64 MiB (admission control never limits),
- * a label, and the trajectory `traj` in checkpoint mode `mode` if given. */
-static json_t *spec_of(const struct bench *b, const char *traj, const char *mode)
+/* The bench's spec: the image, `memory_mb` (admission control never
+ * limits), a label, and the trajectory `traj` in checkpoint mode `mode` if
+ * given. */
+static json_t *spec_of(const struct bench *b, const char *traj, const char *mode, int memory_mb)
 {
     json_t *spec = json_pack("{s:s, s:{s:i}, s:{s:s}}", "image", b->image, "resources", "memory_mb",
-                             64, "labels", "corral-bench", "1");
+                             memory_mb, "labels", "corral-bench", "1");
     if (spec && traj)
         json_object_set_new(
             spec, "trajectory",
@@ -199,12 +227,12 @@ static json_t *spec_of(const struct bench *b, const char *traj, const char *mode
     return spec;
 }
 
-/* Create a sandbox (recording `traj` if not NULL), its id into id[0..64),
- * timed to the 201 into *ms (may be NULL). */
-static int sandbox_create(struct bench *b, const char *traj, const char *mode, char *id, double *ms,
-                          struct crl_err *err)
+/* Create a sandbox of `memory_mb` (recording `traj` if not NULL), its id
+ * into id[0..64), timed to the 201 into *ms (may be NULL). */
+static int sandbox_create_mb(struct bench *b, const char *traj, const char *mode, int memory_mb,
+                             char *id, double *ms, struct crl_err *err)
 {
-    json_auto_t *spec = spec_of(b, traj, mode);
+    json_auto_t *spec = spec_of(b, traj, mode, memory_mb);
     json_auto_t *sb = NULL;
     if (check_interrupted(err) < 0)
         return -1;
@@ -217,6 +245,12 @@ static int sandbox_create(struct bench *b, const char *traj, const char *mode, c
     snprintf(id, 64, "%s", crl_cli_str(sb, "id", ""));
     track(b->sandboxes[0], MAX_SANDBOXES, sizeof(b->sandboxes[0]), id);
     return 0;
+}
+
+static int sandbox_create(struct bench *b, const char *traj, const char *mode, char *id, double *ms,
+                          struct crl_err *err)
+{
+    return sandbox_create_mb(b, traj, mode, 64, id, ms, err);
 }
 
 static int sandbox_destroy(struct bench *b, char *id, struct crl_err *err)
@@ -745,6 +779,169 @@ static int restore(struct bench *b, struct results *r, struct crl_err *err)
     return sandbox_destroy(b, plain, err) < 0 || traj_remove(b, traj, err) < 0 ? -1 : 0;
 }
 
+/* ---- 4. responsiveness ---- */
+
+/* Execs of `true` in sandbox B, back to back, until told to stop. */
+struct prober {
+    struct bench b; /* its own client */
+    const char *sandbox;
+    struct crl_bench_samples *into;
+    atomic_bool stop;
+    int rc;
+    struct crl_err err;
+};
+
+static void *probe(void *p)
+{
+    struct prober *pr = p;
+    json_auto_t *req = json_pack("{s:s}", "cmd", "true");
+    while (!atomic_load(&pr->stop) && pr->into->n < RESP_MAX_SAMPLES) {
+        double ms;
+        if (exec_call(&pr->b, pr->sandbox, req, -1, &ms, NULL, &pr->err) < 0) {
+            pr->rc = -1;
+            break;
+        }
+        add(pr->into, ms);
+    }
+    return NULL;
+}
+
+/* Step k of A: the previous file goes (A's tmpfs holds one) and a new one
+ * of random bytes is written, which its checkpoint must read, hash,
+ * compress and store. */
+static json_t *big_req(size_t k)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -f /tmp/big*; head -c %d /dev/urandom > /tmp/big%zu", BIG_BYTES,
+             k);
+    return json_pack("{s:s}", "cmd", cmd);
+}
+
+/* A sandbox A: its id, `replayed` as exec_call() takes it, and where its
+ * steps' latencies and the commands' own times (duration_s) go. */
+struct stepper {
+    const char *id;
+    int replayed;
+    struct crl_bench_samples *lat, *proc;
+};
+
+/* One window: B probed from a thread of its own (on client `pc`) while
+ * this one makes RESP_STEPS steps in `a`, or with `a` NULL sleeps
+ * RESP_IDLE_S. */
+static int window(struct bench *b, struct crl_client *pc, const char *sb_b, const struct stepper *a,
+                  size_t *k, struct crl_bench_samples *b_into, struct crl_err *err)
+{
+    struct prober pr = {.b = {.c = pc}, .sandbox = sb_b, .into = b_into};
+    atomic_init(&pr.stop, false);
+    pthread_t t;
+    int e = pthread_create(&t, NULL, probe, &pr);
+    if (e != 0)
+        return crl_err_sys(err, e, "pthread_create");
+    int rc = 0;
+    if (!a) {
+        struct timespec tick = {0, 50 * 1000 * 1000};
+        for (int i = 0; i < RESP_IDLE_S * 20 && !crl_cli_interrupted; i++)
+            nanosleep(&tick, NULL);
+        rc = check_interrupted(err);
+    }
+    for (size_t i = 0; a && i < RESP_STEPS && rc == 0; i++) {
+        json_auto_t *req = big_req((*k)++);
+        json_auto_t *res = NULL;
+        double ms;
+        if ((rc = exec_call(b, a->id, req, a->replayed, &ms, &res, err)) < 0)
+            break;
+        add(a->lat, ms);
+        add(a->proc, json_number_value(json_object_get(res, "duration_s")) * 1e3);
+    }
+    atomic_store(&pr.stop, true);
+    pthread_join(t, NULL);
+    if (rc == 0 && pr.rc < 0) {
+        *err = pr.err;
+        rc = -1;
+    }
+    return rc;
+}
+
+/* The checkpoint of each of A's recorded steps: its time, and the mean of
+ * what it stored, which must be about the file (else the file was not in
+ * the writable layer, and nothing was measured). */
+static int resp_ckpts(struct bench *b, const char *traj, struct results *r, struct crl_err *err)
+{
+    json_auto_t *t = NULL;
+    if (traj_get(b, traj, &t, err) < 0 ||
+        crl_bench_samples_alloc(&r->rp_ckpt, RESP_ROUNDS * RESP_STEPS, err) < 0)
+        return -1;
+    double stored = 0;
+    size_t i;
+    json_t *step;
+    json_array_foreach(json_object_get(t, "steps"), i, step)
+    {
+        double ms = step_ckpt_ms(step);
+        if (isnan(ms) || r->rp_ckpt.n == RESP_ROUNDS * RESP_STEPS)
+            continue;
+        add(&r->rp_ckpt, ms);
+        stored += (double)json_integer_value(
+            json_object_get(json_object_get(step, "checkpoint_stats"), "bytes_stored"));
+    }
+    if (r->rp_ckpt.n == 0)
+        return crl_err_set(err, CRL_E_INTERNAL, "trajectory %s has no checkpoints", traj);
+    r->rp_stored_mib = stored / (double)r->rp_ckpt.n / (1 << 20);
+    if (r->rp_stored_mib < (double)BIG_BYTES / 2 / (1 << 20))
+        return crl_err_set(err, CRL_E_INTERNAL,
+                           "a step's checkpoint stored %.1f MiB: its %d MiB file is not in the "
+                           "writable layer",
+                           r->rp_stored_mib, BIG_BYTES >> 20);
+    return 0;
+}
+
+static int responsiveness(struct bench *b, struct results *r, struct crl_err *err)
+{
+    char probed[64] = "", a_plain[64] = "", a_every[64] = "", traj[96];
+    cleanup_client struct crl_client *pc = NULL;
+    if (crl_client_open(b->url, NULL, &pc, err) < 0)
+        return -1;
+    traj_name(b, "resp", traj);
+    for (int w = 0; w < N_WINDOWS; w++)
+        if (crl_bench_samples_alloc(&r->rp_b[w], RESP_MAX_SAMPLES, err) < 0)
+            return -1;
+    for (int i = 0; i < 2; i++)
+        if (crl_bench_samples_alloc(&r->rp_a[i], RESP_ROUNDS * RESP_STEPS, err) < 0 ||
+            crl_bench_samples_alloc(&r->rp_a_proc[i], RESP_ROUNDS * RESP_STEPS, err) < 0)
+            return -1;
+    if (sandbox_create(b, NULL, NULL, probed, NULL, err) < 0 ||
+        sandbox_create_mb(b, NULL, NULL, RESP_MEMORY_MB, a_plain, NULL, err) < 0 ||
+        sandbox_create_mb(b, traj, "every-step", RESP_MEMORY_MB, a_every, NULL, err) < 0)
+        return -1;
+    /* B's warm-up, on the prober's client */
+    struct bench pb = {.c = pc};
+    json_auto_t *t = json_pack("{s:s}", "cmd", "true");
+    for (size_t i = 0; i < b->warm; i++) {
+        double ms;
+        if (exec_call(&pb, probed, t, -1, &ms, NULL, err) < 0)
+            return -1;
+    }
+    STEP(b,
+         "responsiveness: exec `true` in %s while A idles %d s, makes %d steps of a %d MiB "
+         "file with no trajectory, and %d recording every-step; %d rounds",
+         probed, RESP_IDLE_S, RESP_STEPS, BIG_BYTES >> 20, RESP_STEPS, RESP_ROUNDS);
+    const struct stepper as[2] = {{a_plain, -1, &r->rp_a[0], &r->rp_a_proc[0]},
+                                  {a_every, 0, &r->rp_a[1], &r->rp_a_proc[1]}};
+    size_t k = 0;
+    for (int round = 0; round < RESP_ROUNDS; round++)
+        for (int j = 0; j < N_WINDOWS; j++) {
+            int w = (round + j) % N_WINDOWS; /* which goes first rotates */
+            const struct stepper *a = w == W_IDLE ? NULL : &as[w == W_EVERY];
+            if (window(b, pc, probed, a, &k, &r->rp_b[w], err) < 0)
+                return -1;
+        }
+    if (resp_ckpts(b, traj, r, err) < 0)
+        return -1;
+    return sandbox_destroy(b, probed, err) < 0 || sandbox_destroy(b, a_plain, err) < 0 ||
+                   sandbox_destroy(b, a_every, err) < 0 || traj_remove(b, traj, err) < 0
+               ? -1
+               : 0;
+}
+
 /* ---- the run ---- */
 
 static int measure(const char *url, struct bench *b, struct results *r, struct crl_err *err)
@@ -763,6 +960,8 @@ static int measure(const char *url, struct bench *b, struct results *r, struct c
         rc = fast_forward(b, r, err);
     if (rc == 0)
         rc = restore(b, r, err);
+    if (rc == 0)
+        rc = responsiveness(b, r, err);
     cleanup_all(b);
     b->c = NULL;
     return rc;
@@ -846,7 +1045,15 @@ static void report(struct results *r, const struct bench *b, const char *cmdline
                            rs1 = crl_bench_stats_of(&r->rs_first_exec),
                            rfk = crl_bench_stats_of(&r->rs_fork),
                            rfs = crl_bench_stats_of(&r->rs_fork_shallow),
-                           rcr = crl_bench_stats_of(&r->rs_create);
+                           rcr = crl_bench_stats_of(&r->rs_create),
+                           rpk = crl_bench_stats_of(&r->rp_ckpt);
+    struct crl_bench_stats rpb[N_WINDOWS], rpa[2], rpp[2];
+    for (int w = 0; w < N_WINDOWS; w++)
+        rpb[w] = crl_bench_stats_of(&r->rp_b[w]);
+    for (int i = 0; i < 2; i++) {
+        rpa[i] = crl_bench_stats_of(&r->rp_a[i]);
+        rpp[i] = crl_bench_stats_of(&r->rp_a_proc[i]);
+    }
     char date[64];
     time_t now = time(NULL);
     strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
@@ -899,6 +1106,23 @@ static void report(struct results *r, const struct bench *b, const char *cmdline
         snprintf(what, sizeof(what), "fork {\"step\": %d}", FORK_SHALLOW);
         row(what, &rfs, false);
         row("plain create", &rcr, false);
+        printf("  4. responsiveness: exec `true` in sandbox B while A steps, %d rounds\n",
+               RESP_ROUNDS);
+        snprintf(what, sizeof(what), "B, A idle (%d s a round)", RESP_IDLE_S);
+        row(what, &rpb[W_IDLE], true);
+        snprintf(what, sizeof(what), "B, A stepping with no trajectory (%d steps a round)",
+                 RESP_STEPS);
+        row(what, &rpb[W_PLAIN], true);
+        row("B, A stepping, trajectory every-step", &rpb[W_EVERY], true);
+        snprintf(what, sizeof(what), "A's step (a new %d MiB file), no trajectory",
+                 BIG_BYTES >> 20);
+        row(what, &rpa[0], true);
+        row("A's step, every-step", &rpa[1], true);
+        snprintf(what, sizeof(what), "  of which the checkpoint (%.1f MiB stored each)",
+                 r->rp_stored_mib);
+        row(what, &rpk, false);
+        row("A's command itself, no trajectory (duration_s)", &rpp[0], false);
+        row("A's command itself, every-step", &rpp[1], false);
         printf("\n");
         overhead_line("exec", ex);
         overhead_line("PUT", pu);
@@ -914,6 +1138,17 @@ static void report(struct results *r, const struct bench *b, const char *cmdline
                "from step %d: %.2f ms (%+.2f ms)\n\n",
                RESTORE_STEPS, rfk.p50, rcr.p50, ratio(rfk.p50, rcr.p50), rfk.p50 - rcr.p50,
                FORK_SHALLOW, rfs.p50, rfs.p50 - rcr.p50);
+        /* a checkpoint that held up corrald's loop would hold up one of
+         * B's execs for as long: the max shows it where p99 might not */
+        printf("  B's exec while A records every-step: p50 %.2f ms against %.2f with A idle "
+               "(%.2fx), p99 %.2f against %.2f (%.2fx), max %.2f against %.2f; while A makes "
+               "the same steps with no trajectory: p50 %.2f (%.2fx), p99 %.2f (%.2fx), max "
+               "%.2f\n\n",
+               rpb[W_EVERY].p50, rpb[W_IDLE].p50, ratio(rpb[W_EVERY].p50, rpb[W_IDLE].p50),
+               rpb[W_EVERY].p99, rpb[W_IDLE].p99, ratio(rpb[W_EVERY].p99, rpb[W_IDLE].p99),
+               rpb[W_EVERY].max, rpb[W_IDLE].max, rpb[W_PLAIN].p50,
+               ratio(rpb[W_PLAIN].p50, rpb[W_IDLE].p50), rpb[W_PLAIN].p99,
+               ratio(rpb[W_PLAIN].p99, rpb[W_IDLE].p99), rpb[W_PLAIN].max);
     }
     json_auto_t *j = json_pack(
         "{s:s, s:s, s:s, s:s, s:I, s:s, s:s, s:I, s:s, s:s}", "bench", "corral traj", "date", date,
@@ -944,6 +1179,32 @@ static void report(struct results *r, const struct bench *b, const char *cmdline
                         real_or_null(ratio(rsl.p50, rsp.p50)));
     json_object_set_new(rs, "ratio_fork_vs_create_p50", real_or_null(ratio(rfk.p50, rcr.p50)));
     json_object_set_new(j, "restore", rs);
+    json_t *rp =
+        json_pack("{s:I, s:I, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:f}", "file_bytes",
+                  (json_int_t)BIG_BYTES, "rounds", (json_int_t)RESP_ROUNDS, "steps_per_round",
+                  (json_int_t)RESP_STEPS, "idle_s_per_round", (json_int_t)RESP_IDLE_S, "b_a_idle",
+                  crl_bench_stats_json(&rpb[W_IDLE], true), "b_a_plain",
+                  crl_bench_stats_json(&rpb[W_PLAIN], true), "b_a_every_step",
+                  crl_bench_stats_json(&rpb[W_EVERY], true), "a_step_plain",
+                  crl_bench_stats_json(&rpa[0], true), "a_step_every_step",
+                  crl_bench_stats_json(&rpa[1], true), "a_checkpoint",
+                  crl_bench_stats_json(&rpk, false), "a_checkpoint_mib_stored", r->rp_stored_mib);
+    static const char *const b_keys[N_WINDOWS] = {"b_a_idle", "b_a_plain", "b_a_every_step"};
+    for (int w = 0; w < N_WINDOWS; w++)
+        json_object_set_new(json_object_get(rp, b_keys[w]), "max_ms", json_real(rpb[w].max));
+    json_object_set_new(json_object_get(rp, "a_step_plain"), "duration",
+                        crl_bench_stats_json(&rpp[0], false));
+    json_object_set_new(json_object_get(rp, "a_step_every_step"), "duration",
+                        crl_bench_stats_json(&rpp[1], false));
+    json_object_set_new(rp, "ratio_every_step_vs_idle_p50",
+                        real_or_null(ratio(rpb[W_EVERY].p50, rpb[W_IDLE].p50)));
+    json_object_set_new(rp, "ratio_every_step_vs_idle_p99",
+                        real_or_null(ratio(rpb[W_EVERY].p99, rpb[W_IDLE].p99)));
+    json_object_set_new(rp, "ratio_plain_vs_idle_p50",
+                        real_or_null(ratio(rpb[W_PLAIN].p50, rpb[W_IDLE].p50)));
+    json_object_set_new(rp, "ratio_plain_vs_idle_p99",
+                        real_or_null(ratio(rpb[W_PLAIN].p99, rpb[W_IDLE].p99)));
+    json_object_set_new(j, "responsiveness", rp);
     char *line = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
     if (line)
         printf("%s\n", line);
@@ -1010,6 +1271,7 @@ int crl_cmd_bench_traj(int argc, char **argv)
         return brc;
     char load0[64], load1[64];
     crl_bench_loadavg(load0, sizeof(load0));
+    b.url = url;
     int rc = measure(url, &b, &r, &err);
     crl_bench_loadavg(load1, sizeof(load1));
     crl_bench_end(start, &d, rc, "bench traj");

@@ -1,7 +1,7 @@
 /* corral traj: trajectories, the durable logs of every call made to the
  * sandboxes that recorded them (docs/api.md, "Trajectories").
  *
- *   corral traj ls | show ID | export ID | rm ID... | replay ID
+ *   corral traj ls | show ID | export ID | rm ID... | replay ID | gc
  *
  * replay lives in cmd_traj_replay.c; what both show of a step is here. */
 #include <math.h>
@@ -24,6 +24,7 @@ static const char help[] =
     "  rm ID...                        delete trajectories (refused while one is live)\n"
     "  replay [--head N] ID            run a trajectory again on a fresh sandbox and\n"
     "                                  report every step whose result differs\n"
+    "  gc [--grace-s N] [--json]       remove the checkpoints nothing refers to\n"
     "\n"
     "A sandbox created with a trajectory id (spec \"trajectory\") records every\n"
     "exec, session command, file read and write and snapshot as a step; see\n"
@@ -58,6 +59,18 @@ static const char help_rm[] = "usage: corral traj rm ID...\n"
                               "\n"
                               "Delete trajectories and print each id once it is gone.  Refused\n"
                               "for one a sandbox holds (destroy the sandbox first).\n";
+
+static const char help_gc[] =
+    "usage: corral traj gc [--grace-s N] [--json]\n"
+    "\n"
+    "Remove the checkpoint blobs that no trajectory's log and no live sandbox's\n"
+    "state refers to, once they are older than the grace (corrald does the same\n"
+    "every --checkpoint-gc-s).  A checkpoint of a sandbox without a trajectory\n"
+    "lives as long as that sandbox, or the grace.  A log that cannot be read\n"
+    "stops it, naming the trajectory, and nothing is removed.\n"
+    "\n"
+    "  --grace-s N         keep what is younger than N seconds (default 3600)\n"
+    "  --json              print corrald's answer as JSON\n";
 
 /* ---- shared with replay ---- */
 
@@ -390,6 +403,68 @@ static int cmd_rm(int argc, char **argv)
     return rc;
 }
 
+/* ---- gc ---- */
+
+static unsigned long long count(json_t *out, const char *key)
+{
+    return (unsigned long long)json_integer_value(json_object_get(out, key));
+}
+
+static void show_gc(json_t *out)
+{
+    char freed[32];
+    crl_cli_bytes((double)count(out, "bytes_removed"), freed, sizeof(freed));
+    printf("removed %llu blobs, freed %s; kept %llu in use and %llu younger than %g s",
+           count(out, "blobs_removed"), freed, count(out, "blobs_kept"), count(out, "young_kept"),
+           json_number_value(json_object_get(out, "grace_s")));
+    if (count(out, "tmp_removed"))
+        printf("; %llu stale temporary files removed", count(out, "tmp_removed"));
+    /* referred to and not in the store: a trajectory that cannot be
+     * restored past the step that refers to it */
+    if (count(out, "missing"))
+        printf("; %llu referenced blobs missing", count(out, "missing"));
+    printf("\n");
+}
+
+static int cmd_gc(int argc, char **argv)
+{
+    enum { OPT_JSON = CRL_CLI_OPT_OTHER, OPT_GRACE };
+    static const struct option opts[] = {{"json", no_argument, 0, OPT_JSON},
+                                         {"grace-s", required_argument, 0, OPT_GRACE},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    struct crl_err err = CRL_ERR_INIT;
+    bool as_json = false;
+    double grace = -1; /* corrald's default */
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (c) {
+        case OPT_JSON: as_json = true; break;
+        case OPT_GRACE:
+            if (crl_cli_parse_double("--grace-s", optarg, 0, 10.0 * 365 * 86400, &grace, &err) < 0)
+                return crl_cli_usage(argv[0], "%s", err.msg);
+            break;
+        case 'h': return crl_cli_help(help_gc);
+        default: return crl_cli_bad_option(argv[0], argv, c);
+        }
+    }
+    if (optind < argc)
+        return crl_cli_usage(argv[0], "unexpected argument '%s'", argv[optind]);
+    cleanup_client struct crl_client *cl = NULL;
+    json_auto_t *body = grace >= 0 ? json_pack("{s:f}", "grace_s", grace) : NULL;
+    json_auto_t *out = NULL;
+    if (crl_cli_connect(&cl) != 0)
+        return CRL_EXIT_FAIL;
+    if (crl_client_request(cl, "POST", "/v1/trajectories/gc", body, &out, NULL, &err) < 0)
+        return crl_cli_fail(&err);
+    if (as_json)
+        crl_cli_print_json(out);
+    else
+        show_gc(out);
+    return 0;
+}
+
 /* ---- dispatch ---- */
 
 static const struct {
@@ -398,12 +473,13 @@ static const struct {
 } subs[] = {
     {"ls", cmd_ls},         {"list", cmd_ls}, {"show", cmd_show},
     {"export", cmd_export}, {"rm", cmd_rm},   {"replay", crl_cmd_traj_replay},
+    {"gc", cmd_gc},
 };
 
 int crl_cmd_traj(int argc, char **argv)
 {
     if (argc < 2)
-        return crl_cli_usage(argv[0], "needs a command (ls, show, export, rm, replay)");
+        return crl_cli_usage(argv[0], "needs a command (ls, show, export, rm, replay, gc)");
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)
         return crl_cli_help(help);
     for (size_t i = 0; i < CRL_ARRAY_SIZE(subs); i++) {

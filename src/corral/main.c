@@ -23,7 +23,7 @@ static const struct {
     {"images", crl_cmd_images, "list images (corral image ls)"},
     {"call", crl_cmd_call, "call a registered function with JSON arguments"},
     {"functions", crl_cmd_functions, "list the registered functions"},
-    {"traj", crl_cmd_traj, "trajectories: ls, show, export, rm, replay"},
+    {"traj", crl_cmd_traj, "trajectories: ls, show, export, rm, replay, gc"},
     {"snapshot", crl_cmd_snapshot, "checkpoint a sandbox's filesystem"},
     {"fork", crl_cmd_fork, "a new sandbox from a sandbox's state, a step or a checkpoint"},
     {"pause", crl_cmd_pause, "freeze a sandbox's processes"},

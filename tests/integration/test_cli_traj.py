@@ -1,10 +1,12 @@
-"""corral traj (ls, show, export, rm, replay) and corral snapshot, fork,
-pause and resume, driving build/corral against the shared corrald.
-Trajectories are recorded through the SDK."""
+"""corral traj (ls, show, export, rm, replay, gc) and corral snapshot,
+fork, pause and resume, driving build/corral against the shared corrald
+(gc against a corrald of its own).  Trajectories are recorded through the
+SDK."""
 
 import json
 import re
 import uuid
+from pathlib import Path
 
 from conftest import BUILD, SMALL
 from test_cli import corral as cli
@@ -140,3 +142,35 @@ def test_snapshot_fork_pause_resume(corrald, client, sandbox):
     assert json.loads(ok(cli(corrald, "resume", "--json", sandbox.id)))["state"] == "ready"
     r = cli(corrald, "pause", "sb-nonexistent")
     assert r.returncode == 1 and b"not found" in r.stderr, r
+
+
+def test_gc(corrald_factory):
+    """A removed trajectory's checkpoints go once past the grace, and then
+    nothing is left to remove; an unreadable log stops it.  A corrald of
+    its own: a grace of 0 on the shared one would sweep under other tests."""
+    d = corrald_factory(["--checkpoint-gc-s", "0"])
+    t = new_id()
+    with d.client() as c:
+        record(c, t, nondeterministic=False)
+    ok(cli(d, "traj", "rm", t))
+    # the default grace (an hour) keeps them: they are young
+    out = ok(cli(d, "traj", "gc"))
+    m = re.fullmatch(r"removed 0 blobs, freed 0 B; kept 0 in use and (\d+) younger than 3600 s\n",
+                     out)
+    assert m and int(m[1]) > 0, out
+    out = ok(cli(d, "traj", "gc", "--grace-s", "0"))
+    m = re.match(r"removed (\d+) blobs, freed [\d.]+ [KM]?i?B; kept 0 in use and 0 younger than 0 s",
+                 out)
+    assert m and int(m[1]) > 0, out
+    again = json.loads(ok(cli(d, "traj", "gc", "--grace-s", "0", "--json")))
+    assert again["blobs_removed"] == 0 and again["bytes_removed"] == 0, again
+    assert again["trajectories"] == 0 and again["grace_s"] == 0, again
+
+    for bad in (["--grace-s", "-1"], ["--grace-s", "soon"], ["extra"]):
+        r = cli(d, "traj", "gc", *bad)
+        assert r.returncode == 2, r
+    broken = Path(d.state_dir) / "trajectories" / "broken"
+    broken.mkdir()
+    (broken / "log").write_bytes(b"not a log at all" * 4)
+    r = cli(d, "traj", "gc", "--grace-s", "0")
+    assert r.returncode == 1 and b"trajectory broken cannot be read" in r.stderr, r
