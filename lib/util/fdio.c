@@ -54,6 +54,13 @@ int crl_openat(int dirfd, const char *path, int flags, mode_t mode)
     return fd;
 }
 
+int crl_reopen(int fd, int flags)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    return crl_openat(AT_FDCWD, path, flags, 0);
+}
+
 int crl_write_file_at(int dirfd, const char *path, const char *s)
 {
     cleanup_close int fd = crl_openat(dirfd, path, O_WRONLY, 0);

@@ -16,6 +16,9 @@ int crl_write_full(int fd, const void *buf, size_t len);
 
 /* openat(dirfd, path, flags | O_CLOEXEC, mode), retried on EINTR. */
 int crl_openat(int dirfd, const char *path, int flags, mode_t mode);
+/* The file behind fd opened again (through /proc/self/fd): a description of
+ * its own, at offset 0, with `flags` whatever fd's were.  -1 with errno. */
+int crl_reopen(int fd, int flags);
 
 /* Small control files (cgroup, /proc): write a string in one write(2); read up
  * to cap-1 bytes and NUL-terminate.  Both return -1 with errno on failure. */

@@ -730,18 +730,6 @@ static int ctr_snapshot(struct crl_sandbox *sb, struct crl_snapshot_view *v, str
     return 0;
 }
 
-/* A reading of its own of the caller's descriptor: from offset 0, leaving
- * the caller's offset alone, and read-only whatever the caller's was. */
-static int reopen_read_only(int fd, struct crl_err *err)
-{
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-    int r = crl_openat(AT_FDCWD, path, O_RDONLY, 0);
-    if (r < 0)
-        crl_err_sys(err, errno, "reopening the checkpoint (fd %d)", fd);
-    return r;
-}
-
 static void restore_finish(struct ctr_restore *cr, const struct crl_err *err)
 {
     struct crl_sandbox *sb = cr->sb;
@@ -776,8 +764,11 @@ static int ctr_restore(struct crl_sandbox *sb, struct crl_restore_req *rq, struc
     int ncg = 0, msg[2], ret = -1;
     char leaf[32];
     snprintf(leaf, sizeof(leaf), "r%llu", (unsigned long long)++sb->next_seq);
-    if ((fds[1] = reopen_read_only(rq->tar_fd, err)) < 0)
+    /* a reading of its own: from offset 0, and read-only */
+    if ((fds[1] = crl_reopen(rq->tar_fd, O_RDONLY)) < 0) {
+        crl_err_sys(err, errno, "reopening the checkpoint (fd %d)", rq->tar_fd);
         goto out;
+    }
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, msg) < 0) {
         crl_err_sys(err, errno, "socketpair");
         goto out;

@@ -921,18 +921,6 @@ static int fn_snapshot(struct crl_sandbox *sb, struct crl_snapshot_view *v, stru
     return 0;
 }
 
-/* A reading of its own of the caller's descriptor: from offset 0, leaving
- * the caller's offset alone, and read-only whatever the caller's was. */
-static int reopen_read_only(int fd, struct crl_err *err)
-{
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-    int r = crl_openat(AT_FDCWD, path, O_RDONLY, 0);
-    if (r < 0)
-        crl_err_sys(err, errno, "reopening the checkpoint (fd %d)", fd);
-    return r;
-}
-
 /* A restore's child ended (wait status), or never ran (err): tell its
  * owner, on the loop, and let go of everything it had. */
 static void restore_end(struct fn_restore *rs, int status, const struct crl_err *err)
@@ -1023,8 +1011,11 @@ static int fn_restore(struct crl_sandbox *sb, struct crl_restore_req *rq, struct
     fds[4] = status[1];
     crl_set_nonblock(rs->msg_fd, 1);
     crl_set_nonblock(rs->status_fd, 1);
-    if ((fds[0] = reopen_read_only(rq->tar_fd, err)) < 0)
+    /* a reading of its own: from offset 0, and read-only */
+    if ((fds[0] = crl_reopen(rq->tar_fd, O_RDONLY)) < 0) {
+        crl_err_sys(err, errno, "reopening the checkpoint (fd %d)", rq->tar_fd);
         goto out;
+    }
     if ((fds[1] = crl_openat(AT_FDCWD, "/dev/null", O_WRONLY, 0)) < 0) {
         crl_err_sys(err, errno, "/dev/null");
         goto out;
