@@ -871,6 +871,15 @@ int crl_client_upload(struct crl_client *c, const char *method, const char *path
     return rc;
 }
 
+ssize_t crl_client_mem_source(void *ctx, char *buf, size_t len, struct crl_err *err)
+{
+    struct crl_client_mem *m = ctx;
+    size_t n = m->len - m->off < len ? m->len - m->off : len;
+    memcpy(buf, m->data + m->off, n);
+    m->off += n;
+    return (ssize_t)n;
+}
+
 int crl_client_put_source(struct crl_client *c, const char *id, const char *path,
                           crl_client_source_fn source, void *ctx, long long size,
                           const char *content_type, int mode, json_t **out, struct crl_err *err)

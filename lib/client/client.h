@@ -141,6 +141,14 @@ int crl_client_put(struct crl_client *c, const char *id, const char *path, int f
  * (corrald then sees a broken request, never a complete one). */
 typedef ssize_t (*crl_client_source_fn)(void *ctx, char *buf, size_t len, struct crl_err *err);
 
+/* A source of bytes already in memory: ctx is a struct crl_client_mem,
+ * {.data, .len} (off from 0). */
+struct crl_client_mem {
+    const char *data;
+    size_t len, off;
+};
+ssize_t crl_client_mem_source(void *ctx, char *buf, size_t len, struct crl_err *err);
+
 /* crl_client_put() with the bytes from `source`. */
 int crl_client_put_source(struct crl_client *c, const char *id, const char *path,
                           crl_client_source_fn source, void *ctx, long long size,

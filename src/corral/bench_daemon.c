@@ -12,6 +12,7 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../../lib/util/cleanup.h"
@@ -259,4 +260,24 @@ void crl_bench_end(bool start, struct crl_bench_daemon *d, int rc, const char *w
     if (rc < 0 && crl_bench_daemon_log_tail(d, tail, sizeof(tail)) == 0 && tail[0])
         fprintf(stderr, "corral: %s: corrald's log ends with:\n%s\n", what, tail);
     crl_bench_daemon_stop(d);
+}
+
+void crl_bench_machine(struct crl_bench_machine *m)
+{
+    time_t now = time(NULL);
+    strftime(m->date, sizeof(m->date), "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    uname(&m->u);
+    m->cpus = sysconf(_SC_NPROCESSORS_ONLN);
+}
+
+int crl_bench_check_interrupted(struct crl_err *err)
+{
+    if (crl_cli_interrupted)
+        return crl_err_set(err, CRL_E_UNAVAILABLE, "interrupted");
+    return 0;
+}
+
+double crl_bench_ms_since(unsigned long long t0)
+{
+    return (double)(crl_now_ns() - t0) / 1e6;
 }

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
+#include <sys/utsname.h>
 
 #include "../../lib/client/client.h"
 #include "../../lib/util/err.h"
@@ -62,5 +63,20 @@ json_t *crl_bench_stats_json(const struct crl_bench_stats *s, bool with_rate);
 
 /* The three load averages of /proc/loadavg, "0.42 0.30 0.25". */
 void crl_bench_loadavg(char *buf, size_t cap);
+
+/* When and where a bench ran, for its report: the UTC time
+ * (2026-11-30T17:00:40Z), uname(2) and the CPUs online. */
+struct crl_bench_machine {
+    char date[32];
+    struct utsname u;
+    long cpus;
+};
+void crl_bench_machine(struct crl_bench_machine *m);
+
+/* CRL_E_UNAVAILABLE "interrupted" once a signal asked the bench to stop
+ * (crl_cli_interrupted); 0 otherwise. */
+int crl_bench_check_interrupted(struct crl_err *err);
+/* Milliseconds since t0 (crl_now_ns()). */
+double crl_bench_ms_since(unsigned long long t0);
 
 #endif

@@ -490,3 +490,37 @@ int crl_cli_show(const char *path, bool as_json, void (*show)(json_t *answer))
         show(out);
     return 0;
 }
+
+int crl_cli_no_flags(int argc, char **argv, const char *help)
+{
+    static const struct option opts[] = {{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
+        if (c == 'h')
+            return crl_cli_help(help);
+        return crl_cli_bad_option(argv[0], argv, c);
+    }
+    return -1;
+}
+
+int crl_cli_delete_each(const char *prefix, char *const *names, int n)
+{
+    cleanup_client struct crl_client *cl = NULL;
+    if (crl_cli_connect(&cl) != 0)
+        return CRL_EXIT_FAIL;
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        struct crl_err err = CRL_ERR_INIT;
+        char path[400];
+        snprintf(path, sizeof(path), "%s/%s", prefix, names[i]);
+        if (crl_client_request(cl, "DELETE", path, NULL, NULL, NULL, &err) < 0) {
+            crl_err_prefix(&err, "%s", names[i]);
+            rc = crl_cli_fail(&err);
+            continue;
+        }
+        printf("%s\n", names[i]);
+        fflush(stdout);
+    }
+    return rc;
+}

@@ -68,6 +68,13 @@ int crl_cli_read_flags(int argc, char **argv, const char *help, int nargs, const
                        bool *as_json, const char **arg);
 /* GET path and print the answer: as JSON, or through show(). */
 int crl_cli_show(const char *path, bool as_json, void (*show)(json_t *answer));
+/* The options of a command that takes none but --help: -1 once they are
+ * read (optind at its first argument), else the status to exit with. */
+int crl_cli_no_flags(int argc, char **argv, const char *help);
+/* DELETE <prefix>/<name> for each name, printing each once it is done; a
+ * failure is reported and the others still go.  0, or the status of the
+ * last failure. */
+int crl_cli_delete_each(const char *prefix, char *const *names, int n);
 
 /* Pretty-print JSON to stdout, with a newline. */
 void crl_cli_print_json(json_t *j);
@@ -84,6 +91,9 @@ struct crl_buf;
 /* What a step record asked, in a few words for a table row (a command line,
  * "ss-1: cmd", a path...), appended to b; control characters as spaces. */
 void crl_cli_traj_what(json_t *step, struct crl_buf *b);
+/* The one trajectory id a command takes (argv[optind]): -1 with *id set,
+ * else the status to exit with (missing, extra, or not an id). */
+int crl_cli_traj_one_id(int argc, char **argv, const char **id);
 /* A step's checkpoint as its first 12 hex digits, or "-" when it has none. */
 const char *crl_cli_traj_ckpt(json_t *step, char *buf, size_t cap);
 

@@ -9,8 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/utsname.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../../lib/util/cleanup.h"
@@ -330,16 +328,12 @@ static void report(const struct results *r, size_t n, const char *host_id, const
     }
     double ratio = r->crun_ok && k2.rate > 0 ? c2.rate / k2.rate : NAN;
     double exec_x = sp.p50 > 0 ? ex.p50 / sp.p50 : NAN;
-    char date[64];
-    time_t now = time(NULL);
-    strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    struct utsname u;
-    uname(&u);
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    struct crl_bench_machine m;
+    crl_bench_machine(&m);
 
     if (!json_only) {
         printf("corral bench  %s  host %s (%s %s, %ld CPUs)  load %s -> %s  %zu iterations\n\n",
-               date, host_id, u.sysname, u.release, cpus, load0, load1, n);
+               m.date, host_id, m.u.sysname, m.u.release, m.cpus, load0, load1, n);
         printf("  %-40s %8s %8s %10s\n", "", "p50 ms", "p99 ms", "per s");
         row("corral cycle, 1 at a time", &c1, true);
         row("  create", &c1c, false);
@@ -363,9 +357,9 @@ static void report(const struct results *r, size_t n, const char *host_id, const
                ex.p50, sp.p50, exec_x, ex.p50 - sp.p50);
     }
     json_auto_t *j =
-        json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:s, s:I}", "bench", "corral", "date", date,
-                  "host_id", host_id, "kernel", u.release, "cpus", (json_int_t)cpus, "load_before",
-                  load0, "load_after", load1, "iterations", (json_int_t)n);
+        json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:s, s:I}", "bench", "corral", "date", m.date,
+                  "host_id", host_id, "kernel", m.u.release, "cpus", (json_int_t)m.cpus,
+                  "load_before", load0, "load_after", load1, "iterations", (json_int_t)n);
     json_object_set_new(j, "corral_cycle_c1", crl_bench_stats_json(&c1, true));
     json_object_set_new(j, "corral_create_c1", crl_bench_stats_json(&c1c, false));
     json_object_set_new(j, "corral_exec_in_cycle_c1", crl_bench_stats_json(&c1e, false));

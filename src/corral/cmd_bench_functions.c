@@ -21,9 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/utsname.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../../lib/util/cleanup.h"
@@ -125,13 +123,6 @@ static void results_free(struct results *r)
         }                                                            \
     } while (0)
 
-static int check_interrupted(struct crl_err *err)
-{
-    if (crl_cli_interrupted)
-        return crl_err_set(err, CRL_E_UNAVAILABLE, "interrupted");
-    return 0;
-}
-
 /* VmRSS of /proc/<pid>/status in kB (pid 0: ourselves), -1 if unknown. */
 static long rss_kb(pid_t pid)
 {
@@ -225,7 +216,7 @@ static int calls(struct crl_client *c, const char *id, json_t *req, size_t warm,
         double ms, pms;
         if (i == warm)
             start = crl_now_ns();
-        if (check_interrupted(err) < 0 || call(c, id, req, NULL, &ms, &pms, err) < 0)
+        if (crl_bench_check_interrupted(err) < 0 || call(c, id, req, NULL, &ms, &pms, err) < 0)
             return -1;
         if (i >= warm) {
             out->ms[out->n++] = ms;
@@ -250,7 +241,7 @@ static int python_vs_peer(struct crl_client *c, const char *id, const char *pyth
     for (size_t i = 0; i < warm + n; i++) {
         double ours = 0, proc = 0, peer = 0;
         for (int k = 0; k < 2; k++) {
-            if (check_interrupted(err) < 0)
+            if (crl_bench_check_interrupted(err) < 0)
                 return -1;
             if ((k == 0) == (i % 2 == 0)) {
                 if (call(c, id, req, "1\n", &ours, &proc, err) < 0)
@@ -299,7 +290,7 @@ static void *worker_main(void *p)
     w->rc = crl_client_open(w->url, NULL, &c, &w->err);
     for (size_t i = 0; i < w->n && w->rc == 0; i++) {
         double ms;
-        w->rc = check_interrupted(&w->err);
+        w->rc = crl_bench_check_interrupted(&w->err);
         if (w->rc == 0)
             w->rc = call(c, w->id, req, NULL, &ms, NULL, &w->err);
         if (w->rc == 0 && w->ms)
@@ -415,7 +406,8 @@ static int measure_with(struct crl_client *c, const char *url, size_t n, bool qu
         struct timespec gap = {0, SPACED_MS * 1000000L};
         double ms;
         nanosleep(&gap, NULL);
-        if (check_interrupted(err) < 0 || call(c, py_id, req_print, "1\n", &ms, NULL, err) < 0)
+        if (crl_bench_check_interrupted(err) < 0 ||
+            call(c, py_id, req_print, "1\n", &ms, NULL, err) < 0)
             return -1;
         if (i >= warm / 4 + 1)
             r->py_spaced.ms[r->py_spaced.n++] = ms;
@@ -447,12 +439,13 @@ static int measure_with(struct crl_client *c, const char *url, size_t n, bool qu
 
     STEP(quiet, "floor: fork+exit+wait of this process (%zu)", n);
     r->rss_self_kb = rss_kb(0);
-    if (crl_bench_fork_exit(warm, n, &r->fork_exit, err) < 0 || check_interrupted(err) < 0)
+    if (crl_bench_fork_exit(warm, n, &r->fork_exit, err) < 0 ||
+        crl_bench_check_interrupted(err) < 0)
         return -1;
     STEP(quiet, "floor: fork+exec+wait of /bin/true (%zu)", n);
     char *const true_argv[] = {"true", NULL};
     if (crl_bench_fork_exec("/bin/true", true_argv, "", warm, n, &r->fork_exec, err) < 0 ||
-        check_interrupted(err) < 0)
+        crl_bench_check_interrupted(err) < 0)
         return -1;
     STEP(quiet, "floor: forks of python3 with the zygote's imports (%zu, and %zu running print(1))",
          n, n);
@@ -513,18 +506,14 @@ static void report(struct results *r, size_t n, const char *load0, const char *l
                            scp = crl_bench_stats_of(&r->sh_c_proc),
                            pys = crl_bench_stats_of(&r->py_spaced);
     double py_x = ratio(peer.p50, py.p50);
-    char date[64];
-    time_t now = time(NULL);
-    strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    struct utsname u;
-    uname(&u);
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    struct crl_bench_machine m;
+    crl_bench_machine(&m);
 
     if (!json_only) {
         char what[128];
         printf("corral bench functions  %s  host %s (%s %s, %ld CPUs)  load %s -> %s  %zu "
                "iterations\n",
-               date, r->host_id, u.sysname, u.release, cpus, load0, load1, n);
+               m.date, r->host_id, m.u.sysname, m.u.release, m.cpus, load0, load1, n);
         printf("python3: %s (%s)\n\n", r->python, r->python_version);
         printf("  %-58s %8s %8s %9s\n", "", "p50 ms", "p99 ms", "per s");
         row("function python: exec \"print(1)\"", &py);
@@ -561,10 +550,11 @@ static void report(struct results *r, size_t n, const char *load0, const char *l
                "%.1f\n\n",
                CONC, c2.rate, GOAL_C2_PER_S, sa.rate);
     }
-    json_auto_t *j = json_pack(
-        "{s:s, s:s, s:s, s:s, s:I, s:s, s:s, s:I, s:s}", "bench", "corral functions", "date", date,
-        "host_id", r->host_id, "kernel", u.release, "cpus", (json_int_t)cpus, "load_before", load0,
-        "load_after", load1, "iterations", (json_int_t)n, "python3", r->python);
+    json_auto_t *j =
+        json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:s, s:I, s:s}", "bench", "corral functions",
+                  "date", m.date, "host_id", r->host_id, "kernel", m.u.release, "cpus",
+                  (json_int_t)m.cpus, "load_before", load0, "load_after", load1, "iterations",
+                  (json_int_t)n, "python3", r->python);
     json_object_set_new(j, "python3_version", json_string(r->python_version));
     json_object_set_new(j, "python_function", crl_bench_stats_json(&py, true));
     json_object_set_new(j, "python_function_duration", crl_bench_stats_json(&pyp, false));

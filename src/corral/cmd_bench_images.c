@@ -19,9 +19,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <sys/utsname.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../../lib/client/copy.h"
@@ -105,18 +103,6 @@ struct scratch {
             fputc('\n', stderr);                                  \
         }                                                         \
     } while (0)
-
-static int check_interrupted(struct crl_err *err)
-{
-    if (crl_cli_interrupted)
-        return crl_err_set(err, CRL_E_UNAVAILABLE, "interrupted");
-    return 0;
-}
-
-static double ms_since(unsigned long long t0)
-{
-    return (double)(crl_now_ns() - t0) / 1e6;
-}
 
 /* Write back what earlier steps left dirty on dir's filesystem, so that a
  * timed step does not pay for the one before it. */
@@ -348,7 +334,7 @@ static int setup(struct scratch *s, const struct opts *o, struct results *r, str
     char *const gc[] = {"umoci", "gc", "--layout", layout, NULL};
     char *const *steps[] = {init, make, unpack, copy, repack, gc};
     for (size_t i = 0; i < CRL_ARRAY_SIZE(steps); i++)
-        if (run_cmd(steps[i], err) < 0 || check_interrupted(err) < 0)
+        if (run_cmd(steps[i], err) < 0 || crl_bench_check_interrupted(err) < 0)
             return crl_err_prefix(err, "making the OCI layout");
     crl_bench_layer_release(s->mnt);
     s->mnt[0] = 0;
@@ -403,7 +389,7 @@ static int import_once(struct scratch *s, size_t i, struct results *r, struct cr
     unsigned long long t0 = crl_now_ns();
     if (crl_copy_dir_stream(layout, send_layout, &ctx, err) < 0)
         return crl_err_prefix(err, "importing %s", layout);
-    r->imp.ms[r->imp.n++] = ms_since(t0);
+    r->imp.ms[r->imp.n++] = crl_bench_ms_since(t0);
     json_t *layers = json_object_get(img, "layers");
     r->imported_bytes = json_integer_value(json_object_get(json_array_get(layers, 0), "size"));
     /* Remove it and collect its layer, so that the next import expands
@@ -431,7 +417,7 @@ static int unpack_once(struct scratch *s, size_t i, struct results *r, struct cr
     unsigned long long t0 = crl_now_ns();
     int rc = run_cmd(argv, err);
     if (rc == 0)
-        r->unpack.ms[r->unpack.n++] = ms_since(t0);
+        r->unpack.ms[r->unpack.n++] = crl_bench_ms_since(t0);
     crl_rm_rf_at(AT_FDCWD, bundle);
     return rc;
 }
@@ -450,8 +436,8 @@ static int measure_imports(struct scratch *s, const struct opts *o, struct resul
     /* Interleaved, so that drift in the machine's speed hits both. */
     for (size_t i = 0; i < o->imports; i++) {
         STEP(o, "import %zu of %zu, and umoci unpack", i + 1, o->imports);
-        if (import_once(s, i, r, err) < 0 || check_interrupted(err) < 0 ||
-            unpack_once(s, i, r, err) < 0 || check_interrupted(err) < 0)
+        if (import_once(s, i, r, err) < 0 || crl_bench_check_interrupted(err) < 0 ||
+            unpack_once(s, i, r, err) < 0 || crl_bench_check_interrupted(err) < 0)
             return -1;
     }
     return 0;
@@ -466,7 +452,7 @@ static int create_timed(struct scratch *s, json_t *spec, struct crl_bench_sample
     unsigned long long t0 = crl_now_ns();
     if (create_tracked(s, spec, &id, err) < 0)
         return crl_err_prefix(err, "create (%s)", crl_cli_str(spec, "image", "?"));
-    double ms = ms_since(t0);
+    double ms = crl_bench_ms_since(t0);
     if (out)
         out->ms[out->n++] = ms;
     return destroy_last(s, err);
@@ -491,7 +477,7 @@ static int measure_creates(struct scratch *s, const struct opts *o, struct resul
          * destroy. */
         int rc = i % 2 ? create_timed(s, big, b, err) || create_timed(s, bb, a, err)
                        : create_timed(s, bb, a, err) || create_timed(s, big, b, err);
-        if (rc || check_interrupted(err) < 0)
+        if (rc || crl_bench_check_interrupted(err) < 0)
             return -1;
     }
     return 0;
@@ -523,7 +509,7 @@ static int measure_disk(struct scratch *s, const struct opts *o, struct results 
     for (size_t i = 0; i < o->sandboxes; i++) {
         const char *id;
         json_auto_t *res = NULL;
-        if (check_interrupted(err) < 0)
+        if (crl_bench_check_interrupted(err) < 0)
             return -1;
         if (create_tracked(s, spec, &id, err) < 0) {
             if (err->code != CRL_E_CAPACITY)
@@ -554,7 +540,7 @@ static int measure_disk(struct scratch *s, const struct opts *o, struct results 
     }
     STEP(o, "destroying them");
     while (s->nids > first)
-        if (destroy_last(s, err) < 0 || check_interrupted(err) < 0)
+        if (destroy_last(s, err) < 0 || crl_bench_check_interrupted(err) < 0)
             return -1;
     return 0;
 }
@@ -581,16 +567,12 @@ static void report(const struct opts *o, struct results *r, const char *load0, c
     double import_x = un.p50 > 0 ? im.p50 / un.p50 : NAN;
     double create_x = cb.p50 > 0 ? ci.p50 / cb.p50 : NAN;
     long long unpacked_n = r->unpacked_bytes * (long long)o->sandboxes;
-    char date[64];
-    time_t now = time(NULL);
-    strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    struct utsname u;
-    uname(&u);
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    struct crl_bench_machine m;
+    crl_bench_machine(&m);
 
     if (!json_only) {
-        printf("corral bench images  %s  host %s (%s %s, %ld CPUs)  load %s -> %s\n", date,
-               r->host_id, u.sysname, u.release, cpus, load0, load1);
+        printf("corral bench images  %s  host %s (%s %s, %ld CPUs)  load %s -> %s\n", m.date,
+               r->host_id, m.u.sysname, m.u.release, m.cpus, load0, load1);
         printf("image %s: one layer, %.1f MiB stored (EROFS); as an OCI layout (gzip) %.1f MiB; "
                "unpacked %.1f MiB\n\n",
                o->image, (double)r->layer_bytes / MIB, (double)r->layout_bytes / MIB,
@@ -626,7 +608,7 @@ static void report(const struct opts *o, struct results *r, const char *load0, c
     }
     json_auto_t *j =
         json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:s, s:s}", "bench", "corral-images", "date",
-                  date, "host_id", r->host_id, "kernel", u.release, "cpus", (json_int_t)cpus,
+                  m.date, "host_id", r->host_id, "kernel", m.u.release, "cpus", (json_int_t)m.cpus,
                   "load_before", load0, "load_after", load1, "image", o->image);
     json_object_set_new(j, "image_layer_bytes", json_integer(r->layer_bytes));
     json_object_set_new(j, "layout_bytes", json_integer(r->layout_bytes));

@@ -29,7 +29,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -157,18 +156,6 @@ struct bench {
         }                                                       \
     } while (0)
 
-static int check_interrupted(struct crl_err *err)
-{
-    if (crl_cli_interrupted)
-        return crl_err_set(err, CRL_E_UNAVAILABLE, "interrupted");
-    return 0;
-}
-
-static double ms_since(unsigned long long t0)
-{
-    return (double)(crl_now_ns() - t0) / 1e6;
-}
-
 static void add(struct crl_bench_samples *s, double ms)
 {
     s->ms[s->n++] = ms;
@@ -234,14 +221,14 @@ static int sandbox_create_mb(struct bench *b, const char *traj, const char *mode
 {
     json_auto_t *spec = spec_of(b, traj, mode, memory_mb);
     json_auto_t *sb = NULL;
-    if (check_interrupted(err) < 0)
+    if (crl_bench_check_interrupted(err) < 0)
         return -1;
     unsigned long long t0 = crl_now_ns();
     if (crl_client_create(b->c, spec, &sb, err) < 0)
         return crl_err_prefix(err, "creating a sandbox%s%s", traj ? " recording " : "",
                               traj ? traj : "");
     if (ms)
-        *ms = ms_since(t0);
+        *ms = crl_bench_ms_since(t0);
     snprintf(id, 64, "%s", crl_cli_str(sb, "id", ""));
     track(b->sandboxes[0], MAX_SANDBOXES, sizeof(b->sandboxes[0]), id);
     return 0;
@@ -332,12 +319,12 @@ static int exec_call(struct bench *b, const char *id, json_t *req, int replayed,
                      json_t **out, struct crl_err *err)
 {
     json_auto_t *res = NULL;
-    if (check_interrupted(err) < 0)
+    if (crl_bench_check_interrupted(err) < 0)
         return -1;
     unsigned long long t0 = crl_now_ns();
     if (crl_client_exec(b->c, id, req, &res, err) < 0)
         return crl_err_prefix(err, "exec in %s", id);
-    *ms = ms_since(t0);
+    *ms = crl_bench_ms_since(t0);
     if (crl_client_exit_status(res) != 0)
         return crl_err_set(err, CRL_E_INTERNAL, "exec in %s ended with status %d (%s): %s", id,
                            crl_client_exit_status(res), crl_cli_str(res, "reason", "?"),
@@ -349,35 +336,19 @@ static int exec_call(struct bench *b, const char *id, json_t *req, int replayed,
     return 0;
 }
 
-struct mem_src {
-    const char *p;
-    size_t left;
-};
-
-static ssize_t mem_read(void *ctx, char *buf, size_t len, struct crl_err *err)
-{
-    (void)err;
-    struct mem_src *m = ctx;
-    size_t k = len < m->left ? len : m->left;
-    memcpy(buf, m->p, k);
-    m->p += k;
-    m->left -= k;
-    return (ssize_t)k;
-}
-
 /* PUT data[0..len) at `path`, timed to the answer into *ms. */
 static int put_call(struct bench *b, const char *id, const char *path, const char *data, size_t len,
                     int replayed, double *ms, struct crl_err *err)
 {
-    struct mem_src src = {data, len};
+    struct crl_client_mem src = {.data = data, .len = len};
     json_auto_t *res = NULL;
-    if (check_interrupted(err) < 0)
+    if (crl_bench_check_interrupted(err) < 0)
         return -1;
     unsigned long long t0 = crl_now_ns();
-    if (crl_client_put_source(b->c, id, path, mem_read, &src, (long long)len, NULL, -1, &res, err) <
-        0)
+    if (crl_client_put_source(b->c, id, path, crl_client_mem_source, &src, (long long)len, NULL, -1,
+                              &res, err) < 0)
         return crl_err_prefix(err, "PUT %s in %s", path, id);
-    *ms = ms_since(t0);
+    *ms = crl_bench_ms_since(t0);
     if (check_replayed(res, replayed, "a file write", err) < 0)
         return crl_err_prefix(err, "sandbox %s", id);
     return 0;
@@ -668,12 +639,12 @@ static int fork_step(struct bench *b, const char *id, int step, struct crl_bench
     json_auto_t *wc = json_pack("{s:s}", "cmd", "wc -l < /root/r/log; ls /root/r | wc -l");
     double ms;
     snprintf(path, sizeof(path), "/v1/sandboxes/%s/fork", id);
-    if (check_interrupted(err) < 0)
+    if (crl_bench_check_interrupted(err) < 0)
         return -1;
     unsigned long long t0 = crl_now_ns();
     if (crl_client_request(b->c, "POST", path, body, &fk, NULL, err) < 0)
         return crl_err_prefix(err, "POST %s {\"step\": %d}", path, step);
-    add(out, ms_since(t0));
+    add(out, crl_bench_ms_since(t0));
     snprintf(fork_id, sizeof(fork_id), "%s", crl_cli_str(fk, "id", ""));
     track(b->sandboxes[0], MAX_SANDBOXES, sizeof(b->sandboxes[0]), fork_id);
     snprintf(want, sizeof(want), "%d\n%d\n", step, step + 1);
@@ -729,7 +700,7 @@ static int restore(struct bench *b, struct results *r, struct crl_err *err)
             if (exec_call(b, sb, req, 1, &ms, NULL, err) < 0)
                 return -1;
         }
-        add(&r->rs_forward, ms_since(t0));
+        add(&r->rs_forward, crl_bench_ms_since(t0));
         json_auto_t *probe = probe_req(k);
         /* the 51st call and the plain exec, which goes first alternating */
         for (int j = 0; j < 2; j++) {
@@ -842,7 +813,7 @@ static int window(struct bench *b, struct crl_client *pc, const char *sb_b, cons
         struct timespec tick = {0, 50 * 1000 * 1000};
         for (int i = 0; i < RESP_IDLE_S * 20 && !crl_cli_interrupted; i++)
             nanosleep(&tick, NULL);
-        rc = check_interrupted(err);
+        rc = crl_bench_check_interrupted(err);
     }
     for (size_t i = 0; a && i < RESP_STEPS && rc == 0; i++) {
         json_auto_t *req = big_req((*k)++);
@@ -1054,18 +1025,14 @@ static void report(struct results *r, const struct bench *b, const char *cmdline
         rpa[i] = crl_bench_stats_of(&r->rp_a[i]);
         rpp[i] = crl_bench_stats_of(&r->rp_a_proc[i]);
     }
-    char date[64];
-    time_t now = time(NULL);
-    strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    struct utsname u;
-    uname(&u);
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    struct crl_bench_machine m;
+    crl_bench_machine(&m);
 
     if (!json_only) {
         char what[128];
         printf("corral bench traj  %s  host %s (%s %s, %ld CPUs)  load %s -> %s  %zu iterations, "
                "image %s\n",
-               date, r->host_id, u.sysname, u.release, cpus, load0, load1, b->n, b->image);
+               m.date, r->host_id, m.u.sysname, m.u.release, m.cpus, load0, load1, b->n, b->image);
         printf("command: %s\n\n", cmdline);
         printf("  %-56s %8s %8s %9s\n", "", "p50 ms", "p99 ms", "per s");
         printf("  1. per-step overhead, interleaved\n");
@@ -1150,10 +1117,11 @@ static void report(struct results *r, const struct bench *b, const char *cmdline
                ratio(rpb[W_PLAIN].p50, rpb[W_IDLE].p50), rpb[W_PLAIN].p99,
                ratio(rpb[W_PLAIN].p99, rpb[W_IDLE].p99), rpb[W_PLAIN].max);
     }
-    json_auto_t *j = json_pack(
-        "{s:s, s:s, s:s, s:s, s:I, s:s, s:s, s:I, s:s, s:s}", "bench", "corral traj", "date", date,
-        "host_id", r->host_id, "kernel", u.release, "cpus", (json_int_t)cpus, "load_before", load0,
-        "load_after", load1, "iterations", (json_int_t)b->n, "image", b->image, "command", cmdline);
+    json_auto_t *j =
+        json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:s, s:I, s:s, s:s}", "bench", "corral traj",
+                  "date", m.date, "host_id", r->host_id, "kernel", m.u.release, "cpus",
+                  (json_int_t)m.cpus, "load_before", load0, "load_after", load1, "iterations",
+                  (json_int_t)b->n, "image", b->image, "command", cmdline);
     json_object_set_new(j, "exec", overhead_json(ex, exp, &exc));
     json_object_set_new(j, "put_4k", overhead_json(pu, NULL, &puc));
     json_object_set_new(

@@ -31,20 +31,6 @@ static const char functions_help[] =
     "\n"
     "  --json              print corrald's answer as JSON\n";
 
-struct mem_src {
-    const char *data;
-    size_t len, off;
-};
-
-static ssize_t mem_source(void *ctx, char *buf, size_t len, struct crl_err *err)
-{
-    struct mem_src *m = ctx;
-    size_t n = m->len - m->off < len ? m->len - m->off : len;
-    memcpy(buf, m->data + m->off, n);
-    m->off += n;
-    return (ssize_t)n;
-}
-
 /* stdin to its end, at most `max` bytes. */
 static int read_stdin(struct crl_buf *b, size_t max, struct crl_err *err)
 {
@@ -123,9 +109,9 @@ int crl_cmd_call(int argc, char **argv)
 
     char path[128];
     snprintf(path, sizeof(path), "/v1/functions/%s/call", name);
-    struct mem_src src = {.data = body.data ? body.data : "", .len = body.len};
+    struct crl_client_mem src = {.data = body.data ? body.data : "", .len = body.len};
     json_auto_t *answer = NULL;
-    int rc = crl_client_upload(cl, "POST", path, mem_source, &src, (long long)body.len,
+    int rc = crl_client_upload(cl, "POST", path, crl_client_mem_source, &src, (long long)body.len,
                                "application/json", &answer, &err);
     crl_buf_free(&body);
     if (rc < 0) /* a hang-up on Ctrl-C: corrald kills the call */

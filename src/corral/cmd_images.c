@@ -163,23 +163,9 @@ static int cmd_inspect(int argc, char **argv)
     return crl_cli_show(path, true, NULL);
 }
 
-/* Subcommands with no options but --help. */
-static int plain_args(int argc, char **argv, const char *text)
-{
-    static const struct option opts[] = {{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    int c;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
-        if (c == 'h')
-            return crl_cli_help(text);
-        return crl_cli_bad_option(argv[0], argv, c);
-    }
-    return -1;
-}
-
 static int cmd_rm(int argc, char **argv)
 {
-    int rc = plain_args(argc, argv, help_rm);
+    int rc = crl_cli_no_flags(argc, argv, help_rm);
     if (rc >= 0)
         return rc;
     if (optind == argc)
@@ -187,28 +173,12 @@ static int cmd_rm(int argc, char **argv)
     for (int i = optind; i < argc; i++)
         if ((rc = name_arg(argv[0], argv[i])) >= 0)
             return rc;
-    cleanup_client struct crl_client *cl = NULL;
-    if (crl_cli_connect(&cl) != 0)
-        return CRL_EXIT_FAIL;
-    rc = 0;
-    for (int i = optind; i < argc; i++) {
-        struct crl_err err = CRL_ERR_INIT;
-        char path[300];
-        snprintf(path, sizeof(path), "/v1/images/%s", argv[i]);
-        if (crl_client_request(cl, "DELETE", path, NULL, NULL, NULL, &err) < 0) {
-            crl_err_prefix(&err, "%s", argv[i]);
-            rc = crl_cli_fail(&err);
-            continue;
-        }
-        printf("%s\n", argv[i]);
-        fflush(stdout);
-    }
-    return rc;
+    return crl_cli_delete_each("/v1/images", argv + optind, argc - optind);
 }
 
 static int cmd_tag(int argc, char **argv)
 {
-    int rc = plain_args(argc, argv, help_tag);
+    int rc = crl_cli_no_flags(argc, argv, help_tag);
     if (rc >= 0)
         return rc;
     if (argc - optind != 2)

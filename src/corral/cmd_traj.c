@@ -156,18 +156,13 @@ static int id_arg(const char *cmd, const char *id)
     return -1;
 }
 
-/* Subcommands with no options but --help. */
-static int plain_args(int argc, char **argv, const char *text)
+int crl_cli_traj_one_id(int argc, char **argv, const char **id)
 {
-    static const struct option opts[] = {{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    int c;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
-        if (c == 'h')
-            return crl_cli_help(text);
-        return crl_cli_bad_option(argv[0], argv, c);
-    }
-    return -1;
+    if (argc - optind != 1)
+        return crl_cli_usage(argv[0],
+                             argc == optind ? "needs a trajectory id" : "takes one trajectory id");
+    *id = argv[optind];
+    return id_arg(argv[0], *id);
 }
 
 /* ---- ls ---- */
@@ -328,11 +323,8 @@ static int cmd_show(int argc, char **argv)
         default: return crl_cli_bad_option(argv[0], argv, c);
         }
     }
-    if (argc - optind != 1)
-        return crl_cli_usage(argv[0],
-                             argc == optind ? "needs a trajectory id" : "takes one trajectory id");
-    const char *id = argv[optind];
-    if ((rc = id_arg(argv[0], id)) >= 0)
+    const char *id;
+    if ((rc = crl_cli_traj_one_id(argc, argv, &id)) >= 0)
         return rc;
     struct crl_err err = CRL_ERR_INIT;
     cleanup_client struct crl_client *cl = NULL;
@@ -354,14 +346,11 @@ static int cmd_show(int argc, char **argv)
 
 static int cmd_export(int argc, char **argv)
 {
-    int rc = plain_args(argc, argv, help_export);
+    int rc = crl_cli_no_flags(argc, argv, help_export);
     if (rc >= 0)
         return rc;
-    if (argc - optind != 1)
-        return crl_cli_usage(argv[0],
-                             argc == optind ? "needs a trajectory id" : "takes one trajectory id");
-    const char *id = argv[optind];
-    if ((rc = id_arg(argv[0], id)) >= 0)
+    const char *id;
+    if ((rc = crl_cli_traj_one_id(argc, argv, &id)) >= 0)
         return rc;
     struct crl_err err = CRL_ERR_INIT;
     cleanup_client struct crl_client *cl = NULL;
@@ -376,7 +365,7 @@ static int cmd_export(int argc, char **argv)
 
 static int cmd_rm(int argc, char **argv)
 {
-    int rc = plain_args(argc, argv, help_rm);
+    int rc = crl_cli_no_flags(argc, argv, help_rm);
     if (rc >= 0)
         return rc;
     if (optind == argc)
@@ -384,23 +373,7 @@ static int cmd_rm(int argc, char **argv)
     for (int i = optind; i < argc; i++)
         if ((rc = id_arg(argv[0], argv[i])) >= 0)
             return rc;
-    cleanup_client struct crl_client *cl = NULL;
-    if (crl_cli_connect(&cl) != 0)
-        return CRL_EXIT_FAIL;
-    rc = 0;
-    for (int i = optind; i < argc; i++) {
-        struct crl_err err = CRL_ERR_INIT;
-        char path[200];
-        snprintf(path, sizeof(path), "/v1/trajectories/%s", argv[i]);
-        if (crl_client_request(cl, "DELETE", path, NULL, NULL, NULL, &err) < 0) {
-            crl_err_prefix(&err, "%s", argv[i]);
-            rc = crl_cli_fail(&err);
-            continue;
-        }
-        printf("%s\n", argv[i]);
-        fflush(stdout);
-    }
-    return rc;
+    return crl_cli_delete_each("/v1/trajectories", argv + optind, argc - optind);
 }
 
 /* ---- gc ---- */

@@ -78,20 +78,6 @@ static int files_target(struct replay *rp, json_t *query, struct crl_buf *b, str
     return 0;
 }
 
-struct mem_src {
-    const char *data;
-    size_t len, off;
-};
-
-static ssize_t mem_source(void *ctx, char *buf, size_t len, struct crl_err *err)
-{
-    struct mem_src *m = ctx;
-    size_t n = m->len - m->off < len ? m->len - m->off : len;
-    memcpy(buf, m->data + m->off, n);
-    m->off += n;
-    return (ssize_t)n;
-}
-
 /* A base64 field into *out (the caller frees it); a missing one is empty. */
 static int b64_field(json_t *obj, const char *key, char **out, size_t *len, struct crl_err *err)
 {
@@ -203,9 +189,9 @@ static int issue(struct replay *rp, json_t *rec, long *status, json_t **answer,
             crl_buf_free(&target);
             return -1;
         }
-        struct mem_src src = {.data = data ? data : "", .len = len};
-        rc = crl_client_upload(rp->cl, "PUT", target.data, mem_source, &src, (long long)len,
-                               "application/octet-stream", answer, why);
+        struct crl_client_mem src = {.data = data ? data : "", .len = len};
+        rc = crl_client_upload(rp->cl, "PUT", target.data, crl_client_mem_source, &src,
+                               (long long)len, "application/octet-stream", answer, why);
     } else {
         crl_buf_free(&target);
         return crl_err_set(err, CRL_E_UNSUPPORTED, "a step of kind '%s' is not replayed", kind);
@@ -565,12 +551,10 @@ int crl_cmd_traj_replay(int argc, char **argv)
         default: return crl_cli_bad_option(argv[0], argv, c);
         }
     }
-    if (argc - optind != 1)
-        return crl_cli_usage(argv[0],
-                             argc == optind ? "needs a trajectory id" : "takes one trajectory id");
-    const char *id = argv[optind];
-    if (!crl_traj_id_ok(id))
-        return crl_cli_usage(argv[0], "'%s' is not a trajectory id", id);
+    const char *id;
+    int urc = crl_cli_traj_one_id(argc, argv, &id);
+    if (urc >= 0)
+        return urc;
 
     cleanup_client struct crl_client *cl = NULL;
     json_auto_t *info = NULL;
