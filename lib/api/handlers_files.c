@@ -159,7 +159,7 @@ static void stream_finish(struct crl_req *r)
         }
         return;
     }
-    if (code == CRL_STREAM_OK) {
+    if (code == CRL_STREAM_OK || r->upload_err.code == CRL_E_NO_SPACE) {
         crl_req_error(r, &r->upload_err);
         return;
     }
@@ -320,6 +320,19 @@ void crl_h_files_begin(struct crl_req *r)
         crl_req_error(r, &err);
 }
 
+/* corrald's write of the body failed: the helper stopped reading (its exit
+ * says why), or, where the backend gave corrald the file itself (the
+ * function backend's scratch dir), the sandbox's disk is full. */
+static void write_failed(struct crl_req *r)
+{
+    r->upload_failed = true;
+    if (errno == ENOSPC || errno == EDQUOT)
+        crl_err_set(&r->upload_err, CRL_E_NO_SPACE,
+                    "writing %s: the sandbox's disk is full (disk_mb)", r->path);
+    else
+        crl_err_set(&r->upload_err, CRL_E_INTERNAL, "writing %s stopped early", r->path);
+}
+
 int crl_h_files_body(struct crl_req *r, const char *data, size_t *len)
 {
     if (r->upload_failed) {
@@ -330,9 +343,7 @@ int crl_h_files_body(struct crl_req *r, const char *data, size_t *len)
         return -1;
     int rc = crl_req_pipe_body(r, r->fd, data, len);
     if (rc < 0) {
-        /* the helper stopped reading: its exit status says why */
-        r->upload_failed = true;
-        crl_err_set(&r->upload_err, CRL_E_INTERNAL, "writing %s stopped early", r->path);
+        write_failed(r);
         *len = 0;
         return 0;
     }
@@ -358,10 +369,8 @@ void crl_h_files_end(struct crl_req *r)
         r->body_off = r->body.len - left;
         if (rc > 0)
             return; /* called again once the pipe has room */
-        if (rc < 0) {
-            r->upload_failed = true;
-            crl_err_set(&r->upload_err, CRL_E_INTERNAL, "writing %s stopped early", r->path);
-        }
+        if (rc < 0)
+            write_failed(r);
     }
     /* End of the body: the whole of it, so the file may replace what was
      * there; then the helper sees EOF, and its exit answers. */
@@ -370,6 +379,8 @@ void crl_h_files_end(struct crl_req *r)
             char c = CRL_STREAM_COMMIT;
             if (write(r->stream.msg_fd, &c, 1) != 1)
                 crl_debug(r->sb->id, "commit %s: %s", r->path, strerror(errno));
+        } else if (r->stream.kind == CRL_STREAM_FILE_IN) {
+            shutdown(r->stream.msg_fd, SHUT_WR); /* abandoned */
         }
         close(r->fd);
         r->fd = -1;

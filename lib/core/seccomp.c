@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <linux/netlink.h>
+#include <stdbool.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -141,10 +143,26 @@ static int build_function(scmp_filter_ctx ctx, struct crl_err *err)
         if (nr != __NR_SCMP_ERROR && (r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0)) < 0)
             return crl_err_sys(err, -r, "seccomp rule for %s", calls[i]);
     }
-    /* No socket(2) at all: a call has no network, and a unix socket's path
-     * on the host (a log daemon, a bus) would be in reach through one, as
-     * Landlock does not govern connect(2).  socketpair(2): AF_UNIX only. */
-    if ((r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socket), 0)) < 0 ||
+    /* Sockets of the families a program uses on its own network (its
+     * namespace's loopback, or what its policy gives it) and nothing else:
+     * not vsock (a way to the host that no namespace bounds), packet, alg
+     * (the kernel's crypto), or the long tail of rarely used families.
+     * netlink: route only (getaddrinfo's AI_ADDRCONFIG asks it).
+     * socketpair(2): AF_UNIX only. */
+    static const int families[] = {AF_UNIX, AF_INET, AF_INET6, AF_NETLINK};
+    for (int fam = 0; fam < AF_NETLINK; fam++) {
+        bool allowed = false;
+        for (size_t i = 0; i < CRL_ARRAY_SIZE(families); i++)
+            allowed |= families[i] == fam;
+        if (!allowed && (r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), SCMP_SYS(socket),
+                                              1, SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)fam))) < 0)
+            return crl_err_sys(err, -r, "seccomp rule for socket");
+    }
+    if ((r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), SCMP_SYS(socket), 1,
+                              SCMP_A0(SCMP_CMP_GT, (scmp_datum_t)AF_NETLINK))) < 0 ||
+        (r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPROTONOSUPPORT), SCMP_SYS(socket), 2,
+                              SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)AF_NETLINK),
+                              SCMP_A2(SCMP_CMP_NE, (scmp_datum_t)NETLINK_ROUTE))) < 0 ||
         (r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), SCMP_SYS(socketpair), 1,
                               SCMP_A0(SCMP_CMP_NE, AF_UNIX))) < 0)
         return crl_err_sys(err, -r, "seccomp rule for socket");

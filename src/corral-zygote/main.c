@@ -1,8 +1,9 @@
-/* corral-zygote --runtime shell|python: the function backend's zygote for
- * one runtime (lib/backend/function/zygote.h).  corrald starts it with its
- * socket at fd 3.  The python runtime embeds the interpreter: it is
- * initialised once here, with the common standard library imported, and
- * every call is a fork of it that compiles and runs the call's source in a
+/* corral-zygote --runtime shell|python --root-dir DIR: the function
+ * backend's zygote for one runtime (lib/backend/function/zygote.h).
+ * corrald starts it with its socket at fd 3; DIR is where each keeper
+ * mounts its sandbox's root, in its own mount namespace.  The python runtime embeds the
+ * interpreter: it is initialised once here, with the common standard library imported, and every
+ * call is a fork of it (through its sandbox's keeper) that compiles and runs the call's source in a
  * fresh __main__.  The shell runtime's calls execute their argv (a string
  * cmd is /bin/sh -c). */
 #define PY_SSIZE_T_CLEAN
@@ -171,16 +172,17 @@ static void python_run(enum crl_zyg_kind kind, char **s, uint32_t n, char **envp
 int main(int argc, char **argv)
 {
     static const struct crl_zygote_runtime runtimes[] = {
-        {"shell", shell_prepare, shell_run, NULL, false},
-        {"python", python_prepare, python_run, python_after_fork, true},
+        {"shell", shell_prepare, shell_run, NULL},
+        {"python", python_prepare, python_run, python_after_fork},
     };
-    if (argc != 3 || strcmp(argv[1], "--runtime") != 0) {
-        fprintf(stderr, "usage: corral-zygote --runtime shell|python (corrald starts it)\n");
+    if (argc != 5 || strcmp(argv[1], "--runtime") != 0 || strcmp(argv[3], "--root-dir") != 0) {
+        fprintf(stderr, "usage: corral-zygote --runtime shell|python --root-dir DIR"
+                        " (corrald starts it)\n");
         return 2;
     }
     for (size_t i = 0; i < sizeof(runtimes) / sizeof(runtimes[0]); i++)
         if (strcmp(argv[2], runtimes[i].name) == 0)
-            return crl_zygote_main(&runtimes[i]);
+            return crl_zygote_main(&runtimes[i], argv[4]);
     fprintf(stderr, "corral-zygote: unknown runtime '%s' (shell, python)\n", argv[2]);
     return 2;
 }

@@ -2,16 +2,18 @@
 
 Inside, the same attempts are made twice: with corral-probe
 (tests/probe/probe.c, static) in the shell runtime, whose exit code is the
-errno its one attempt got, and with Python code in the python runtime.  The
-jail is the kernel's per-process controls (lib/backend/function/jail.h):
-Landlock refuses files outside the runtime's system dirs and the scratch
-dir with EACCES, seccomp refuses sockets but AF_UNIX with EAFNOSUPPORT and
-ptrace, mount, namespaces, bpf, keyctl... with EPERM, and the sandbox's
-unprivileged uid (and Landlock's signal scope) keep other processes out of
-reach (EPERM).  From the host, /proc shows what a running call holds.
+errno its one attempt got, and with Python code in the python runtime.  A
+function sandbox's namespaces (mount, pid, ipc, uts, net, cgroup, time:
+lib/backend/function/keeper.h) leave the host's files, processes, IPC
+objects and network out of the sandbox altogether (ENOENT, ESRCH,
+ECONNREFUSED); within them, the jail (jail.h) adds Landlock (EACCES outside
+the system dirs, /etc, /proc, /dev/shm and the scratch dir), seccomp
+(ptrace, mount, namespaces, bpf, keyctl... EPERM; socket families but
+local, IP and netlink EAFNOSUPPORT), and the sandbox's unprivileged uid
+(EPERM against its keeper).  From the host, /proc shows what a running call
+holds.
 """
 
-import ctypes
 import errno
 import json
 import os
@@ -25,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BUILD
-from test_function import create_fn, live_processes
+from test_function import create_fn, host_path, live_processes
 
 PROBE = "./corral-probe"  # in the scratch dir, the call's cwd
 
@@ -39,6 +41,7 @@ PY_CHECKS = {
     "unshare-user": "libc('unshare', 0x10000000)",  # CLONE_NEWUSER
     "unshare-net": "libc('unshare', 0x40000000)",  # CLONE_NEWNET
     "socket-inet": "socket.socket(socket.AF_INET, socket.SOCK_STREAM)",
+    "socket-family": "socket.socket(int(A[0]), socket.SOCK_STREAM)",
     "tcp-connect": "socket.create_connection(('127.0.0.1', int(A[0])), timeout=2)",
     "socketpair": "socket.socketpair()",
     "unix-connect": "socket.socket(socket.AF_UNIX).connect(A[0])",
@@ -133,7 +136,7 @@ def other(client, corrald):
     t = threading.Thread(target=lambda: sb.exec(["sleep", "60"], timeout=60))
     try:
         uid = sb.info["function"]["uid"]
-        sb.scratch = Path(sb.info["function"]["scratch"])
+        sb.scratch = host_path(sb)
         secret = sb.scratch / "secret"
         secret.write_text("the other sandbox's")
         os.chown(secret, uid, uid)
@@ -151,68 +154,99 @@ def other(client, corrald):
             t.join(10)
 
 
-def landlock_abi():
-    libc = ctypes.CDLL(None, use_errno=True)
-    r = libc.syscall(444, None, 0, 1)  # landlock_create_ruleset(VERSION): 444 everywhere
-    return max(r, 0)
-
-
 # ---- files ----
 
-def test_host_files_are_unreadable(inside, corrald, other):
+def test_host_files_are_out_of_reach(inside, corrald, other):
+    """Nothing of the host's tree is in the sandbox's mount namespace
+    (ENOENT), and what is, Landlock fences (EACCES)."""
     secret = Path("/tmp") / f"corral-it-secret-{uuid.uuid4().hex}"
     secret.write_text("host secret")
-    secret.chmod(0o644)  # readable by anyone: only the jail stands in the way
+    secret.chmod(0o644)  # readable by anyone: only the sandbox's walls stand in the way
     state = corrald.state_dir
     try:
-        paths = [secret, "/etc/hostname", "/etc/passwd", "/root", "/home", state,
-                 state / "sandboxes", state / "run", state / "run" / "functions",
-                 corrald.token_file, other.scratch, other.scratch / "secret",
-                 f"/proc/{corrald.pid}/environ", "/proc/1/environ", "/proc/self/environ"]
+        paths = [secret, "/root", "/home", "/sys", "/run", state, state / "sandboxes",
+                 state / "run", corrald.token_file, other.scratch, other.scratch / "secret",
+                 f"/proc/{corrald.pid}/environ", f"/proc/{other.sleeper}/environ",
+                 "/proc/1/environ", "/etc/shadow", "/usr/../etc/shadow"]
         got = dict(zip(map(str, paths), map(errno.errorcode.get,
                                              inside.errnos([("open", p) for p in paths]))))
-        assert got == dict.fromkeys(got, "EACCES"), got
+        assert set(got.values()) <= {"EACCES", "ENOENT"}, got
+        assert got["/proc/1/environ"] == "EACCES", "the keeper (its PID 1) is not the sandbox's"
         # and what a runtime needs stays readable, as does its own scratch dir
-        readable = ["/usr/bin/env", "/etc/ld.so.cache", inside.sb.info["function"]["scratch"]]
-        assert inside.errnos([("open", p) for p in readable]) == [0] * 3
+        readable = ["/usr/bin/env", "/etc/ld.so.cache", "/etc/hosts", "/proc/self/status",
+                    inside.sb.info["function"]["scratch"]]
+        assert inside.errnos([("open", p) for p in readable]) == [0] * len(readable)
     finally:
         secret.unlink()
 
 
+def test_etc_is_the_sandboxs(client):
+    """/etc holds what a program needs of the host's (the dynamic linker's
+    cache, the time zone) and files made for the sandbox: its hostname,
+    hosts, resolv.conf, passwd and group; none of the host's own."""
+    with create_fn(client, "python") as sb:
+        r = sb.exec("import os, pwd, socket\n"
+                    "print(sorted(os.listdir('/etc')))\n"
+                    "print(open('/etc/hostname').read().strip(), socket.gethostname())\n"
+                    "print(pwd.getpwuid(os.getuid()).pw_name, os.path.expanduser('~'))")
+        assert r.exit_code == 0, r
+        listing, names, user = r.stdout.decode().splitlines()
+        assert eval(listing) == sorted(["alternatives", "group", "hostname", "hosts",  # noqa: S307
+                                        "ld.so.cache", "localtime", "nsswitch.conf", "passwd",
+                                        "resolv.conf"]), listing
+        assert names.split() == [sb.id, sb.id]
+        assert user.split() == ["sandbox", "/scratch"]
+
+
 def test_writes_outside_the_scratch_dir_are_denied(inside, corrald, other):
     name = f"corral-it-{uuid.uuid4().hex}"
-    targets = [Path("/tmp") / name, Path("/var/tmp") / name, Path("/dev/shm") / name,
-               corrald.state_dir / name, other.scratch / name, Path("/usr/local") / name,
-               Path("/etc") / name]
+    targets = [Path("/tmp") / name, Path("/var/tmp") / name, corrald.state_dir / name,
+               other.scratch / name, Path("/usr/local") / name, Path("/etc") / name,
+               Path("/") / name, Path("/proc") / name]
     try:
         got = dict(zip(map(str, targets), map(errno.errorcode.get,
                                                inside.errnos([("write", p) for p in targets]))))
-        assert got == dict.fromkeys(got, "EACCES"), got
+        assert set(got.values()) <= {"EACCES", "ENOENT", "EROFS"}, got
         assert not [p for p in targets if p.exists()]
         assert inside.errnos([("write", "/dev/null"), ("write", "mine")]) == [0, 0]
-        assert (Path(inside.sb.info["function"]["scratch"]) / "mine").exists()
+        assert host_path(inside.sb, "mine").exists()
     finally:
         for p in targets:
             if p.exists():
                 p.unlink()
 
 
+def test_dev_shm_is_the_sandboxs(inside, other):
+    """/dev/shm (POSIX shared memory and semaphores) is the sandbox's own,
+    on its tmpfs: not the host's, nor another sandbox's."""
+    name = f"corral-it-{uuid.uuid4().hex}"
+    assert inside.errno("write", f"/dev/shm/{name}") == 0
+    assert not (Path("/dev/shm") / name).exists(), "written to the host's /dev/shm"
+    assert not (Path(other.info["function"]["root"]) / "dev/shm" / name).exists()
+    assert (Path(inside.sb.info["function"]["root"]) / "dev/shm" / name).exists()
+
+
 # ---- processes ----
 
 def test_other_processes_cannot_be_signalled(inside, corrald, other):
+    """The host's processes and other sandboxes' are not in the sandbox's
+    pid namespace (ESRCH); its PID 1, the keeper, is root's (EPERM)."""
     zygote = inside.sb.info["function"]["zygote_pid"]
     targets = {"corrald": corrald.pid, "the zygote": zygote, "pytest": os.getpid(), "init": 1,
                "another sandbox's process": other.sleeper}
     got = dict(zip(targets, map(errno.errorcode.get,
                                 inside.errnos([("kill", pid) for pid in targets.values()]))))
-    assert got == dict.fromkeys(targets, "EPERM"), got
+    assert got["init"] == "EPERM", got
+    assert set(got.values()) <= {"EPERM", "ESRCH"}, got
+    for pid in (corrald.pid, zygote, other.sleeper, inside.sb.info["function"]["pid"]):
+        assert Path(f"/proc/{pid}").exists()
 
 
 def test_another_sandboxs_process_survives_a_sigkill(client, corrald, other):
     with create_fn(client, "python") as sb:
-        r = sb.exec(f"import os\ntry:\n    os.kill({other.sleeper}, 9)\n"
-                    "except PermissionError:\n    print('EPERM')")
-        assert r.stdout == b"EPERM\n", r
+        r = sb.exec(f"import errno, os\ntry:\n    os.kill({other.sleeper}, 9)\n"
+                    "except OSError as e:\n    print(errno.errorcode[e.errno])")
+        assert r.stdout in (b"ESRCH\n", b"EPERM\n"), r
     assert Path(f"/proc/{other.sleeper}").exists(), "the other sandbox's process was killed"
 
 
@@ -247,26 +281,45 @@ def test_pids_limit(client):
 
 # ---- network ----
 
-def test_no_network_but_unix_socketpairs(inside, corrald):
-    """No socket(2) at all (seccomp: EACCES), so no network and no host unix
-    socket; socketpair(AF_UNIX) for talking to its own children."""
+def test_loopback_only(inside, corrald):
+    """The sandbox's own network namespace, with loopback only: sockets
+    work, and nothing of the host's is there: not corrald's TCP port, nor
+    its unix socket (not in the mount namespace either)."""
     got = inside.errnos([("socket-inet",), ("tcp-connect", corrald.tcp_port), ("socketpair",),
                          ("unix-connect", corrald.socket_path)])
-    assert got == [errno.EACCES, errno.EACCES, 0, errno.EACCES], \
+    assert got == [0, errno.ECONNREFUSED, 0, errno.ENOENT], \
         "AF_INET, corrald's TCP port, a socketpair, corrald's unix socket: " + \
         str([errno.errorcode.get(e, e) for e in got])
 
 
+def test_loopback_serves_within_a_call(client):
+    with create_fn(client, "python") as sb:
+        r = sb.exec("import socket, threading\n"
+                    "srv = socket.create_server(('127.0.0.1', 0))\n"
+                    "port = srv.getsockname()[1]\n"
+                    "threading.Thread(target=lambda: srv.accept()[0].sendall(b'hi')).start()\n"
+                    "with socket.create_connection(('localhost', port), timeout=5) as c:\n"
+                    "    print(c.recv(2).decode())\n"
+                    "print(socket.gethostbyname(socket.gethostname()))")
+        assert r.exit_code == 0 and r.stdout == b"hi\n127.0.1.1\n", r
+
+
+@pytest.mark.parametrize("family", [40, 38, 17])  # AF_VSOCK, AF_ALG, AF_PACKET
+def test_socket_families_outside_local_and_ip_are_refused(client, family):
+    with create_fn(client, "python") as sb:
+        assert Inside(sb, "python").errno("socket-family", family) == errno.EAFNOSUPPORT
+
+
 def test_host_abstract_unix_sockets_are_out_of_reach(inside):
-    if landlock_abi() < 6:
-        pytest.skip(f"Landlock ABI {landlock_abi()} has no abstract-unix scope (6 has)")
+    """Abstract unix sockets belong to a network namespace: the host's are
+    not in the sandbox's (ECONNREFUSED), and Landlock's scope (ABI 6)
+    would refuse one out of the call's domain (EPERM)."""
     name = f"corral-it-{uuid.uuid4().hex}"
     srv = socket.socket(socket.AF_UNIX)
     srv.bind("\0" + name)
     srv.listen()
     try:
-        assert inside.errno("abstract-connect", name) in (errno.EPERM, errno.EACCES), \
-            "seccomp refuses socket(2) (EACCES); Landlock's scope would refuse connect (EPERM)"
+        assert inside.errno("abstract-connect", name) in (errno.ECONNREFUSED, errno.EPERM)
     finally:
         srv.close()
 
@@ -328,10 +381,10 @@ def test_no_new_privs_and_seccomp(inside):
 
 def test_setuid_binaries_do_not_elevate(client):
     with create_fn(client, "shell") as sb:
-        scratch = Path(sb.info["function"]["scratch"])
-        if os.statvfs(scratch).f_flag & os.ST_NOSUID:
-            pytest.skip(f"{scratch} is on a nosuid mount: setuid bits mean nothing there")
-        # A root-owned setuid program in reach of the call, as on any host.
+        scratch = host_path(sb)
+        assert os.statvfs(scratch).f_flag & os.ST_NOSUID, "the sandbox's tmpfs is nosuid"
+        # A root-owned setuid program in reach of the call: neither the mount
+        # nor no_new_privs lets it run as root.
         suid = scratch / "suid-probe"
         shutil.copyfile(BUILD / "corral-probe", suid)
         os.chown(suid, 0, 0)

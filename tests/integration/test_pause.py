@@ -9,7 +9,7 @@ running while paused; its idle time does not.
 A container's progress is watched from the host, without a call that would
 resume it: a background counter writes /tmp/counter, read through
 /proc/<its init>/root.  A function sandbox's call writes a counter in its
-scratch dir, which the host sees as it is.
+scratch dir, which the host sees through /proc/<its keeper>/root.
 """
 
 import threading
@@ -199,7 +199,8 @@ FN_COUNTER = "i=0; while [ $i -lt 150 ]; do i=$((i+1)); echo $i > c; sleep 0.02;
 
 def pause_resume_function(d):
     with d.client() as c, c.create(backend="function", runtime="shell") as sb:
-        scratch = Path(sb.inspect()["function"]["scratch"])
+        fn = sb.inspect()["function"]
+        scratch = Path(fn["root"] + fn["scratch"])
 
         def read():
             try:

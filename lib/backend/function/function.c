@@ -1,9 +1,12 @@
-/* The function backend, corrald's side: a sandbox is a cgroup, an
- * unprivileged uid of its own and a scratch directory; each process is a
- * fork of the runtime's zygote (corral-zygote), which jails itself
- * (jail.h) before it runs anything.  No namespaces: the jail is the
- * kernel's per-process controls (Landlock, seccomp, credentials, rlimits,
- * cgroups), so a call costs a fork, not a container.
+/* The function backend, corrald's side.  A function sandbox is a keeper
+ * (keeper.h: a fork of its runtime's zygote, PID 1 of mount, pid, ipc,
+ * uts, net, cgroup and time namespaces of the sandbox's own, whose root is
+ * a tmpfs of disk_mb with the host's system dirs bound read-only), a
+ * cgroup, and an unprivileged uid; each call is a fork of the keeper that
+ * jails itself (jail.h).  Namespaces are paid for once per sandbox, and
+ * mostly ahead of it: keepers are made while corrald is idle and wait in a
+ * pool, so a create claims one (a message and a dozen syscalls) and a call
+ * costs a fork.
  *
  * Differences from a container, by design (docs/architecture.md):
  * no persistent processes (no sessions), never root (execs run as the
@@ -14,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -21,8 +25,10 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../../core/backend.h"
@@ -35,13 +41,19 @@
 #include "../../util/fdio.h"
 #include "../../util/log.h"
 #include "../../util/run.h"
+#include "root.h"
 #include "zygote_proto.h"
 
 #define N_RUNTIMES 2
 static const char *const runtimes[N_RUNTIMES] = {"shell", "python"};
 
+/* Keepers made ahead, per runtime: enough for a burst of creates while the
+ * zygote makes more (a python keeper is a fork of a ~20 MiB interpreter:
+ * its page tables, some 150 KiB, and little else until it is used). */
+#define POOL 2
+
 /* A checkpoint being restored into the scratch dir by a jailed child of
- * the zygote (CRL_ZYG_RESTORE): no user code runs in it. */
+ * the keeper (CRL_ZYG_RESTORE): no user code runs in it. */
 struct fn_restore {
     struct crl_restore_req *rq;
     struct crl_sandbox *sb; /* a reference is held */
@@ -50,15 +62,35 @@ struct fn_restore {
     int msg_fd;    /* its stderr: the result's line */
 };
 
-/* A request waiting for its REPLY, or a child waiting for its EXITED: a
+/* A FORK waiting for its REPLY, or a child waiting for its EXITED: a
  * process (p) or a restore (rs). */
 struct fn_call {
     uint64_t id;
-    pid_t pid;
-    struct crl_sandbox *sb;
+    pid_t pid; /* in the sandbox's pid namespace */
     struct crl_proc *p;
     struct fn_restore *rs;
     struct fn_call *next;
+};
+
+enum keeper_state {
+    K_BUILDING, /* building its root: READY comes next */
+    K_POOLED,   /* ready, nobody's */
+    K_SERVING,  /* a sandbox's: takes its CLAIM, then forks its calls */
+    K_DEAD,     /* exited, or we stopped talking to it */
+};
+
+struct keeper {
+    struct fn_state *st;
+    unsigned runtime;
+    enum keeper_state state;
+    pid_t pid;
+    int pidfd, sock;
+    int root_fd, scratch_fd; /* O_PATH, from its READY */
+    struct crl_watch w_sock, w_pid;
+    struct crl_sandbox *sb;  /* once claimed */
+    struct fn_call *pending; /* sent, no reply yet */
+    struct fn_call *running; /* started, not yet exited */
+    struct keeper *next;     /* in its zygote's list, while nobody's */
 };
 
 struct zygote {
@@ -67,15 +99,17 @@ struct zygote {
     pid_t pid;
     int sock;
     struct crl_watch w;
-    struct fn_call *pending; /* sent, no reply yet */
-    struct fn_call *running; /* started, not yet exited */
+    unsigned requested;       /* KEEPERs asked for, not answered */
+    struct keeper *unclaimed; /* building their roots, or pooled */
+    unsigned building, npool;
+    struct crl_sandbox *waiting_head, *waiting_tail; /* creates waiting for a keeper */
+    struct crl_err last_err; /* why the last keeper failed, for those waiting */
 };
 
 struct fn_state {
     struct crl_host *host;
     char zygote_path[PATH_MAX];
-    char scratch_root[PATH_MAX]; /* <run dir>/functions: one 0700 dir per sandbox */
-    int scratch_root_fd;
+    char root_dir[PATH_MAX]; /* <run dir>/function-root: each keeper's mountpoint */
     struct zygote zy[N_RUNTIMES];
     uint64_t next_id;
     char *msg;
@@ -93,17 +127,20 @@ struct fn_proc {
 
 struct fn_sandbox {
     struct crl_cgroup *cg;
-    int scratch_fd; /* O_PATH */
-    char scratch[256];
+    struct keeper *k;
+    int netns_fd;
     uid_t uid;
     gid_t gid;
     unsigned runtime;
     unsigned running; /* processes and restores not yet exited */
     bool releasing;
+    bool create_failed;
+    struct crl_err create_err;
     bool paused;
     struct crl_cgroup_reclaim last_pause;
-    struct crl_timer timer; /* create's completion; destroy's drain */
+    struct crl_timer timer; /* destroy's drain */
     unsigned drain_tries;
+    struct crl_sandbox *next_waiting;
 };
 
 static struct fn_state *g_fn;
@@ -115,10 +152,14 @@ static void close_fd(int *fd)
     *fd = -1;
 }
 
-/* ---- zygotes ---- */
-
-static void zygote_lost(struct zygote *z);
 static void restore_end(struct fn_restore *rs, int status, const struct crl_err *err);
+static void on_zygote(struct crl_watch *w, uint32_t ev);
+static void pool_fill(struct zygote *z);
+static void claim(struct crl_sandbox *sb, struct keeper *k);
+static void create_fail(struct crl_sandbox *sb, const struct crl_err *err);
+static void drain(struct crl_timer *t);
+
+/* ---- calls ---- */
 
 /* A call ended, or never started: whatever it left running in its leaf
  * is killed (a call is not a machine: nothing outlives it), and the leaf
@@ -142,6 +183,17 @@ static void proc_gone(struct fn_sandbox *f, struct crl_proc *p)
     }
     free(fp);
     p->priv = NULL;
+}
+
+static void drop_call(struct fn_call **list, struct crl_proc *p)
+{
+    for (struct fn_call **pp = list; *pp; pp = &(*pp)->next)
+        if ((*pp)->p == p) {
+            struct fn_call *c = *pp;
+            *pp = c->next;
+            free(c);
+            return;
+        }
 }
 
 /* Did the call start?  Its status pipe closed unwritten: yes; a line
@@ -185,14 +237,8 @@ static int settle(struct crl_proc *p, bool now)
     /* Nothing of ours may point at p after its owner hears: the call
      * record goes (its EXITED is then ignored), and the leaf. */
     struct fn_sandbox *f = fp->sb->priv;
-    struct zygote *z = &g_fn->zy[f ? f->runtime : 0];
-    for (struct fn_call **pp = &z->running; *pp; pp = &(*pp)->next)
-        if ((*pp)->p == p) {
-            struct fn_call *c = *pp;
-            *pp = c->next;
-            free(c);
-            break;
-        }
+    if (f && f->k)
+        drop_call(&f->k->running, p);
     close_fd(&p->pidfd);
     proc_gone(f, p);
     p->on_start(p, &err); /* never started: no on_exit follows */
@@ -205,101 +251,347 @@ static void status_readable(struct crl_watch *w, uint32_t ev)
     (void)ev;
 }
 
-static void on_zygote(struct crl_watch *w, uint32_t ev)
+static void call_exited(struct keeper *k, const struct crl_zyg_reply *r)
 {
-    struct zygote *z = w->data;
-    for (;;) {
-        struct crl_zyg_reply r;
-        int fds[2], nfds = 2;
-        ssize_t n = crl_recv_fds(z->sock, &r, sizeof(r), fds, &nfds);
-        if (n < 0 && errno == EAGAIN)
-            return;
-        if (n != (ssize_t)sizeof(r)) {
-            for (int i = 0; i < nfds; i++)
-                close(fds[i]);
-            zygote_lost(z);
-            return;
-        }
-        if (r.op == CRL_ZYG_EXITED) {
-            for (struct fn_call **pp = &z->running; *pp; pp = &(*pp)->next) {
-                struct fn_call *c = *pp;
-                if (c->pid != r.pid)
-                    continue;
-                *pp = c->next;
-                if (c->rs) {
-                    restore_end(c->rs, r.status, NULL);
-                    free(c);
-                    break;
-                }
-                struct crl_proc *p = c->p;
-                struct fn_sandbox *f = c->sb->priv;
-                free(c);
-                if (settle(p, true) < 0)
-                    break; /* it never started: handed back already */
-                p->exited = true;
-                p->status = r.status;
-                p->cpu_s = r.cpu_s;
-                p->maxrss_bytes = r.maxrss_bytes;
-                close_fd(&p->pidfd);
-                proc_gone(f, p);
-                p->on_exit(p);
-                break;
-            }
-            continue;
-        }
-        struct fn_call **pp = &z->pending;
-        while (*pp && (*pp)->id != r.id)
-            pp = &(*pp)->next;
+    for (struct fn_call **pp = &k->running; *pp; pp = &(*pp)->next) {
         struct fn_call *c = *pp;
-        if (!c) {
-            for (int i = 0; i < nfds; i++)
-                close(fds[i]);
+        if (c->pid != r->pid)
             continue;
-        }
         *pp = c->next;
         if (c->rs) {
-            for (int i = 0; i < nfds; i++)
-                close(fds[i]);
-            if (r.err) {
-                struct crl_err err = CRL_ERR_INIT;
-                crl_err_sys(&err, r.err, "restoring: function zygote: %s", r.msg);
-                restore_end(c->rs, 0, &err);
-                free(c);
-            } else {
-                c->pid = r.pid;
-                c->next = z->running;
-                z->running = c;
-            }
+            restore_end(c->rs, r->status, NULL);
+            free(c);
+            return;
+        }
+        struct crl_proc *p = c->p;
+        free(c);
+        if (settle(p, true) < 0)
+            return; /* it never started: handed back already */
+        p->exited = true;
+        p->status = r->status;
+        p->cpu_s = r->cpu_s;
+        p->maxrss_bytes = r->maxrss_bytes;
+        close_fd(&p->pidfd);
+        proc_gone(k->sb ? k->sb->priv : NULL, p);
+        p->on_exit(p);
+        return;
+    }
+}
+
+/* The keeper's answer to a FORK: the call's pid and pidfd, or why not. */
+static void call_replied(struct keeper *k, const struct crl_zyg_reply *r, int *fds, int nfds)
+{
+    struct fn_call **pp = &k->pending;
+    while (*pp && (*pp)->id != r->id)
+        pp = &(*pp)->next;
+    struct fn_call *c = *pp;
+    if (!c || (nfds > 0 && r->err)) {
+        for (int i = 0; i < nfds; i++)
+            close(fds[i]);
+        if (!c)
+            return;
+        nfds = 0;
+    }
+    *pp = c->next;
+    struct fn_sandbox *f = k->sb->priv;
+    if (c->rs) {
+        for (int i = 0; i < nfds; i++)
+            close(fds[i]);
+        if (r->err) {
+            struct crl_err err = CRL_ERR_INIT;
+            crl_err_sys(&err, r->err, "restoring: the sandbox's keeper: %.*s", (int)sizeof(r->msg),
+                        r->msg);
+            restore_end(c->rs, 0, &err);
+            free(c);
+        } else {
+            c->pid = r->pid;
+            c->next = k->running;
+            k->running = c;
+        }
+        return;
+    }
+    struct crl_proc *p = c->p;
+    if (r->err) {
+        struct crl_err err = CRL_ERR_INIT;
+        crl_err_sys(&err, r->err, "the sandbox's keeper: %.*s", (int)sizeof(r->msg), r->msg);
+        close_fd(&p->in_fd);
+        close_fd(&p->out_fd);
+        close_fd(&p->err_fd);
+        proc_gone(f, p);
+        free(c);
+        p->on_start(p, &err);
+        return;
+    }
+    p->pid = r->pid;
+    p->pidfd = nfds ? fds[0] : -1;
+    for (int i = 1; i < nfds; i++)
+        close(fds[i]);
+    c->pid = r->pid;
+    c->next = k->running;
+    k->running = c;
+    /* started once its status pipe says so */
+    struct fn_proc *fp = p->priv;
+    if (crl_watch_start(k->sb->host->loop, &fp->w, fp->status_fd, EPOLLIN, status_readable, p) < 0)
+        settle(p, true);
+}
+
+/* ---- keepers ---- */
+
+static void keeper_free(struct keeper *k)
+{
+    struct crl_loop *loop = k->st->host->loop;
+    /* Our child (CLONE_PARENT): reaped here, if it has ended. */
+    siginfo_t si;
+    if (k->pidfd >= 0)
+        waitid((idtype_t)P_PIDFD, (id_t)k->pidfd, &si, WEXITED | WNOHANG | __WALL);
+    if (k->w_sock.active)
+        crl_watch_stop(loop, &k->w_sock);
+    if (k->w_pid.active)
+        crl_watch_stop(loop, &k->w_pid);
+    close_fd(&k->sock);
+    close_fd(&k->pidfd);
+    close_fd(&k->root_fd);
+    close_fd(&k->scratch_fd);
+    free(k);
+}
+
+/* Off the list of keepers nobody has claimed. */
+static void unlist(struct zygote *z, struct keeper *k)
+{
+    for (struct keeper **pp = &z->unclaimed; *pp; pp = &(*pp)->next)
+        if (*pp == k) {
+            *pp = k->next;
+            if (k->state == K_BUILDING)
+                z->building--;
+            else if (k->state == K_POOLED)
+                z->npool--;
+            return;
+        }
+}
+
+/* A pooled keeper, off the list; NULL if none is ready. */
+static struct keeper *pool_take(struct zygote *z)
+{
+    for (struct keeper *k = z->unclaimed; k; k = k->next)
+        if (k->state == K_POOLED) {
+            unlist(z, k);
+            return k;
+        }
+    return NULL;
+}
+
+/* Creates waiting for a keeper fail with `err`, rather than wait for
+ * keepers that will not come, or would fail alike. */
+static void fail_waiting(struct zygote *z, const struct crl_err *err)
+{
+    while (z->waiting_head) {
+        struct crl_sandbox *sb = z->waiting_head;
+        struct fn_sandbox *f = sb->priv;
+        z->waiting_head = f->next_waiting;
+        if (!z->waiting_head)
+            z->waiting_tail = NULL;
+        create_fail(sb, err);
+    }
+}
+
+/* A keeper is of no more use: it died, broke the protocol, or its sandbox
+ * goes.  It is killed (the pid namespace and everything in it end with
+ * it); what was in flight on it ends as if killed; a sandbox that did not
+ * ask for this has failed. */
+static void keeper_lost(struct keeper *k, const char *why)
+{
+    if (k->state == K_DEAD)
+        return;
+    struct zygote *z = &k->st->zy[k->runtime];
+    enum keeper_state was = k->state;
+    k->state = K_DEAD;
+    if (syscall(SYS_pidfd_send_signal, k->pidfd, SIGKILL, NULL, 0) < 0 && errno != ESRCH)
+        crl_log_syscall(NULL, errno, "pidfd_send_signal(keeper %d)", (int)k->pid);
+    struct crl_loop *loop = k->st->host->loop;
+    if (k->w_sock.active)
+        crl_watch_stop(loop, &k->w_sock);
+    close_fd(&k->sock);
+    if (was == K_BUILDING || was == K_POOLED) {
+        k->state = was;
+        unlist(z, k);
+        k->state = K_DEAD;
+        if (why)
+            crl_warn(NULL, "function runtime %s: keeper %d: %s", runtimes[k->runtime], (int)k->pid,
+                     why);
+        keeper_free(k);
+        /* A pooled keeper killed from outside is made again; one that could
+         * not build its root is not, until a create asks (no fork storm). */
+        if (was == K_POOLED)
+            pool_fill(z);
+        return;
+    }
+    struct crl_sandbox *sb = k->sb;
+    struct fn_sandbox *f = sb->priv;
+    struct crl_err err = CRL_ERR_INIT;
+    crl_err_set(&err, CRL_E_INTERNAL, "the sandbox's keeper (pid %d) %s", (int)k->pid,
+                why ? why : "is gone");
+    if (sb->state == CRL_SB_CREATING) {
+        create_fail(sb, &err);
+        return;
+    }
+    while (k->pending) {
+        struct fn_call *c = k->pending;
+        k->pending = c->next;
+        if (c->rs) {
+            restore_end(c->rs, 0, &err);
+            free(c);
             continue;
         }
         struct crl_proc *p = c->p;
-        struct fn_sandbox *f = c->sb->priv;
-        if (r.err) {
-            for (int i = 0; i < nfds; i++)
-                close(fds[i]);
-            struct crl_err err = CRL_ERR_INIT;
-            crl_err_sys(&err, r.err, "function zygote: %s", r.msg);
-            close_fd(&p->in_fd);
-            close_fd(&p->out_fd);
-            close_fd(&p->err_fd);
-            proc_gone(f, p);
+        free(c);
+        proc_gone(f, p);
+        close_fd(&p->in_fd);
+        close_fd(&p->out_fd);
+        close_fd(&p->err_fd);
+        p->on_start(p, &err);
+    }
+    while (k->running) {
+        struct fn_call *c = k->running;
+        k->running = c->next;
+        if (c->rs) {
+            restore_end(c->rs, 0, &err);
             free(c);
-            p->on_start(p, &err);
             continue;
         }
-        p->pid = r.pid;
-        p->pidfd = nfds ? fds[0] : -1;
-        c->pid = r.pid;
-        c->next = z->running;
-        z->running = c;
-        /* started once its status pipe says so */
-        struct fn_proc *fp = p->priv;
-        if (crl_watch_start(c->sb->host->loop, &fp->w, fp->status_fd, EPOLLIN, status_readable, p) <
-            0)
-            settle(p, true);
+        struct crl_proc *p = c->p;
+        free(c);
+        if (settle(p, true) < 0)
+            continue; /* it never started: handed back already */
+        proc_gone(f, p);
+        p->exited = true;
+        p->status = SIGKILL; /* as it was */
+        close_fd(&p->pidfd);
+        p->on_exit(p);
+    }
+    if (f && !f->releasing)
+        crl_sandbox_failed(sb, "init_exited", "%s", err.msg);
+}
+
+static void keeper_exited(struct crl_watch *w, uint32_t ev)
+{
+    struct keeper *k = w->data;
+    crl_watch_stop(k->st->host->loop, w);
+    /* Reaped now, so that it leaves its cgroup now. */
+    siginfo_t si;
+    if (waitid((idtype_t)P_PIDFD, (id_t)k->pidfd, &si, WEXITED | WNOHANG | __WALL) < 0)
+        crl_log_syscall(NULL, errno, "waitid(P_PIDFD, keeper %d)", (int)k->pid);
+    if (k->state == K_DEAD && !k->sb) {
+        keeper_free(k);
+        return;
+    }
+    if (k->state == K_BUILDING) {
+        /* Why, if it said (its READY may still wait in the socket). */
+        struct zygote *z = &k->st->zy[k->runtime];
+        struct crl_zyg_reply r;
+        int fds[2], nfds = 2;
+        ssize_t n = crl_recv_fds(k->sock, &r, sizeof(r), fds, &nfds);
+        for (int i = 0; i < nfds; i++)
+            close(fds[i]);
+        if (n == (ssize_t)sizeof(r) && r.op == CRL_ZYG_READY && r.err)
+            crl_err_sys(&z->last_err, r.err, "function runtime %s: building a sandbox's root: %.*s",
+                        runtimes[k->runtime], (int)sizeof(r.msg), r.msg);
+        else
+            crl_err_set(&z->last_err, CRL_E_INTERNAL,
+                        "function runtime %s: a keeper exited while building a sandbox's root",
+                        runtimes[k->runtime]);
+        crl_error(NULL, "%s", z->last_err.msg);
+        struct crl_err err = z->last_err;
+        keeper_lost(k, NULL);
+        fail_waiting(z, &err);
+        return;
+    }
+    keeper_lost(k, "exited");
+    /* A sandbox going away waits for this: drain now, not on the next tick. */
+    struct crl_sandbox *sb = k->sb;
+    struct fn_sandbox *f = sb ? sb->priv : NULL;
+    if (f && f->releasing && crl_timer_armed(&f->timer)) {
+        crl_timer_stop(sb->host->loop, &f->timer);
+        drain(&f->timer);
     }
     (void)ev;
 }
+
+/* READY: its root is built; it joins the pool, or a create waiting for
+ * one.  False if it is gone (freed). */
+static bool keeper_ready(struct keeper *k, const struct crl_zyg_reply *r, int *fds, int nfds)
+{
+    struct zygote *z = &k->st->zy[k->runtime];
+    if (r->err || nfds != 2) {
+        for (int i = 0; i < nfds; i++)
+            close(fds[i]);
+        crl_err_sys(&z->last_err, r->err ? r->err : EPROTO,
+                    "function runtime %s: building a sandbox's root: %.*s", runtimes[k->runtime],
+                    (int)sizeof(r->msg), r->err ? r->msg : "no descriptors");
+        crl_error(NULL, "%s", z->last_err.msg);
+        struct crl_err err = z->last_err;
+        keeper_lost(k, NULL);
+        fail_waiting(z, &err);
+        return false;
+    }
+    k->root_fd = fds[0];
+    k->scratch_fd = fds[1];
+    if (z->waiting_head) {
+        struct crl_sandbox *sb = z->waiting_head;
+        struct fn_sandbox *f = sb->priv;
+        z->waiting_head = f->next_waiting;
+        if (!z->waiting_head)
+            z->waiting_tail = NULL;
+        unlist(z, k);
+        claim(sb, k);
+    } else {
+        z->building--;
+        k->state = K_POOLED;
+        z->npool++;
+    }
+    pool_fill(z);
+    return true;
+}
+
+static void on_keeper(struct crl_watch *w, uint32_t ev)
+{
+    struct keeper *k = w->data;
+    for (;;) {
+        struct crl_zyg_reply r;
+        int fds[2], nfds = 2;
+        ssize_t n = crl_recv_fds(k->sock, &r, sizeof(r), fds, &nfds);
+        if (n < 0 && errno == EAGAIN)
+            return;
+        bool ok = n == (ssize_t)sizeof(r);
+        if (ok && r.op == CRL_ZYG_READY && k->state == K_BUILDING) {
+            if (!keeper_ready(k, &r, fds, nfds))
+                return;
+        } else if (ok && r.op == CRL_ZYG_REPLY && k->state == K_SERVING && r.id == 0) {
+            /* the claim's answer: a failure fails the sandbox (the create,
+             * if it has not answered yet) */
+            if (r.err) {
+                char why[300];
+                snprintf(why, sizeof(why), "could not make the sandbox's namespaces: %.*s: %s",
+                         (int)sizeof(r.msg), r.msg, strerror(r.err));
+                keeper_lost(k, why);
+                return;
+            }
+        } else if (ok && r.op == CRL_ZYG_REPLY && k->state == K_SERVING) {
+            call_replied(k, &r, fds, nfds);
+        } else if (ok && r.op == CRL_ZYG_EXITED && k->state == K_SERVING && nfds == 0) {
+            call_exited(k, &r);
+        } else {
+            for (int i = 0; i < nfds; i++)
+                close(fds[i]);
+            keeper_lost(k, n == 0 ? "closed its socket" : "broke the protocol");
+            return;
+        }
+        if (k->state == K_DEAD)
+            return;
+    }
+    (void)ev;
+}
+
+/* ---- zygotes ---- */
 
 static int zygote_start(struct fn_state *st, unsigned rt, struct crl_err *err)
 {
@@ -307,6 +599,7 @@ static int zygote_start(struct fn_state *st, unsigned rt, struct crl_err *err)
     z->st = st;
     z->runtime = rt;
     z->sock = -1;
+    z->requested = 0;
     int pair[2];
     if (crl_seqpacket_pair(pair, CRL_ZYG_MAX_MSG, err) < 0)
         return -1;
@@ -316,7 +609,8 @@ static int zygote_start(struct fn_state *st, unsigned rt, struct crl_err *err)
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     posix_spawnattr_t attr;
     crl_spawnattr_init_clean(&attr);
-    char *argv[] = {(char *)"corral-zygote", (char *)"--runtime", (char *)runtimes[rt], NULL};
+    char *argv[] = {(char *)"corral-zygote", (char *)"--runtime", (char *)runtimes[rt],
+                    (char *)"--root-dir",    st->root_dir,        NULL};
     char *envp[] = {(char *)"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
     pid_t pid;
     int r = posix_spawn(&pid, st->zygote_path, &fa, &attr, argv, envp);
@@ -350,8 +644,8 @@ static int zygote_start(struct fn_state *st, unsigned rt, struct crl_err *err)
     return 0;
 }
 
-/* A zygote that died: what was in flight on it fails; its children died
- * with it (PDEATHSIG).  The next spawn starts a new one. */
+/* A zygote that died: the keepers it was making are lost (those it made
+ * live on: they talk to us, not to it).  The next need starts a new one. */
 static void zygote_lost(struct zygote *z)
 {
     crl_warn(NULL, "function runtime %s: zygote %d is gone", runtimes[z->runtime], (int)z->pid);
@@ -360,70 +654,254 @@ static void zygote_lost(struct zygote *z)
     if (z->pid > 0)
         waitpid(z->pid, NULL, WNOHANG);
     z->pid = 0;
-    struct crl_err err = CRL_ERR_INIT;
-    crl_err_set(&err, CRL_E_INTERNAL, "the %s zygote died", runtimes[z->runtime]);
-    while (z->pending) {
-        struct fn_call *c = z->pending;
-        z->pending = c->next;
-        if (c->rs) {
-            restore_end(c->rs, 0, &err);
-            free(c);
+    z->requested = 0;
+}
+
+/* The zygote's answer to KEEPER: a keeper's socket and pidfd. */
+static void on_zygote(struct crl_watch *w, uint32_t ev)
+{
+    struct zygote *z = w->data;
+    for (;;) {
+        struct crl_zyg_reply r;
+        int fds[2], nfds = 2;
+        ssize_t n = crl_recv_fds(z->sock, &r, sizeof(r), fds, &nfds);
+        if (n < 0 && errno == EAGAIN)
+            return;
+        if (n != (ssize_t)sizeof(r) || r.op != CRL_ZYG_REPLY) {
+            for (int i = 0; i < nfds; i++)
+                close(fds[i]);
+            zygote_lost(z);
+            pool_fill(z);
+            return;
+        }
+        if (z->requested > 0)
+            z->requested--;
+        struct keeper *k = r.err || nfds != 2 ? NULL : calloc(1, sizeof(*k));
+        if (!k) {
+            for (int i = 0; i < nfds; i++)
+                close(fds[i]);
+            crl_err_sys(&z->last_err, r.err ? r.err : ENOMEM,
+                        "function runtime %s: making a keeper: %.*s", runtimes[z->runtime],
+                        (int)sizeof(r.msg), r.msg);
+            crl_error(NULL, "%s", z->last_err.msg);
+            if (!z->requested && !z->building) {
+                struct crl_err err = z->last_err;
+                fail_waiting(z, &err);
+            }
             continue;
         }
-        proc_gone(c->sb->priv, c->p);
-        close_fd(&c->p->in_fd);
-        close_fd(&c->p->out_fd);
-        close_fd(&c->p->err_fd);
-        struct crl_proc *p = c->p;
-        free(c);
-        p->on_start(p, &err);
+        k->st = z->st;
+        k->runtime = z->runtime;
+        k->state = K_BUILDING;
+        k->pid = r.pid;
+        k->sock = fds[0];
+        k->pidfd = fds[1];
+        k->root_fd = k->scratch_fd = -1;
+        crl_set_nonblock(k->sock, 1);
+        struct crl_loop *loop = z->st->host->loop;
+        if (crl_watch_start(loop, &k->w_sock, k->sock, EPOLLIN, on_keeper, k) < 0 ||
+            crl_watch_start(loop, &k->w_pid, k->pidfd, EPOLLIN, keeper_exited, k) < 0) {
+            syscall(SYS_pidfd_send_signal, k->pidfd, SIGKILL, NULL, 0);
+            keeper_free(k);
+            continue;
+        }
+        k->next = z->unclaimed;
+        z->unclaimed = k;
+        z->building++;
     }
-    while (z->running) {
-        struct fn_call *c = z->running;
-        z->running = c->next;
-        if (c->rs) {
-            restore_end(c->rs, 0, &err);
-            free(c);
-            continue;
+    (void)ev;
+}
+
+/* Ask for keepers until the pool, and what is on its way, hold POOL, plus
+ * one for each create that waits. */
+static void pool_fill(struct zygote *z)
+{
+    struct fn_state *st = z->st;
+    struct crl_err err = CRL_ERR_INIT;
+    if (st->host->shutting_down) {
+        crl_err_set(&err, CRL_E_UNAVAILABLE, "corrald is shutting down");
+        fail_waiting(z, &err);
+        return;
+    }
+    unsigned want = POOL;
+    for (struct crl_sandbox *sb = z->waiting_head; sb;
+         sb = ((struct fn_sandbox *)sb->priv)->next_waiting)
+        want++;
+    while (z->npool + z->building + z->requested < want) {
+        if (z->sock < 0 && zygote_start(st, z->runtime, &err) < 0) {
+            crl_warn(NULL, "function runtime %s: %s", runtimes[z->runtime], err.msg);
+            z->last_err = err;
+            if (!z->requested && !z->building)
+                fail_waiting(z, &err);
+            return;
         }
-        struct crl_proc *p = c->p;
-        struct fn_sandbox *f = c->sb->priv;
-        free(c);
-        if (settle(p, true) < 0)
-            continue; /* it never started: handed back already */
-        proc_gone(f, p);
-        p->exited = true;
-        p->status = SIGKILL; /* as if killed */
-        close_fd(&p->pidfd);
-        p->on_exit(p);
+        struct crl_zyg_req rq = {.id = ++st->next_id, .op = CRL_ZYG_KEEPER};
+        if (send(z->sock, &rq, sizeof(rq), MSG_NOSIGNAL) != (ssize_t)sizeof(rq)) {
+            crl_log_syscall(NULL, errno, "asking the %s zygote for a keeper", runtimes[z->runtime]);
+            zygote_lost(z);
+            continue; /* started again on the next turn */
+        }
+        z->requested++;
     }
 }
 
 /* ---- sandboxes ---- */
+
+/* Give back what corrald holds for a sandbox whose processes are all gone.
+ * A destroyed sandbox's cgroup is kept for the next one of its slot; a
+ * failed create removes it, leaving nothing of the attempt. */
+static void release(struct crl_sandbox *sb, bool quarantine)
+{
+    struct fn_sandbox *f = sb->priv;
+    struct crl_host *h = sb->host;
+    crl_timer_stop(h->loop, &f->timer);
+    bool failed_create = f->create_failed;
+    struct crl_err create_err = f->create_err;
+    if (f->cg) {
+        struct crl_err err = CRL_ERR_INIT;
+        if (crl_cgroup_release(f->cg, failed_create && !quarantine, &err) < 0)
+            crl_warn(sb->id, "%s", err.msg);
+    }
+    if (f->netns_fd >= 0) {
+        if (quarantine)
+            close(f->netns_fd);
+        else
+            crl_netns_put(h->netns, f->netns_fd);
+    }
+    if (f->k) {
+        f->k->sb = NULL;
+        if (!f->k->w_pid.active)
+            keeper_free(f->k); /* else when its pidfd says it has exited */
+    }
+    free(f);
+    sb->priv = NULL;
+    sb->slot_quarantined = quarantine;
+    if (failed_create)
+        crl_sandbox_created(sb, &create_err);
+    else
+        crl_sandbox_destroyed(sb);
+}
+
+/* How long a keeper asked to END may take before it is killed. */
+#define END_GRACE_MS 1000
+
+/* Wait, on a timer, for the keeper to be gone, the cgroup to empty and its
+ * leaves to go, then release.  A keeper that does not END in time is
+ * killed, and with it the pid namespace; a cgroup that does not empty
+ * quarantines the slot until a restart, as for a container. */
+static void drain(struct crl_timer *t)
+{
+    struct crl_sandbox *sb = t->data;
+    struct fn_sandbox *f = sb->priv;
+    bool keeper = f->k && f->k->w_pid.active;
+    if (keeper && f->drain_tries == END_GRACE_MS) {
+        keeper_lost(f->k, "did not end in time");
+        if (f->cg)
+            crl_cgroup_kill_all(f->cg, NULL);
+    }
+    int n = f->cg ? crl_cgroup_count(f->cg, NULL) : 0;
+    bool busy = n == 0 && f->cg && crl_cgroup_tidy(f->cg, f->create_failed) < 0 && errno == EBUSY;
+    if ((n > 0 || busy || keeper || f->running > 0) && f->drain_tries++ < 5000) {
+        if (n > 0 && !keeper && f->drain_tries % 500 == 1)
+            crl_cgroup_kill_all(f->cg, NULL);
+        crl_timer_start(sb->host->loop, &f->timer, 1000000, drain, sb);
+        return;
+    }
+    if (n > 0 || keeper || f->running > 0)
+        crl_error(sb->id,
+                  "%d process(es) still in the cgroup after 5s: slot quarantined until restart", n);
+    release(sb, n > 0 || keeper);
+}
+
+/* Everything of the sandbox goes: its keeper ENDs it (its processes, its
+ * IPC objects, then itself and the namespaces), or, if it cannot be asked,
+ * is killed with everything in the cgroup; then drain. */
+static void teardown(struct crl_sandbox *sb)
+{
+    struct fn_sandbox *f = sb->priv;
+    f->releasing = true;
+    crl_timer_stop(sb->host->loop, &f->timer);
+    if (f->paused && f->cg) { /* a frozen keeper would not act, nor die (v1), until thawed */
+        crl_cgroup_freeze(f->cg, false, NULL);
+        f->paused = false;
+    }
+    struct keeper *k = f->k;
+    struct crl_zyg_req end = {.op = CRL_ZYG_END};
+    if (!k || k->state != K_SERVING ||
+        send(k->sock, &end, sizeof(end), MSG_NOSIGNAL) != (ssize_t)sizeof(end)) {
+        if (k)
+            keeper_lost(k, NULL);
+        if (f->cg)
+            crl_cgroup_kill_all(f->cg, NULL);
+    }
+    f->drain_tries = 0;
+    f->timer.data = sb;
+    drain(&f->timer);
+}
+
+/* A create that cannot finish: undone once everything it made is gone;
+ * the create answers then (release). */
+static void create_fail(struct crl_sandbox *sb, const struct crl_err *err)
+{
+    struct fn_sandbox *f = sb->priv;
+    if (f->create_failed)
+        return;
+    f->create_failed = true;
+    f->create_err = *err;
+    teardown(sb);
+}
 
 static void created(struct crl_timer *t)
 {
     crl_sandbox_created(t->data, NULL);
 }
 
-static void release(struct crl_sandbox *sb)
+/* The keeper becomes the sandbox's (keeper.h).  What the files API needs
+ * at once (its disk's size, its scratch dir's owner) corrald sets through
+ * the keeper's descriptors; the rest (its cgroup, network, hostname, /etc
+ * and clocks) the keeper does on CLAIM, which it takes before any call
+ * (one socket, in order), so the create answers without waiting for it.
+ * A claim that fails (a system error) fails the sandbox: the create, or,
+ * if that has answered, its first call says why. */
+static void claim(struct crl_sandbox *sb, struct keeper *k)
 {
-    struct fn_state *st = g_fn;
     struct fn_sandbox *f = sb->priv;
-    if (!f)
+    struct crl_err err = CRL_ERR_INIT;
+    f->k = k;
+    k->sb = sb;
+    k->state = K_SERVING;
+    const char *step = "?";
+    int r = crl_fnroot_prepare(k->root_fd, k->scratch_fd, sb->spec.disk_mb, f->uid, f->gid, &step);
+    if (r < 0) {
+        crl_err_sys(&err, -r, "preparing the sandbox's root: %s", step);
+        create_fail(sb, &err);
         return;
-    crl_timer_stop(st->host->loop, &f->timer);
-    /* kept for the slot's next sandbox, as a container's are: no churn */
-    if (f->cg) {
-        struct crl_err err = CRL_ERR_INIT;
-        if (crl_cgroup_release(f->cg, false, &err) < 0)
-            crl_warn(sb->id, "%s", err.msg);
     }
-    close_fd(&f->scratch_fd);
-    if (crl_rm_rf_at(st->scratch_root_fd, sb->id) < 0 && errno != ENOENT)
-        crl_log_syscall(sb->id, errno, "removing its scratch dir");
-    free(f);
-    sb->priv = NULL;
+    int fds[1 + CRL_ZYG_MAX_CGROUP_FDS];
+    int ncg = 0;
+    fds[0] = f->netns_fd;
+    if (crl_cgroup_attach_fds(f->cg, ".", fds + 1, &ncg, &err) < 0) {
+        create_fail(sb, &err);
+        return;
+    }
+    struct crl_zyg_claim c = {
+        .op = CRL_ZYG_CLAIM,
+        .uid = f->uid,
+        .gid = f->gid,
+        .n_cgroup_fds = (uint32_t)ncg,
+        .clock_start_s = 0,
+    };
+    snprintf(c.hostname, sizeof(c.hostname), "%s", sb->id);
+    ssize_t sent = crl_send_fds(k->sock, &c, sizeof(c), fds, 1 + ncg);
+    int e = errno;
+    for (int i = 0; i < ncg; i++)
+        close(fds[1 + i]);
+    if (sent < 0) {
+        crl_err_sys(&err, e, "talking to the sandbox's keeper");
+        create_fail(sb, &err);
+        return;
+    }
+    crl_timer_start(sb->host->loop, &f->timer, 0, created, sb);
 }
 
 static int fn_create(struct crl_sandbox *sb, struct crl_err *err)
@@ -435,14 +913,14 @@ static int fn_create(struct crl_sandbox *sb, struct crl_err *err)
         rt++;
     if (rt == N_RUNTIMES)
         return crl_err_set(err, CRL_E_INVALID, "runtime '%s' is unknown", sb->spec.runtime);
-    if (st->zy[rt].sock < 0 && zygote_start(st, rt, err) < 0)
+    struct zygote *z = &st->zy[rt];
+    if (z->sock < 0 && !z->npool && !z->building && zygote_start(st, rt, err) < 0)
         return -1;
     struct fn_sandbox *f = calloc(1, sizeof(*f));
     if (!f)
         return crl_err_sys(err, ENOMEM, "sandbox");
-    f->scratch_fd = -1;
+    f->netns_fd = -1;
     f->runtime = rt;
-    sb->priv = f;
     /* An id range of its own, as a container slot has: unprivileged on the host. */
     f->uid = h->cfg.uid_base + sb->slot * 65536u;
     f->gid = f->uid;
@@ -451,48 +929,44 @@ static int fn_create(struct crl_sandbox *sb, struct crl_err *err)
     struct crl_cgroup_limits lim = {.memory_bytes = (uint64_t)sb->spec.memory_mb << 20,
                                     .pids = sb->spec.pids,
                                     .cpus = sb->spec.cpus};
-    if (crl_cgroup_create(h->cgroups, name, &lim, &f->cg, err) < 0)
-        goto fail;
-    snprintf(f->scratch, sizeof(f->scratch), "%s/%s", st->scratch_root, sb->id);
-    if (mkdirat(st->scratch_root_fd, sb->id, 0700) < 0 ||
-        fchownat(st->scratch_root_fd, sb->id, f->uid, f->gid, AT_SYMLINK_NOFOLLOW) < 0) {
-        crl_err_sys(err, errno, "scratch dir %s", f->scratch);
-        goto fail;
+    if (crl_cgroup_create(h->cgroups, name, &lim, &f->cg, err) < 0 ||
+        (f->netns_fd = crl_netns_get(h->netns, err)) < 0) {
+        if (f->cg)
+            crl_cgroup_release(f->cg, true, NULL);
+        free(f);
+        return -1;
     }
-    f->scratch_fd = crl_openat(st->scratch_root_fd, sb->id, O_PATH | O_DIRECTORY | O_NOFOLLOW, 0);
-    if (f->scratch_fd < 0) {
-        crl_err_sys(err, errno, "scratch dir %s", f->scratch);
-        goto fail;
+    sb->priv = f;
+    struct keeper *k = pool_take(z);
+    if (k) {
+        claim(sb, k);
+    } else if (z->waiting_tail) {
+        ((struct fn_sandbox *)z->waiting_tail->priv)->next_waiting = sb;
+        z->waiting_tail = sb;
+    } else {
+        z->waiting_head = z->waiting_tail = sb;
     }
-    crl_timer_start(h->loop, &f->timer, 0, created, sb);
+    pool_fill(z);
     return 0;
-fail:
-    release(sb);
-    return -1;
 }
 
-/* Kill what is left and wait, on a timer, for the cgroup to empty and its
- * leaves to go (the zygote reaps the dead), then release.  Stuck: the
- * slot is quarantined until a restart, as for a container. */
-static void drain(struct crl_timer *t)
+static void unwait(struct crl_sandbox *sb)
 {
-    struct crl_sandbox *sb = t->data;
     struct fn_sandbox *f = sb->priv;
-    int n = f->cg ? crl_cgroup_count(f->cg, NULL) : 0;
-    bool busy = n == 0 && f->cg && crl_cgroup_tidy(f->cg, false) < 0 && errno == EBUSY;
-    if ((n > 0 || busy || f->running > 0) && f->drain_tries++ < 5000) {
-        if (n > 0 && f->drain_tries % 500 == 1)
-            crl_cgroup_kill_all(f->cg, NULL);
-        crl_timer_start(sb->host->loop, &f->timer, 1000000, drain, sb);
+    struct zygote *z = &g_fn->zy[f->runtime];
+    struct crl_sandbox *prev = NULL;
+    for (struct crl_sandbox *w = z->waiting_head; w;
+         prev = w, w = ((struct fn_sandbox *)w->priv)->next_waiting) {
+        if (w != sb)
+            continue;
+        if (prev)
+            ((struct fn_sandbox *)prev->priv)->next_waiting = f->next_waiting;
+        else
+            z->waiting_head = f->next_waiting;
+        if (z->waiting_tail == sb)
+            z->waiting_tail = prev;
         return;
     }
-    if (n > 0 || f->running > 0) {
-        crl_error(sb->id,
-                  "%d process(es) still in the cgroup after 5s: slot quarantined until restart", n);
-        sb->slot_quarantined = true;
-    }
-    release(sb);
-    crl_sandbox_destroyed(sb);
 }
 
 static void fn_destroy(struct crl_sandbox *sb)
@@ -502,17 +976,8 @@ static void fn_destroy(struct crl_sandbox *sb)
         crl_sandbox_destroyed(sb);
         return;
     }
-    f->releasing = true;
-    crl_timer_stop(sb->host->loop, &f->timer);
-    if (f->paused && f->cg) { /* a frozen call (v1) would not die until thawed */
-        crl_cgroup_freeze(f->cg, false, NULL);
-        f->paused = false;
-    }
-    f->drain_tries = 0;
-    if (f->cg)
-        crl_cgroup_kill_all(f->cg, NULL);
-    f->timer.data = sb;
-    drain(&f->timer);
+    unwait(sb);
+    teardown(sb);
 }
 
 static int fn_stats(struct crl_sandbox *sb, struct crl_usage *u)
@@ -529,9 +994,12 @@ static int fn_stats(struct crl_sandbox *sb, struct crl_usage *u)
     u->memory_peak_bytes = cs.memory_peak_bytes;
     u->pids = cs.pids;
     u->oom_kills = cs.oom_kills;
-    /* The scratch dir is on the host's disk, without a quota of its own:
-     * disk_mb caps each file (RLIMIT_FSIZE); its use is not measured. */
+    /* The root's tmpfs holds all it can write: the scratch dir, /dev/shm
+     * and its few files of /etc. */
     u->disk_limit_bytes = (uint64_t)sb->spec.disk_mb << 20;
+    struct statfs fs;
+    if (f->k && f->k->scratch_fd >= 0 && fstatfs(f->k->scratch_fd, &fs) == 0)
+        u->disk_bytes = (uint64_t)(fs.f_blocks - fs.f_bfree) * (uint64_t)fs.f_bsize;
     return 0;
 }
 
@@ -540,10 +1008,15 @@ static json_t *fn_info(struct crl_sandbox *sb)
     struct fn_sandbox *f = sb->priv;
     if (!f)
         return NULL;
-    json_t *o = json_pack("{s:s, s:i, s:s, s:i, s:s}", "runtime", runtimes[f->runtime], "uid",
-                          (json_int_t)f->uid, "scratch", f->scratch, "zygote_pid",
-                          (json_int_t)g_fn->zy[f->runtime].pid, "cgroup",
-                          f->cg ? crl_cgroup_name(f->cg) : "");
+    pid_t pid = f->k ? f->k->pid : 0;
+    char root[64] = "";
+    if (pid > 0)
+        snprintf(root, sizeof(root), "/proc/%d/root", (int)pid);
+    json_t *o =
+        json_pack("{s:s, s:i, s:s, s:i, s:s, s:i, s:s}", "runtime", runtimes[f->runtime], "uid",
+                  (json_int_t)f->uid, "scratch", CRL_FN_SCRATCH, "pid", (json_int_t)pid, "root",
+                  root, "zygote_pid", (json_int_t)g_fn->zy[f->runtime].pid, "cgroup",
+                  f->cg ? crl_cgroup_name(f->cg) : "");
     if (o && f->last_pause.how) /* what the last pause gave back, and how */
         json_object_set_new(o, "last_pause",
                             json_pack("{s:s, s:I, s:I}", "memory_release", f->last_pause.how,
@@ -563,15 +1036,11 @@ static size_t pack(char *dst, size_t off, size_t cap, const char *s)
     return off + n;
 }
 
-/* The call's environment: the exec's, with HOME and TMPDIR its scratch dir. */
-static size_t pack_env(char *dst, size_t off, size_t cap, char **envp, const char *scratch,
-                       uint32_t *n)
+/* The call's environment: the exec's, with HOME and TMPDIR the scratch dir. */
+static size_t pack_env(char *dst, size_t off, size_t cap, char **envp, uint32_t *n)
 {
-    char home[300], tmp[300];
-    snprintf(home, sizeof(home), "HOME=%s", scratch);
-    snprintf(tmp, sizeof(tmp), "TMPDIR=%s", scratch);
-    off = pack(dst, off, cap, home);
-    off = pack(dst, off, cap, tmp);
+    off = pack(dst, off, cap, "HOME=" CRL_FN_SCRATCH);
+    off = pack(dst, off, cap, "TMPDIR=" CRL_FN_SCRATCH);
     *n = 2;
     for (char **e = envp; e && *e; e++)
         if (strncmp(*e, "HOME=", 5) != 0 && strncmp(*e, "TMPDIR=", 7) != 0) {
@@ -581,22 +1050,18 @@ static size_t pack_env(char *dst, size_t off, size_t cap, char **envp, const cha
     return off;
 }
 
-/* A FORK request's jail: the sandbox's ids, limits and scratch dir. */
-static struct crl_zyg_fork *fork_request(struct crl_sandbox *sb, struct fn_sandbox *f)
+/* A FORK request's limits. */
+static struct crl_zyg_fork *fork_request(struct crl_sandbox *sb)
 {
     struct crl_zyg_fork *rq = (struct crl_zyg_fork *)g_fn->msg;
     memset(rq, 0, sizeof(*rq));
     rq->op = CRL_ZYG_FORK;
-    rq->uid = f->uid;
-    rq->gid = f->gid;
     rq->nproc = sb->spec.pids;
     rq->nofile = 1024;
-    rq->fsize_bytes = (uint64_t)sb->spec.disk_mb << 20;
-    snprintf(rq->scratch, sizeof(rq->scratch), "%s", f->scratch);
     return rq;
 }
 
-/* The cgroup a child of the zygote joins, into fds (*ncg of them): on v2
+/* The cgroup a child of the keeper joins, into fds (*ncg of them): on v2
  * the directory of its leaf, which it is cloned into; on v1 the
  * cgroup.procs files it writes itself into. */
 static int fork_cgroup(struct crl_sandbox *sb, struct fn_sandbox *f, const char *leaf,
@@ -615,20 +1080,41 @@ static int fork_cgroup(struct crl_sandbox *sb, struct fn_sandbox *f, const char 
     return 0;
 }
 
+/* The keeper of a sandbox that can take calls, or NULL with err. */
+static struct keeper *serving(struct crl_sandbox *sb, struct crl_err *err)
+{
+    struct fn_sandbox *f = sb->priv;
+    if (!f || f->releasing || !f->k || f->k->state != K_SERVING || sb->state == CRL_SB_CREATING) {
+        crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
+        return NULL;
+    }
+    return f->k;
+}
+
+/* Send a FORK (its fixed fds and the cgroup fds after them) and record it. */
+static int send_fork(struct keeper *k, struct crl_zyg_fork *rq, size_t len, const int *fds,
+                     int nfds, struct fn_call *c, struct crl_err *err)
+{
+    c->id = rq->id = ++g_fn->next_id;
+    if (crl_send_fds(k->sock, rq, len, fds, nfds) < 0)
+        return crl_err_sys(err, errno, "talking to the sandbox's keeper");
+    c->next = k->pending;
+    k->pending = c;
+    return 0;
+}
+
 static int fn_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *err)
 {
     struct fn_state *st = g_fn;
     struct fn_sandbox *f = sb->priv;
-    if (!f || f->releasing)
-        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
+    struct keeper *k = serving(sb, err);
+    if (!k)
+        return -1;
     if (p->session)
         return crl_err_set(err, CRL_E_UNSUPPORTED,
                            "sessions need a process that lives between commands: the function "
                            "backend has none (each exec is a fresh fork)");
-    struct zygote *z = &st->zy[f->runtime];
-    if (z->sock < 0 && zygote_start(st, f->runtime, err) < 0)
-        return -1;
-    struct crl_zyg_fork *rq = fork_request(sb, f);
+    struct crl_zyg_fork *rq = fork_request(sb);
     size_t cap = CRL_ZYG_MAX_MSG - sizeof(*rq);
     char *strings = st->msg + sizeof(*rq);
     size_t off = 0;
@@ -641,7 +1127,7 @@ static int fn_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *
         for (char **a = p->argv; a && *a; a++, rq->argc++)
             off = pack(strings, off, cap, *a);
     }
-    off = pack_env(strings, off, cap, p->envp, f->scratch, &rq->envc);
+    off = pack_env(strings, off, cap, p->envp, &rq->envc);
     if (off == (size_t)-1)
         return crl_err_set(err, CRL_E_TOO_LARGE, "the command and its environment are too large");
 
@@ -661,9 +1147,7 @@ static int fn_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *
     p->err_fd = pp[2][0], theirs[2] = pp[2][1];
     int status = pp[3][0];
     theirs[3] = pp[3][1];
-    memcpy(fds, theirs, 3 * sizeof(int));
-    fds[3] = f->scratch_fd;
-    fds[4] = theirs[3];
+    memcpy(fds, theirs, 4 * sizeof(int));
     crl_set_nonblock(status, 1);
     struct fn_proc *fp = calloc(1, sizeof(*fp));
     int r = fp ? 0 : crl_err_sys(err, ENOMEM, "spawn");
@@ -680,11 +1164,8 @@ static int fn_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *
     if (r == 0 && !c)
         crl_err_sys(err, ENOMEM, "spawn");
     if (c) {
-        c->id = rq->id = ++st->next_id;
-        c->sb = sb;
         c->p = p;
-        if (crl_send_fds(z->sock, rq, sizeof(*rq) + off, fds, CRL_ZYG_FIXED_FDS + ncg) < 0) {
-            crl_err_sys(err, errno, "talking to the %s zygote", runtimes[f->runtime]);
+        if (send_fork(k, rq, sizeof(*rq) + off, fds, CRL_ZYG_FIXED_FDS + ncg, c, err) < 0) {
             free(c);
             c = NULL;
         }
@@ -705,8 +1186,6 @@ static int fn_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *
         return -1;
     }
     p->priv = fp;
-    c->next = z->pending;
-    z->pending = c;
     f->running++;
     return 0;
 }
@@ -717,11 +1196,11 @@ static int fn_kill(struct crl_sandbox *sb, struct crl_proc *p, enum crl_kill_sco
     struct fn_proc *fp = p->priv;
     if (p->exited || !fp)
         return 0;
-    /* Its tree is its cgroup leaf, whatever sessions it made. */
+    /* Its tree is its cgroup leaf, whatever sessions it made.  (Only a
+     * session's shell is spared, and a function sandbox has none.) */
     if (scope != CRL_KILL_PROC && f && f->cg) {
         struct crl_err err = CRL_ERR_INIT;
-        if (crl_cgroup_kill_leaf(f->cg, fp->leaf, scope == CRL_KILL_DESCENDANTS ? p->pid : 0,
-                                 &err) < 0)
+        if (scope == CRL_KILL_TREE && crl_cgroup_kill_leaf(f->cg, fp->leaf, 0, &err) < 0)
             crl_warn(sb->id, "%s", err.msg);
     }
     if (scope != CRL_KILL_DESCENDANTS && p->pidfd >= 0 &&
@@ -748,17 +1227,25 @@ static void open_done(struct crl_timer *t)
     free(fo);
 }
 
+/* The scratch dir of a sandbox whose files may be touched, or -1 with err. */
+static int scratch_of(struct crl_sandbox *sb, struct crl_err *err)
+{
+    struct keeper *k = serving(sb, err);
+    return k ? k->scratch_fd : -1;
+}
+
 static int fn_open(struct crl_sandbox *sb, struct crl_open_req *o, struct crl_err *err)
 {
     struct fn_sandbox *f = sb->priv;
-    if (!f || f->releasing)
-        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
+    int scratch = scratch_of(sb, err);
+    if (scratch < 0)
+        return -1;
     struct fn_open *fo = calloc(1, sizeof(*fo));
     if (!fo)
         return crl_err_sys(err, ENOMEM, "open");
     fo->o = o;
     fo->fd = -1;
-    long fd = crl_path_open_in_root(f->scratch_fd, o->path, o->flags | O_NOFOLLOW, o->mode);
+    long fd = crl_path_open_in_root(scratch, o->path, o->flags | O_NOFOLLOW, o->mode);
     struct stat st;
     if (fd < 0) {
         int e = (int)-fd;
@@ -779,7 +1266,8 @@ static int fn_open(struct crl_sandbox *sb, struct crl_open_req *o, struct crl_er
 
 /* A single file written into the scratch dir, whole or not at all: a
  * temporary file beside it (owned by the sandbox's uid), renamed over it
- * once corrald commits; corrald writes the bytes straight into it. */
+ * once corrald commits; corrald writes the bytes straight into it, and
+ * the sandbox's tmpfs holds them (disk_mb). */
 struct fn_upload {
     struct crl_sandbox *sb;
     struct crl_stream_req *t;
@@ -844,8 +1332,9 @@ static void upload_started(struct crl_timer *tm)
 static int fn_stream(struct crl_sandbox *sb, struct crl_stream_req *t, struct crl_err *err)
 {
     struct fn_sandbox *f = sb->priv;
-    if (!f || f->releasing)
-        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
+    int scratch = scratch_of(sb, err);
+    if (scratch < 0)
+        return -1;
     if (t->kind != CRL_STREAM_FILE_IN)
         return crl_err_set(err, CRL_E_UNSUPPORTED,
                            "the function backend moves single files only, not directories (tar)");
@@ -864,8 +1353,7 @@ static int fn_stream(struct crl_sandbox *sb, struct crl_stream_req *t, struct cr
         upload_free(u);
         return crl_err_set(err, CRL_E_INVALID, "%s: not a file name", t->path);
     }
-    long dfd =
-        crl_path_open_in_root(f->scratch_fd, parent[0] ? parent : "/", O_RDONLY | O_DIRECTORY, 0);
+    long dfd = crl_path_open_in_root(scratch, parent[0] ? parent : "/", O_RDONLY | O_DIRECTORY, 0);
     if (dfd < 0) {
         upload_free(u);
         return crl_err_set(err, dfd == -ENOENT ? CRL_E_NOT_FOUND : CRL_E_INVALID, "%s: %s",
@@ -909,11 +1397,12 @@ static int fn_stream(struct crl_sandbox *sb, struct crl_stream_req *t, struct cr
 static int fn_snapshot(struct crl_sandbox *sb, struct crl_snapshot_view *v, struct crl_err *err)
 {
     struct fn_sandbox *f = sb->priv;
-    if (!f || f->releasing || f->scratch_fd < 0)
-        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
-    int fd = crl_openat(f->scratch_fd, ".", O_RDONLY | O_DIRECTORY, 0);
+    int scratch = scratch_of(sb, err);
+    if (scratch < 0)
+        return -1;
+    int fd = crl_openat(scratch, ".", O_RDONLY | O_DIRECTORY, 0);
     if (fd < 0)
-        return crl_err_sys(err, errno, "opening the scratch dir %s", f->scratch);
+        return crl_err_sys(err, errno, "opening the scratch dir");
     v->dir_fd = fd;
     v->format = CRL_LAYER_PLAIN;
     v->uid_shift = f->uid;
@@ -961,7 +1450,7 @@ static void restore_end(struct fn_restore *rs, int status, const struct crl_err 
     crl_sandbox_unref(sb);
 }
 
-/* The change set is applied by a child of the sandbox's zygote, in the
+/* The change set is applied by a child of the sandbox's keeper, in the
  * jail every call has (the sandbox's uid, Landlock: its scratch dir and
  * nothing else writable, seccomp, rlimits, its cgroup leaf), that runs no
  * user code: it extracts as the sandbox's uid (the archive's owners are
@@ -970,12 +1459,9 @@ static void restore_end(struct fn_restore *rs, int status, const struct crl_err 
  * the child is frozen until a resume.) */
 static int fn_restore(struct crl_sandbox *sb, struct crl_restore_req *rq, struct crl_err *err)
 {
-    struct fn_state *st = g_fn;
     struct fn_sandbox *f = sb->priv;
-    if (!f || f->releasing)
-        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
-    struct zygote *z = &st->zy[f->runtime];
-    if (z->sock < 0 && zygote_start(st, f->runtime, err) < 0)
+    struct keeper *k = serving(sb, err);
+    if (!k)
         return -1;
     struct fn_restore *rs = calloc(1, sizeof(*rs));
     struct fn_call *c = calloc(1, sizeof(*c));
@@ -991,12 +1477,11 @@ static int fn_restore(struct crl_sandbox *sb, struct crl_restore_req *rq, struct
     rs->sb = sb;
     rs->status_fd = rs->msg_fd = -1;
     snprintf(rs->leaf, sizeof(rs->leaf), "r%llu", (unsigned long long)++sb->next_seq);
-    struct crl_zyg_fork *zrq = fork_request(sb, f);
+    struct crl_zyg_fork *zrq = fork_request(sb);
     zrq->kind = CRL_ZYG_RESTORE;
     zrq->argc = 1;
-    size_t off = pack(st->msg + sizeof(*zrq), 0, CRL_ZYG_MAX_MSG - sizeof(*zrq), "restore");
+    size_t off = pack(g_fn->msg + sizeof(*zrq), 0, CRL_ZYG_MAX_MSG - sizeof(*zrq), "restore");
     /* stdin the checkpoint, stdout nowhere, stderr its last words */
-    fds[3] = f->scratch_fd;
     if (pipe2(msg, O_CLOEXEC) < 0) {
         crl_err_sys(err, errno, "pipe");
         goto out;
@@ -1008,7 +1493,7 @@ static int fn_restore(struct crl_sandbox *sb, struct crl_restore_req *rq, struct
         goto out;
     }
     rs->status_fd = status[0];
-    fds[4] = status[1];
+    fds[3] = status[1];
     crl_set_nonblock(rs->msg_fd, 1);
     crl_set_nonblock(rs->status_fd, 1);
     /* a reading of its own: from offset 0, and read-only */
@@ -1022,22 +1507,17 @@ static int fn_restore(struct crl_sandbox *sb, struct crl_restore_req *rq, struct
     }
     if (fork_cgroup(sb, f, rs->leaf, zrq, fds + CRL_ZYG_FIXED_FDS, &ncg, err) < 0)
         goto out;
-    c->id = zrq->id = ++st->next_id;
-    c->sb = sb;
     c->rs = rs;
-    if (crl_send_fds(z->sock, zrq, sizeof(*zrq) + off, fds, CRL_ZYG_FIXED_FDS + ncg) < 0) {
-        crl_err_sys(err, errno, "talking to the %s zygote", runtimes[f->runtime]);
+    if (send_fork(k, zrq, sizeof(*zrq) + off, fds, CRL_ZYG_FIXED_FDS + ncg, c, err) < 0)
         goto out;
-    }
-    c->next = z->pending;
-    z->pending = steal_pointer(&c);
+    c = NULL;
     f->running++;
     crl_sandbox_ref(sb);
     rs = NULL;
     ret = 0;
 out:
     for (int i = 0; i < CRL_ZYG_MAX_FDS; i++)
-        if (i != 3 && fds[i] >= 0) /* 3: the scratch dir, which stays ours */
+        if (fds[i] >= 0)
             close(fds[i]);
     if (rs) {
         close_fd(&rs->msg_fd);
@@ -1052,9 +1532,9 @@ out:
 
 /* ---- pause ---- */
 
-/* Between calls nothing of a function sandbox runs (every call ends with
- * all it started), so a pause stops the calls under way, if any, and gives
- * back the page cache its calls charged to it (files of its scratch dir). */
+/* Between calls only the keeper is there, waiting, so a pause stops the
+ * calls under way, if any, and gives back the page cache its calls charged
+ * to it. */
 static int fn_pause(struct crl_sandbox *sb, struct crl_err *err)
 {
     struct fn_sandbox *f = sb->priv;
@@ -1087,7 +1567,6 @@ static int fn_init(struct crl_host *h, void **state, struct crl_err *err)
         return crl_err_sys(err, ENOMEM, "function backend");
     }
     st->host = h;
-    st->scratch_root_fd = -1;
     for (unsigned i = 0; i < N_RUNTIMES; i++)
         st->zy[i].sock = -1;
     if (crl_sibling_path("corral-zygote", st->zygote_path, sizeof(st->zygote_path), err) < 0)
@@ -1096,51 +1575,46 @@ static int fn_init(struct crl_host *h, void **state, struct crl_err *err)
         crl_err_sys(err, errno, "zygote %s", st->zygote_path);
         goto fail;
     }
-    snprintf(st->scratch_root, sizeof(st->scratch_root), "%s/functions", h->run_dir);
-    if (mkdir(st->scratch_root, 0711) < 0 && errno != EEXIST) {
-        crl_err_sys(err, errno, "mkdir %s", st->scratch_root);
-        goto fail;
-    }
-    st->scratch_root_fd = crl_openat(AT_FDCWD, st->scratch_root, O_RDONLY | O_DIRECTORY, 0);
-    if (st->scratch_root_fd < 0) {
-        crl_err_sys(err, errno, "%s", st->scratch_root);
+    /* Only ever a mountpoint, in each keeper's own namespace. */
+    snprintf(st->root_dir, sizeof(st->root_dir), "%s/function-root", h->run_dir);
+    if (mkdir(st->root_dir, 0700) < 0 && errno != EEXIST) {
+        crl_err_sys(err, errno, "mkdir %s", st->root_dir);
         goto fail;
     }
     g_fn = st;
     *state = st;
-    /* Initialise the runtimes now, not in the first create; one that cannot
-     * start is tried again when a sandbox needs it. */
+    /* Initialise the runtimes and fill the pools now, not in the first
+     * create; a runtime that cannot start is tried again when a sandbox
+     * needs it. */
     for (unsigned i = 0; i < N_RUNTIMES; i++) {
         struct crl_err zerr = CRL_ERR_INIT;
+        st->zy[i].st = st;
+        st->zy[i].runtime = i;
         if (zygote_start(st, i, &zerr) < 0)
             crl_warn(NULL, "function runtime %s: %s", runtimes[i], zerr.msg);
+        else
+            pool_fill(&st->zy[i]);
     }
     return 0;
 fail:
-    close_fd(&st->scratch_root_fd);
     free(st->msg);
     free(st);
     return -1;
 }
 
-/* Scratch dirs of sandboxes a crashed corrald left (their cgroups and
- * processes go with the container backend's reconcile of the same slots). */
+/* Nothing of a function sandbox outlives corrald on disk: its root and
+ * scratch dir were a tmpfs in its keeper's mount namespace, which ended
+ * with the keeper (its cgroups and processes go with the container
+ * backend's reconcile of the same slots).  The scratch dirs of an older
+ * corrald, which kept them on disk, go. */
 static int fn_reconcile(struct crl_host *h, void *state, struct crl_err *err)
 {
-    struct fn_state *st = state;
-    (void)h;
+    (void)state;
     (void)err;
-    int fd = fcntl(st->scratch_root_fd, F_DUPFD_CLOEXEC, 0);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-    if (!d) {
-        close_fd(&fd);
-        return 0;
-    }
-    struct dirent *de;
-    while ((de = readdir(d)))
-        if (de->d_name[0] != '.')
-            crl_rm_rf_at(dirfd(d), de->d_name);
-    closedir(d);
+    char old[PATH_MAX];
+    snprintf(old, sizeof(old), "%s/functions", h->run_dir);
+    if (crl_rm_rf_at(AT_FDCWD, old) < 0 && errno != ENOENT)
+        crl_log_syscall(NULL, errno, "removing %s", old);
     return 0;
 }
 
@@ -1150,34 +1624,27 @@ static void fn_shutdown(struct crl_host *h, void *state)
     (void)h;
     for (unsigned i = 0; i < N_RUNTIMES; i++) {
         struct zygote *z = &st->zy[i];
+        /* The pool's keepers go first, so that their zygote reaps them. */
+        for (struct keeper *k = z->unclaimed; k; k = k->next)
+            syscall(SYS_pidfd_send_signal, k->pidfd, SIGKILL, NULL, 0);
+        while (z->unclaimed) {
+            struct keeper *k = z->unclaimed;
+            z->unclaimed = k->next;
+            struct pollfd pf = {k->pidfd, POLLIN, 0};
+            poll(&pf, 1, 1000);
+            k->state = K_DEAD;
+            keeper_free(k);
+        }
         if (z->sock < 0)
             continue;
         crl_watch_stop(st->host->loop, &z->w);
-        close_fd(&z->sock); /* it exits on EOF */
+        close_fd(&z->sock); /* it exits on EOF; keepers it was building see theirs close */
         if (z->pid > 0) {
             int status;
             if (waitpid(z->pid, &status, 0) < 0)
                 crl_log_syscall(NULL, errno, "waiting for zygote %d", (int)z->pid);
         }
-        /* Sandboxes are gone by now: only a restore's owner is still told. */
-        struct crl_err gone = CRL_ERR_INIT;
-        crl_err_set(&gone, CRL_E_UNAVAILABLE, "restoring: corrald is shutting down");
-        while (z->pending) {
-            struct fn_call *c = z->pending;
-            z->pending = c->next;
-            if (c->rs)
-                restore_end(c->rs, 0, &gone);
-            free(c);
-        }
-        while (z->running) {
-            struct fn_call *c = z->running;
-            z->running = c->next;
-            if (c->rs)
-                restore_end(c->rs, 0, &gone);
-            free(c);
-        }
     }
-    close_fd(&st->scratch_root_fd);
     free(st->msg);
     free(st);
     g_fn = NULL;

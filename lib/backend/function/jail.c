@@ -21,8 +21,6 @@
 #ifndef LANDLOCK_ACCESS_FS_IOCTL_DEV
 #define LANDLOCK_ACCESS_FS_IOCTL_DEV (1ULL << 15)
 #endif
-#define CRL_LANDLOCK_NET_BIND_TCP (1ULL << 0)
-#define CRL_LANDLOCK_NET_CONNECT_TCP (1ULL << 1)
 #define CRL_LANDLOCK_SCOPE_ABSTRACT_UNIX (1ULL << 0)
 #define CRL_LANDLOCK_SCOPE_SIGNAL (1ULL << 1)
 
@@ -36,14 +34,15 @@ struct ll_ruleset_attr {
 #define FS_FILE_RW \
     (LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_TRUNCATE)
 
-/* Read and execute: what a runtime needs of the host (its binaries, its
- * libraries, the dynamic linker's cache, Debian's alternatives). */
-static const char *const ro_paths[] = {"/usr",           "/bin",
-                                       "/sbin",          "/lib",
-                                       "/lib64",         "/etc/ld.so.cache",
-                                       "/etc/localtime", "/etc/alternatives"};
+/* Read and execute: the host's system dirs in the sandbox's root (root.h). */
+static const char *const exec_paths[] = {"/usr",   "/bin",   "/sbin",  "/lib",
+                                         "/lib32", "/lib64", "/libx32"};
+/* Read: the sandbox's /etc (what of the host's a program needs, and the
+ * files made for it) and its own /proc (its pid namespace's). */
+static const char *const read_paths[] = {"/etc", "/proc"};
 /* Character devices a program may expect. */
-static const char *const dev_paths[] = {"/dev/null", "/dev/zero", "/dev/random", "/dev/urandom"};
+static const char *const dev_paths[] = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random",
+                                        "/dev/urandom"};
 
 int crl_landlock_abi(void)
 {
@@ -86,12 +85,10 @@ static int landlock(const struct crl_jail *j)
     if (abi < 1)
         return -ENOSYS;
     uint64_t all = fs_rights(abi);
+    /* No network rules: the sandbox's network namespace is its boundary
+     * (loopback only, or what its policy gives it). */
     struct ll_ruleset_attr attr = {.handled_access_fs = all};
     size_t size = sizeof(uint64_t);
-    if (abi >= 4) {
-        attr.handled_access_net = CRL_LANDLOCK_NET_BIND_TCP | CRL_LANDLOCK_NET_CONNECT_TCP;
-        size = 2 * sizeof(uint64_t);
-    }
     if (abi >= 6) {
         attr.scoped = CRL_LANDLOCK_SCOPE_ABSTRACT_UNIX | CRL_LANDLOCK_SCOPE_SIGNAL;
         size = sizeof(attr);
@@ -100,10 +97,16 @@ static int landlock(const struct crl_jail *j)
     if (rs < 0)
         return -errno;
     int r = 0;
-    for (size_t i = 0; r == 0 && i < sizeof(ro_paths) / sizeof(ro_paths[0]); i++)
-        r = add_rule(rs, ro_paths[i], -1, FS_READ | LANDLOCK_ACCESS_FS_EXECUTE, false);
+    if (r == 0) /* listing any directory of the root: all of it is the sandbox's */
+        r = add_rule(rs, "/", -1, LANDLOCK_ACCESS_FS_READ_DIR, true);
+    for (size_t i = 0; r == 0 && i < sizeof(exec_paths) / sizeof(exec_paths[0]); i++)
+        r = add_rule(rs, exec_paths[i], -1, FS_READ | LANDLOCK_ACCESS_FS_EXECUTE, false);
+    for (size_t i = 0; r == 0 && i < sizeof(read_paths) / sizeof(read_paths[0]); i++)
+        r = add_rule(rs, read_paths[i], -1, FS_READ, false);
     for (size_t i = 0; r == 0 && i < sizeof(dev_paths) / sizeof(dev_paths[0]); i++)
         r = add_rule(rs, dev_paths[i], -1, FS_FILE_RW, false);
+    if (r == 0) /* POSIX shared memory and semaphores: the sandbox's own, on its tmpfs */
+        r = add_rule(rs, "/dev/shm", -1, all & ~LANDLOCK_ACCESS_FS_EXECUTE, false);
     if (r == 0) /* the scratch dir: everything, executing included (scripts) */
         r = add_rule(rs, NULL, j->scratch_fd, all, true);
     if (r == 0 && syscall(SYS_landlock_restrict_self, rs, 0) < 0)
@@ -144,12 +147,14 @@ int crl_jail_enter(const struct crl_jail *j, const char **step)
         STEP("cgroup", write(j->cgroup_fds[i], "0", 1) == 1 ? 0 : -errno);
     STEP("rlimit", set_limit(RLIMIT_NOFILE, j->nofile));
     STEP("rlimit", set_limit(RLIMIT_NPROC, j->nproc));
-    STEP("rlimit", set_limit(RLIMIT_FSIZE, j->fsize_bytes ? j->fsize_bytes : RLIM_INFINITY));
     STEP("rlimit", set_limit(RLIMIT_CORE, 0));
     STEP("chdir", neg_errno(fchdir(j->scratch_fd)));
     STEP("creds", neg_errno(setgroups(0, NULL)));
     STEP("creds", neg_errno(setresgid(j->gid, j->gid, j->gid)));
     STEP("creds", neg_errno(setresuid(j->uid, j->uid, j->uid)));
+    /* The uid change made it non-dumpable; a call that executes nothing
+     * (python) would stay so, its /proc/self then root's.  It is its own. */
+    STEP("dumpable", neg_errno(prctl(PR_SET_DUMPABLE, 1)));
     /* a credential change clears it: set it now; the call dies with its zygote */
     STEP("pdeathsig", neg_errno(prctl(PR_SET_PDEATHSIG, SIGKILL)));
     STEP("no_new_privs", neg_errno(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)));

@@ -1,15 +1,19 @@
 /* The function backend's jail, applied by a freshly forked child of a
- * zygote to itself, before it runs anything of the call:
+ * sandbox's keeper to itself, before it runs anything of the call.  The
+ * keeper's namespaces (mount with the root of root.h, pid, ipc, uts, net,
+ * cgroup, time) are the sandbox's and were made once; the jail is what
+ * each call adds on top, per process:
  *
  *   its stdio and nothing else (every other descriptor closed), its own
- *   session (so the call's process group dies whole), its cgroups, rlimits
- *   (files, processes, file size, no core), the sandbox's scratch dir as
- *   cwd, the sandbox's unprivileged uid and gid with no groups,
- *   no_new_privs, a Landlock domain (read and execute: the runtime's
- *   system dirs; read and write: the scratch dir; nothing else of the
- *   filesystem; no TCP; no signals or abstract sockets out of the domain
- *   where the kernel has those scopes) and the seccomp filter (no sockets
- *   but AF_UNIX, no ptrace, mount, bpf, keyctl, namespaces...).
+ *   session (so the call's process group dies whole), its cgroup leaf,
+ *   rlimits (files, processes, no core), the scratch dir as cwd, the
+ *   sandbox's unprivileged uid and gid with no groups, no_new_privs, a
+ *   Landlock domain (read and execute: the system dirs; read: /etc and
+ *   /proc; read and write: the scratch dir, /dev/shm and the harmless
+ *   devices; nothing else; no signals or abstract sockets out of the
+ *   domain where the kernel has those scopes) and the seccomp filter (no
+ *   ptrace, mount, bpf, keyctl, namespaces..., sockets of the local and IP
+ *   families only).
  *
  * Every descriptor but stdio and the status pipe (moved to `status_at`,
  * close-on-exec) is closed.  Returns 0, or -errno with *step naming what
@@ -25,14 +29,12 @@ struct crl_jail {
     int stdio[3];
     int status_fd; /* kept, as CRL_ZYG_STATUS_FD-like `status_at` */
     int status_at;
-    int scratch_fd; /* O_PATH of the scratch dir */
-    const char *scratch;
+    int scratch_fd;        /* O_PATH of the scratch dir */
     const int *cgroup_fds; /* cgroup.procs, to write "0" into */
     unsigned n_cgroup_fds;
     uid_t uid;
     gid_t gid;
     unsigned nproc, nofile;
-    uint64_t fsize_bytes;
     const struct sock_fprog *seccomp;
 };
 

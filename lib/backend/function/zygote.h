@@ -1,13 +1,13 @@
 /* A zygote: one per runtime, started by corrald, that initialises the
  * runtime once (for python: the interpreter with the common standard
- * library imported) and then only forks.  Each child jails itself
- * (jail.h) and runs one call; the zygote itself never runs user code.
- * The runtime-specific parts are the two callbacks: src/corral-zygote has
- * the shell and python ones. */
+ * library imported) and then only makes keepers (keeper.h): forks of
+ * itself born in namespaces of their own, one per sandbox, which fork
+ * that sandbox's calls.  Neither the zygote nor a keeper runs user code.
+ * The runtime-specific parts are the callbacks: src/corral-zygote has the
+ * shell and python ones. */
 #ifndef CRL_FUNCTION_ZYGOTE_H
 #define CRL_FUNCTION_ZYGOTE_H
 
-#include <stdbool.h>
 #include <stdint.h>
 
 #include "zygote_proto.h"
@@ -21,12 +21,10 @@ struct crl_zygote_runtime {
     void (*run)(enum crl_zyg_kind kind, char **strings, uint32_t n, char **envp);
     /* In a child, first of all (python: PyOS_AfterFork_Child); may be NULL. */
     void (*after_fork)(void);
-    /* Does a call run in the zygote's image (python), so that a spare
-     * should copy its pages before its call, rather than execute (shell)? */
-    bool runs_in_image;
 };
 
-/* Serve corrald on fd CRL_ZYG_FD until it goes away; the exit status. */
-int crl_zygote_main(const struct crl_zygote_runtime *rt);
+/* Serve corrald on fd CRL_ZYG_FD until it goes away; the exit status.
+ * `root_dir`: the empty directory each keeper mounts its root on. */
+int crl_zygote_main(const struct crl_zygote_runtime *rt, const char *root_dir);
 
 #endif

@@ -1,8 +1,28 @@
-/* corrald <-> corral-zygote, over a SOCK_SEQPACKET socketpair (the zygote's
- * end is its fd 3).  One zygote per runtime; it never runs user code itself:
- * each FORK makes a child that jails itself (jail.h) and then runs the
- * call.  Descriptors travel with SCM_RIGHTS.  Both ends are built from one
- * tree, so the structs are the wire format. */
+/* corrald <-> corral-zygote, and corrald <-> a sandbox's keeper, over
+ * SOCK_SEQPACKET socketpairs.  Descriptors travel with SCM_RIGHTS.  Both
+ * ends are built from one tree, so the structs are the wire format; every
+ * end still checks what it receives (sizes, counts, NUL-terminated
+ * strings), as a keeper shares its namespaces with the sandbox's code.
+ *
+ * The zygote (one per runtime, its socket at fd 3) never runs user code:
+ * it makes keepers.  A keeper is a fork of the zygote, born in fresh mount,
+ * pid, ipc and uts namespaces (its PID 1), that builds the sandbox's root
+ * and waits in corrald's pool; a create claims one and gives it the
+ * sandbox's identity, and from then on each call is a fork of it that
+ * jails itself (jail.h) and runs.
+ *
+ *   corrald -> zygote   KEEPER               (no fds)
+ *   zygote  -> corrald  REPLY {pid}          fds: corrald's end of the keeper's socket, its pidfd
+ *   keeper  -> corrald  READY                fds: its root and scratch dirs (O_PATH); or err
+ *   corrald -> keeper   CLAIM                fds: netns, cgroup.procs files (v1) or the one (v2)
+ *   keeper  -> corrald  REPLY {id 0}         (err and step on failure; it then exits)
+ *   corrald -> keeper   FORK                 fds: stdin, stdout, stderr, status pipe, then the
+ *                                                 cgroup fds (see struct crl_zyg_fork)
+ *   keeper  -> corrald  REPLY {pid}          fds: its pidfd; or err
+ *   keeper  -> corrald  EXITED {pid, status} unsolicited, for each call that ends
+ *   corrald -> keeper   END                  (no fds; it kills everything of the sandbox,
+ *                                                 removes its IPC objects and exits)
+ */
 #ifndef CRL_FUNCTION_ZYGOTE_PROTO_H
 #define CRL_FUNCTION_ZYGOTE_PROTO_H
 
@@ -11,22 +31,26 @@
 #define CRL_ZYG_FD 3
 #define CRL_ZYG_MAX_MSG (2u << 20)
 #define CRL_ZYG_MAX_CGROUP_FDS 6
-#define CRL_ZYG_FIXED_FDS 5 /* stdin, stdout, stderr, scratch dir, status */
+#define CRL_ZYG_FIXED_FDS 4 /* stdin, stdout, stderr, status */
 #define CRL_ZYG_MAX_FDS (CRL_ZYG_FIXED_FDS + CRL_ZYG_MAX_CGROUP_FDS)
 /* In a call, until it runs the call (python) or executes it (shell): the
  * status pipe, close-on-exec.  Closed unwritten: started.  Else one line,
  * "ERRNO STEP", says why it could not start. */
 #define CRL_ZYG_STATUS_FD 1000
 
+/* Inside a function sandbox: its writable dir (cwd, HOME, TMPDIR, the root
+ * of the files API, what a checkpoint holds). */
+#define CRL_FN_SCRATCH "/scratch"
+
 enum crl_zyg_op {
-    /* fds: stdin, stdout, stderr, the scratch dir (O_PATH), the status
-     * pipe's write end, then the cgroup.procs files the child writes itself
-     * into (v1), or the one cgroup directory it is cloned into (v2:
-     * CLONE_INTO_CGROUP) */
-    CRL_ZYG_FORK = 1,
-    CRL_ZYG_REPLY = 100, /* to a FORK: pid, and its pidfd; or err */
-    CRL_ZYG_EXITED,      /* a child ended (unsolicited) */
-    CRL_ZYG_HELLO,       /* the zygote is ready */
+    CRL_ZYG_KEEPER = 1, /* make a keeper */
+    CRL_ZYG_CLAIM,      /* a keeper becomes a sandbox's */
+    CRL_ZYG_FORK,       /* a keeper forks a call */
+    CRL_ZYG_END,        /* a keeper ends its sandbox: its processes, its IPC objects, itself */
+    CRL_ZYG_REPLY = 100,
+    CRL_ZYG_EXITED, /* a call ended (unsolicited) */
+    CRL_ZYG_HELLO,  /* the zygote is ready */
+    CRL_ZYG_READY,  /* a keeper has built its root */
 };
 
 enum crl_zyg_kind {
@@ -37,28 +61,41 @@ enum crl_zyg_kind {
                             enum crl_stream_status the exit code (strings: "restore") */
 };
 
+/* KEEPER and END: no more than which request it is. */
+struct crl_zyg_req {
+    uint64_t id;
+    uint32_t op;
+    uint32_t pad;
+};
+
+/* Who a sandbox is: what a keeper needs to become its. */
+struct crl_zyg_claim {
+    uint32_t op;
+    uint32_t uid, gid;
+    uint32_t n_cgroup_fds; /* after the netns fd */
+    int64_t clock_start_s; /* what its CLOCK_MONOTONIC and CLOCK_BOOTTIME read now */
+    char hostname[64];     /* NUL-terminated */
+};
+
 struct crl_zyg_fork {
     uint64_t id;
     uint32_t op;
     uint32_t kind;
-    uint32_t uid, gid;
     uint32_t n_cgroup_fds;
     uint32_t into_cgroup; /* 1: the cgroup fd is a directory for clone3 */
     uint32_t argc, envc;  /* strings follow the struct, NUL-terminated */
     uint32_t nproc, nofile;
-    uint64_t fsize_bytes;
-    char scratch[256]; /* its path, for rules and HOME */
 };
 
 struct crl_zyg_reply {
     uint64_t id;
     uint32_t op;
-    int32_t err; /* errno, 0: ok */
-    int32_t pid;
+    int32_t err;    /* errno, 0: ok */
+    int32_t pid;    /* in the keeper's pid namespace for a call, the host's for a keeper */
     int32_t status; /* EXITED: wait status */
     double cpu_s;
     uint64_t maxrss_bytes;
-    char msg[200];
+    char msg[200]; /* what failed (a step name), NUL-terminated */
 };
 
 #endif
