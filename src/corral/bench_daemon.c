@@ -64,15 +64,18 @@ void crl_bench_daemon_stop(struct crl_bench_daemon *d)
 
 int crl_bench_daemon_start(struct crl_bench_daemon *d, struct crl_err *err)
 {
-    char self[PATH_MAX], corrald[PATH_MAX + 16], state[128], sock[128], log[128], cgparent[64];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n < 0)
-        return crl_err_sys(err, errno, "readlink /proc/self/exe");
-    self[n] = 0;
-    const char *bindir = dirname(self);
+    char self[PATH_MAX], corrald[PATH_MAX + 16], state[128], sock[128], log[128], cgparent[96];
+    const char *bindir = d->bindir;
+    if (!bindir) {
+        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        if (n < 0)
+            return crl_err_sys(err, errno, "readlink /proc/self/exe");
+        self[n] = 0;
+        bindir = dirname(self);
+    }
     snprintf(corrald, sizeof(corrald), "%s/corrald", bindir);
     if (access(corrald, X_OK) < 0)
-        return crl_err_sys(err, errno, "no corrald next to corral: %s", corrald);
+        return crl_err_sys(err, errno, "no corrald in %s", bindir);
     snprintf(d->images_from, sizeof(d->images_from), "%s/images", bindir);
     struct stat st;
     if (stat(d->images_from, &st) < 0 || !S_ISDIR(st.st_mode))
@@ -89,7 +92,8 @@ int crl_bench_daemon_start(struct crl_bench_daemon *d, struct crl_err *err)
     snprintf(sock, sizeof(sock), "%s/corrald.sock", d->dir);
     snprintf(log, sizeof(log), "%s/corrald.log", d->dir);
     /* Its own cgroup parent, so it never touches another corrald's. */
-    snprintf(cgparent, sizeof(cgparent), "corral-bench-%d", (int)getpid());
+    snprintf(cgparent, sizeof(cgparent), "corral-bench-%d%s%s", (int)getpid(), d->tag ? "-" : "",
+             d->tag ? d->tag : "");
     snprintf(d->url, sizeof(d->url), "unix://%s", sock);
     char *argv[16];
     int a = 0;
@@ -260,6 +264,19 @@ void crl_bench_end(bool start, struct crl_bench_daemon *d, int rc, const char *w
     if (rc < 0 && crl_bench_daemon_log_tail(d, tail, sizeof(tail)) == 0 && tail[0])
         fprintf(stderr, "corral: %s: corrald's log ends with:\n%s\n", what, tail);
     crl_bench_daemon_stop(d);
+}
+
+int crl_bench_samples_append(struct crl_bench_samples *dst, const struct crl_bench_samples *src,
+                             struct crl_err *err)
+{
+    double *ms = realloc(dst->ms, (dst->n + src->n + 1) * sizeof(double));
+    if (!ms)
+        return crl_err_sys(err, ENOMEM, "samples");
+    memcpy(ms + dst->n, src->ms, src->n * sizeof(double));
+    dst->ms = ms;
+    dst->n += src->n;
+    dst->wall_s += src->wall_s;
+    return 0;
 }
 
 void crl_bench_machine(struct crl_bench_machine *m)

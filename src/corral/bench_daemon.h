@@ -15,11 +15,14 @@
 #include "../../lib/util/err.h"
 #include "bench_peer.h"
 
-/* A corrald run for one bench: from the directory of this `corral`, with a
- * fresh state directory under /tmp/corral-bench.XXXXXX, its own cgroup
- * parent (corral-bench-<pid>, so it never touches another corrald's), and
+/* A corrald run for one bench: from `bindir` (default: the directory of
+ * this `corral`), with a fresh state directory under
+ * /tmp/corral-bench.XXXXXX, its own cgroup parent (corral-bench-<pid>, and
+ * -<tag> if set, so it never touches another corrald's), and
  * `--images-from <bindir>/images` when that directory exists. */
 struct crl_bench_daemon {
+    const char *bindir;
+    const char *tag;
     pid_t pid;
     char dir[64];
     char url[128];
@@ -49,6 +52,11 @@ int crl_bench_daemon_log_tail(const struct crl_bench_daemon *d, char *buf, size_
 int crl_bench_layer_mount(struct crl_client *c, const char *image, char *out, size_t cap,
                           long long *layer_bytes, struct crl_err *err);
 void crl_bench_layer_release(const char *dir);
+
+/* Append src's samples to dst's (and its wall time), for a figure
+ * measured in several rounds. */
+int crl_bench_samples_append(struct crl_bench_samples *dst, const struct crl_bench_samples *src,
+                             struct crl_err *err);
 
 /* Nearest-rank percentiles of a phase; rate is operations per second of its
  * wall time. */

@@ -9,7 +9,13 @@
  *   4. the host's floor: fork+exit+wait of this small C process,
  *      fork+exec+wait of /bin/true, and fork+exit+wait of a python3 that
  *      imported what the python zygote preloads, with a child that exits
- *      at once and with one that runs print(1) first.
+ *      at once and with one that runs print(1) first;
+ *   5. what a function sandbox costs: create (until ready) and destroy
+ *      (until gone), one at a time, shell and python.
+ *
+ * With --baseline DIR, a second private corrald runs from the binaries in
+ * DIR (an earlier build), and the two are measured in turns, so that a
+ * change is judged against what it changed in the same run.
  *
  * It prints figures, ratios and the issue's goals beside them, and never
  * judges an absolute time. */
@@ -53,12 +59,18 @@ static const char help[] =
     "  4. the host's floor: fork+exit+wait of this process, fork+exec+wait of\n"
     "     /bin/true, and fork+exit+wait of a python3 that imported what the\n"
     "     python zygote preloads, and of one whose child runs print(1) (timed\n"
-    "     inside it).\n"
+    "     inside it);\n"
+    "  5. create (until ready) and destroy (until gone) of a shell and of a\n"
+    "     python function sandbox, one at a time.\n"
     "Prints a table and a JSON line.  Uses corrald at $CORRAL_URL unless\n"
     "--start-daemon.\n"
     "\n"
     "  --start-daemon      run a private corrald (next to this corral, fresh state\n"
     "                      in a temporary directory) for the bench, stop it after\n"
+    "  --baseline DIR      also run a private corrald from the binaries in DIR (an\n"
+    "                      earlier build: corrald and its helpers), measure both in\n"
+    "                      turns, two rounds each, and compare (implies\n"
+    "                      --start-daemon)\n"
     "  --iterations N      measured operations per figure (default 300)\n"
     "  --json              print only the JSON line\n";
 
@@ -102,17 +114,48 @@ struct results {
     struct crl_bench_samples py, py_peer, sh_argv, sh_c, c2, fork_exit, fork_exec, fork_py,
         fork_py_run, py_spaced;
     struct crl_bench_samples py_proc, sh_argv_proc, sh_c_proc; /* duration_s */
+    struct crl_bench_samples create_sh, destroy_sh, create_py, destroy_py;
     long rss_self_kb, rss_pyfloor_kb, rss_zygote_kb;
 };
 
+#define N_SETS 17
+
+/* Every figure's samples, in one order. */
+static void results_sets(struct results *r, struct crl_bench_samples **all)
+{
+    struct crl_bench_samples *sets[N_SETS] = {
+        &r->py,           &r->py_peer,   &r->sh_argv,   &r->sh_c,        &r->c2,
+        &r->fork_exit,    &r->fork_exec, &r->fork_py,   &r->fork_py_run, &r->py_proc,
+        &r->sh_argv_proc, &r->sh_c_proc, &r->py_spaced, &r->create_sh,   &r->destroy_sh,
+        &r->create_py,    &r->destroy_py};
+    memcpy(all, sets, sizeof(sets));
+}
+
 static void results_free(struct results *r)
 {
-    struct crl_bench_samples *all[] = {
-        &r->py,           &r->py_peer,   &r->sh_argv,  &r->sh_c,        &r->c2,
-        &r->fork_exit,    &r->fork_exec, &r->fork_py,  &r->fork_py_run, &r->py_proc,
-        &r->sh_argv_proc, &r->sh_c_proc, &r->py_spaced};
-    for (size_t i = 0; i < CRL_ARRAY_SIZE(all); i++)
+    struct crl_bench_samples *all[N_SETS];
+    results_sets(r, all);
+    for (size_t i = 0; i < N_SETS; i++)
         crl_bench_samples_free(all[i]);
+}
+
+/* One round's results added to the run's (moved: `src` is freed). */
+static int results_add(struct results *dst, struct results *src, struct crl_err *err)
+{
+    struct crl_bench_samples *d[N_SETS], *s[N_SETS];
+    results_sets(dst, d);
+    results_sets(src, s);
+    int rc = 0;
+    for (size_t i = 0; i < N_SETS && rc == 0; i++)
+        rc = crl_bench_samples_append(d[i], s[i], err);
+    memcpy(dst->host_id, src->host_id, sizeof(dst->host_id));
+    memcpy(dst->python, src->python, sizeof(dst->python));
+    memcpy(dst->python_version, src->python_version, sizeof(dst->python_version));
+    dst->rss_self_kb = src->rss_self_kb;
+    dst->rss_pyfloor_kb = src->rss_pyfloor_kb;
+    dst->rss_zygote_kb = src->rss_zygote_kb;
+    results_free(src);
+    return rc;
 }
 
 #define STEP(quiet, ...)                                             \
@@ -202,6 +245,34 @@ static int call(struct crl_client *c, const char *id, json_t *req, const char *e
     *ms = (double)(t1 - t0) / 1e6;
     if (proc_ms)
         *proc_ms = json_number_value(json_object_get(res, "duration_s")) * 1e3;
+    return 0;
+}
+
+/* A function sandbox's life: `warm` unmeasured then `n` measured creates
+ * (timed until it is ready) and destroys (until it is gone), one at a time. */
+static int cycles(struct crl_client *c, const char *runtime, size_t warm, size_t n,
+                  struct crl_bench_samples *create, struct crl_bench_samples *destroy,
+                  struct crl_err *err)
+{
+    if (crl_bench_samples_alloc(create, n, err) < 0 || crl_bench_samples_alloc(destroy, n, err) < 0)
+        return -1;
+    for (size_t i = 0; i < warm + n; i++) {
+        char id[64] = "";
+        unsigned long long t0 = crl_now_ns();
+        if (crl_bench_check_interrupted(err) < 0 ||
+            sandbox_create(c, runtime, id, sizeof(id), err) < 0)
+            return -1;
+        unsigned long long t1 = crl_now_ns();
+        if (crl_client_destroy(c, id, NULL, err) < 0)
+            return crl_err_prefix(err, "destroying %s", id);
+        unsigned long long t2 = crl_now_ns();
+        if (i < warm)
+            continue;
+        create->ms[create->n++] = (double)(t1 - t0) / 1e6;
+        destroy->ms[destroy->n++] = (double)(t2 - t1) / 1e6;
+        create->wall_s += (double)(t1 - t0) / 1e9;
+        destroy->wall_s += (double)(t2 - t1) / 1e9;
+    }
     return 0;
 }
 
@@ -437,6 +508,11 @@ static int measure_with(struct crl_client *c, const char *url, size_t n, bool qu
         return -1;
     sandbox_destroy(c, sh_id);
 
+    STEP(quiet, "function sandboxes: create and destroy, shell and python (%zu each)", n);
+    if (cycles(c, "shell", warm, n, &r->create_sh, &r->destroy_sh, err) < 0 ||
+        cycles(c, "python", warm, n, &r->create_py, &r->destroy_py, err) < 0)
+        return -1;
+
     STEP(quiet, "floor: fork+exit+wait of this process (%zu)", n);
     r->rss_self_kb = rss_kb(0);
     if (crl_bench_fork_exit(warm, n, &r->fork_exit, err) < 0 ||
@@ -492,8 +568,67 @@ static json_t *kb_or_null(long kb)
     return kb >= 0 ? json_integer(kb) : json_null();
 }
 
-static void report(struct results *r, size_t n, const char *load0, const char *load1,
-                   bool json_only)
+/* The figures two builds are compared on (--baseline): p50s, and the
+ * concurrency-2 rate. */
+struct compared {
+    const char *name, *label;
+    struct crl_bench_samples *(*of)(struct results *r);
+    bool rate;
+};
+
+#define SET(f)                                                  \
+    static struct crl_bench_samples *set_##f(struct results *r) \
+    {                                                           \
+        return &r->f;                                           \
+    }
+SET(create_sh)
+SET(create_py)
+SET(destroy_sh)
+SET(destroy_py)
+SET(py)
+SET(py_spaced)
+SET(sh_argv)
+SET(sh_c)
+SET(c2)
+
+static const struct compared compared[] = {
+    {"create_shell", "create a shell function sandbox (p50 ms)", set_create_sh, false},
+    {"create_python", "create a python function sandbox (p50 ms)", set_create_py, false},
+    {"destroy_shell", "destroy a shell function sandbox (p50 ms)", set_destroy_sh, false},
+    {"destroy_python", "destroy a python function sandbox (p50 ms)", set_destroy_py, false},
+    {"python_print", "python exec \"print(1)\" (p50 ms)", set_py, false},
+    {"python_print_spaced", "python exec \"print(1)\", spaced (p50 ms)", set_py_spaced, false},
+    {"shell_argv", "shell exec [\"true\"] (p50 ms)", set_sh_argv, false},
+    {"shell_sh_c", "shell exec \"true\" (p50 ms)", set_sh_c, false},
+    {"shell_c2_rate", "shell [\"true\"] at concurrency 2 (calls/s)", set_c2, true},
+};
+
+/* This build against the baseline, figure by figure: the table, and a
+ * JSON object of {this, baseline, ratio}. */
+static json_t *compare(struct results *r, struct results *base, bool json_only)
+{
+    json_t *o = json_object();
+    if (!json_only)
+        printf("  %-50s %10s %10s %8s\n", "this build against --baseline", "this", "baseline",
+               "ratio");
+    for (size_t i = 0; i < CRL_ARRAY_SIZE(compared); i++) {
+        const struct compared *c = &compared[i];
+        struct crl_bench_stats a = crl_bench_stats_of(c->of(r)),
+                               b = crl_bench_stats_of(c->of(base));
+        double va = c->rate ? a.rate : a.p50, vb = c->rate ? b.rate : b.p50;
+        if (!json_only)
+            printf("  %-50s %10.3f %10.3f %7.2fx\n", c->label, va, vb, ratio(va, vb));
+        json_object_set_new(o, c->name,
+                            json_pack("{s:o, s:o, s:o}", "this", real_or_null(va), "baseline",
+                                      real_or_null(vb), "ratio", real_or_null(ratio(va, vb))));
+    }
+    if (!json_only)
+        printf("\n");
+    return o;
+}
+
+static void report(struct results *r, struct results *base, size_t n, const char *load0,
+                   const char *load1, bool json_only)
 {
     struct crl_bench_stats py = crl_bench_stats_of(&r->py), peer = crl_bench_stats_of(&r->py_peer),
                            sa = crl_bench_stats_of(&r->sh_argv), sc = crl_bench_stats_of(&r->sh_c),
@@ -504,7 +639,11 @@ static void report(struct results *r, size_t n, const char *load0, const char *l
                            pyp = crl_bench_stats_of(&r->py_proc),
                            sap = crl_bench_stats_of(&r->sh_argv_proc),
                            scp = crl_bench_stats_of(&r->sh_c_proc),
-                           pys = crl_bench_stats_of(&r->py_spaced);
+                           pys = crl_bench_stats_of(&r->py_spaced),
+                           csh = crl_bench_stats_of(&r->create_sh),
+                           dsh = crl_bench_stats_of(&r->destroy_sh),
+                           cpy = crl_bench_stats_of(&r->create_py),
+                           dpy = crl_bench_stats_of(&r->destroy_py);
     double py_x = ratio(peer.p50, py.p50);
     struct crl_bench_machine m;
     crl_bench_machine(&m);
@@ -536,6 +675,10 @@ static void report(struct results *r, size_t n, const char *load0, const char *l
                  (double)r->rss_pyfloor_kb / 1024);
         row(what, &fp);
         row("floor: fork+print(1)+exit+wait, same python3, no jail", &fpr);
+        row("function shell sandbox: create (until ready)", &csh);
+        row("function shell sandbox: destroy (until gone)", &dsh);
+        row("function python sandbox: create (until ready)", &cpy);
+        row("function python sandbox: destroy (until gone)", &dpy);
         printf("\n");
         printf("  python print(1) p50: python3 -c %.2f ms / function %.2f ms = %.1fx (goal >= "
                "%.0fx); %d ms apart: %.1fx\n",
@@ -569,6 +712,12 @@ static void report(struct results *r, size_t n, const char *load0, const char *l
     json_object_set_new(j, "floor_fork_exec_true", crl_bench_stats_json(&fx, true));
     json_object_set_new(j, "floor_fork_exit_python", crl_bench_stats_json(&fp, true));
     json_object_set_new(j, "floor_fork_print_exit_python", crl_bench_stats_json(&fpr, true));
+    json_object_set_new(j, "create_shell", crl_bench_stats_json(&csh, false));
+    json_object_set_new(j, "destroy_shell", crl_bench_stats_json(&dsh, false));
+    json_object_set_new(j, "create_python", crl_bench_stats_json(&cpy, false));
+    json_object_set_new(j, "destroy_python", crl_bench_stats_json(&dpy, false));
+    if (base)
+        json_object_set_new(j, "against_baseline", compare(r, base, json_only));
     json_object_set_new(j, "rss_kb",
                         json_pack("{s:o, s:o, s:o}", "self", kb_or_null(r->rss_self_kb),
                                   "python_floor", kb_or_null(r->rss_pyfloor_kb), "python_zygote",
@@ -588,16 +737,41 @@ static void report(struct results *r, size_t n, const char *load0, const char *l
     free(line);
 }
 
+/* Two builds in turns, two rounds each, half the iterations a round, the
+ * order swapped in the second round so that a drift in the machine's load
+ * falls on both alike. */
+static int measure_both(const char *url, const char *base_url, size_t n, bool quiet,
+                        struct results *r, struct results *base, struct crl_err *err)
+{
+    size_t half = n / 2 > 10 ? n / 2 : 10;
+    for (int round = 0; round < 2; round++)
+        for (int k = 0; k < 2; k++) {
+            bool this_build = (k == 0) == (round == 1);
+            struct results one = {0};
+            STEP(quiet, "round %d of 2: %s", round + 1, this_build ? "this build" : "baseline");
+            int rc = measure(this_build ? url : base_url, half, quiet, &one, err);
+            if (rc == 0)
+                rc = results_add(this_build ? r : base, &one, err);
+            else
+                results_free(&one);
+            if (rc < 0)
+                return crl_err_prefix(err, "%s", this_build ? "this build" : "the baseline");
+        }
+    return 0;
+}
+
 int crl_cmd_bench_functions(int argc, char **argv)
 {
-    enum { OPT_START = CRL_CLI_OPT_OTHER, OPT_ITER, OPT_JSON };
+    enum { OPT_START = CRL_CLI_OPT_OTHER, OPT_ITER, OPT_JSON, OPT_BASELINE };
     static const struct option opts[] = {{"start-daemon", no_argument, 0, OPT_START},
                                          {"iterations", required_argument, 0, OPT_ITER},
                                          {"json", no_argument, 0, OPT_JSON},
+                                         {"baseline", required_argument, 0, OPT_BASELINE},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     struct crl_err err = CRL_ERR_INIT;
     bool start = false, json_only = false;
+    const char *baseline = NULL;
     long long iterations = DEFAULT_ITERATIONS;
     int c;
     optind = 0;
@@ -610,30 +784,41 @@ int crl_cmd_bench_functions(int argc, char **argv)
                 return crl_cli_usage(argv[0], "%s", err.msg);
             break;
         case OPT_JSON: json_only = true; break;
+        case OPT_BASELINE: baseline = optarg; break;
         case 'h': return crl_cli_help(help);
         default: return crl_cli_bad_option(argv[0], argv, c);
         }
     }
     if (optind < argc)
         return crl_cli_usage(argv[0], "unexpected argument '%s'", argv[optind]);
+    if (baseline)
+        start = true;
     if (start && geteuid() != 0)
         return crl_cli_failf("bench functions: --start-daemon needs root (corrald does)");
 
     crl_cli_catch_signals(NULL);
-    struct crl_bench_daemon d = {0};
-    const char *url;
+    struct crl_bench_daemon d = {0}, bd = {.bindir = baseline, .tag = "baseline"};
+    const char *url, *base_url = NULL;
     int brc = crl_bench_begin(start, &d, &url, "bench functions");
     if (brc)
         return brc;
+    if (baseline && (brc = crl_bench_begin(true, &bd, &base_url, "bench functions --baseline"))) {
+        crl_bench_end(start, &d, 0, "bench functions");
+        return brc;
+    }
     char load0[64], load1[64];
-    struct results r = {0};
+    struct results r = {0}, base = {0};
     crl_bench_loadavg(load0, sizeof(load0));
-    int rc = measure(url, (size_t)iterations, json_only, &r, &err);
+    int rc = baseline ? measure_both(url, base_url, (size_t)iterations, json_only, &r, &base, &err)
+                      : measure(url, (size_t)iterations, json_only, &r, &err);
     crl_bench_loadavg(load1, sizeof(load1));
+    if (baseline)
+        crl_bench_end(true, &bd, rc, "bench functions --baseline");
     crl_bench_end(start, &d, rc, "bench functions");
     if (rc == 0)
-        report(&r, (size_t)iterations, load0, load1, json_only);
+        report(&r, baseline ? &base : NULL, (size_t)iterations, load0, load1, json_only);
     results_free(&r);
+    results_free(&base);
     if (rc < 0) {
         if (crl_cli_interrupted)
             return 128 + crl_cli_interrupted;
