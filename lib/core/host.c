@@ -57,6 +57,7 @@ void crl_host_config_defaults(struct crl_host_config *c)
     c->uid_slots = 16384;
     c->spawners = 0; /* one per CPU, at most 4 */
     c->netns_pool = 256;
+    c->function_pool = 4;
     c->tombstone_s = 600;
     c->max_tombstones = 10000;
 }

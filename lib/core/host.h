@@ -38,6 +38,7 @@ struct crl_host_config {
     const char *spawner_path;
     unsigned spawners;
     unsigned netns_pool;
+    unsigned function_pool; /* keepers made ahead per function runtime */
     /* bookkeeping */
     double tombstone_s;
     unsigned max_tombstones; /* the oldest ended sandbox is forgotten beyond this */

@@ -45,6 +45,8 @@ static const char usage[] =
     "  --uid-slots N          sandbox slots of 65536 ids each (default 16384)\n"
     "  --spawner PATH         corral-spawner binary (default: next to corrald)\n"
     "  --spawners N           spawner processes (default: CPUs, at most 4)\n"
+    "  --function-pool N      function sandboxes' keepers made ahead, per runtime: so many\n"
+    "                         creates in a burst find their namespaces ready (default 4)\n"
     "  --tombstone-s N        keep destroyed sandboxes visible N seconds (default 600)\n"
     "  --max-tombstones N     and at most N of them, oldest forgotten first (default 10000)\n"
     "  --host-id ID           this host's id in sandbox ids (default: from the hostname)\n"
@@ -130,6 +132,7 @@ int main(int argc, char **argv)
                                          {"uid-slots", required_argument, 0, 'U'},
                                          {"spawner", required_argument, 0, 'x'},
                                          {"spawners", required_argument, 0, 'X'},
+                                         {"function-pool", required_argument, 0, 'K'},
                                          {"tombstone-s", required_argument, 0, 'T'},
                                          {"max-tombstones", required_argument, 0, 'M'},
                                          {"host-id", required_argument, 0, 'H'},
@@ -235,6 +238,11 @@ int main(int argc, char **argv)
             if (parse_uint("--spawners", optarg, 16, &v) < 0)
                 return 2;
             hc.spawners = (unsigned)v;
+            break;
+        case 'K':
+            if (parse_uint("--function-pool", optarg, 4096, &v) < 0)
+                return 2;
+            hc.function_pool = (unsigned)v;
             break;
         case 'T':
             if (parse_uint("--tombstone-s", optarg, 86400 * 30, &v) < 0)

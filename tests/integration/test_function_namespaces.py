@@ -235,3 +235,41 @@ def test_sys_is_not_there(client):
         r = sb.exec("import os\ntry:\n    os.statvfs('/sys')\nexcept OSError as e:\n"
                     "    print(e.errno)\nprint('sys' in os.listdir('/'))")
         assert r.stdout.split() == [str(errno.ENOENT).encode(), b"False"], r
+
+
+def _alive(pid):
+    try:
+        return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+
+
+def test_keepers_end_with_a_killed_corrald(corrald_factory):
+    """A keeper and everything in its namespaces end when corrald does (its
+    socket closes), even mid-call; a restart reconciles the rest."""
+    d = corrald_factory()
+    with d.client() as c:
+        boxes = [create_fn(c, rt) for rt in ("shell", "python")]
+        keepers = [sb.info["function"]["pid"] for sb in boxes]
+        assert boxes[0].exec("sleep 1000 > /dev/null 2>&1 &").exit_code == 0
+    d.kill()
+    deadline = time.monotonic() + 5
+    while any(_alive(p) for p in keepers) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not any(_alive(p) for p in keepers)
+    d.start()
+    assert d.live_sandboxes() == []
+    with d.client() as c, create_fn(c, "python") as sb:
+        assert sb.exec("print('again')").stdout == b"again\n"
+    d.shutdown_and_check()  # nothing left: no cgroup, mount or process
+
+
+def test_without_a_pool_a_create_waits_for_its_keeper(corrald_factory):
+    """--function-pool 0: no keeper is made ahead; each create has one made."""
+    d = corrald_factory(["--function-pool", "0"])
+    with d.client() as c:
+        boxes = [create_fn(c, rt) for rt in ("shell", "python", "shell")]
+        assert [sb.exec("echo hi" if sb.info["spec"]["runtime"] == "shell" else "print('hi')")
+                .stdout for sb in boxes] == [b"hi\n"] * 3
+        for sb in boxes:
+            sb.destroy()

@@ -47,10 +47,6 @@
 #define N_RUNTIMES 2
 static const char *const runtimes[N_RUNTIMES] = {"shell", "python"};
 
-/* Keepers made ahead, per runtime: enough for a burst of creates while the
- * zygote makes more (a python keeper is a fork of a ~20 MiB interpreter:
- * its page tables, some 150 KiB, and little else until it is used). */
-#define POOL 2
 
 /* A checkpoint being restored into the scratch dir by a jailed child of
  * the keeper (CRL_ZYG_RESTORE): no user code runs in it. */
@@ -712,8 +708,11 @@ static void on_zygote(struct crl_watch *w, uint32_t ev)
     (void)ev;
 }
 
-/* Ask for keepers until the pool, and what is on its way, hold POOL, plus
- * one for each create that waits. */
+/* Ask for keepers until the pool, and what is on its way, hold
+ * --function-pool of them (so many creates in a burst find one ready; a
+ * pooled python keeper is a fork of a ~20 MiB interpreter, which costs its
+ * page tables, some 150 KiB, and little else until it is used), plus one
+ * for each create that waits. */
 static void pool_fill(struct zygote *z)
 {
     struct fn_state *st = z->st;
@@ -723,7 +722,7 @@ static void pool_fill(struct zygote *z)
         fail_waiting(z, &err);
         return;
     }
-    unsigned want = POOL;
+    unsigned want = st->host->cfg.function_pool;
     for (struct crl_sandbox *sb = z->waiting_head; sb;
          sb = ((struct fn_sandbox *)sb->priv)->next_waiting)
         want++;
