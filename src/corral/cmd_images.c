@@ -230,7 +230,7 @@ static int store_import(const char *store_dir, int fd, const char *dir, const ch
     struct crl_import_limits lim = {0};
     if (crl_store_open(store_dir, true, &s, err) < 0)
         return -1;
-    int rc = crl_store_import(s, fd, dir, name, &lim, out, err);
+    int rc = crl_store_import(s, fd, dir, name, NULL, &lim, out, err);
     crl_store_close(s);
     return rc;
 }

@@ -155,7 +155,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     json_t *img = NULL;
     struct crl_err e = CRL_ERR_INIT;
-    int r = crl_store_import(store, fd, NULL, NULL, &limits, &img, &e);
+    int r = crl_store_import(store, fd, NULL, NULL, NULL, &limits, &img, &e);
     close(fd);
     if (verbose)
         fprintf(stderr, "fuzz_image: %zu bytes: %s\n", size, r < 0 ? e.msg : "imported");
