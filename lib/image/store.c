@@ -133,12 +133,20 @@ int crl_image_ref_check(const char *ref, struct crl_err *err)
         return crl_err_set(err, CRL_E_INVALID, "reference name is longer than %d characters",
                            CRL_IMAGE_NAME_MAX);
     for (const char *p = ref; *p; p++) {
-        char c = *p;
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              strchr("._-/:@+", c)))
-            return crl_err_set(
-                err, CRL_E_INVALID,
-                "reference name %s: '%c' is not allowed (letters, digits, . _ - / : @ +)", ref, c);
+        unsigned char c = (unsigned char)*p;
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+            strchr("._-/:@+", c))
+            continue;
+        /* the ref is quoted only when what is wrong in it prints */
+        if (c >= ' ' && c < 0x7f)
+            return crl_err_set(err, CRL_E_INVALID,
+                               "reference name %s: '%c' is not allowed (letters, digits, "
+                               ". _ - / : @ +)",
+                               ref, c);
+        return crl_err_set(err, CRL_E_INVALID,
+                           "reference name: byte 0x%02x at %zu is not allowed (letters, digits, "
+                           ". _ - / : @ +)",
+                           c, (size_t)(p - ref));
     }
     return 0;
 }
