@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 import corral
-from conftest import BUILD, SMALL, start_corrald
+from conftest import BUILD, HOST_ARCH, SMALL, start_corrald
 
 CORRAL = BUILD / "corral"
 TAG = "v1"
@@ -338,7 +338,7 @@ class Image:
     """An image made of layer tars: its blobs, ready to be written as an
     oci-archive or a docker-archive, and knobs to damage either."""
 
-    def __init__(self, layers, compression=GZIP, config=None, diff_ids=None, arch="amd64"):
+    def __init__(self, layers, compression=GZIP, config=None, diff_ids=None, arch=HOST_ARCH):
         self.layers = []  # (media type, blob, digest)
         for tar in layers:
             how = compression if isinstance(compression, str) else compression.pop(0)
@@ -1348,27 +1348,29 @@ def oci_index_archive(*entries):
 
 
 def test_platforms_and_nested_indexes(imaged):
+    other = "amd64" if HOST_ARCH == "arm64" else "arm64"
     plain = Image([small_layer(marker=uuid.uuid4().hex)])
-    amd = Image([small_layer(marker=uuid.uuid4().hex)])
-    arm = Image([small_layer(marker=uuid.uuid4().hex)], arch="arm64")
+    amd = Image([small_layer(marker=uuid.uuid4().hex)])  # for this host, named so for short
+    arm = Image([small_layer(marker=uuid.uuid4().hex)], arch=other)
     # one entry names no platform, one another platform: the first is the
     # only one for this host
     data = oci_index_archive(manifest_entry(plain, "plain"),
-                             manifest_entry(arm, "arm", "linux/arm64"))
+                             manifest_entry(arm, "arm", f"linux/{other}"))
     assert import_ok(imaged, data, unique("plat") + ":v1")["id"] == plain.config_digest
     assert_refused(imaged, data, unique("plat") + ":v1", 400, "invalid_argument",
-                   ["linux/arm64"], ref="arm")
+                   [f"linux/{other}"], ref="arm")
     # a ref that names a nested index: its manifest for this host
-    data = oci_index_archive(index_entry([manifest_entry(arm, platform="linux/arm64"),
-                                          manifest_entry(amd, platform="linux/amd64")], "multi"),
+    data = oci_index_archive(index_entry([manifest_entry(arm, platform=f"linux/{other}"),
+                                          manifest_entry(amd, platform=f"linux/{HOST_ARCH}")],
+                                         "multi"),
                              manifest_entry(plain, "other"))
     assert import_ok(imaged, data, unique("nest") + ":v1", ref="multi")["id"] == amd.config_digest
     assert import_ok(imaged, data, unique("nest") + ":v1", ref="other")["id"] == plain.config_digest
     msg = assert_refused(imaged, data, unique("nest") + ":v1", 400, "invalid_argument", ["multi"])
     assert "other" in msg and "?ref=" in msg, msg
-    # an index that names no platform: the config that says arm64 is refused
+    # an index that names no platform: a config for another platform is refused
     assert_refused(imaged, arm.oci_archive(), unique("armcfg") + ":v1", 400, "invalid_argument",
-                   ["linux/arm64"])
+                   [f"linux/{other}"])
     # a name of Docker's short form picks containerd's full one
     full = unique("docker.io/library/short") + ":v1"
     desc, blobs = manifest_entry(amd)
