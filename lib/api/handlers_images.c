@@ -251,7 +251,8 @@ static void kill_overdue(struct crl_timer *t)
 
 /* ---- starting it ---- */
 
-static int spawn_importer(struct crl_import *im, const char *name, struct crl_err *err)
+static int spawn_importer(struct crl_import *im, const char *name, const char *ref,
+                          struct crl_err *err)
 {
     struct crl_api *a = im->api;
     int in[2] = {-1, -1}, out[2] = {-1, -1}, errp[2] = {-1, -1};
@@ -273,11 +274,15 @@ static int spawn_importer(struct crl_import *im, const char *name, struct crl_er
     const char *dir = crl_image_store_dir(a->host->images);
     const struct crl_import_limits *lim = &a->host->cfg.image_limits;
     char layer_max[32], total_max[32];
-    char *argv[11] = {(char *)"corral-import", (char *)"--store", (char *)dir};
+    char *argv[13] = {(char *)"corral-import", (char *)"--store", (char *)dir};
     size_t k = 3;
     if (name) {
         argv[k++] = (char *)"--name";
         argv[k++] = (char *)name;
+    }
+    if (ref) {
+        argv[k++] = (char *)"--ref";
+        argv[k++] = (char *)ref;
     }
     if (lim->max_layer_bytes) {
         snprintf(layer_max, sizeof(layer_max), "%" PRIu64, lim->max_layer_bytes);
@@ -360,6 +365,7 @@ void crl_h_images_import_begin(struct crl_req *r)
     struct crl_err err = CRL_ERR_INIT;
     const char *ct = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Type");
     const char *name = crl_req_query(r, "name");
+    const char *ref = crl_req_query(r, "ref");
     char canon[CRL_IMAGE_NAME_MAX + 1];
     if (!media_ok(ct)) {
         crl_err_set(&err, CRL_E_MEDIA,
@@ -367,6 +373,8 @@ void crl_h_images_import_begin(struct crl_req *r)
                     ct);
     } else if (name && crl_image_name_canon(name, canon, &err) < 0) {
         crl_err_prefix(&err, "name");
+    } else if (ref && crl_image_ref_check(ref, &err) < 0) {
+        crl_err_prefix(&err, "ref");
     } else if (a->host->shutting_down) {
         crl_err_set(&err, CRL_E_UNAVAILABLE, "corrald is shutting down");
     } else if (a->n_imports >= MAX_IMPORTS) {
@@ -389,7 +397,7 @@ void crl_h_images_import_begin(struct crl_req *r)
     im->api = a;
     im->pidfd = im->in_fd = im->out_fd = im->err_fd = -1;
     crl_buf_init(&im->out, OUT_MAX);
-    if (spawn_importer(im, name ? canon : NULL, &err) < 0) {
+    if (spawn_importer(im, name ? canon : NULL, ref, &err) < 0) {
         crl_buf_free(&im->out);
         free(im);
         crl_req_error(r, &err);

@@ -909,32 +909,33 @@ bool crl_client_image_name_ok(const char *name)
                         "0123456789._-/:@+") == n;
 }
 
-int crl_client_image_import(struct crl_client *c, const char *name, crl_client_source_fn source,
-                            void *ctx, long long size, json_t **out, struct crl_err *err)
+int crl_client_image_import(struct crl_client *c, const char *name, const char *ref,
+                            crl_client_source_fn source, void *ctx, long long size, json_t **out,
+                            struct crl_err *err)
 {
     cleanup_free char *url = NULL;
     if (out)
         *out = NULL;
-    if (name) {
-        char *q = curl_easy_escape(c->curl, name, 0);
-        if (!q)
-            return crl_err_sys(err, ENOMEM, "building the request");
-        int n = asprintf(&url, "/v1/images?name=%s", q);
-        curl_free(q);
-        if (n < 0) {
-            url = NULL;
-            return crl_err_sys(err, ENOMEM, "building the request");
-        }
+    char *qn = name ? curl_easy_escape(c->curl, name, 0) : NULL;
+    char *qr = ref ? curl_easy_escape(c->curl, ref, 0) : NULL;
+    int n = -1;
+    if ((!name || qn) && (!ref || qr))
+        n = asprintf(&url, "/v1/images%s%s%s%s", qn ? "?name=" : "", qn ? qn : "",
+                     qr ? (qn ? "&ref=" : "?ref=") : "", qr ? qr : "");
+    curl_free(qn);
+    curl_free(qr);
+    if (n < 0) {
+        url = NULL;
+        return crl_err_sys(err, ENOMEM, "building the request");
     }
-    return crl_client_upload(c, "POST", url ? url : "/v1/images", source, ctx, size,
-                             "application/x-tar", out, err);
+    return crl_client_upload(c, "POST", url, source, ctx, size, "application/x-tar", out, err);
 }
 
-int crl_client_image_import_fd(struct crl_client *c, const char *name, int fd, long long size,
-                               json_t **out, struct crl_err *err)
+int crl_client_image_import_fd(struct crl_client *c, const char *name, const char *ref, int fd,
+                               long long size, json_t **out, struct crl_err *err)
 {
     struct fd_src src = {.fd = fd, .size = size < 0 ? -1 : size, .left = size < 0 ? -1 : size};
-    return crl_client_image_import(c, name, fd_source, &src, size, out, err);
+    return crl_client_image_import(c, name, ref, fd_source, &src, size, out, err);
 }
 
 int crl_client_get(struct crl_client *c, const char *id, const char *path, crl_client_sink_fn sink,

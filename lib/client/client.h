@@ -168,15 +168,17 @@ int crl_client_upload(struct crl_client *c, const char *method, const char *path
  * REGISTRY/PATH:TAG, an id), at most 255 of them?  Such a name goes into
  * /v1/images/{name} as it is. */
 bool crl_client_image_name_ok(const char *name);
-/* POST /v1/images[?name=NAME] with an archive (docker-archive or
+/* POST /v1/images[?name=NAME][&ref=REF] with an archive (docker-archive or
  * oci-archive, maybe compressed) from `source`, `size` bytes (-1: chunked);
- * *out is the imported image. */
-int crl_client_image_import(struct crl_client *c, const char *name, crl_client_source_fn source,
-                            void *ctx, long long size, json_t **out, struct crl_err *err);
+ * `ref` (may be NULL) picks one image of several.  *out is the imported
+ * image. */
+int crl_client_image_import(struct crl_client *c, const char *name, const char *ref,
+                            crl_client_source_fn source, void *ctx, long long size, json_t **out,
+                            struct crl_err *err);
 /* The same with the archive read from `fd`: exactly `size` bytes, or to
  * its end when `size` is -1. */
-int crl_client_image_import_fd(struct crl_client *c, const char *name, int fd, long long size,
-                               json_t **out, struct crl_err *err);
+int crl_client_image_import_fd(struct crl_client *c, const char *name, const char *ref, int fd,
+                               long long size, json_t **out, struct crl_err *err);
 
 /* Called once the answer to a GET of a path is known to be good, before
  * any byte of it: `is_dir` says whether a tar stream of a directory

@@ -359,28 +359,291 @@ static bool is_index(const char *mt)
                   strcmp(mt, "application/vnd.docker.distribution.manifest.list.v2+json") == 0);
 }
 
-/* From an index, the manifest for this host (linux/amd64 or the only one). */
-static json_t *pick_manifest(json_t *index, struct crl_err *err)
+/* ---- which image: by reference name, then by platform ---- */
+
+/* One image an index (a descriptor) or manifest.json (an entry) offers. */
+struct offer {
+    json_t *entry;               /* borrowed from the index or manifest.json */
+    json_t *names;               /* the names it may be picked by (strings) */
+    char id[CRL_DIGEST_LEN + 1]; /* the digest it may be picked by too, or "" */
+    const char *os, *arch;       /* its platform; NULL where it names none */
+};
+
+enum list_what { LIST_NAMES, LIST_PLATFORMS, LIST_IDS };
+
+static void offers_free(struct offer *o, size_t n)
 {
+    for (size_t i = 0; o && i < n; i++)
+        json_decref(o[i].names);
+    free(o);
+}
+
+/* What messages call it: its first name, else its digest. */
+static const char *offer_label(const struct offer *o)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(o->names, i, v)
+    {
+        if (json_is_string(v))
+            return json_string_value(v);
+    }
+    return o->id[0] ? o->id : "(unnamed)";
+}
+
+/* One that names no platform is a candidate too: most layouts (umoci's,
+ * skopeo's) and every manifest.json say none. */
+static bool offer_for_host(const struct offer *o)
+{
+    return (!o->os || strcmp(o->os, "linux") == 0) &&
+           (!o->arch || strcmp(o->arch, crl_image_arch()) == 0);
+}
+
+/* A reference as Docker compares them: docker.io/ for a name with no
+ * registry, library/ for one of Docker Hub's own, :latest with no tag; so
+ * "app:1" picks the "docker.io/library/app:1" that skopeo and docker 25
+ * write.  False for a reference by digest. */
+static bool ref_normal(const char *ref, char *out, size_t cap)
+{
+    if (strchr(ref, '@'))
+        return false;
+    const char *slash = strchr(ref, '/');
+    size_t first = slash ? (size_t)(slash - ref) : 0;
+    bool registry = slash && (memchr(ref, '.', first) || memchr(ref, ':', first) ||
+                              (first == 9 && strncmp(ref, "localhost", 9) == 0));
+    const char *last = strrchr(ref, '/'), *colon = strrchr(ref, ':');
+    bool tagged = colon && (!last || colon > last);
+    int n = snprintf(out, cap, "%s%s%s%s", registry ? "" : "docker.io/",
+                     registry || slash ? "" : "library/", ref, tagged ? "" : ":latest");
+    return n > 0 && (size_t)n < cap;
+}
+
+/* What of `o` `ref` stands for: one of its names (compared as they are, or
+ * as Docker normalizes both when `normal`), or its digest; NULL if none. */
+static const char *offer_match(const struct offer *o, const char *ref, bool normal)
+{
+    char want[2 * CRL_IMAGE_NAME_MAX], have[2 * CRL_IMAGE_NAME_MAX];
+    if (normal && !ref_normal(ref, want, sizeof(want)))
+        return NULL;
+    size_t i;
+    json_t *v;
+    json_array_foreach(o->names, i, v)
+    {
+        const char *s = json_string_value(v);
+        if (s && (normal ? ref_normal(s, have, sizeof(have)) && strcmp(have, want) == 0
+                         : strcmp(s, ref) == 0))
+            return s;
+    }
+    return !normal && o->id[0] && strcmp(o->id, ref) == 0 ? o->id : NULL;
+}
+
+/* "a, b and 3 more" of the offers `sel` marks (every one when NULL), in
+ * some 200 bytes whatever a hostile index lists. */
+static const char *offer_list(const struct offer *o, size_t n, const bool *sel, enum list_what w,
+                              char *buf, size_t cap)
+{
+    size_t len = 0, shown = 0, total = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (sel && !sel[i])
+            continue;
+        total++;
+        char one[CRL_DIGEST_LEN + 8];
+        if (w == LIST_PLATFORMS)
+            snprintf(one, sizeof(one), "%.30s/%.30s", o[i].os ? o[i].os : "?",
+                     o[i].arch ? o[i].arch : "?");
+        else
+            snprintf(one, sizeof(one), "%s",
+                     w == LIST_IDS && o[i].id[0] ? o[i].id : offer_label(&o[i]));
+        size_t need = strlen(one) + (shown ? 2 : 0);
+        if (len + need > 200 || len + need >= cap)
+            continue;
+        len += (size_t)snprintf(buf + len, cap - len, "%s%s", shown ? ", " : "", one);
+        shown++;
+    }
+    if (shown < total)
+        snprintf(buf + len, cap - len, "%s%zu more", shown ? " and " : "", total - shown);
+    return buf;
+}
+
+/* Of the `n` images `where` holds, the one to import (*pick): those `ref`
+ * names (all of them when it is NULL), and of those the ones for this host
+ * or that name no platform (the config of the one chosen is checked once
+ * read).  Several entries of one digest are one image.  *as: the name `ref`
+ * matched, NULL for a digest or no ref.  In a `nested` index (a
+ * multi-platform image's) the platform alone decides. */
+static int choose(const struct offer *o, size_t n, const char *ref, const char *where, bool nested,
+                  size_t *pick, const char **as, struct crl_err *err)
+{
+    const char *arch = crl_image_arch();
+    char list[256];
+    cleanup_free bool *sel = calloc(n ? n : 1, sizeof(*sel));
+    if (!sel)
+        return crl_err_sys(err, ENOMEM, "%s", where);
+    size_t n_sel = 0;
+    bool normal = false;
+    for (int pass = 0; ref && pass < 2 && !n_sel; pass++) {
+        normal = pass == 1;
+        for (size_t i = 0; i < n; i++)
+            if (offer_match(&o[i], ref, normal)) {
+                sel[i] = true;
+                n_sel++;
+            }
+    }
+    if (!ref)
+        for (; n_sel < n; n_sel++)
+            sel[n_sel] = true;
+    if (!n_sel)
+        return crl_err_set(err, CRL_E_INVALID, "%s holds no image named %s; it holds %s", where,
+                           ref, offer_list(o, n, NULL, LIST_NAMES, list, sizeof(list)));
+    size_t n_host = 0, first = n;
+    for (size_t i = 0; i < n; i++)
+        if (sel[i] && offer_for_host(&o[i]))
+            n_host++;
+    if (!n_host)
+        return crl_err_set(err, CRL_E_INVALID, "%s holds no image%s%s for linux/%s (%s for %s)",
+                           where, ref ? " named " : "", ref ? ref : "", arch,
+                           n_sel == 1 ? "it is" : "they are",
+                           offer_list(o, n, sel, LIST_PLATFORMS, list, sizeof(list)));
+    for (size_t i = 0; i < n; i++) {
+        sel[i] = sel[i] && offer_for_host(&o[i]);
+        if (sel[i] && first == n)
+            first = i;
+    }
+    bool one = n_host == 1 || o[first].id[0];
+    for (size_t i = first + 1; one && n_host > 1 && i < n; i++)
+        if (sel[i] && strcmp(o[i].id, o[first].id) != 0)
+            one = false;
+    if (one) {
+        *pick = first;
+        *as = ref ? offer_match(&o[first], ref, normal) : NULL;
+        if (*as == o[first].id)
+            *as = NULL;
+        return 0;
+    }
+    if (nested)
+        return crl_err_set(err, CRL_E_INVALID,
+                           "%s lists %zu manifests for linux/%s (%s) and does not say which one "
+                           "to import",
+                           where, n_host, arch,
+                           offer_list(o, n, sel, LIST_IDS, list, sizeof(list)));
+    if (ref)
+        return crl_err_set(err, CRL_E_INVALID,
+                           "%s holds %zu images named %s for linux/%s: pick one by its digest (%s)",
+                           where, n_host, ref, arch,
+                           offer_list(o, n, sel, LIST_IDS, list, sizeof(list)));
+    char some[64] = "";
+    if (n_host < n)
+        snprintf(some, sizeof(some), ", %zu of them for linux/%s", n_host, arch);
+    return crl_err_set(err, CRL_E_INVALID,
+                       "%s holds %zu images%s (%s): pick one with `corral image import PATH:REF` "
+                       "or --ref REF (API: POST /v1/images?ref=REF)",
+                       where, n, some, offer_list(o, n, sel, LIST_NAMES, list, sizeof(list)));
+}
+
+/* The images an OCI index lists: by their names (containerd's full one
+ * first, then the ref.name annotation, often a tag only) and digest. */
+static struct offer *index_offers(json_t *index, const char *what, size_t *n, struct crl_err *err)
+{
+    static const char *const keys[] = {"io.containerd.image.name",
+                                       "org.opencontainers.image.ref.name"};
     json_t *ms = json_object_get(index, "manifests");
-    if (!json_is_array(ms) || json_array_size(ms) == 0) {
-        crl_err_set(err, CRL_E_INVALID, "index.json lists no manifests");
+    size_t k = json_is_array(ms) ? json_array_size(ms) : 0;
+    if (!k) {
+        crl_err_set(err, CRL_E_INVALID, "%s lists no manifests", what);
         return NULL;
     }
-    if (json_array_size(ms) == 1)
-        return json_array_get(ms, 0);
-    size_t i;
-    json_t *m;
-    json_array_foreach(ms, i, m)
-    {
-        json_t *p = json_object_get(m, "platform");
-        const char *os = str_at(p, "os"), *arch = str_at(p, "architecture");
-        if (os && arch && strcmp(os, "linux") == 0 && strcmp(arch, "amd64") == 0)
-            return m;
+    struct offer *o = calloc(k, sizeof(*o));
+    if (!o) {
+        crl_err_sys(err, ENOMEM, "%s", what);
+        return NULL;
     }
-    crl_err_set(err, CRL_E_INVALID,
-                "the archive holds %zu images and none is for linux/amd64: give one", i);
-    return NULL;
+    for (size_t i = 0; i < k; i++) {
+        json_t *d = json_array_get(ms, i), *ann = json_object_get(d, "annotations");
+        const char *digest = str_at(d, "digest");
+        o[i].entry = d;
+        if (!(o[i].names = json_array())) {
+            offers_free(o, i);
+            crl_err_sys(err, ENOMEM, "%s", what);
+            return NULL;
+        }
+        for (size_t j = 0; j < CRL_ARRAY_SIZE(keys); j++)
+            if (json_is_string(json_object_get(ann, keys[j])))
+                json_array_append(o[i].names, json_object_get(ann, keys[j]));
+        if (crl_digest_valid(digest))
+            snprintf(o[i].id, sizeof(o[i].id), "%s", digest);
+        o[i].os = str_at(json_object_get(d, "platform"), "os");
+        o[i].arch = str_at(json_object_get(d, "platform"), "architecture");
+    }
+    *n = k;
+    return o;
+}
+
+/* docker save names a config "<hex>.json" or "blobs/sha256/<hex>": its
+ * digest, or "" when the name is not one. */
+static void config_digest(const char *name, char out[CRL_DIGEST_LEN + 1])
+{
+    out[0] = 0;
+    const char *b = name ? strrchr(name, '/') : NULL;
+    b = b ? b + 1 : name;
+    if (b && strlen(b) >= 64) {
+        snprintf(out, CRL_DIGEST_LEN + 1, "sha256:%.64s", b);
+        if (!crl_digest_valid(out))
+            out[0] = 0;
+    }
+}
+
+/* The images a docker save manifest.json lists, [{Config, RepoTags,
+ * Layers}]: by their RepoTags and config digest (docker's image id). */
+static struct offer *docker_offers(json_t *arr, size_t *n, struct crl_err *err)
+{
+    size_t k = json_is_array(arr) ? json_array_size(arr) : 0;
+    if (!k) {
+        crl_err_set(err, CRL_E_INVALID, "manifest.json lists no image");
+        return NULL;
+    }
+    struct offer *o = calloc(k, sizeof(*o));
+    if (!o) {
+        crl_err_sys(err, ENOMEM, "manifest.json");
+        return NULL;
+    }
+    for (size_t i = 0; i < k; i++) {
+        json_t *m = json_array_get(arr, i), *tags = json_object_get(m, "RepoTags");
+        o[i].entry = m;
+        o[i].names = json_is_array(tags) ? json_incref(tags) : json_array();
+        if (!o[i].names) {
+            offers_free(o, i);
+            crl_err_sys(err, ENOMEM, "manifest.json");
+            return NULL;
+        }
+        config_digest(str_at(m, "Config"), o[i].id);
+    }
+    *n = k;
+    return o;
+}
+
+/* Refuse an image a sandbox here could not run, by what its config says
+ * (an index need not say: umoci's and skopeo's do not). */
+static int check_config_platform(const struct crl_oci_image *out, struct crl_err *err)
+{
+    const char *arch = crl_image_arch();
+    json_t *c = json_loadb(out->config, out->config_len, 0, NULL);
+    const char *os = str_at(c, "os"), *a = str_at(c, "architecture");
+    int ret = 0;
+    if ((os && strcmp(os, "linux") != 0) || (a && strcmp(a, arch) != 0))
+        ret = crl_err_set(err, CRL_E_INVALID,
+                          "the image %s is for %.30s/%.30s: this host runs "
+                          "linux/%s",
+                          out->label[0] ? out->label : out->id, os ? os : "linux", a ? a : arch,
+                          arch);
+    json_decref(c);
+    return ret;
+}
+
+/* Whether a reference names a repository, not a tag only. */
+static bool full_name(const char *ref)
+{
+    return ref && (strchr(ref, ':') || strchr(ref, '/'));
 }
 
 static int check_size(json_t *desc, struct src_file *f, const char *name, struct crl_err *err)
@@ -392,34 +655,61 @@ static int check_size(json_t *desc, struct src_file *f, const char *name, struct
     return 0;
 }
 
-static int read_oci(struct src *s, struct crl_oci_image *out, json_t **manifest_out,
-                    struct crl_err *err)
+/* The manifest index.json leads to: the image `ref` names (or the only one
+ * for this host), through nested indexes (a multi-platform image's) by
+ * platform.  `where` is "the archive" or "the layout", for messages. */
+static int read_oci(struct src *s, const char *ref, const char *where, struct crl_oci_image *out,
+                    json_t **manifest_out, struct crl_err *err)
 {
-    json_t *index = src_json(s, "index.json", NULL, NULL, NULL, err);
-    if (!index)
+    json_t *cur = src_json(s, "index.json", NULL, NULL, NULL, err);
+    if (!cur)
         return -1;
-    json_t *desc = pick_manifest(index, err);
-    json_t *nested = NULL;
+    struct offer *o = NULL;
+    size_t n = 0, k = 0;
+    const char *as = NULL;
+    json_t *next = NULL;
     int ret = -1;
-    if (!desc)
+    if (!(o = index_offers(cur, "index.json", &n, err)) ||
+        choose(o, n, ref, where, false, &k, &as, err) < 0)
         goto out;
-    const char *ref = str_at(json_object_get(desc, "annotations"), "io.containerd.image.name");
-    if (!ref)
-        ref = str_at(json_object_get(desc, "annotations"), "org.opencontainers.image.ref.name");
-    if (ref && (strchr(ref, ':') || strchr(ref, '/')))
-        snprintf(out->name, sizeof(out->name), "%s", ref);
-    if (is_index(str_at(desc, "mediaType"))) {
-        if (!(nested = desc_json(s, desc, "index.json", NULL, NULL, err)) ||
-            !(desc = pick_manifest(nested, err)))
+    json_t *desc = o[k].entry, *ann = json_object_get(desc, "annotations");
+    snprintf(out->label, sizeof(out->label), "%s", offer_label(&o[k]));
+    const char *name = full_name(as) ? as : NULL;
+    if (!name && full_name(str_at(ann, "io.containerd.image.name")))
+        name = str_at(ann, "io.containerd.image.name");
+    if (!name && full_name(str_at(ann, "org.opencontainers.image.ref.name")))
+        name = str_at(ann, "org.opencontainers.image.ref.name");
+    if (name)
+        snprintf(out->name, sizeof(out->name), "%s", name);
+    char what[CRL_IMAGE_NAME_MAX + 32];
+    snprintf(what, sizeof(what), "index.json");
+    for (int depth = 0;; depth++) {
+        if (!(next = desc_json(s, desc, what, NULL, NULL, err)))
             goto out;
+        const char *mt = str_at(next, "mediaType");
+        if (!is_index(str_at(desc, "mediaType")) && !is_index(mt) &&
+            (mt || !json_is_array(json_object_get(next, "manifests"))))
+            break;
+        snprintf(what, sizeof(what), "the image index %s", out->label);
+        if (depth == 3) {
+            crl_err_set(err, CRL_E_INVALID, "%s: indexes nest more than 3 deep", what);
+            goto out;
+        }
+        offers_free(o, n);
+        o = NULL;
+        json_decref(cur);
+        cur = steal_pointer(&next);
+        if (!(o = index_offers(cur, what, &n, err)) ||
+            choose(o, n, NULL, what, true, &k, &as, err) < 0)
+            goto out;
+        desc = o[k].entry;
     }
-    *manifest_out = desc_json(s, desc, "index.json", NULL, NULL, err);
-    if (!*manifest_out)
-        goto out;
+    *manifest_out = steal_pointer(&next);
     ret = 0;
 out:
-    json_decref(nested);
-    json_decref(index);
+    offers_free(o, n);
+    json_decref(next);
+    json_decref(cur);
     return ret;
 }
 
@@ -492,56 +782,46 @@ static int config_from(struct src *s, const char *name, const char *want, struct
     return 0;
 }
 
-static int resolve(struct src *s, const char *want_name, struct crl_oci_image *out,
-                   struct crl_err *err)
+/* The image to import, `ref` naming it (NULL: the only one for this host):
+ * its config and layers, opened. */
+static int resolve(struct src *s, const char *ref, struct crl_oci_image *out, struct crl_err *err)
 {
     bool have_index = src_find(s, "index.json", 0) != NULL ||
                       (s->layout >= 0 && faccessat(s->layout, "index.json", F_OK, 0) == 0);
     bool have_docker = src_find(s, "manifest.json", 0) != NULL ||
                        (s->layout >= 0 && faccessat(s->layout, "manifest.json", F_OK, 0) == 0);
+    const char *where = s->layout >= 0 ? "the layout" : "the archive";
     int ret = -1;
-    json_t *manifest = NULL, *dm = NULL;
+    json_t *manifest = NULL, *arr = NULL;
+    struct offer *o = NULL;
+    size_t n_o = 0;
     if (have_docker) {
         /* docker save: manifest.json is [{Config, RepoTags, Layers}] */
-        json_t *arr = src_json(s, "manifest.json", NULL, NULL, NULL, err);
-        if (!arr)
+        if (!(arr = src_json(s, "manifest.json", NULL, NULL, NULL, err)))
             return -1;
-        dm = json_array_get(arr, 0);
-        if (want_name && json_array_size(arr) > 1) {
-            size_t i, j;
-            json_t *m, *t;
-            json_array_foreach(arr, i, m) json_array_foreach(json_object_get(m, "RepoTags"), j, t)
-            {
-                const char *tag = json_string_value(t);
-                if (tag && strcmp(tag, want_name) == 0)
-                    dm = m;
-            }
-        }
-        json_incref(dm);
-        json_decref(arr);
-        if (!json_is_object(dm)) {
-            crl_err_set(err, CRL_E_INVALID, "manifest.json lists no image");
+        size_t k;
+        const char *as = NULL;
+        if (!(o = docker_offers(arr, &n_o, err)) ||
+            choose(o, n_o, ref, where, false, &k, &as, err) < 0)
             goto out;
-        }
-        const char *tag = json_string_value(json_array_get(json_object_get(dm, "RepoTags"), 0));
+        json_t *dm = o[k].entry;
+        snprintf(out->label, sizeof(out->label), "%s", offer_label(&o[k]));
+        const char *tag =
+            as ? as : json_string_value(json_array_get(json_object_get(dm, "RepoTags"), 0));
         if (tag)
             snprintf(out->name, sizeof(out->name), "%s", tag);
         const char *cfg = str_at(dm, "Config");
         json_t *layers = json_object_get(dm, "Layers");
         if (!cfg || !json_is_array(layers)) {
-            crl_err_set(err, CRL_E_INVALID, "manifest.json: no Config or Layers");
+            crl_err_set(err, CRL_E_INVALID, "manifest.json: no Config or Layers for %s",
+                        out->label);
             goto out;
         }
         /* Its config is named by its digest: "<hex>.json" or "blobs/sha256/<hex>". */
-        char want[CRL_DIGEST_LEN + 1] = "";
-        const char *b = strrchr(cfg, '/');
-        b = b ? b + 1 : cfg;
-        if (strlen(b) >= 64) {
-            snprintf(want, sizeof(want), "sha256:%.64s", b);
-            if (!crl_digest_valid(want))
-                want[0] = 0;
-        }
-        if (config_from(s, cfg, want[0] ? want : NULL, out, err) < 0)
+        char want[CRL_DIGEST_LEN + 1];
+        config_digest(cfg, want);
+        if (config_from(s, cfg, want[0] ? want : NULL, out, err) < 0 ||
+            check_config_platform(out, err) < 0)
             goto out;
         size_t n = json_array_size(layers);
         if (n > CRL_IMAGE_MAX_LAYERS) {
@@ -572,7 +852,7 @@ static int resolve(struct src *s, const char *want_name, struct crl_oci_image *o
                     "neither index.json (OCI) nor manifest.json (docker save) is in the archive");
         goto out;
     }
-    if (read_oci(s, out, &manifest, err) < 0)
+    if (read_oci(s, ref, where, out, &manifest, err) < 0)
         goto out;
     json_t *cdesc = json_object_get(manifest, "config");
     const char *cd = str_at(cdesc, "digest");
@@ -581,7 +861,7 @@ static int resolve(struct src *s, const char *want_name, struct crl_oci_image *o
         crl_err_prefix(err, "the manifest's config");
         goto out;
     }
-    if (config_from(s, cname, cd, out, err) < 0)
+    if (config_from(s, cname, cd, out, err) < 0 || check_config_platform(out, err) < 0)
         goto out;
     json_t *layers = json_object_get(manifest, "layers");
     size_t n = json_array_size(layers);
@@ -613,13 +893,15 @@ static int resolve(struct src *s, const char *want_name, struct crl_oci_image *o
     }
     ret = set_layers_from_config(out, n, err);
 out:
-    json_decref(dm);
+    offers_free(o, n_o);
+    json_decref(arr);
     json_decref(manifest);
     return ret;
 }
 
-int crl_oci_read(int fd, const char *dir, int scratch_fd, const struct crl_import_limits *lim,
-                 struct crl_oci_image *out, struct crl_err *err)
+int crl_oci_read(int fd, const char *dir, const char *ref, int scratch_fd,
+                 const struct crl_import_limits *lim, struct crl_oci_image *out,
+                 struct crl_err *err)
 {
     memset(out, 0, sizeof(*out));
     struct src s = {.scratch = scratch_fd, .layout = -1, .lim = lim};
@@ -633,7 +915,7 @@ int crl_oci_read(int fd, const char *dir, int scratch_fd, const struct crl_impor
     } else if (spool_tar(&s, fd, err) < 0) {
         goto out;
     }
-    ret = resolve(&s, NULL, out, err);
+    ret = resolve(&s, ref, out, err);
 out:
     src_free(&s);
     if (ret < 0)

@@ -23,16 +23,29 @@ struct crl_oci_layer {
 struct crl_oci_image {
     char *config; /* the config blob, NUL-terminated */
     size_t config_len;
-    char id[CRL_DIGEST_LEN + 1];       /* the config's digest */
-    char name[CRL_IMAGE_NAME_MAX + 1]; /* the archive's own name for it, or "" */
-    struct crl_oci_layer *layers;      /* bottom first */
+    char id[CRL_DIGEST_LEN + 1];        /* the config's digest */
+    char name[CRL_IMAGE_NAME_MAX + 1];  /* the archive's own full name for it, or "" */
+    char label[CRL_IMAGE_NAME_MAX + 1]; /* what the archive calls it (a tag, maybe), or "" */
+    struct crl_oci_layer *layers;       /* bottom first */
     size_t n_layers;
 };
 
 /* `fd` (a tar, possibly compressed) or `dir` (a layout); scratch files go in
- * `scratch_fd`.  Counts spooled bytes against lim->max_total_bytes. */
-int crl_oci_read(int fd, const char *dir, int scratch_fd, const struct crl_import_limits *lim,
-                 struct crl_oci_image *out, struct crl_err *err);
+ * `scratch_fd`.  Counts spooled bytes against lim->max_total_bytes.
+ *
+ * Of several images, `ref` picks one: by a reference name the archive gives
+ * it (the org.opencontainers.image.ref.name or io.containerd.image.name
+ * annotation in index.json, one of its RepoTags in manifest.json; compared
+ * as written, else as Docker normalizes names: "app" is
+ * "docker.io/library/app:latest"), or by its digest (the manifest's in
+ * index.json, the config's in manifest.json).  Without one, the only image
+ * for this host (linux and crl_image_arch(), or naming no platform) is read;
+ * several are refused with a message that lists them and says how to pick.
+ * A nested index (a multi-platform image's) is followed by platform, and
+ * the config of the image read must not name another platform. */
+int crl_oci_read(int fd, const char *dir, const char *ref, int scratch_fd,
+                 const struct crl_import_limits *lim, struct crl_oci_image *out,
+                 struct crl_err *err);
 void crl_oci_image_free(struct crl_oci_image *img);
 
 #endif

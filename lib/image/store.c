@@ -124,6 +124,33 @@ int crl_image_name_canon(const char *name, char out[CRL_IMAGE_NAME_MAX + 1], str
     return 0;
 }
 
+int crl_image_ref_check(const char *ref, struct crl_err *err)
+{
+    size_t n = ref ? strlen(ref) : 0;
+    if (n == 0)
+        return crl_err_set(err, CRL_E_INVALID, "reference name is empty");
+    if (n > CRL_IMAGE_NAME_MAX)
+        return crl_err_set(err, CRL_E_INVALID, "reference name is longer than %d characters",
+                           CRL_IMAGE_NAME_MAX);
+    for (const char *p = ref; *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+            strchr("._-/:@+", c))
+            continue;
+        /* the ref is quoted only when what is wrong in it prints */
+        if (c >= ' ' && c < 0x7f)
+            return crl_err_set(err, CRL_E_INVALID,
+                               "reference name %s: '%c' is not allowed (letters, digits, "
+                               ". _ - / : @ +)",
+                               ref, c);
+        return crl_err_set(err, CRL_E_INVALID,
+                           "reference name: byte 0x%02x at %zu is not allowed (letters, digits, "
+                           ". _ - / : @ +)",
+                           c, (size_t)(p - ref));
+    }
+    return 0;
+}
+
 static void tag_file(const char *canon, char *out, size_t cap)
 {
     snprintf(out, cap, "%s", canon);
@@ -707,8 +734,15 @@ static int commit(struct crl_store *s, int scratch, const char *scratch_path,
                   json_t **out, struct crl_err *err)
 {
     char canon[CRL_IMAGE_NAME_MAX + 1];
+    if (!name && !oi->name[0] && oi->label[0])
+        return crl_err_set(err, CRL_E_INVALID,
+                           "the image %s has no repository name of its own: give it one with "
+                           "--name NAME:TAG (API: ?name=NAME:TAG)",
+                           oi->label);
     if (!name && !oi->name[0])
-        return crl_err_set(err, CRL_E_INVALID, "the archive does not name its image: give a name");
+        return crl_err_set(err, CRL_E_INVALID,
+                           "the archive does not name its image: give it a name with --name "
+                           "NAME:TAG (API: ?name=NAME:TAG)");
     if (crl_image_name_canon(name ? name : oi->name, canon, err) < 0)
         return -1;
     uint64_t total = 0;
@@ -802,12 +836,15 @@ static void fill_limits(const struct crl_import_limits *in, struct crl_import_li
 }
 
 int crl_store_import(struct crl_store *s, int fd, const char *dir, const char *name,
-                     const struct crl_import_limits *lim_in, json_t **out, struct crl_err *err)
+                     const char *ref, const struct crl_import_limits *lim_in, json_t **out,
+                     struct crl_err *err)
 {
     struct crl_import_limits lim;
     fill_limits(lim_in, &lim);
     char canon[CRL_IMAGE_NAME_MAX + 1];
     if (name && crl_image_name_canon(name, canon, err) < 0)
+        return -1;
+    if (ref && crl_image_ref_check(ref, err) < 0)
         return -1;
     char spath[PATH_MAX];
     int scratch = make_scratch(s, spath, sizeof(spath), err);
@@ -817,7 +854,7 @@ int crl_store_import(struct crl_store *s, int fd, const char *dir, const char *n
     int ret = -1;
     struct crl_oci_image oi;
     memset(&oi, 0, sizeof(oi));
-    if (lock >= 0 && crl_oci_read(fd, dir, scratch, &lim, &oi, err) == 0)
+    if (lock >= 0 && crl_oci_read(fd, dir, ref, scratch, &lim, &oi, err) == 0)
         ret = commit(s, scratch, spath, &oi, name ? canon : NULL, &lim, out, err);
     crl_oci_image_free(&oi);
     if (lock >= 0)
@@ -828,15 +865,23 @@ int crl_store_import(struct crl_store *s, int fd, const char *dir, const char *n
 
 /* ---- a root filesystem directory as a one-layer image ---- */
 
-/* OCI's name for this machine's architecture. */
-static const char *oci_arch(void)
+const char *crl_image_arch(void)
 {
+    static const char *const arches[][2] = {
+        {"x86_64", "amd64"},    {"aarch64", "arm64"},   {"i686", "386"},    {"armv7l", "arm"},
+        {"riscv64", "riscv64"}, {"ppc64le", "ppc64le"}, {"s390x", "s390x"},
+    };
+    static char arch[65];
     struct utsname u;
-    if (uname(&u) < 0 || strcmp(u.machine, "x86_64") == 0)
+    if (arch[0])
+        return arch;
+    if (uname(&u) < 0)
         return "amd64";
-    if (strcmp(u.machine, "aarch64") == 0)
-        return "arm64";
-    return "unknown";
+    snprintf(arch, sizeof(arch), "%s", u.machine);
+    for (size_t i = 0; i < CRL_ARRAY_SIZE(arches); i++)
+        if (strcmp(u.machine, arches[i][0]) == 0)
+            snprintf(arch, sizeof(arch), "%s", arches[i][1]);
+    return arch;
 }
 
 json_t *crl_image_config_json(const json_t *runtime, const char *diff_id)
@@ -852,8 +897,8 @@ json_t *crl_image_config_json(const json_t *runtime, const char *diff_id)
         if (v)
             json_object_set(cc, keys[i][1], v);
     }
-    return json_pack("{s:s, s:s, s:o, s:{s:s, s:[s]}}", "architecture", oci_arch(), "os", "linux",
-                     "config", cc, "rootfs", "type", "layers", "diff_ids", diff_id);
+    return json_pack("{s:s, s:s, s:o, s:{s:s, s:[s]}}", "architecture", crl_image_arch(), "os",
+                     "linux", "config", cc, "rootfs", "type", "layers", "diff_ids", diff_id);
 }
 
 int crl_store_import_rootfs(struct crl_store *s, const char *rootfs, const json_t *config,

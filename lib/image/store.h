@@ -73,16 +73,28 @@ bool crl_store_writable(const struct crl_store *s);
  * wrong with it. */
 int crl_image_name_canon(const char *name, char out[CRL_IMAGE_NAME_MAX + 1], struct crl_err *err);
 
+/* A reference name that picks one image of an archive (crl_oci_read() in
+ * oci.h): 1 to 255 of the characters OCI allows in one (letters, digits,
+ * . _ - / : @ +).  CRL_E_INVALID says what is wrong with it. */
+int crl_image_ref_check(const char *ref, struct crl_err *err);
+
+/* OCI's name for this machine's architecture ("amd64", "arm64", ...): the
+ * only one an image is imported for, and the one images made here get. */
+const char *crl_image_arch(void);
+
 /* Import a docker-archive, an oci-archive (either maybe gzip/zstd/xz
  * compressed as a whole), read from `fd` to its end, or an OCI image layout
- * directory (`dir`, with `fd` -1).  `name` tags the result (NULL: the
- * archive's own tag, if it has exactly one).  Every blob is checked against
+ * directory (`dir`, with `fd` -1).  `ref` picks one image of several by a
+ * name the archive gives it (NULL: the only one for this host; see
+ * crl_oci_read()).  `name` tags the result (NULL: the archive's own full
+ * name for the image picked, if it has one).  Every blob is checked against
  * its digest, every layer against its diff_id; hostile or damaged archives
  * are refused with CRL_E_INVALID naming the entry, oversized ones with
  * CRL_E_TOO_LARGE, and leave nothing behind.  *out (may be NULL) gets the
  * image's JSON as crl_store_image_json() gives it. */
 int crl_store_import(struct crl_store *s, int fd, const char *dir, const char *name,
-                     const struct crl_import_limits *lim, json_t **out, struct crl_err *err);
+                     const char *ref, const struct crl_import_limits *lim, json_t **out,
+                     struct crl_err *err);
 
 /* Make a one-layer image from a root filesystem directory (debootstrap's
  * output, busybox), with `config` as {"env", "cwd", "user", "entrypoint",

@@ -17,10 +17,11 @@
 #include "../../lib/util/log.h"
 
 static const char usage[] =
-    "usage: corral-import --store DIR [--name NAME[:TAG]] [--max-layer-bytes N]\n"
+    "usage: corral-import --store DIR [--name NAME[:TAG]] [--ref REF] [--max-layer-bytes N]\n"
     "                     [--max-total-bytes N] < ARCHIVE\n"
     "Import a docker-archive or oci-archive (maybe gzip, zstd or xz compressed)\n"
-    "from stdin into the image store DIR; print the image as JSON.\n";
+    "from stdin into the image store DIR; print the image as JSON.  --ref picks\n"
+    "one image of several by a name the archive gives it (a tag, a RepoTag).\n";
 
 static int fail(const struct crl_err *err)
 {
@@ -58,17 +59,19 @@ int main(int argc, char **argv)
 {
     static const struct option opts[] = {{"store", required_argument, 0, 's'},
                                          {"name", required_argument, 0, 'n'},
+                                         {"ref", required_argument, 0, 'r'},
                                          {"max-layer-bytes", required_argument, 0, 'L'},
                                          {"max-total-bytes", required_argument, 0, 'T'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    const char *dir = NULL, *name = NULL;
+    const char *dir = NULL, *name = NULL, *ref = NULL;
     struct crl_import_limits lim = {0};
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 's': dir = optarg; break;
         case 'n': name = optarg; break;
+        case 'r': ref = optarg; break;
         case 'L':
             if (parse_bytes("--max-layer-bytes", optarg, &lim.max_layer_bytes) < 0)
                 return 2;
@@ -91,7 +94,7 @@ int main(int argc, char **argv)
     json_t *out = NULL;
     if (crl_store_open(dir, true, &store, &err) < 0)
         return fail(&err);
-    int rc = crl_store_import(store, 0, NULL, name, &lim, &out, &err);
+    int rc = crl_store_import(store, 0, NULL, name, ref, &lim, &out, &err);
     crl_store_close(store);
     if (rc < 0)
         return fail(&err);

@@ -364,7 +364,7 @@ struct import_ctx {
 static int send_layout(void *ctx, crl_client_source_fn source, void *src_ctx, struct crl_err *err)
 {
     struct import_ctx *d = ctx;
-    return crl_client_image_import(d->c, d->name, source, src_ctx, -1, d->out, err);
+    return crl_client_image_import(d->c, d->name, NULL, source, src_ctx, -1, d->out, err);
 }
 
 static int gc_store(struct crl_client *c, long long *removed, struct crl_err *err)

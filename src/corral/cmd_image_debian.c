@@ -428,7 +428,7 @@ static int post_archive(const char *entry, const char *name, json_t *cfg, json_t
     int rc = crl_client_open(NULL, NULL, &cl, err);
     if (rc == 0) {
         crl_cli_catch_signals(cl);
-        rc = crl_client_image_import(cl, name, archive_source, &src, total, out, err);
+        rc = crl_client_image_import(cl, name, NULL, archive_source, &src, total, out, err);
     }
     crl_buf_free(&src.head);
     crl_buf_free(&src.tail);

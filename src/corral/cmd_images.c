@@ -8,6 +8,7 @@
  * imports straight into DIR (to seed a store, or with no daemon running). */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -28,10 +29,11 @@ static const char help[] =
     "  rm NAME...                      remove tags (refused while a sandbox uses it)\n"
     "  tag SOURCE TARGET               give an image another NAME:TAG\n"
     "  gc [--json]                     remove layers no image references\n"
-    "  import FILE|DIR|- [--name NAME:TAG] [--store DIR] [--json]\n"
+    "  import FILE|DIR|- [--name NAME:TAG] [--ref REF] [--store DIR] [--json]\n"
     "                                  import a docker-archive or oci-archive (maybe\n"
     "                                  gzip, zstd or xz compressed), or an OCI image\n"
-    "                                  layout directory\n"
+    "                                  layout directory; --ref REF (or FILE:REF,\n"
+    "                                  DIR:REF) picks one image of several\n"
     "  build-debian NAME [--suite S] [--packages A,B,...] [--mirror URL] [--store DIR]\n"
     "                                  a Debian image made by debootstrap (cached)\n"
     "\n"
@@ -64,7 +66,8 @@ static const char help_gc[] = "usage: corral image gc [--json]\n"
                               "Remove the layers and configs no image references.\n";
 
 static const char help_import[] =
-    "usage: corral image import [--name NAME[:TAG]] [--store DIR] [--json] FILE|DIR|-\n"
+    "usage: corral image import [--name NAME[:TAG]] [--ref REF] [--store DIR] [--json]\n"
+    "                           FILE|DIR|-|FILE:REF|DIR:REF\n"
     "\n"
     "Import an image: a 'docker save' / 'podman save' archive or an oci-archive\n"
     "(either maybe gzip, zstd or xz compressed), or an OCI image layout directory\n"
@@ -72,8 +75,18 @@ static const char help_import[] =
     "blob is checked against its digest, and a layer already stored is not\n"
     "stored again.  Prints the image's name.\n"
     "\n"
-    "  --name NAME[:TAG]   tag it so (default: the archive's own tag, when it\n"
-    "                      has exactly one)\n"
+    "An archive or layout of several images needs REF to pick one: a name it\n"
+    "gives the image (a layout's tag as umoci and skopeo write it, e.g. v1;\n"
+    "containerd's full name; one of a docker archive's RepoTags, where app:1\n"
+    "also matches docker.io/library/app:1) or its digest.  Give it as --ref REF,\n"
+    "or as FILE:REF / DIR:REF as skopeo's oci:DIR:REF does: an argument that is\n"
+    "not itself a file or directory is split at the first ':' whose left side\n"
+    "is one.  With --ref the argument is never split.\n"
+    "\n"
+    "  --name NAME[:TAG]   tag it so (default: the archive's own full name for\n"
+    "                      the image, e.g. its RepoTag; a bare tag such as v1\n"
+    "                      is not one)\n"
+    "  --ref REF           import the image of the archive that REF names\n"
     "  --store DIR         import into the store DIR directly, without corrald\n"
     "  --json              print the image as JSON\n";
 
@@ -224,27 +237,27 @@ static int cmd_gc(int argc, char **argv)
 /* ---- import ---- */
 
 static int store_import(const char *store_dir, int fd, const char *dir, const char *name,
-                        json_t **out, struct crl_err *err)
+                        const char *ref, json_t **out, struct crl_err *err)
 {
     struct crl_store *s = NULL;
     struct crl_import_limits lim = {0};
     if (crl_store_open(store_dir, true, &s, err) < 0)
         return -1;
-    int rc = crl_store_import(s, fd, dir, name, &lim, out, err);
+    int rc = crl_store_import(s, fd, dir, name, ref, &lim, out, err);
     crl_store_close(s);
     return rc;
 }
 
 struct import_dir {
     struct crl_client *c;
-    const char *name;
+    const char *name, *ref;
     json_t **out;
 };
 
 static int send_layout(void *ctx, crl_client_source_fn source, void *src_ctx, struct crl_err *err)
 {
     struct import_dir *d = ctx;
-    return crl_client_image_import(d->c, d->name, source, src_ctx, -1, d->out, err);
+    return crl_client_image_import(d->c, d->name, d->ref, source, src_ctx, -1, d->out, err);
 }
 
 static bool is_layout(const char *dir)
@@ -257,21 +270,43 @@ static bool is_layout(const char *dir)
     return access(p, R_OK) == 0;
 }
 
+/* `src` as FILE:REF or DIR:REF, when it is no file itself: split at the
+ * first ':' whose left side exists (a ref may hold ':' and '/' too, as in
+ * "app.tar:docker.io/library/app:1").  `path` gets the left side. */
+static bool split_ref(const char *src, char *path, size_t cap, const char **ref)
+{
+    struct stat st;
+    for (const char *c = strchr(src, ':'); c; c = strchr(c + 1, ':')) {
+        size_t n = (size_t)(c - src);
+        if (n == 0 || n >= cap || !c[1])
+            continue;
+        memcpy(path, src, n);
+        path[n] = 0;
+        if (stat(path, &st) == 0) {
+            *ref = c + 1;
+            return true;
+        }
+    }
+    return false;
+}
+
 static int cmd_import(int argc, char **argv)
 {
-    enum { OPT_NAME = CRL_CLI_OPT_OTHER, OPT_STORE, OPT_JSON };
+    enum { OPT_NAME = CRL_CLI_OPT_OTHER, OPT_REF, OPT_STORE, OPT_JSON };
     static const struct option opts[] = {{"name", required_argument, 0, OPT_NAME},
+                                         {"ref", required_argument, 0, OPT_REF},
                                          {"store", required_argument, 0, OPT_STORE},
                                          {"json", no_argument, 0, OPT_JSON},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    const char *name = NULL, *store = NULL;
+    const char *name = NULL, *store = NULL, *ref_opt = NULL;
     bool as_json = false;
     int c;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
         switch (c) {
         case OPT_NAME: name = optarg; break;
+        case OPT_REF: ref_opt = optarg; break;
         case OPT_STORE: store = optarg; break;
         case OPT_JSON: as_json = true; break;
         case 'h': return crl_cli_help(help_import);
@@ -281,15 +316,27 @@ static int cmd_import(int argc, char **argv)
     if (argc - optind != 1)
         return crl_cli_usage(argv[0], argc == optind ? "needs a FILE, DIR or '-'"
                                                      : "takes one FILE, DIR or '-'");
-    const char *src = argv[optind];
+    const char *src = argv[optind], *ref = ref_opt;
     struct crl_err err = CRL_ERR_INIT;
-    char canon[CRL_IMAGE_NAME_MAX + 1];
+    char canon[CRL_IMAGE_NAME_MAX + 1], path[PATH_MAX];
     if (name && crl_image_name_canon(name, canon, &err) < 0)
         return crl_cli_usage(argv[0], "--name: %s", err.msg);
     bool stdin_ = strcmp(src, "-") == 0;
     struct stat st = {0};
-    if (!stdin_ && stat(src, &st) < 0)
-        return crl_cli_failf("%s: %s", src, strerror(errno));
+    if (!stdin_ && stat(src, &st) < 0) {
+        int e = errno;
+        if (ref_opt || (e != ENOENT && e != ENOTDIR) || !split_ref(src, path, sizeof(path), &ref))
+            return crl_cli_failf("%s: %s%s", src, strerror(e),
+                                 !ref_opt && strchr(src, ':')
+                                     ? " (nor is its part before a ':' a file or directory, "
+                                       "for FILE:REF)"
+                                     : "");
+        src = path;
+        if (stat(src, &st) < 0)
+            return crl_cli_failf("%s: %s", src, strerror(errno));
+    }
+    if (ref && crl_image_ref_check(ref, &err) < 0)
+        return crl_cli_usage(argv[0], "%s: %s", ref_opt ? "--ref" : "the REF of FILE:REF", err.msg);
     bool dir = S_ISDIR(st.st_mode);
     if (dir && !is_layout(src))
         return crl_cli_failf("%s is a directory but not an OCI image layout (it needs oci-layout "
@@ -307,7 +354,7 @@ static int cmd_import(int argc, char **argv)
                           dir      ? -1
                           : stdin_ ? STDIN_FILENO
                                    : fd,
-                          dir ? src : NULL, name, &out, &err);
+                          dir ? src : NULL, name, ref, &out, &err);
     } else {
         cleanup_client struct crl_client *cl = NULL;
         if (crl_cli_connect(&cl) != 0)
@@ -316,10 +363,10 @@ static int cmd_import(int argc, char **argv)
          * its importer stores nothing. */
         crl_cli_catch_signals(cl);
         if (dir) {
-            struct import_dir d = {cl, name, &out};
+            struct import_dir d = {cl, name, ref, &out};
             rc = crl_copy_dir_stream(src, send_layout, &d, &err);
         } else {
-            rc = crl_client_image_import_fd(cl, name, stdin_ ? STDIN_FILENO : fd,
+            rc = crl_client_image_import_fd(cl, name, ref, stdin_ ? STDIN_FILENO : fd,
                                             stdin_ ? -1 : (long long)st.st_size, &out, &err);
         }
         if (rc < 0 && crl_cli_interrupted)

@@ -1,7 +1,10 @@
 /* libFuzzer driver for lib/image: crl_store_import() on arbitrary bytes, as
  * a docker-archive or oci-archive (maybe compressed) read from a memfd, into
- * one store opened once in a mkdtemp(3) directory.  Beyond "no crash, no
- * leak, no UB" it checks the contract of store.h:
+ * one store opened once in a mkdtemp(3) directory.  An input refused
+ * without a ref (an archive of several images is) is imported again with
+ * the ref "v2" and a name, so the choice of one image by ref is fuzzed
+ * too.  Beyond "no crash, no leak, no UB" it checks the contract of
+ * store.h, after each import:
  *   - a refusal is CRL_E_INVALID or CRL_E_TOO_LARGE (CRL_E_UNSUPPORTED for
  *     a format it does not read; CRL_E_INTERNAL only with the errno of a
  *     failed syscall) with a message, and leaves nothing behind: no tag, no
@@ -144,6 +147,29 @@ static void check_accepted(json_t *img)
     free(tags);
 }
 
+/* Import the archive in `fd` and check what became of it; false when it
+ * was refused. */
+static bool import_checked(int fd, size_t size, const char *name, const char *ref)
+{
+    CHECK(lseek(fd, 0, SEEK_SET) == 0);
+    json_t *img = NULL;
+    struct crl_err e = CRL_ERR_INIT;
+    int r = crl_store_import(store, fd, NULL, name, ref, &limits, &img, &e);
+    if (verbose)
+        fprintf(stderr, "fuzz_image: %zu bytes%s%s: %s\n", size, ref ? ", ref " : "",
+                ref ? ref : "", r < 0 ? e.msg : "imported");
+    if (r < 0) {
+        check_refusal(&e);
+        CHECK(img == NULL);
+        check_empty();
+        CHECK(count_entries("layers") == 0);
+        return false;
+    }
+    check_accepted(img);
+    json_decref(img);
+    return true;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!store)
@@ -151,26 +177,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int fd = memfd_create("fuzz_image", MFD_CLOEXEC);
     CHECK(fd >= 0);
     CHECK(crl_write_full(fd, data, size) == 0);
-    CHECK(lseek(fd, 0, SEEK_SET) == 0);
-
-    json_t *img = NULL;
-    struct crl_err e = CRL_ERR_INIT;
-    int r = crl_store_import(store, fd, NULL, NULL, &limits, &img, &e);
+    if (!import_checked(fd, size, NULL, NULL))
+        import_checked(fd, size, "fuzz/picked:v2", "v2");
     close(fd);
-    if (verbose)
-        fprintf(stderr, "fuzz_image: %zu bytes: %s\n", size, r < 0 ? e.msg : "imported");
-    if (r < 0) {
-        check_refusal(&e);
-        CHECK(img == NULL);
-        check_empty();
-        CHECK(count_entries("layers") == 0);
-    } else {
-        check_accepted(img);
-        json_decref(img);
-    }
 
     uint64_t removed = 0, freed = 0;
-    e = (struct crl_err)CRL_ERR_INIT;
+    struct crl_err e = CRL_ERR_INIT;
     CHECK(crl_store_gc(store, &removed, &freed, &e) == 0);
     check_empty();
     CHECK(count_entries("layers") == 0);

@@ -7,7 +7,10 @@ present): valid oci-archives and docker-archives of one or two tiny layers
 same compressed whole, and hostile ones: each damaged in one way, with valid
 manifests so the damage is what is refused.  The OCI ones name their image
 in full in org.opencontainers.image.ref.name, since the fuzzer imports
-without a name.  The output is deterministic,
+without a name.  Archives of several images (two tags, platforms, a nested
+index, containerd's names, a docker save of two) have one named v2, which
+the fuzzer picks when an import without a ref is refused.  The output is
+deterministic,
 so rerunning it changes nothing unless this script changed.
 
     tests/fuzz/make_image_corpus.py [OUT_DIR]
@@ -70,37 +73,101 @@ MEDIA = {"gzip": "application/vnd.oci.image.layer.v1.tar+gzip",
          "plain": "application/vnd.oci.image.layer.v1.tar"}
 
 
-def config_of(layers, diff_ids=None):
+def config_of(layers, diff_ids=None, arch="amd64"):
     return json.dumps({
-        "architecture": "amd64", "os": "linux",
+        "architecture": arch, "os": "linux",
         "config": {"Env": ["PATH=/bin"], "Cmd": ["/bin/sh"], "WorkingDir": "/"},
         "rootfs": {"type": "layers",
                    "diff_ids": diff_ids or [digest(t) for t in layers]}},
         sort_keys=True, separators=(",", ":")).encode()
 
 
-def oci_archive(layers, how="gzip", diff_ids=None, corrupt=None, drop=(), ref="fuzz/image:v1"):
-    corrupt = corrupt or {}
+def image(layers, how="gzip", diff_ids=None, arch="amd64"):
+    """(manifest, [blobs]) of an image: its manifest, config and layers."""
     comp = {"gzip": gz, "zstd": zstd, "plain": lambda d: d}[how]
     blobs = [comp(t) for t in layers]
-    config = config_of(layers, diff_ids)
+    config = config_of(layers, diff_ids, arch)
     manifest = json.dumps({
         "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
         "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
                    "digest": digest(config), "size": len(config)},
         "layers": [{"mediaType": MEDIA[how], "digest": digest(b), "size": len(b)}
                    for b in blobs]}, separators=(",", ":")).encode()
-    index = json.dumps({"schemaVersion": 2, "manifests": [{
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "digest": digest(manifest), "size": len(manifest),
-        "annotations": {"org.opencontainers.image.ref.name": ref}}]},
-        separators=(",", ":")).encode()
+    return manifest, [config, manifest] + blobs
+
+
+def descriptor(blob, media="manifest", annotations=None, arch=None):
+    d = {"mediaType": f"application/vnd.oci.image.{media}.v1+json", "digest": digest(blob),
+         "size": len(blob)}
+    if annotations:
+        d["annotations"] = annotations
+    if arch:
+        d["platform"] = {"os": "linux", "architecture": arch}
+    return d
+
+
+def oci_layout_tar(descriptors, blobs, corrupt=None, drop=()):
+    corrupt = corrupt or {}
+    index = json.dumps({"schemaVersion": 2, "manifests": descriptors},
+                       separators=(",", ":")).encode()
     files = [("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'), ("index.json", index)]
-    for b in [config, manifest] + blobs:
+    seen = set()
+    for b in blobs:
         d = digest(b)
-        if d not in drop:
+        if d not in drop and d not in seen:
+            seen.add(d)
             files.append(("blobs/sha256/" + d[7:], corrupt.get(d, b)))
     return files_tar(files)
+
+
+def oci_archive(layers, how="gzip", diff_ids=None, corrupt=None, drop=(), ref="fuzz/image:v1"):
+    manifest, blobs = image(layers, how, diff_ids)
+    return oci_layout_tar([descriptor(manifest, annotations={REF: ref})], blobs, corrupt, drop)
+
+
+REF = "org.opencontainers.image.ref.name"
+
+
+def several_images():
+    """Archives of several images, one of them v2."""
+    one = image([tar([entry("one", b"1\n")])])
+    two = image([tar([entry("two", b"2\n")])])
+    arm = image([tar([entry("arm", b"arm\n")])], arch="arm64")
+    nested = json.dumps({"schemaVersion": 2,
+                         "mediaType": "application/vnd.oci.image.index.v1+json",
+                         "manifests": [descriptor(arm[0], arch="arm64"),
+                                       descriptor(two[0], arch="amd64")]},
+                        separators=(",", ":")).encode()
+    out = {
+        "oci_two_tags": oci_layout_tar(  # as umoci writes it: tags, no platform
+            [descriptor(one[0], annotations={REF: "v1"}),
+             descriptor(two[0], annotations={REF: "v2"})], one[1] + two[1]),
+        "oci_platforms": oci_layout_tar(
+            [descriptor(arm[0], annotations={REF: "fuzz/image:arm"}, arch="arm64"),
+             descriptor(two[0], annotations={REF: "fuzz/image:v2"}, arch="amd64")],
+            arm[1] + two[1]),
+        "oci_nested_index": oci_layout_tar(
+            [descriptor(nested, "index", {REF: "v2"}), descriptor(one[0], annotations={REF: "v1"})],
+            [nested] + arm[1] + two[1] + one[1]),
+        "oci_containerd_names": oci_layout_tar(
+            [descriptor(one[0], annotations={"io.containerd.image.name": "docker.io/fuzz/one:v1",
+                                             REF: "v1"}),
+             descriptor(two[0], annotations={"io.containerd.image.name": "docker.io/fuzz/two:v2",
+                                             REF: "v2"})], one[1] + two[1]),
+        "oci_config_arm64": oci_layout_tar([descriptor(arm[0], annotations={REF: "fuzz/arm:v1"})],
+                                           arm[1]),
+    }
+    layers = [[tar([entry("one", b"1\n")])], [tar([entry("two", b"2\n")])]]
+    files, manifest = [], []
+    for tags, ls in zip((["fuzz/one:v1"], ["docker.io/fuzz/two:v2", "v2"]), layers):
+        config = config_of(ls)
+        names = [hashlib.sha256(t).hexdigest() + "/layer.tar" for t in ls]
+        manifest.append({"Config": digest(config)[7:] + ".json", "RepoTags": tags,
+                         "Layers": names})
+        files += [(digest(config)[7:] + ".json", config), *zip(names, ls)]
+    files.append(("manifest.json", json.dumps(manifest, separators=(",", ":")).encode()))
+    out["docker_two_images"] = files_tar(files)
+    return out
 
 
 def docker_archive(layers, diff_ids=None, repo_tag="fuzz/image:v1"):
@@ -160,6 +227,7 @@ def seeds():
     out["oci_truncated"] = full[:len(full) * 2 // 3]
     # 8 MiB of zeros: over the fuzzer's 4 MiB layer cap, some 8 KiB gzipped
     out["oci_bomb"] = oci_archive([tar([entry("zeros", bytes(8 << 20))])])
+    out.update(several_images())
     return out
 
 

@@ -41,6 +41,9 @@ sys.path.insert(0, str(REPO / "sdk" / "python"))
 import corral  # noqa: E402
 
 BUILD = Path(os.environ.get("CORRAL_BUILD", REPO / "build")).resolve()
+# OCI's name for this machine's architecture: the configs of the images made
+# here say it, since corrald refuses an image for another platform.
+HOST_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
 TOKEN = "integration-" + uuid.uuid4().hex
 _serial = itertools.count()
 
@@ -336,7 +339,7 @@ def docker_archive(layer_files, config=None, repo_tag=None):
 
     layer = tar(sorted(layer_files.items()))
     diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
-    cfg = json.dumps({"architecture": "amd64", "os": "linux", "config": config or {},
+    cfg = json.dumps({"architecture": HOST_ARCH, "os": "linux", "config": config or {},
                       "rootfs": {"type": "layers", "diff_ids": [diff_id]}}).encode()
     cfg_name = hashlib.sha256(cfg).hexdigest() + ".json"
     manifest = json.dumps([{"Config": cfg_name, "RepoTags": [repo_tag] if repo_tag else [],

@@ -1,12 +1,16 @@
 /* lib/image: names, digests, and the OCI layer applier against real tars
  * (written with libarchive in memory): whiteouts and opaque directories in
  * overlayfs form, hard links, symlinks, modes; and every hostile entry the
- * applier must refuse, with nothing written outside the layer. */
+ * applier must refuse, with nothing written outside the layer.  Then the
+ * reader's choice of one image of several (layouts of images with no
+ * layers, written here): by ref, by platform, through a nested index, in a
+ * docker manifest.json, and the messages that list what is there. */
 #include <archive.h>
 #include <archive_entry.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -16,7 +20,9 @@
 
 #include "../../lib/image/digest.h"
 #include "../../lib/image/layer.h"
+#include "../../lib/image/oci.h"
 #include "../../lib/image/store.h"
+#include "../../lib/util/buf.h"
 #include "../../lib/util/fdio.h"
 #include "tap.h"
 
@@ -224,6 +230,296 @@ static void test_apply_hostile(void)
        "nothing was written outside the layer");
 }
 
+/* ---- the reader: which image of several (oci.c) ---- */
+
+static const struct crl_import_limits big = {1ull << 30, 1ull << 30, 1u << 20};
+
+static void put_file(const char *dir, const char *name, const char *data)
+{
+    char p[PATH_MAX];
+    snprintf(p, sizeof(p), "%s/%s", dir, name);
+    FILE *f = fopen(p, "w");
+    if (f) {
+        fputs(data, f);
+        fclose(f);
+    }
+}
+
+/* A blob of the layout, named by its digest. */
+static void put_blob(const char *layout, const char *data, char digest[CRL_DIGEST_LEN + 1])
+{
+    char name[128];
+    crl_sha256_buf(data, strlen(data), digest);
+    snprintf(name, sizeof(name), "blobs/sha256/%s", crl_digest_hex(digest));
+    put_file(layout, name, data);
+}
+
+/* An image of no layers for linux/`arch`: its config's and its manifest's
+ * digests. */
+static void put_image(const char *layout, const char *arch, const char *marker,
+                      char config[CRL_DIGEST_LEN + 1], char manifest[CRL_DIGEST_LEN + 1])
+{
+    char cfg[256], man[512];
+    snprintf(cfg, sizeof(cfg),
+             "{\"architecture\":\"%s\",\"os\":\"linux\",\"config\":{\"Env\":[\"M=%s\"]},"
+             "\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[]}}",
+             arch, marker);
+    put_blob(layout, cfg, config);
+    snprintf(man, sizeof(man),
+             "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\","
+             "\"config\":{\"mediaType\":\"application/vnd.oci.image.config.v1+json\","
+             "\"digest\":\"%s\",\"size\":%zu},\"layers\":[]}",
+             config, strlen(cfg));
+    put_blob(layout, man, manifest);
+}
+
+/* An index.json entry: a manifest (or an index, `mt`) with these
+ * annotations (a JSON object's inside, or "") and platform arch ("": none). */
+static const char *entry(char *buf, size_t cap, const char *mt, const char *digest,
+                         const char *annotations, const char *arch)
+{
+    char plat[96] = "";
+    if (arch[0])
+        snprintf(plat, sizeof(plat), ",\"platform\":{\"os\":\"linux\",\"architecture\":\"%s\"}",
+                 arch);
+    snprintf(buf, cap,
+             "{\"mediaType\":\"application/vnd.oci.image.%s.v1+json\",\"digest\":\"%s\","
+             "\"annotations\":{%s}%s}",
+             mt, digest, annotations, plat);
+    return buf;
+}
+
+static char layout[PATH_MAX];
+
+static void new_layout(void)
+{
+    char p[PATH_MAX];
+    snprintf(layout, sizeof(layout), "%s/layout", tmpl);
+    crl_rm_rf_at(AT_FDCWD, layout);
+    mkdir(layout, 0755);
+    snprintf(p, sizeof(p), "%s/blobs", layout);
+    mkdir(p, 0755);
+    snprintf(p, sizeof(p), "%s/blobs/sha256", layout);
+    mkdir(p, 0755);
+    put_file(layout, "oci-layout", "{\"imageLayoutVersion\":\"1.0.0\"}");
+}
+
+static void put_index(const char *e1, const char *e2)
+{
+    char idx[4096];
+    snprintf(idx, sizeof(idx), "{\"schemaVersion\":2,\"manifests\":[%s%s%s]}", e1, e2 ? "," : "",
+             e2 ? e2 : "");
+    put_file(layout, "index.json", idx);
+}
+
+/* crl_oci_read() of the layout; *id its config digest, or "" on failure. */
+static int read_ref(const char *ref, struct crl_oci_image *img, struct crl_err *err)
+{
+    char p[PATH_MAX];
+    snprintf(p, sizeof(p), "%s/scratch", tmpl);
+    mkdir(p, 0700);
+    int scratch = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    crl_err_clear(err);
+    int r = crl_oci_read(-1, layout, ref, scratch, &big, img, err);
+    close(scratch);
+    return r;
+}
+
+/* An architecture that is not this host's. */
+static const char *other_arch(void)
+{
+    return strcmp(crl_image_arch(), "arm64") == 0 ? "amd64" : "arm64";
+}
+
+static void test_read_by_ref(void)
+{
+    char c1[CRL_DIGEST_LEN + 1], m1[CRL_DIGEST_LEN + 1], c2[CRL_DIGEST_LEN + 1],
+        m2[CRL_DIGEST_LEN + 1], e1[512], e2[512];
+    struct crl_oci_image img;
+    struct crl_err err = CRL_ERR_INIT;
+    new_layout();
+    put_image(layout, crl_image_arch(), "one", c1, m1);
+    put_image(layout, crl_image_arch(), "two", c2, m2);
+    /* as umoci writes two tags: a ref.name each, no platform */
+    put_index(
+        entry(e1, sizeof(e1), "manifest", m1, "\"org.opencontainers.image.ref.name\":\"v1\"", ""),
+        entry(e2, sizeof(e2), "manifest", m2, "\"org.opencontainers.image.ref.name\":\"v2\"", ""));
+    ok(read_ref(NULL, &img, &err) < 0 && err.code == CRL_E_INVALID &&
+           strstr(err.msg, "the layout holds 2 images (v1, v2)") &&
+           strstr(err.msg, "`corral image import PATH:REF`") && strstr(err.msg, "?ref=REF"),
+       "two images and no ref: both listed, and how to pick one (%s)", err.msg);
+    is_int(read_ref("v2", &img, &err), 0, "ref v2 reads (%s)", err.msg);
+    is_str(img.id, c2, "the image v2 names");
+    is_str(img.label, "v2", "known as v2");
+    is_str(img.name, "", "a bare tag is no name for it");
+    crl_oci_image_free(&img);
+    ok(read_ref(m1, &img, &err) == 0 && strcmp(img.id, c1) == 0, "a manifest digest picks too");
+    crl_oci_image_free(&img);
+    ok(read_ref("v9", &img, &err) < 0 && strstr(err.msg, "no image named v9") &&
+           strstr(err.msg, "v1, v2"),
+       "an unknown ref is named, and what there is listed (%s)", err.msg);
+
+    /* two tags of one manifest are one image */
+    put_index(
+        entry(e1, sizeof(e1), "manifest", m1, "\"org.opencontainers.image.ref.name\":\"v1\"", ""),
+        entry(e2, sizeof(e2), "manifest", m1, "\"org.opencontainers.image.ref.name\":\"latest\"",
+              ""));
+    ok(read_ref(NULL, &img, &err) == 0 && strcmp(img.id, c1) == 0,
+       "two tags of one manifest: no ref needed (%s)", err.msg);
+    crl_oci_image_free(&img);
+
+    /* containerd's names: full, with ref.name a tag only */
+    put_index(entry(e1, sizeof(e1), "manifest", m1,
+                    "\"io.containerd.image.name\":\"docker.io/library/a:latest\","
+                    "\"org.opencontainers.image.ref.name\":\"latest\"",
+                    ""),
+              entry(e2, sizeof(e2), "manifest", m2,
+                    "\"io.containerd.image.name\":\"docker.io/library/b:latest\","
+                    "\"org.opencontainers.image.ref.name\":\"latest\"",
+                    ""));
+    ok(read_ref(NULL, &img, &err) < 0 &&
+           strstr(err.msg, "(docker.io/library/a:latest, docker.io/library/b:latest)"),
+       "containerd's full names are listed (%s)", err.msg);
+    ok(read_ref("b", &img, &err) == 0 && strcmp(img.id, c2) == 0 &&
+           strcmp(img.name, "docker.io/library/b:latest") == 0,
+       "'b' picks docker.io/library/b:latest, which names it (%s)", err.msg);
+    crl_oci_image_free(&img);
+    ok(read_ref("latest", &img, &err) < 0 && strstr(err.msg, "2 images named latest") &&
+           strstr(err.msg, m1) && strstr(err.msg, m2),
+       "a ref two images share: refused, listing their digests (%s)", err.msg);
+}
+
+static void test_read_platforms(void)
+{
+    char ch[CRL_DIGEST_LEN + 1], mh[CRL_DIGEST_LEN + 1], co[CRL_DIGEST_LEN + 1],
+        mo[CRL_DIGEST_LEN + 1], cn[CRL_DIGEST_LEN + 1], mn[CRL_DIGEST_LEN + 1], e1[512], e2[512],
+        want[128];
+    struct crl_oci_image img;
+    struct crl_err err = CRL_ERR_INIT;
+    const char *host = crl_image_arch(), *other = other_arch();
+    new_layout();
+    put_image(layout, host, "host", ch, mh);
+    put_image(layout, other, "other", co, mo);
+    put_index(
+        entry(e1, sizeof(e1), "manifest", mo, "\"org.opencontainers.image.ref.name\":\"o\"", other),
+        entry(e2, sizeof(e2), "manifest", mh, "\"org.opencontainers.image.ref.name\":\"h\"", host));
+    ok(read_ref(NULL, &img, &err) == 0 && strcmp(img.id, ch) == 0,
+       "the one for this host is picked (%s)", err.msg);
+    crl_oci_image_free(&img);
+    snprintf(want, sizeof(want), "no image named o for linux/%s (it is for linux/%s)", host, other);
+    ok(read_ref("o", &img, &err) < 0 && strstr(err.msg, want),
+       "a ref to another platform's image is refused (%s)", err.msg);
+    put_index(entry(e1, sizeof(e1), "manifest", mo, "", other), NULL);
+    snprintf(want, sizeof(want), "no image for linux/%s (it is for linux/%s)", host, other);
+    ok(read_ref(NULL, &img, &err) < 0 && strstr(err.msg, want), "%s", err.msg);
+
+    /* no platform in the index: the config is checked */
+    put_index(entry(e1, sizeof(e1), "manifest", mo, "", ""), NULL);
+    snprintf(want, sizeof(want), "is for linux/%s: this host runs linux/%s", other, host);
+    ok(read_ref(NULL, &img, &err) < 0 && strstr(err.msg, want),
+       "a config for another platform is refused (%s)", err.msg);
+
+    /* a ref naming a nested index (a multi-platform image): by platform */
+    char inner[1200], idx[1400], ci[CRL_DIGEST_LEN + 1];
+    snprintf(inner, sizeof(inner),
+             "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.index.v1+json\","
+             "\"manifests\":[%s,",
+             entry(e1, sizeof(e1), "manifest", mo, "", other));
+    snprintf(idx, sizeof(idx), "%s%s]}", inner, entry(e2, sizeof(e2), "manifest", mh, "", host));
+    put_blob(layout, idx, ci);
+    put_image(layout, host, "plain", cn, mn);
+    put_index(
+        entry(e1, sizeof(e1), "index", ci, "\"org.opencontainers.image.ref.name\":\"multi\"", ""),
+        entry(e2, sizeof(e2), "manifest", mn, "\"org.opencontainers.image.ref.name\":\"x\"", ""));
+    ok(read_ref("multi", &img, &err) == 0 && strcmp(img.id, ch) == 0,
+       "a nested index gives its manifest for this host (%s)", err.msg);
+    crl_oci_image_free(&img);
+    ok(read_ref(NULL, &img, &err) < 0 && strstr(err.msg, "2 images (multi, x)"), "%s", err.msg);
+    put_index(entry(e1, sizeof(e1), "index", ci, "", ""), NULL);
+    ok(read_ref(NULL, &img, &err) == 0 && strcmp(img.id, ch) == 0,
+       "a lone nested index needs no ref (%s)", err.msg);
+    crl_oci_image_free(&img);
+}
+
+static void test_read_docker(void)
+{
+    char c1[CRL_DIGEST_LEN + 1], c2[CRL_DIGEST_LEN + 1], m[CRL_DIGEST_LEN + 1], man[1024],
+        cfg1[160], cfg2[160];
+    struct crl_oci_image img;
+    struct crl_err err = CRL_ERR_INIT;
+    new_layout();
+    put_image(layout, crl_image_arch(), "one", c1, m);
+    put_image(layout, crl_image_arch(), "two", c2, m);
+    snprintf(cfg1, sizeof(cfg1), "blobs/sha256/%s", crl_digest_hex(c1));
+    snprintf(cfg2, sizeof(cfg2), "blobs/sha256/%s", crl_digest_hex(c2));
+    /* as `docker save` of two images writes it; skopeo's tags are in full */
+    snprintf(man, sizeof(man),
+             "[{\"Config\":\"%s\",\"RepoTags\":[\"docker.io/corral/one:1\"],\"Layers\":[]},"
+             "{\"Config\":\"%s\",\"RepoTags\":[\"docker.io/corral/two:2\","
+             "\"docker.io/corral/two:latest\"],\"Layers\":[]}]",
+             cfg1, cfg2);
+    put_file(layout, "manifest.json", man);
+    ok(read_ref(NULL, &img, &err) < 0 &&
+           strstr(err.msg, "2 images (docker.io/corral/one:1, docker.io/corral/two:2)"),
+       "two images, no ref: refused, listing them (%s)", err.msg);
+    ok(read_ref("corral/two", &img, &err) == 0 && strcmp(img.id, c2) == 0 &&
+           strcmp(img.name, "docker.io/corral/two:latest") == 0,
+       "'corral/two' picks the RepoTag docker.io/corral/two:latest, which names it (%s)", err.msg);
+    crl_oci_image_free(&img);
+    ok(read_ref(c1, &img, &err) == 0 && strcmp(img.id, c1) == 0 &&
+           strcmp(img.name, "docker.io/corral/one:1") == 0,
+       "the image id picks one, named by its first RepoTag (%s)", err.msg);
+    crl_oci_image_free(&img);
+    ok(read_ref("corral/one:2", &img, &err) < 0 && strstr(err.msg, "no image named corral/one:2"),
+       "%s", err.msg);
+}
+
+static void test_read_many(void)
+{
+    char c[CRL_DIGEST_LEN + 1], m[CRL_DIGEST_LEN + 1], e[512];
+    struct crl_oci_image img;
+    struct crl_err err = CRL_ERR_INIT;
+    new_layout();
+    put_image(layout, crl_image_arch(), "one", c, m);
+    /* 300 distinct entries (digests of manifests that need not exist) */
+    struct crl_buf idx;
+    crl_buf_init(&idx, CRL_BUF_UNBOUNDED);
+    crl_buf_printf(&idx, "{\"schemaVersion\":2,\"manifests\":[");
+    for (int i = 0; i < 300; i++) {
+        char d[CRL_DIGEST_LEN + 1], ann[96], n[16];
+        snprintf(n, sizeof(n), "%d", i);
+        crl_sha256_buf(n, strlen(n), d);
+        snprintf(ann, sizeof(ann), "\"org.opencontainers.image.ref.name\":\"tag-%d\"", i);
+        crl_buf_printf(&idx, "%s%s", i ? "," : "", entry(e, sizeof(e), "manifest", d, ann, ""));
+    }
+    crl_buf_printf(&idx, "]}");
+    crl_buf_append(&idx, "", 1);
+    put_file(layout, "index.json", idx.data);
+    crl_buf_free(&idx);
+    ok(read_ref(NULL, &img, &err) < 0 && strstr(err.msg, "holds 300 images (tag-0, tag-1") &&
+           strstr(err.msg, " more)") && strstr(err.msg, "?ref=REF"),
+       "a long list is cut short and the message still says how to pick (%s)", err.msg);
+}
+
+static void test_ref_check(void)
+{
+    struct crl_err err = CRL_ERR_INIT;
+    char long_ref[300];
+    memset(long_ref, 'a', sizeof(long_ref) - 1);
+    long_ref[sizeof(long_ref) - 1] = 0;
+    ok(crl_image_ref_check("v1", &err) == 0 &&
+           crl_image_ref_check("docker.io/library/app:1.0-rc+1", &err) == 0 &&
+           crl_image_ref_check("app@sha256:0123", &err) == 0,
+       "tags, full names and digests are refs");
+    static const char *const bad[] = {"", "a b", "v1\n", "a$b"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        crl_err_clear(&err);
+        ok(crl_image_ref_check(bad[i], &err) < 0 && err.code == CRL_E_INVALID,
+           "ref '%s' is refused (%s)", bad[i], err.msg);
+    }
+    ok(crl_image_ref_check(long_ref, &err) < 0 && strstr(err.msg, "longer"), "%s", err.msg);
+}
+
 int main(void)
 {
     snprintf(tmpl, sizeof(tmpl), "/tmp/corral-test-image.XXXXXX");
@@ -234,6 +530,11 @@ int main(void)
     TAP_RUN(test_clean_path, 10);
     TAP_RUN(test_apply_semantics, 30);
     TAP_RUN(test_apply_hostile, 30);
+    TAP_RUN(test_read_by_ref, 30);
+    TAP_RUN(test_read_platforms, 30);
+    TAP_RUN(test_read_docker, 30);
+    TAP_RUN(test_read_many, 30);
+    TAP_RUN(test_ref_check, 10);
     crl_rm_rf_at(AT_FDCWD, tmpl);
     return done_testing();
 }

@@ -182,9 +182,11 @@ def import_source(path_or_fileobj, stack):
     return f, os.fstat(f.fileno()).st_size
 
 
-def import_call(fileobj, length, name=None, timeout=None):
-    """POST /v1/images[?name=]: an upload may take long, so no limit by default."""
-    target = "/v1/images" + ("?" + urllib.parse.urlencode({"name": name}) if name else "")
+def import_call(fileobj, length, name=None, timeout=None, ref=None):
+    """POST /v1/images[?name=][&ref=]: an upload may take long, so no limit by
+    default."""
+    query = {k: v for k, v in (("name", name), ("ref", ref)) if v}
+    target = "/v1/images" + ("?" + urllib.parse.urlencode(query) if query else "")
     return Call("POST", target, fileobj, "application/x-tar",
                 math.inf if timeout is None else timeout, length)
 

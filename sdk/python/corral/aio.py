@@ -69,13 +69,13 @@ class AsyncClient:
         """One image; see Client.image()."""
         return await self._json("GET", _api.image_target(name))
 
-    async def import_image(self, path_or_fileobj, name=None, timeout=None):
+    async def import_image(self, path_or_fileobj, name=None, timeout=None, *, ref=None):
         """Import an image; see Client.import_image().  A directory is tarred
         and files are read in a worker thread, off the event loop."""
         with contextlib.ExitStack() as stack:
             fileobj, length = await asyncio.to_thread(_api.import_source, path_or_fileobj,
                                                       stack)
-            call = _api.import_call(fileobj, length, name, timeout)
+            call = _api.import_call(fileobj, length, name, timeout, ref)
             return (await self._call(call)).json()
 
     async def remove_image(self, name):

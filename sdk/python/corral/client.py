@@ -79,19 +79,23 @@ class Client:
         ``entrypoint``, ``cmd``, ``sandboxes`` (NotFound if there is none)."""
         return self._json("GET", _api.image_target(name))
 
-    def import_image(self, path_or_fileobj, name=None, timeout=None):
+    def import_image(self, path_or_fileobj, name=None, timeout=None, *, ref=None):
         """Import an image and return it (a dict, as image() gives it).
 
         ``path_or_fileobj`` is a docker-archive or oci-archive (maybe gzip,
         zstd or xz compressed) as a path or a binary file object (read to its
         end, streamed), or an OCI image layout directory (tarred into a
-        temporary file first).  ``name`` (``NAME[:TAG]``) tags it; without
-        one the archive's own tag is used.  ``timeout``: seconds to wait for
-        the answer (default: no limit).
+        temporary file first).  ``ref`` picks one image of an archive that
+        holds several: a name the archive gives it (a layout's tag such as
+        ``"v1"``, containerd's full name, a docker archive's RepoTag) or its
+        digest; without one, an archive of several images is refused
+        (InvalidSpec, listing them).  ``name`` (``NAME[:TAG]``) tags it;
+        without one the archive's own full name for it is used.
+        ``timeout``: seconds to wait for the answer (default: no limit).
         """
         with contextlib.ExitStack() as stack:
             fileobj, length = _api.import_source(path_or_fileobj, stack)
-            return self._call(_api.import_call(fileobj, length, name, timeout)).json()
+            return self._call(_api.import_call(fileobj, length, name, timeout, ref)).json()
 
     def remove_image(self, name):
         """Remove an image's tag (the image goes with its last one); Conflict
