@@ -18,7 +18,7 @@ static const char help[] =
     "                      (default 300; 0: no limit)\n"
     "  --env K=V           an environment variable (repeatable)\n"
     "  --cwd DIR           working directory (must exist)\n"
-    "  --user U            root, UID or UID:GID (default root)\n"
+    "  --user U            root, UID or UID:GID (default: the image's user)\n"
     "  -i, --stdin         send our stdin to the command (read to its end first;\n"
     "                      at most 16 MiB as JSON: 12 MiB of binary data)\n";
 

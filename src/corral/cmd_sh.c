@@ -24,7 +24,7 @@ static const char help[] =
     "  --timeout S         kill each command after S seconds (default 300; 0: none)\n"
     "  --env K=V           an environment variable of the session (repeatable)\n"
     "  --cwd DIR           its starting directory\n"
-    "  --user U            root, UID or UID:GID (default root)\n"
+    "  --user U            root, UID or UID:GID (default: the image's user)\n"
     "  --shell PATH        the shell (default /bin/sh)\n";
 
 /* After Ctrl-C, corrald is still killing the command for a moment and

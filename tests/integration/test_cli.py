@@ -373,3 +373,13 @@ def test_stdin_is_sized_as_the_request_carries_it(corrald, sandbox):
     r = corral(corrald, "exec", "-i", sandbox.id, "--", "wc", "-c", input=os.urandom(13000000))
     assert r.returncode == 1 and r.stdout == b""
     assert b"-i" in r.stderr and b"16 MiB" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("cmd", ["run", "exec", "sh"])
+def test_help_says_the_default_user_is_the_images(corrald, cmd):
+    """An exec or session with no --user runs as the image's user (docs/cli.md,
+    and test_images.py's image with a User): every --help says so too."""
+    r = corral(corrald, cmd, "--help")
+    assert r.returncode == 0, r
+    line = next(ln for ln in r.stdout.decode().splitlines() if "--user" in ln)
+    assert "default: the image's user" in line, line
