@@ -47,7 +47,6 @@
 #define N_RUNTIMES 2
 static const char *const runtimes[N_RUNTIMES] = {"shell", "python"};
 
-
 /* A checkpoint being restored into the scratch dir by a jailed child of
  * the keeper (CRL_ZYG_RESTORE): no user code runs in it. */
 struct fn_restore {
@@ -146,6 +145,13 @@ static void close_fd(int *fd)
     if (*fd >= 0)
         close(*fd);
     *fd = -1;
+}
+
+/* Descriptors a message brought that nobody takes. */
+static void close_fds(const int *fds, int n)
+{
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
 }
 
 static void restore_end(struct fn_restore *rs, int status, const struct crl_err *err);
@@ -282,8 +288,7 @@ static void call_replied(struct keeper *k, const struct crl_zyg_reply *r, int *f
         pp = &(*pp)->next;
     struct fn_call *c = *pp;
     if (!c || (nfds > 0 && r->err)) {
-        for (int i = 0; i < nfds; i++)
-            close(fds[i]);
+        close_fds(fds, nfds);
         if (!c)
             return;
         nfds = 0;
@@ -291,8 +296,7 @@ static void call_replied(struct keeper *k, const struct crl_zyg_reply *r, int *f
     *pp = c->next;
     struct fn_sandbox *f = k->sb->priv;
     if (c->rs) {
-        for (int i = 0; i < nfds; i++)
-            close(fds[i]);
+        close_fds(fds, nfds);
         if (r->err) {
             struct crl_err err = CRL_ERR_INIT;
             crl_err_sys(&err, r->err, "restoring: the sandbox's keeper: %.*s", (int)sizeof(r->msg),
@@ -486,8 +490,7 @@ static void keeper_exited(struct crl_watch *w, uint32_t ev)
         struct crl_zyg_reply r;
         int fds[2], nfds = 2;
         ssize_t n = crl_recv_fds(k->sock, &r, sizeof(r), fds, &nfds);
-        for (int i = 0; i < nfds; i++)
-            close(fds[i]);
+        close_fds(fds, nfds);
         if (n == (ssize_t)sizeof(r) && r.op == CRL_ZYG_READY && r.err)
             crl_err_sys(&z->last_err, r.err, "function runtime %s: building a sandbox's root: %.*s",
                         runtimes[k->runtime], (int)sizeof(r.msg), r.msg);
@@ -518,8 +521,7 @@ static bool keeper_ready(struct keeper *k, const struct crl_zyg_reply *r, int *f
 {
     struct zygote *z = &k->st->zy[k->runtime];
     if (r->err || nfds != 2) {
-        for (int i = 0; i < nfds; i++)
-            close(fds[i]);
+        close_fds(fds, nfds);
         crl_err_sys(&z->last_err, r->err ? r->err : EPROTO,
                     "function runtime %s: building a sandbox's root: %.*s", runtimes[k->runtime],
                     (int)sizeof(r->msg), r->err ? r->msg : "no descriptors");
@@ -576,8 +578,7 @@ static void on_keeper(struct crl_watch *w, uint32_t ev)
         } else if (ok && r.op == CRL_ZYG_EXITED && k->state == K_SERVING && nfds == 0) {
             call_exited(k, &r);
         } else {
-            for (int i = 0; i < nfds; i++)
-                close(fds[i]);
+            close_fds(fds, nfds);
             keeper_lost(k, n == 0 ? "closed its socket" : "broke the protocol");
             return;
         }
@@ -664,8 +665,7 @@ static void on_zygote(struct crl_watch *w, uint32_t ev)
         if (n < 0 && errno == EAGAIN)
             return;
         if (n != (ssize_t)sizeof(r) || r.op != CRL_ZYG_REPLY) {
-            for (int i = 0; i < nfds; i++)
-                close(fds[i]);
+            close_fds(fds, nfds);
             zygote_lost(z);
             pool_fill(z);
             return;
@@ -674,8 +674,7 @@ static void on_zygote(struct crl_watch *w, uint32_t ev)
             z->requested--;
         struct keeper *k = r.err || nfds != 2 ? NULL : calloc(1, sizeof(*k));
         if (!k) {
-            for (int i = 0; i < nfds; i++)
-                close(fds[i]);
+            close_fds(fds, nfds);
             crl_err_sys(&z->last_err, r.err ? r.err : ENOMEM,
                         "function runtime %s: making a keeper: %.*s", runtimes[z->runtime],
                         (int)sizeof(r.msg), r.msg);

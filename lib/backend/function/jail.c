@@ -14,6 +14,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "step.h"
+
 /* Newer than Debian 12's headers. */
 #ifndef LANDLOCK_ACCESS_FS_TRUNCATE
 #define LANDLOCK_ACCESS_FS_TRUNCATE (1ULL << 14)
@@ -119,20 +121,6 @@ static int set_limit(int res, rlim_t v)
 {
     struct rlimit rl = {v, v};
     return setrlimit(res, &rl) < 0 ? -errno : 0;
-}
-
-#define STEP(name, expr)  \
-    do {                  \
-        int r_ = (expr);  \
-        if (r_ < 0) {     \
-            *step = name; \
-            return r_;    \
-        }                 \
-    } while (0)
-
-static int neg_errno(int r)
-{
-    return r < 0 ? -errno : r;
 }
 
 int crl_jail_enter(const struct crl_jail *j, const char **step)

@@ -29,6 +29,7 @@
 #include "../../util/run.h"
 #include "jail.h"
 #include "root.h"
+#include "step.h"
 
 /* Spares: children forked ahead of their calls while the keeper is idle,
  * each waiting on a socket of its own, so that a call does not wait for
@@ -98,20 +99,6 @@ static int time_namespace(int64_t start_s)
     snprintf(offsets, sizeof(offsets), "monotonic %lld 0\nboottime %lld 0\n",
              (long long)(start_s - mono.tv_sec), (long long)(start_s - boot.tv_sec));
     return crl_write_file_at(AT_FDCWD, "/proc/self/timens_offsets", offsets) < 0 ? -errno : 0;
-}
-
-#define STEP(name, expr)  \
-    do {                  \
-        int r_ = (expr);  \
-        if (r_ < 0) {     \
-            *step = name; \
-            return r_;    \
-        }                 \
-    } while (0)
-
-static int neg_errno(long r)
-{
-    return r < 0 ? -errno : 0;
 }
 
 /* fds: the network namespace, then the cgroup.procs files to join. */

@@ -14,6 +14,7 @@
 #include "../../core/etc.h"
 #include "../../util/cleanup.h"
 #include "../../util/fdio.h"
+#include "step.h"
 
 /* The host's system dirs a runtime executes from: bound, or symlinked as
  * the host has them (merged /usr). */
@@ -29,20 +30,6 @@ static const char nsswitch[] = "passwd: files\n"
                                "networks: files\n"
                                "protocols: files\n"
                                "services: files\n";
-
-#define STEP(name, expr)  \
-    do {                  \
-        int r_ = (expr);  \
-        if (r_ < 0) {     \
-            *step = name; \
-            return r_;    \
-        }                 \
-    } while (0)
-
-static int neg_errno(long r)
-{
-    return r < 0 ? -errno : 0;
-}
 
 /* `host` (an absolute path) at `dst` (relative to the cwd), read-only,
  * nosuid and nodev all the way down: one detached copy of its mount tree
