@@ -100,6 +100,52 @@ NO_SAN static long recv_layers(int sock, int *fds)
     return n ? n : -EPROTO;
 }
 
+/* The length of the string at p, which must end before `end`; -1 if not. */
+NO_SAN static long bounded_len(const char *p, const char *end)
+{
+    for (const char *q = p; q < end; q++)
+        if (!*q)
+            return q - p;
+    return -1;
+}
+
+/* Write the run-time files ("name\0contents\0" pairs) into runtime/etc. */
+NO_SAN static long write_files(const char *p, const char *end)
+{
+    static const char dir[] = "runtime/etc/";
+    while (p < end) {
+        long nlen = bounded_len(p, end);
+        long dlen = nlen < 0 ? -1 : bounded_len(p + nlen + 1, end);
+        if (dlen < 0 || nlen == 0 || nlen + sizeof(dir) > 64)
+            return -EPROTO;
+        char path[64];
+        unsigned long k = 0;
+        for (const char *c = dir; *c;)
+            path[k++] = *c++;
+        for (long i = 0; i < nlen; i++)
+            path[k++] = p[i];
+        path[k] = 0;
+        const char *data = p + nlen + 1;
+        long fd = crl_raw4(SYS_openat, AT_FDCWD, path,
+                           O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0644);
+        if (fd < 0)
+            return fd;
+        for (long off = 0; off < dlen;) {
+            long w = crl_raw3(SYS_write, fd, data + off, dlen - off);
+            if (w == -EINTR)
+                continue;
+            if (w <= 0) {
+                crl_raw1(SYS_close, fd);
+                return w ? w : -EIO;
+            }
+            off += w;
+        }
+        crl_raw1(SYS_close, fd);
+        p = data + dlen + 1;
+    }
+    return 0;
+}
+
 /* "l<i>" into p; returns the end. */
 NO_SAN static char *layer_name(char *p, long i)
 {
@@ -193,8 +239,16 @@ NO_SAN int crl_init_main(void *arg)
     CHECK(crl_raw3(SYS_mkdirat, AT_FDCWD, "root", 0755), CRL_STEP_TMPFS);
     CHECK(crl_raw3(SYS_mkdirat, AT_FDCWD, "shm", 01777), CRL_STEP_TMPFS);
     CHECK(crl_raw3(SYS_fchmodat, AT_FDCWD, "shm", 01777), CRL_STEP_TMPFS); /* umask */
+    /* /etc/hosts, /etc/hostname and /etc/resolv.conf, as a machine has
+     * them, in a lower layer of their own above the image's: ordinary
+     * files of the merged root (a rename over one works, unlike over
+     * Docker's bind mounts), nothing in the upper dir, and so in no
+     * checkpoint, until the user changes one, and gone with the tmpfs. */
+    CHECK(crl_raw3(SYS_mkdirat, AT_FDCWD, "runtime", 0755), CRL_STEP_FILES);
+    CHECK(crl_raw3(SYS_mkdirat, AT_FDCWD, "runtime/etc", 0755), CRL_STEP_FILES);
+    CHECK(write_files(a->files, a->files + a->files_len), CRL_STEP_FILES);
     /* Each layer at l<i>, and the overlay's option string naming them. */
-    static const char head[] = "lowerdir=",
+    static const char head[] = "lowerdir=runtime:",
                       tail[] = ",upperdir=upper,workdir=work,userxattr,volatile";
     char opts[sizeof(head) + CRL_SPAWN_MAX_LAYERS * 5 + sizeof(tail)];
     char *o = opts;

@@ -8,6 +8,8 @@
 #ifndef CRL_CONTAINER_INIT_H
 #define CRL_CONTAINER_INIT_H
 
+#include "spawn_proto.h"
+
 struct crl_init_args {
     int sync_fd; /* the child's end of the create socket */
     const char *workdir;
@@ -15,6 +17,8 @@ struct crl_init_args {
     char hostname[64];
     int init_fd;  /* O_PATH of the corral-init binary */
     int last_cap; /* /proc/sys/kernel/cap_last_cap */
+    unsigned files_len;
+    char files[CRL_SPAWN_MAX_FILES]; /* /etc's run-time files: "name\0contents\0"... */
 };
 
 /* clone() entry point; `arg` is a struct crl_init_args.  Never returns. */

@@ -175,6 +175,11 @@ static void handle_create(const struct crl_spawn_req *rq, int *fds, int nfds)
         reply(rq->id, EPROTO, CRL_STEP_NONE, 0, NULL, 0, "create: wrong descriptors");
         return;
     }
+    if (rq->strings_len > CRL_SPAWN_MAX_FILES ||
+        (rq->strings_len && rq->strings[rq->strings_len - 1] != 0)) {
+        reply(rq->id, EPROTO, CRL_STEP_NONE, 0, NULL, 0, "create: malformed run-time files");
+        return;
+    }
     const int *layer_fds = fds, *cgroup_fds = fds + c->n_layers + 1;
     int netns_fd = fds[c->n_layers];
     struct pending_create *pc = calloc(1, sizeof(*pc));
@@ -201,6 +206,8 @@ static void handle_create(const struct crl_spawn_req *rq, int *fds, int nfds)
     pc->args.last_cap = sp.last_cap;
     snprintf(pc->args.tmpfs_opts, sizeof(pc->args.tmpfs_opts), "size=%um,mode=0755", c->disk_mb);
     snprintf(pc->args.hostname, sizeof(pc->args.hostname), "%s", c->hostname);
+    memcpy(pc->args.files, rq->strings, rq->strings_len);
+    pc->args.files_len = rq->strings_len;
 
     /* The sandbox's network namespace is one corrald made (host-owned: root
      * inside has no CAP_NET_ADMIN over it).  Enter it for the clone only. */
