@@ -1,6 +1,6 @@
 """A container sandbox behaves like a normal Linux machine, whatever its image:
-the files every machine has (/etc/hosts, /etc/hostname, /etc/resolv.conf)
-and names that resolve.
+the files every machine has (/etc/hosts, /etc/hostname, /etc/resolv.conf),
+names that resolve, and a `df /` that adds up.
 
 Each test runs in the busybox image, the debian image (`make images`) or an
 imported one, as it needs; the debian ones are skipped without that image.
@@ -121,3 +121,41 @@ def test_etc_files_follow_the_sandbox_through_checkpoints(client):
                     assert hosts == expected_hosts(sb.id) + b"10.0.0.7 db\n"
                 else:
                     assert hosts == expected_hosts(fork.id)
+
+
+# ---- df ----
+
+def test_df_reports_the_writable_layer(client):
+    """statfs of / is the writable layer: its size is disk_mb, what the
+    sandbox wrote is used, and the rest is free."""
+    with client.create(disk_mb=64, **SMALL) as sb:
+        def statfs():
+            size, blocks, free, avail = map(int, sb.exec("stat -f -c '%S %b %f %a' /").stdout.split())
+            return blocks * size, (blocks - free) * size, avail * size
+        total, used, free = statfs()
+        assert total == 64 << 20
+        assert used > 0 and total == used + free  # the run-time files are on it
+        sb.exec("head -c 4194304 /dev/zero > /tmp/four")
+        total2, used2, free2 = statfs()
+        assert total2 == total
+        assert abs(used2 - used - (4 << 20)) <= 64 << 10, (used, used2)
+        assert abs(free - free2 - (4 << 20)) <= 64 << 10, (free, free2)
+        assert sb.exec("df -k / | tail -1").stdout.split()[1] == b"65536"
+
+
+@need_debian
+def test_shutil_disk_usage(client):
+    """What CPython's test_shutil.test_disk_usage asserts, and more."""
+    script = r"""
+import shutil
+a = shutil.disk_usage("/")
+open("/root/four", "wb").write(b"x" * (4 << 20))
+b = shutil.disk_usage("/")
+print(a.total, a.used > 0, a.total >= a.used, b.used - a.used, a.free - b.free)
+"""
+    with client.create(image="debian", disk_mb=64, **SMALL) as sb:
+        r = sb.exec(["python3", "-c", script])
+        assert r.exit_code == 0, r
+        total, positive, fits, grew, shrank = r.stdout.split()
+        assert (int(total), positive, fits) == (64 << 20, b"True", b"True")
+        assert abs(int(grew) - (4 << 20)) <= 64 << 10 and abs(int(shrank) - (4 << 20)) <= 64 << 10
