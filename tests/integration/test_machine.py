@@ -1,6 +1,6 @@
 """A container sandbox behaves like a normal Linux machine, whatever its image:
 the files every machine has (/etc/hosts, /etc/hostname, /etc/resolv.conf),
-names that resolve, and a `df /` that adds up.
+names that resolve, inode numbers that agree, and a `df /` that adds up.
 
 Each test runs in the busybox image, the debian image (`make images`) or an
 imported one, as it needs; the debian ones are skipped without that image.
@@ -121,6 +121,36 @@ def test_etc_files_follow_the_sandbox_through_checkpoints(client):
                     assert hosts == expected_hosts(sb.id) + b"10.0.0.7 db\n"
                 else:
                     assert hosts == expected_hosts(fork.id)
+
+
+# ---- inode numbers ----
+
+@need_debian
+def test_readdir_inodes_agree_with_stat(client):
+    """d_ino from readdir is st_ino from stat, for directories too, in image
+    layers and in what the user made; one st_dev; a copy-up keeps st_ino."""
+    script = r"""
+import os
+os.makedirs("/made/sub"); open("/made/file", "w").close()
+bad, dev = [], os.stat("/").st_dev
+for d in ("/", "/usr", "/etc", "/made"):
+    for e in os.scandir(d):
+        st = os.stat(e.path, follow_symlinks=False)
+        if st.st_dev != dev:
+            continue  # a mount point (/proc, /dev, /sys), as on any machine
+        if e.inode() != st.st_ino:
+            bad.append((e.path, e.inode(), st.st_ino))
+print(bad)
+before = os.stat("/etc/passwd").st_ino, os.stat("/usr/share").st_ino
+open("/etc/passwd", "a").close()  # copies the file up
+os.mkdir("/usr/share/new")        # and its directory
+print(before == (os.stat("/etc/passwd").st_ino, os.stat("/usr/share").st_ino))
+print(len({os.stat(p).st_dev for p in ("/", "/usr/bin/python3", "/etc/hosts", "/made/file")}))
+"""
+    with client.create(image="debian", **SMALL) as sb:
+        r = sb.exec(["python3", "-c", script])
+        assert r.exit_code == 0, r
+        assert r.stdout.decode().splitlines() == ["[]", "True", "1"], r.stdout
 
 
 # ---- df ----

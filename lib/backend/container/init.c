@@ -247,9 +247,13 @@ NO_SAN int crl_init_main(void *arg)
     CHECK(crl_raw3(SYS_mkdirat, AT_FDCWD, "runtime", 0755), CRL_STEP_FILES);
     CHECK(crl_raw3(SYS_mkdirat, AT_FDCWD, "runtime/etc", 0755), CRL_STEP_FILES);
     CHECK(write_files(a->files, a->files + a->files_len), CRL_STEP_FILES);
-    /* Each layer at l<i>, and the overlay's option string naming them. */
+    /* Each layer at l<i>, and the overlay's option string naming them.
+     * xino: the layers are different filesystems (EROFS images, the
+     * tmpfs), and without it a directory's d_ino from readdir is not its
+     * st_ino; with it every inode number carries its layer in its top
+     * bits, unique and on one st_dev. */
     static const char head[] = "lowerdir=runtime:",
-                      tail[] = ",upperdir=upper,workdir=work,userxattr,volatile";
+                      tail[] = ",upperdir=upper,workdir=work,userxattr,volatile,xino=on";
     char opts[sizeof(head) + CRL_SPAWN_MAX_LAYERS * 5 + sizeof(tail)];
     char *o = opts;
     for (const char *c = head; *c;)
