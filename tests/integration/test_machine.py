@@ -1,20 +1,25 @@
 """A container sandbox behaves like a normal Linux machine, whatever its image:
 the files every machine has (/etc/hosts, /etc/hostname, /etc/resolv.conf),
-names that resolve, inode numbers that agree, and a `df /` that adds up.
+names that resolve, inode numbers that agree, a `df /` that adds up, and
+clocks of its own (a time namespace started with the sandbox).
 
 Each test runs in the busybox image, the debian image (`make images`) or an
 imported one, as it needs; the debian ones are skipped without that image.
 """
 
 import io
+import os
+import time
 from pathlib import Path
 
 import pytest
 
+import corral
 from conftest import BUILD, SMALL, docker_archive
 
 DEBIAN = (BUILD / "images" / "tags" / "debian:latest").is_file()
 need_debian = pytest.mark.skipif(not DEBIAN, reason="no debian image: `make images` builds it")
+PROBE = "/usr/local/bin/corral-probe"
 RESOLV_MARK = b'# Network mode "none"'
 
 
@@ -189,3 +194,95 @@ print(a.total, a.used > 0, a.total >= a.used, b.used - a.used, a.free - b.free)
         total, positive, fits, grew, shrank = r.stdout.split()
         assert (int(total), positive, fits) == (64 << 20, b"True", b"True")
         assert abs(int(grew) - (4 << 20)) <= 64 << 10 and abs(int(shrank) - (4 << 20)) <= 64 << 10
+
+
+# ---- clocks ----
+
+def _host_pids_of(corrald, sb):
+    """Host pids of every process in the sandbox's cgroup, helpers outside
+    its pid namespace included."""
+    cg = f"/{corrald.cgroup_parent}/{sb.inspect()['container']['cgroup']}"
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            paths = [line.split(":", 2)[2] for line in (d / "cgroup").read_text().splitlines()]
+        except OSError:
+            continue
+        if any(p == cg or p.startswith(cg + "/") for p in paths):
+            pids.append(int(d.name))
+    return pids
+
+
+def _uptime(sb):
+    return float(sb.exec("cat /proc/uptime").stdout.split()[0])
+
+
+def test_the_sandbox_has_its_own_uptime(client):
+    """/proc/uptime, CLOCK_MONOTONIC and CLOCK_BOOTTIME start near 0 when the
+    sandbox is created and run with the host's; /proc/stat's boot time is
+    its creation."""
+    wall0, t0 = time.time(), time.monotonic()
+    with client.create(**SMALL) as sb:
+        t1 = time.monotonic()
+        sb.files.write(PROBE, (BUILD / "corral-probe").read_bytes(), mode=0o755)
+
+        def clocks():
+            return map(float, sb.exec([PROBE, "clocks"]).stdout.split())
+
+        up = _uptime(sb)  # centiseconds, truncated
+        assert 0 <= up <= time.monotonic() - t0, up
+        h0 = time.monotonic()
+        mono, boot = clocks()
+        h1 = time.monotonic()
+        assert 0 < mono <= h1 - t0 and 0 < boot <= h1 - t0, (mono, boot, h1 - t0)
+        again, _ = clocks()
+        assert 0 < again - mono <= time.monotonic() - h0  # at the host's pace
+        btime = int(next(line for line in sb.exec("cat /proc/stat").stdout.split(b"\n")
+                         if line.startswith(b"btime")).split()[1])
+        assert int(wall0) - 1 <= btime <= int(wall0 + (t1 - t0)) + 1, (btime, wall0)
+
+
+def test_every_process_sees_the_same_clocks(client, corrald):
+    """PID 1, execs, a session's shell and a file-stream helper all carry
+    the sandbox's clock offsets (execs in time namespaces of their own, as a
+    CLONE_VM exec cannot join PID 1's; the helper in PID 1's)."""
+    with client.create(disk_mb=8, **SMALL) as sb:
+        session = sb.session()
+        session.run("sleep 600 &")
+        sb.exec("sleep 600 > /dev/null 2>&1 &")
+        init = sb.inspect()["container"]["init_pid"]
+        # an upload whose body never ends keeps its helper running
+        s = corrald.send("PUT", f"/v1/sandboxes/{sb.id}/files?path=/tmp/slow", b"x" * 1000,
+                         content_type="application/octet-stream", length=1 << 20)
+        try:
+            init_pidns = os.readlink(f"/proc/{init}/ns/pid")
+            deadline = time.monotonic() + 10
+            while True:
+                pids = _host_pids_of(corrald, sb)
+                helpers = [p for p in pids if os.readlink(f"/proc/{p}/ns/pid") != init_pidns]
+                if helpers or time.monotonic() > deadline:
+                    break
+                time.sleep(0.02)
+            assert helpers, "the upload's helper never ran"
+            offsets = {p: Path(f"/proc/{p}/timens_offsets").read_text() for p in pids}
+            assert len(pids) >= 5 and len(set(offsets.values())) == 1, offsets
+            assert offsets[init] != Path("/proc/self/timens_offsets").read_text()
+            host_ns = os.readlink("/proc/self/ns/time")
+            spaces = {p: os.readlink(f"/proc/{p}/ns/time") for p in pids}
+            assert host_ns not in spaces.values(), spaces
+            assert all(spaces[h] == spaces[init] for h in helpers), spaces
+        finally:
+            s.close()
+        session.close()
+
+
+def test_ptrace_of_its_own_processes_works(client):
+    """Debuggers and strace work inside: a process may trace its child."""
+    with client.create(**SMALL) as sb:
+        sb.files.write(PROBE, (BUILD / "corral-probe").read_bytes(), mode=0o755)
+        r = sb.exec([PROBE, "ptrace-child"])
+        assert (r.exit_code, r.stdout) == (0, b"traced\n"), r
+        r = sb.exec([PROBE, "ptrace-child"], user="1000")
+        assert (r.exit_code, r.stdout) == (0, b"traced\n"), r

@@ -83,6 +83,7 @@ struct ctr_sandbox {
     pid_t pid;
     int root_fd;
     int tmpfs_fd;
+    struct crl_spawn_timens timens; /* its clock offsets, fixed at create */
     unsigned spawner;
     struct crl_watch w_init;
     bool init_dead;
@@ -447,6 +448,12 @@ static int ctr_create(struct crl_sandbox *sb, struct crl_err *err)
         goto fail;
     memcpy(fds, sb->image->layer_fds, nl * sizeof(int));
     fds[nl] = c->netns_fd;
+    /* Its clocks start now: minus the host's, in every process of it. */
+    struct timespec mono, boot;
+    clock_gettime(CLOCK_MONOTONIC, &mono);
+    clock_gettime(CLOCK_BOOTTIME, &boot);
+    c->timens.monotonic_ns = -((int64_t)mono.tv_sec * 1000000000 + mono.tv_nsec);
+    c->timens.boottime_ns = -((int64_t)boot.tv_sec * 1000000000 + boot.tv_nsec);
     struct crl_spawn_req *rq = (struct crl_spawn_req *)st->msg;
     memset(rq, 0, sizeof(*rq));
     rq->op = CRL_SPAWN_CREATE;
@@ -455,6 +462,7 @@ static int ctr_create(struct crl_sandbox *sb, struct crl_err *err)
     rq->u.create.disk_mb = sb->spec.disk_mb;
     rq->u.create.n_layers = (uint32_t)nl;
     rq->u.create.n_cgroup_fds = (uint32_t)ncg;
+    rq->u.create.timens = c->timens;
     snprintf(rq->u.create.hostname, sizeof(rq->u.create.hostname), "%s", sb->id);
     snprintf(rq->u.create.workdir, sizeof(rq->u.create.workdir), "%s", st->workdir);
     rq->strings_len = (uint32_t)runtime_files(sb, rq->strings, CRL_SPAWN_MAX_FILES);
@@ -534,6 +542,7 @@ static int ctr_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err 
     rq->u.exec.gid = p->gid;
     rq->u.exec.n_cgroup_fds = (uint32_t)ncg;
     rq->u.exec.flags = p->setsid ? CRL_EXEC_F_SETSID : 0;
+    rq->u.exec.timens = c->timens;
     size_t cap = CRL_SPAWN_MAX_MSG - sizeof(*rq), off = 0;
     for (char **a = p->argv; *a && off != (size_t)-1; a++, rq->u.exec.argc++)
         off = pack(rq->strings, off, cap, *a);

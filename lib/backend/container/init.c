@@ -73,13 +73,13 @@ NO_SAN static long mkdir_ok(const char *path, int mode)
     return r == -EEXIST ? 0 : r;
 }
 
-/* Receive the idmapped image layer mounts from the spawner (top first);
- * returns how many came. */
-NO_SAN static long recv_layers(int sock, int *fds)
+/* Receive the idmapped image layer mounts from the spawner (top first),
+ * then our /proc/PID/timens_offsets; returns how many descriptors came. */
+NO_SAN static long recv_fds(int sock, int *fds)
 {
     char byte;
     union {
-        char buf[CMSG_SPACE(sizeof(int) * CRL_SPAWN_MAX_LAYERS)];
+        char buf[CMSG_SPACE(sizeof(int) * (CRL_SPAWN_MAX_LAYERS + 1))];
         struct cmsghdr align;
     } u;
     struct iovec iov = {.iov_base = &byte, .iov_len = 1};
@@ -97,7 +97,7 @@ NO_SAN static long recv_layers(int sock, int *fds)
     const unsigned char *d = CMSG_DATA(cm);
     for (long i = 0; i < n; i++)
         __builtin_memcpy(&fds[i], d + i * (long)sizeof(int), sizeof(int));
-    return n ? n : -EPROTO;
+    return n >= 2 ? n : -EPROTO;
 }
 
 /* The length of the string at p, which must end before `end`; -1 if not. */
@@ -212,9 +212,10 @@ NO_SAN int crl_init_main(void *arg)
     crl_raw3(SYS_close_range, HIGH_INIT + 1, ~0u, 0);
     int sync = HIGH_SYNC;
 
-    int lower[CRL_SPAWN_MAX_LAYERS];
-    long n_lower = recv_layers(sync, lower);
+    int lower[CRL_SPAWN_MAX_LAYERS + 1];
+    long n_lower = recv_fds(sync, lower);
     CHECK(n_lower, CRL_STEP_SYNC);
+    int timens_fd = lower[--n_lower];
 
     /* The spawner has written our uid/gid maps: become root of the sandbox. */
     CHECK(crl_raw2(SYS_setgroups, 0, NULL), CRL_STEP_CREDS);
@@ -222,6 +223,13 @@ NO_SAN int crl_init_main(void *arg)
     CHECK(crl_raw3(SYS_setresuid, 0, 0, 0), CRL_STEP_CREDS);
     /* The spawner moved us into the sandbox's cgroups; make that the cgroup root we see. */
     CHECK(crl_raw1(SYS_unshare, CLONE_NEWCGROUP), CRL_STEP_CGROUPNS);
+    /* Clocks of the sandbox's own: a time namespace we enter when we
+     * execute corral-init.  Its offsets go in through the descriptor the
+     * spawner opened: our /proc/self/timens_offsets belongs to host root
+     * (we share the spawner's non-dumpable memory), not to us. */
+    CHECK(crl_raw1(SYS_unshare, CLONE_NEWTIME), CRL_STEP_TIMENS);
+    CHECK(crl_raw3(SYS_write, timens_fd, a->timens, crl_raw_strlen(a->timens)), CRL_STEP_TIMENS);
+    crl_raw1(SYS_close, timens_fd);
     CHECK(crl_raw2(SYS_sethostname, a->hostname, crl_raw_strlen(a->hostname)), CRL_STEP_CREDS);
 
     /* The writable layer: one tmpfs holds the overlay's upper and work dirs

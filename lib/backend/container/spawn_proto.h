@@ -43,6 +43,7 @@ enum crl_spawn_step {
     CRL_STEP_SYNC,
     CRL_STEP_CREDS,
     CRL_STEP_CGROUPNS,
+    CRL_STEP_TIMENS,
     CRL_STEP_TMPFS,
     CRL_STEP_FILES,
     CRL_STEP_LOWER,
@@ -72,6 +73,7 @@ static inline const char *crl_spawn_step_name(uint32_t step)
         [CRL_STEP_SYNC] = "sync with the spawner",
         [CRL_STEP_CREDS] = "switch to sandbox root",
         [CRL_STEP_CGROUPNS] = "cgroup namespace",
+        [CRL_STEP_TIMENS] = "time namespace",
         [CRL_STEP_TMPFS] = "mount the writable layer (tmpfs)",
         [CRL_STEP_FILES] = "write /etc/hosts, /etc/hostname, /etc/resolv.conf",
         [CRL_STEP_LOWER] = "attach the image layer",
@@ -91,6 +93,14 @@ static inline const char *crl_spawn_step_name(uint32_t step)
     return step < CRL_STEP__COUNT && names[step] ? names[step] : "spawn";
 }
 
+/* A sandbox's clock offsets, fixed at its creation: minus the host's
+ * CLOCK_MONOTONIC and CLOCK_BOOTTIME then, so that every process of the
+ * sandbox sees both clocks (and /proc/uptime) start near 0 when it did. */
+struct crl_spawn_timens {
+    int64_t monotonic_ns;
+    int64_t boottime_ns;
+};
+
 /* The run-time files of a sandbox (/etc/hosts, ...) come in the string
  * area as "name\0contents\0" pairs, names relative to /etc. */
 #define CRL_SPAWN_MAX_FILES 2048
@@ -101,6 +111,7 @@ struct crl_spawn_create {
     uint32_t disk_mb;
     uint32_t n_layers;
     uint32_t n_cgroup_fds;
+    struct crl_spawn_timens timens;
     char hostname[64];
     char workdir[256]; /* an empty host directory every sandbox mounts its tmpfs over */
 };
@@ -112,6 +123,7 @@ struct crl_spawn_exec {
     uint32_t n_cgroup_fds;
     uint32_t argc, envc; /* strings: argv..., env..., cwd */
     uint32_t flags;
+    struct crl_spawn_timens timens; /* the sandbox's, from its create */
 };
 
 struct crl_spawn_open {
