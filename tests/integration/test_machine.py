@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-import corral
 from conftest import BUILD, SMALL, docker_archive
 
 DEBIAN = (BUILD / "images" / "tags" / "debian:latest").is_file()
