@@ -32,6 +32,40 @@ static int result(long r)
     return r < 0 ? errno : 0;
 }
 
+/* What a debugger does to a process it started: attach, stop it, read its
+ * memory, let it go. */
+static int ptrace_child(void)
+{
+    static volatile long marker = 0x5eed;
+    pid_t kid = fork();
+    if (kid < 0)
+        return errno;
+    if (kid == 0) {
+        for (;;)
+            pause();
+    }
+    int err = 0, status;
+    if (ptrace(PTRACE_ATTACH, kid, 0, 0) < 0 || waitpid(kid, &status, 0) != kid)
+        err = errno;
+    else if (!WIFSTOPPED(status))
+        err = ECHILD;
+    if (!err) {
+        errno = 0;
+        long word = ptrace(PTRACE_PEEKDATA, kid, (void *)&marker, 0);
+        if (errno)
+            err = errno;
+        else if (word != marker)
+            err = EIO;
+        else if (ptrace(PTRACE_DETACH, kid, 0, 0) < 0)
+            err = errno;
+    }
+    kill(kid, SIGKILL);
+    waitpid(kid, NULL, 0);
+    if (!err)
+        puts("traced");
+    return err;
+}
+
 static int usage(void)
 {
     fputs("usage: corral-probe CHECK [ARG]\n"
@@ -40,7 +74,8 @@ static int usage(void)
           "  io-uring | ptrace PID | mknod | reboot | swapon | settime | net-connect\n"
           "  sysrq | read-kcore | uid | caps | nnp | fds | forks N | alloc-mb N | seccomp\n"
           "  ids | prctl-nnp | prctl-seccomp | open-fds | socket-inet | socketpair\n"
-          "  tcp-connect PORT | unix-connect PATH | abstract-connect NAME\n",
+          "  tcp-connect PORT | unix-connect PATH | abstract-connect NAME | clocks\n"
+          "  ptrace-child\n",
           stderr);
     return 100;
 }
@@ -246,5 +281,15 @@ int main(int argc, char **argv)
             (socklen_t)(offsetof(struct sockaddr_un, sun_path) + abstract + n + (abstract ? 0 : 1));
         return result(connect(s, (struct sockaddr *)&sa, len));
     }
+    if (!strcmp(c, "clocks")) {
+        struct timespec m, b;
+        if (clock_gettime(CLOCK_MONOTONIC, &m) < 0 || clock_gettime(CLOCK_BOOTTIME, &b) < 0)
+            return errno;
+        printf("%lld.%09ld %lld.%09ld\n", (long long)m.tv_sec, m.tv_nsec, (long long)b.tv_sec,
+               b.tv_nsec);
+        return 0;
+    }
+    if (!strcmp(c, "ptrace-child"))
+        return ptrace_child();
     return usage();
 }

@@ -83,6 +83,7 @@ struct ctr_sandbox {
     pid_t pid;
     int root_fd;
     int tmpfs_fd;
+    struct crl_spawn_timens timens; /* its clock offsets, fixed at create */
     unsigned spawner;
     struct crl_watch w_init;
     bool init_dead;
@@ -367,6 +368,27 @@ static void undo_create(struct crl_sandbox *sb)
 
 /* ---- create ---- */
 
+/* The files a machine has that no image can know: /etc/hostname and
+ * /etc/hosts name the sandbox (its id is its hostname), /etc/resolv.conf
+ * says how names resolve on its network.  Docker and Podman write the same
+ * three; init.c puts them in a layer above the image's.  Packed as
+ * "name\0contents\0" pairs; returns the length, or 0 if `cap` is short. */
+static size_t runtime_files(const struct crl_sandbox *sb, char *out, size_t cap)
+{
+    /* Network "none" (the only mode so far) is loopback alone. */
+    static const char resolv_none[] =
+        "# Network mode \"none\": loopback only, so no nameserver is named here.\n"
+        "# Names resolve from /etc/hosts; a resolver then asks 127.0.0.1:53,\n"
+        "# which refuses at once unless something in the sandbox serves there.\n";
+    int n = snprintf(out, cap,
+                     "hostname%c%s\n%c"
+                     "hosts%c127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+                     "127.0.1.1\t%s\n%c"
+                     "resolv.conf%c%s%c",
+                     0, sb->id, 0, 0, sb->id, 0, 0, resolv_none, 0);
+    return n > 0 && (size_t)n < cap ? (size_t)n : 0;
+}
+
 static void create_done(struct crl_sandbox *sb, const struct crl_spawn_reply *r, int *fds, int nfds)
 {
     struct ctr_sandbox *c = sb->priv;
@@ -426,15 +448,30 @@ static int ctr_create(struct crl_sandbox *sb, struct crl_err *err)
         goto fail;
     memcpy(fds, sb->image->layer_fds, nl * sizeof(int));
     fds[nl] = c->netns_fd;
-    struct crl_spawn_req rq = {.op = CRL_SPAWN_CREATE};
-    rq.u.create.uid_base = h->cfg.uid_base + sb->slot * 65536u;
-    rq.u.create.id_count = 65536;
-    rq.u.create.disk_mb = sb->spec.disk_mb;
-    rq.u.create.n_layers = (uint32_t)nl;
-    rq.u.create.n_cgroup_fds = (uint32_t)ncg;
-    snprintf(rq.u.create.hostname, sizeof(rq.u.create.hostname), "%s", sb->id);
-    snprintf(rq.u.create.workdir, sizeof(rq.u.create.workdir), "%s", st->workdir);
-    int r = send_req(s, &rq, sizeof(rq), fds, (int)nl + 1 + ncg, P_CREATE, sb, NULL, NULL, err);
+    /* Its clocks start now: minus the host's, in every process of it. */
+    struct timespec mono, boot;
+    clock_gettime(CLOCK_MONOTONIC, &mono);
+    clock_gettime(CLOCK_BOOTTIME, &boot);
+    c->timens.monotonic_ns = -((int64_t)mono.tv_sec * 1000000000 + mono.tv_nsec);
+    c->timens.boottime_ns = -((int64_t)boot.tv_sec * 1000000000 + boot.tv_nsec);
+    struct crl_spawn_req *rq = (struct crl_spawn_req *)st->msg;
+    memset(rq, 0, sizeof(*rq));
+    rq->op = CRL_SPAWN_CREATE;
+    rq->u.create.uid_base = h->cfg.uid_base + sb->slot * 65536u;
+    rq->u.create.id_count = 65536;
+    rq->u.create.disk_mb = sb->spec.disk_mb;
+    rq->u.create.n_layers = (uint32_t)nl;
+    rq->u.create.n_cgroup_fds = (uint32_t)ncg;
+    rq->u.create.timens = c->timens;
+    snprintf(rq->u.create.hostname, sizeof(rq->u.create.hostname), "%s", sb->id);
+    snprintf(rq->u.create.workdir, sizeof(rq->u.create.workdir), "%s", st->workdir);
+    rq->strings_len = (uint32_t)runtime_files(sb, rq->strings, CRL_SPAWN_MAX_FILES);
+    int r = -1;
+    if (!rq->strings_len)
+        crl_err_set(err, CRL_E_INTERNAL, "the run-time files exceed %d bytes", CRL_SPAWN_MAX_FILES);
+    else
+        r = send_req(s, rq, sizeof(*rq) + rq->strings_len, fds, (int)nl + 1 + ncg, P_CREATE, sb,
+                     NULL, NULL, err);
     for (int i = 0; i < ncg; i++)
         close(fds[nl + 1 + i]);
     if (r < 0)
@@ -505,6 +542,7 @@ static int ctr_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err 
     rq->u.exec.gid = p->gid;
     rq->u.exec.n_cgroup_fds = (uint32_t)ncg;
     rq->u.exec.flags = p->setsid ? CRL_EXEC_F_SETSID : 0;
+    rq->u.exec.timens = c->timens;
     size_t cap = CRL_SPAWN_MAX_MSG - sizeof(*rq), off = 0;
     for (char **a = p->argv; *a && off != (size_t)-1; a++, rq->u.exec.argc++)
         off = pack(rq->strings, off, cap, *a);

@@ -73,13 +73,13 @@ NO_SAN static long mkdir_ok(const char *path, int mode)
     return r == -EEXIST ? 0 : r;
 }
 
-/* Receive the idmapped image layer mounts from the spawner (top first);
- * returns how many came. */
-NO_SAN static long recv_layers(int sock, int *fds)
+/* Receive the idmapped image layer mounts from the spawner (top first),
+ * then our /proc/PID/timens_offsets; returns how many descriptors came. */
+NO_SAN static long recv_fds(int sock, int *fds)
 {
     char byte;
     union {
-        char buf[CMSG_SPACE(sizeof(int) * CRL_SPAWN_MAX_LAYERS)];
+        char buf[CMSG_SPACE(sizeof(int) * (CRL_SPAWN_MAX_LAYERS + 1))];
         struct cmsghdr align;
     } u;
     struct iovec iov = {.iov_base = &byte, .iov_len = 1};
@@ -97,7 +97,53 @@ NO_SAN static long recv_layers(int sock, int *fds)
     const unsigned char *d = CMSG_DATA(cm);
     for (long i = 0; i < n; i++)
         __builtin_memcpy(&fds[i], d + i * (long)sizeof(int), sizeof(int));
-    return n ? n : -EPROTO;
+    return n >= 2 ? n : -EPROTO;
+}
+
+/* The length of the string at p, which must end before `end`; -1 if not. */
+NO_SAN static long bounded_len(const char *p, const char *end)
+{
+    for (const char *q = p; q < end; q++)
+        if (!*q)
+            return q - p;
+    return -1;
+}
+
+/* Write the run-time files ("name\0contents\0" pairs) into runtime/etc. */
+NO_SAN static long write_files(const char *p, const char *end)
+{
+    static const char dir[] = "runtime/etc/";
+    while (p < end) {
+        long nlen = bounded_len(p, end);
+        long dlen = nlen < 0 ? -1 : bounded_len(p + nlen + 1, end);
+        if (dlen < 0 || nlen == 0 || nlen + sizeof(dir) > 64)
+            return -EPROTO;
+        char path[64];
+        unsigned long k = 0;
+        for (const char *c = dir; *c;)
+            path[k++] = *c++;
+        for (long i = 0; i < nlen; i++)
+            path[k++] = p[i];
+        path[k] = 0;
+        const char *data = p + nlen + 1;
+        long fd = crl_raw4(SYS_openat, AT_FDCWD, path,
+                           O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0644);
+        if (fd < 0)
+            return fd;
+        for (long off = 0; off < dlen;) {
+            long w = crl_raw3(SYS_write, fd, data + off, dlen - off);
+            if (w == -EINTR)
+                continue;
+            if (w <= 0) {
+                crl_raw1(SYS_close, fd);
+                return w ? w : -EIO;
+            }
+            off += w;
+        }
+        crl_raw1(SYS_close, fd);
+        p = data + dlen + 1;
+    }
+    return 0;
 }
 
 /* "l<i>" into p; returns the end. */
@@ -166,9 +212,10 @@ NO_SAN int crl_init_main(void *arg)
     crl_raw3(SYS_close_range, HIGH_INIT + 1, ~0u, 0);
     int sync = HIGH_SYNC;
 
-    int lower[CRL_SPAWN_MAX_LAYERS];
-    long n_lower = recv_layers(sync, lower);
+    int lower[CRL_SPAWN_MAX_LAYERS + 1];
+    long n_lower = recv_fds(sync, lower);
     CHECK(n_lower, CRL_STEP_SYNC);
+    int timens_fd = lower[--n_lower];
 
     /* The spawner has written our uid/gid maps: become root of the sandbox. */
     CHECK(crl_raw2(SYS_setgroups, 0, NULL), CRL_STEP_CREDS);
@@ -176,6 +223,13 @@ NO_SAN int crl_init_main(void *arg)
     CHECK(crl_raw3(SYS_setresuid, 0, 0, 0), CRL_STEP_CREDS);
     /* The spawner moved us into the sandbox's cgroups; make that the cgroup root we see. */
     CHECK(crl_raw1(SYS_unshare, CLONE_NEWCGROUP), CRL_STEP_CGROUPNS);
+    /* Clocks of the sandbox's own: a time namespace we enter when we
+     * execute corral-init.  Its offsets go in through the descriptor the
+     * spawner opened: our /proc/self/timens_offsets belongs to host root
+     * (we share the spawner's non-dumpable memory), not to us. */
+    CHECK(crl_raw1(SYS_unshare, CLONE_NEWTIME), CRL_STEP_TIMENS);
+    CHECK(crl_raw3(SYS_write, timens_fd, a->timens, crl_raw_strlen(a->timens)), CRL_STEP_TIMENS);
+    crl_raw1(SYS_close, timens_fd);
     CHECK(crl_raw2(SYS_sethostname, a->hostname, crl_raw_strlen(a->hostname)), CRL_STEP_CREDS);
 
     /* The writable layer: one tmpfs holds the overlay's upper and work dirs
@@ -193,9 +247,21 @@ NO_SAN int crl_init_main(void *arg)
     CHECK(crl_raw3(SYS_mkdirat, AT_FDCWD, "root", 0755), CRL_STEP_TMPFS);
     CHECK(crl_raw3(SYS_mkdirat, AT_FDCWD, "shm", 01777), CRL_STEP_TMPFS);
     CHECK(crl_raw3(SYS_fchmodat, AT_FDCWD, "shm", 01777), CRL_STEP_TMPFS); /* umask */
-    /* Each layer at l<i>, and the overlay's option string naming them. */
-    static const char head[] = "lowerdir=",
-                      tail[] = ",upperdir=upper,workdir=work,userxattr,volatile";
+    /* /etc/hosts, /etc/hostname and /etc/resolv.conf, as a machine has
+     * them, in a lower layer of their own above the image's: ordinary
+     * files of the merged root (a rename over one works, unlike over
+     * Docker's bind mounts), nothing in the upper dir, and so in no
+     * checkpoint, until the user changes one, and gone with the tmpfs. */
+    CHECK(crl_raw3(SYS_mkdirat, AT_FDCWD, "runtime", 0755), CRL_STEP_FILES);
+    CHECK(crl_raw3(SYS_mkdirat, AT_FDCWD, "runtime/etc", 0755), CRL_STEP_FILES);
+    CHECK(write_files(a->files, a->files + a->files_len), CRL_STEP_FILES);
+    /* Each layer at l<i>, and the overlay's option string naming them.
+     * xino: the layers are different filesystems (EROFS images, the
+     * tmpfs), and without it a directory's d_ino from readdir is not its
+     * st_ino; with it every inode number carries its layer in its top
+     * bits, unique and on one st_dev. */
+    static const char head[] = "lowerdir=runtime:",
+                      tail[] = ",upperdir=upper,workdir=work,userxattr,volatile,xino=on";
     char opts[sizeof(head) + CRL_SPAWN_MAX_LAYERS * 5 + sizeof(tail)];
     char *o = opts;
     for (const char *c = head; *c;)

@@ -22,7 +22,8 @@
 #define CRL_SPAWN_FD 3 /* the spawner's end of the socket, in the spawner */
 
 enum crl_spawn_op {
-    CRL_SPAWN_CREATE = 1, /* fds: image layer mounts (top first), netns, cgroup.procs... */
+    CRL_SPAWN_CREATE = 1, /* fds: image layer mounts (top first), netns, cgroup.procs...;
+                             strings: the run-time files (struct crl_spawn_create) */
     CRL_SPAWN_EXEC,       /* fds: sandbox PID 1 pidfd, stdin, stdout, stderr, cgroup.procs... */
     CRL_SPAWN_OPEN,       /* fds: sandbox PID 1 pidfd */
     CRL_SPAWN_STREAM,     /* fds: pidfd, data pipe, message pipe, cgroup.procs... */
@@ -42,7 +43,9 @@ enum crl_spawn_step {
     CRL_STEP_SYNC,
     CRL_STEP_CREDS,
     CRL_STEP_CGROUPNS,
+    CRL_STEP_TIMENS,
     CRL_STEP_TMPFS,
+    CRL_STEP_FILES,
     CRL_STEP_LOWER,
     CRL_STEP_OVERLAY,
     CRL_STEP_PROC,
@@ -70,7 +73,9 @@ static inline const char *crl_spawn_step_name(uint32_t step)
         [CRL_STEP_SYNC] = "sync with the spawner",
         [CRL_STEP_CREDS] = "switch to sandbox root",
         [CRL_STEP_CGROUPNS] = "cgroup namespace",
+        [CRL_STEP_TIMENS] = "time namespace",
         [CRL_STEP_TMPFS] = "mount the writable layer (tmpfs)",
+        [CRL_STEP_FILES] = "write /etc/hosts, /etc/hostname, /etc/resolv.conf",
         [CRL_STEP_LOWER] = "attach the image layer",
         [CRL_STEP_OVERLAY] = "mount overlayfs",
         [CRL_STEP_PROC] = "mount /proc",
@@ -88,12 +93,25 @@ static inline const char *crl_spawn_step_name(uint32_t step)
     return step < CRL_STEP__COUNT && names[step] ? names[step] : "spawn";
 }
 
+/* A sandbox's clock offsets, fixed at its creation: minus the host's
+ * CLOCK_MONOTONIC and CLOCK_BOOTTIME then, so that every process of the
+ * sandbox sees both clocks (and /proc/uptime) start near 0 when it did. */
+struct crl_spawn_timens {
+    int64_t monotonic_ns;
+    int64_t boottime_ns;
+};
+
+/* The run-time files of a sandbox (/etc/hosts, ...) come in the string
+ * area as "name\0contents\0" pairs, names relative to /etc. */
+#define CRL_SPAWN_MAX_FILES 2048
+
 struct crl_spawn_create {
     uint32_t uid_base; /* sandbox ids 0..id_count-1 map to uid_base.. on the host */
     uint32_t id_count;
     uint32_t disk_mb;
     uint32_t n_layers;
     uint32_t n_cgroup_fds;
+    struct crl_spawn_timens timens;
     char hostname[64];
     char workdir[256]; /* an empty host directory every sandbox mounts its tmpfs over */
 };
@@ -105,6 +123,7 @@ struct crl_spawn_exec {
     uint32_t n_cgroup_fds;
     uint32_t argc, envc; /* strings: argv..., env..., cwd */
     uint32_t flags;
+    struct crl_spawn_timens timens; /* the sandbox's, from its create */
 };
 
 struct crl_spawn_open {

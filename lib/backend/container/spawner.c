@@ -115,6 +115,24 @@ static void send_reply(const struct crl_spawn_reply *r, const int *fds, int nfds
 
 /* ---- create ---- */
 
+/* The text /proc/PID/timens_offsets takes: seconds, then nanoseconds in
+ * [0, 1e9), as the kernel wants them. */
+static void format_timens(const struct crl_spawn_timens *t, char *out, size_t cap)
+{
+    const int64_t ns[2] = {t->monotonic_ns, t->boottime_ns};
+    long long sec[2], nsec[2];
+    for (int i = 0; i < 2; i++) {
+        sec[i] = ns[i] / 1000000000;
+        nsec[i] = ns[i] % 1000000000;
+        if (nsec[i] < 0) {
+            nsec[i] += 1000000000;
+            sec[i]--;
+        }
+    }
+    snprintf(out, cap, "monotonic %lld %lld\nboottime %lld %lld\n", sec[0], nsec[0], sec[1],
+             nsec[1]);
+}
+
 static void pending_free(struct pending_create *pc)
 {
     if (pc->sock >= 0) {
@@ -175,6 +193,11 @@ static void handle_create(const struct crl_spawn_req *rq, int *fds, int nfds)
         reply(rq->id, EPROTO, CRL_STEP_NONE, 0, NULL, 0, "create: wrong descriptors");
         return;
     }
+    if (rq->strings_len > CRL_SPAWN_MAX_FILES ||
+        (rq->strings_len && rq->strings[rq->strings_len - 1] != 0)) {
+        reply(rq->id, EPROTO, CRL_STEP_NONE, 0, NULL, 0, "create: malformed run-time files");
+        return;
+    }
     const int *layer_fds = fds, *cgroup_fds = fds + c->n_layers + 1;
     int netns_fd = fds[c->n_layers];
     struct pending_create *pc = calloc(1, sizeof(*pc));
@@ -201,6 +224,9 @@ static void handle_create(const struct crl_spawn_req *rq, int *fds, int nfds)
     pc->args.last_cap = sp.last_cap;
     snprintf(pc->args.tmpfs_opts, sizeof(pc->args.tmpfs_opts), "size=%um,mode=0755", c->disk_mb);
     snprintf(pc->args.hostname, sizeof(pc->args.hostname), "%s", c->hostname);
+    format_timens(&c->timens, pc->args.timens, sizeof(pc->args.timens));
+    memcpy(pc->args.files, rq->strings, rq->strings_len);
+    pc->args.files_len = rq->strings_len;
 
     /* The sandbox's network namespace is one corrald made (host-owned: root
      * inside has no CAP_NET_ADMIN over it).  Enter it for the clone only. */
@@ -253,7 +279,7 @@ static void handle_create(const struct crl_spawn_req *rq, int *fds, int nfds)
             goto kill;
         }
     step = CRL_STEP_IDMAP;
-    int lower[CRL_SPAWN_MAX_LAYERS];
+    int lower[CRL_SPAWN_MAX_LAYERS + 1]; /* and the child's timens_offsets */
     unsigned nl = 0;
     char path[64];
     snprintf(path, sizeof(path), "/proc/%d/ns/user", pid);
@@ -267,6 +293,16 @@ static void handle_create(const struct crl_spawn_req *rq, int *fds, int nfds)
         close(userns);
     ssize_t sent = -1;
     if (nl == c->n_layers) {
+        /* The child writes its time offsets through our descriptor: its
+         * own /proc/self is host root's, like ours (see init.c). */
+        step = CRL_STEP_TIMENS;
+        snprintf(path, sizeof(path), "/proc/%d/timens_offsets", pid);
+        if ((lower[nl] = crl_openat(AT_FDCWD, path, O_WRONLY, 0)) < 0)
+            err = errno;
+        else
+            nl++;
+    }
+    if (nl == c->n_layers + 1) {
         step = CRL_STEP_SYNC;
         char go = 'g';
         sent = crl_send_fds(pc->sock, &go, 1, lower, (int)nl);
@@ -405,7 +441,8 @@ struct exec_job {
     unsigned flags;
     int last_cap;
     const struct sock_fprog *seccomp;
-    char *stacks; /* A's and B's */
+    char timens[96]; /* the sandbox's clock offsets, for timens_offsets */
+    char *stacks;    /* A's and B's */
     pid_t a_pid;
     volatile int b_pid; /* CLONE_PARENT_SETTID: set before B runs */
     volatile int err;
@@ -518,6 +555,16 @@ NO_SAN static int stage_a(void *arg)
      * kill of the exec's leaf reaches us both. */
     for (int i = 4; i < j->nfds; i++)
         JCHECK(crl_raw3(SYS_write, j->fds[i], "0", 1), CRL_STEP_CGROUP);
+    /* The sandbox's clocks.  setns() into its init's time namespace wants
+     * a single-threaded caller, which a CLONE_VM child is not; so a
+     * namespace of our own, with the sandbox's offsets, that B enters
+     * when it executes the command: every process sees the same clocks. */
+    JCHECK(crl_raw1(SYS_unshare, CLONE_NEWTIME), CRL_STEP_TIMENS);
+    long tfd = crl_raw4(SYS_openat, AT_FDCWD, "/proc/self/timens_offsets", O_WRONLY | O_CLOEXEC, 0);
+    JCHECK(tfd, CRL_STEP_TIMENS);
+    long w = crl_raw3(SYS_write, tfd, j->timens, crl_raw_strlen(j->timens));
+    crl_raw1(SYS_close, tfd);
+    JCHECK(w, CRL_STEP_TIMENS);
     JCHECK(crl_raw2(SYS_setns, j->fds[0], ALL_NS & ~CLONE_NEWUSER), CRL_STEP_SETNS);
     long b = crl_raw_clone(CLONE_VM | CLONE_VFORK | CLONE_PARENT | CLONE_PARENT_SETTID,
                            j->stacks + 2 * STAGE_STACK, (int *)&j->b_pid, stage_b, j);
@@ -615,6 +662,7 @@ static void handle_exec(const struct crl_spawn_req *rq, int *fds, int nfds)
     j->flags = x->flags;
     j->last_cap = sp.last_cap;
     j->seccomp = &sp.seccomp;
+    format_timens(&x->timens, j->timens, sizeof(j->timens));
     j->b_pid = -1;
     long a = crl_raw_clone(CLONE_VM | SIGCHLD, j->stacks + STAGE_STACK, NULL, stage_a, j);
     if (a < 0) {
@@ -928,8 +976,10 @@ static void stream_child(const struct crl_spawn_req *rq_in, int *fds, const char
     int step;
     long r = -EINVAL;
     int tree = -1;
-    if (setns(pid1fd, CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET | CLONE_NEWCGROUP) <
-        0)
+    /* A forked child is single-threaded, so it may join init's time
+     * namespace (an exec's CLONE_VM stages may not: see stage_a). */
+    if (setns(pid1fd, CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET | CLONE_NEWCGROUP |
+                          CLONE_NEWTIME) < 0)
         r = -errno;
     /* A restore works on the overlay alone: a detached copy of the root
      * mount without the ones on it (/proc, /dev, /sys), made while we are
