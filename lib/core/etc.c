@@ -18,8 +18,6 @@ int crl_etc_hosts(char *buf, size_t cap, const char *hostname)
     return fits(snprintf(buf, cap,
                          "127.0.0.1\tlocalhost\n"
                          "::1\tlocalhost ip6-localhost ip6-loopback\n"
-                         "ff02::1\tip6-allnodes\n"
-                         "ff02::2\tip6-allrouters\n"
                          "127.0.1.1\t%s\n",
                          hostname),
                 cap);
@@ -28,11 +26,13 @@ int crl_etc_hosts(char *buf, size_t cap, const char *hostname)
 int crl_etc_resolv_conf(char *buf, size_t cap, const char *network_mode)
 {
     if (strcmp(network_mode, "none") == 0)
-        return fits(snprintf(buf, cap,
-                             "# Corral: this sandbox has no network (mode \"none\"): names\n"
-                             "# resolve from /etc/hosts only, and no resolver is named.\n"
-                             "options attempts:1 timeout:1\n"),
-                    cap);
+        return fits(
+            snprintf(buf, cap,
+                     "# Network mode \"none\": loopback only, so no nameserver is named here.\n"
+                     "# Names resolve from /etc/hosts; a resolver then asks 127.0.0.1:53,\n"
+                     "# which refuses at once unless something in the sandbox serves there.\n"
+                     "options attempts:1 timeout:1\n"),
+            cap);
     return fits(snprintf(buf, cap, "# Corral: network mode \"%s\"\n", network_mode), cap);
 }
 

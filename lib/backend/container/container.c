@@ -20,6 +20,7 @@
 #include <jansson.h>
 
 #include "../../core/backend.h"
+#include "../../core/etc.h"
 #include "../../core/host.h"
 #include "../../core/sandbox.h"
 #include "../../core/tar.h"
@@ -370,23 +371,24 @@ static void undo_create(struct crl_sandbox *sb)
 
 /* The files a machine has that no image can know: /etc/hostname and
  * /etc/hosts name the sandbox (its id is its hostname), /etc/resolv.conf
- * says how names resolve on its network.  Docker and Podman write the same
- * three; init.c puts them in a layer above the image's.  Packed as
- * "name\0contents\0" pairs; returns the length, or 0 if `cap` is short. */
+ * says how names resolve on its network (lib/core/etc.h).  init.c puts
+ * them in a layer above the image's.  Packed as "name\0contents\0" pairs;
+ * returns the length, or 0 if `cap` is short. */
 static size_t runtime_files(const struct crl_sandbox *sb, char *out, size_t cap)
 {
-    /* Network "none" (the only mode so far) is loopback alone. */
-    static const char resolv_none[] =
-        "# Network mode \"none\": loopback only, so no nameserver is named here.\n"
-        "# Names resolve from /etc/hosts; a resolver then asks 127.0.0.1:53,\n"
-        "# which refuses at once unless something in the sandbox serves there.\n";
-    int n = snprintf(out, cap,
-                     "hostname%c%s\n%c"
-                     "hosts%c127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
-                     "127.0.1.1\t%s\n%c"
-                     "resolv.conf%c%s%c",
-                     0, sb->id, 0, 0, sb->id, 0, 0, resolv_none, 0);
-    return n > 0 && (size_t)n < cap ? (size_t)n : 0;
+    static const char *const names[3] = {"hostname", "hosts", "resolv.conf"};
+    char text[3][512];
+    int n[3] = {crl_etc_hostname(text[0], sizeof(text[0]), sb->id),
+                crl_etc_hosts(text[1], sizeof(text[1]), sb->id),
+                crl_etc_resolv_conf(text[2], sizeof(text[2]), sb->spec.network_mode)};
+    size_t off = 0;
+    for (int i = 0; i < 3; i++) {
+        int w = n[i] < 0 ? -1 : snprintf(out + off, cap - off, "%s%c%s%c", names[i], 0, text[i], 0);
+        if (w < 0 || (size_t)w >= cap - off)
+            return 0;
+        off += (size_t)w;
+    }
+    return off;
 }
 
 static void create_done(struct crl_sandbox *sb, const struct crl_spawn_reply *r, int *fds, int nfds)
