@@ -1,7 +1,7 @@
 /* GET and PUT .../files?path=P: one file as raw bytes, or a directory as a
  * tar stream, both ways.
  *
- * A read opens the path inside the sandbox (lib/core/path.h) and sends the
+ * A read opens the path inside the sandbox (lib/util/path.h) and sends the
  * descriptor with sendfile.  Everything else streams through a helper the
  * backend runs inside the sandbox, so what an upload writes is charged to
  * the sandbox's memory and disk and is done with its user's rights. */
@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../core/path.h"
+#include "../util/path.h"
 #include "../util/fdio.h"
 #include "../util/log.h"
 #include "request.h"

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/functions.h"
+#include "../functions/functions.h"
 #include "../util/fdio.h"
 #include "../util/log.h"
 #include "request.h"

@@ -8,7 +8,7 @@
 
 #include "../core/backend.h"
 #include "../core/exec.h"
-#include "../core/functions.h"
+#include "../functions/functions.h"
 #include "../core/host.h"
 #include "../core/session.h"
 #include "../util/buf.h"

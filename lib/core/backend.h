@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "../helper/stream.h"
 #include "../util/err.h"
 
 struct crl_host;
@@ -90,19 +91,6 @@ enum crl_stream_kind {
 
 #define CRL_STREAM_COMMIT 'c'
 
-/* How a stream helper ended: its exit code. */
-enum crl_stream_status {
-    CRL_STREAM_OK = 0,
-    CRL_STREAM_FAILED = 1,    /* see the message */
-    CRL_STREAM_BAD_INPUT = 2, /* not a (valid, safe) tar archive, or a path not followed */
-    CRL_STREAM_NOENT = 3,
-    CRL_STREAM_NOTDIR = 4,
-    CRL_STREAM_NOSPACE = 5,
-    CRL_STREAM_DENIED = 6,
-    CRL_STREAM_ISDIR = 7,
-    CRL_STREAM_GONE = 8, /* the sandbox ended meanwhile */
-};
-
 struct crl_stream_req {
     enum crl_stream_kind kind;
     const char *path;
@@ -143,6 +131,12 @@ struct crl_restore_req {
     void (*done)(struct crl_restore_req *rq, const struct crl_err *err);
     void *ctx;
 };
+
+/* How a restore's helper ended (`code`: its enum crl_stream_status, or
+ * 128 + a signal; `msg`: its last line) as the error a restore's owner
+ * gets: no space, bad input (400), the sandbox gone (409: `live` false), or
+ * internal.  Returns 0 for CRL_STREAM_OK, else -1 with *err filled. */
+int crl_restore_error(int code, const char *msg, bool live, struct crl_err *err);
 
 enum crl_kill_scope {
     CRL_KILL_PROC,        /* the process itself */

@@ -8,10 +8,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "cgroup.h"
+#include "../os/cgroup.h"
 #include "image.h"
-#include "loop.h"
-#include "netns.h"
+#include "../util/loop.h"
+#include "../os/netns.h"
 #include "sandbox.h"
 
 struct crl_host_config {

@@ -12,7 +12,7 @@
 
 #include "backend.h"
 #include "image.h"
-#include "loop.h"
+#include "../util/loop.h"
 #include "spec.h"
 
 enum crl_sb_state {

@@ -16,7 +16,7 @@
 
 #include "../util/cleanup.h"
 #include "../util/fdio.h"
-#include "digest.h"
+#include "../util/sha256.h"
 
 #define WH_PREFIX ".wh."
 #define WH_OPAQUE ".wh..wh..opq"

@@ -15,7 +15,7 @@
 
 #include "../util/cleanup.h"
 #include "../util/fdio.h"
-#include "digest.h"
+#include "../util/sha256.h"
 #include "layer.h"
 
 #define JSON_MAX (4u << 20) /* manifests, indexes and configs */

@@ -17,7 +17,7 @@
 
 #include "../util/cleanup.h"
 #include "../util/fdio.h"
-#include "digest.h"
+#include "../util/sha256.h"
 #include "erofs.h"
 #include "layer.h"
 #include "oci.h"

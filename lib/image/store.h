@@ -32,8 +32,8 @@
 #include <stdint.h>
 
 #include "../util/err.h"
+#include "../util/sha256.h"
 
-#define CRL_DIGEST_LEN 71 /* "sha256:" + 64 hex */
 #define CRL_IMAGE_NAME_MAX 255
 #define CRL_IMAGE_MAX_LAYERS 125
 

@@ -19,7 +19,7 @@
 #include <unistd.h>
 #include <zstd.h>
 
-#include "../image/digest.h"
+#include "../util/sha256.h"
 #include "../util/cleanup.h"
 #include "../util/fdio.h"
 #include "../util/log.h"

@@ -29,7 +29,7 @@
 #include <stdint.h>
 
 #include "../core/sandbox.h"
-#include "../image/digest.h"
+#include "../util/sha256.h"
 #include "ckpt.h"
 #include "log.h"
 

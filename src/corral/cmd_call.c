@@ -5,7 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../lib/core/functions.h"
+#include "../../lib/functions/functions.h"
 #include "../../lib/util/buf.h"
 #include "../../lib/util/cleanup.h"
 #include "cli.h"

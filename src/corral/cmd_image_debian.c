@@ -22,7 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../../lib/image/digest.h"
+#include "../../lib/util/sha256.h"
 #include "../../lib/image/layer.h"
 #include "../../lib/image/store.h"
 #include "../../lib/util/buf.h"

@@ -29,8 +29,8 @@ cflags="-std=gnu11 -g -O1 -D_GNU_SOURCE -fno-omit-frame-pointer \
 
 echo "fuzz: building $out/fuzz_spec, $out/fuzz_router, $out/fuzz_image and $out/fuzz_traj_log"
 # shellcheck disable=SC2046,SC2086  # word splitting of flags is intended
-$cc $cflags $(pkg-config --cflags jansson) -o "$out/fuzz_spec" tests/fuzz/fuzz_spec.c \
-    lib/core/spec.c lib/util/*.c $(pkg-config --libs jansson)
+$cc $cflags $(pkg-config --cflags jansson libcrypto) -o "$out/fuzz_spec" tests/fuzz/fuzz_spec.c \
+    lib/core/spec.c lib/util/*.c $(pkg-config --libs jansson libcrypto)
 # shellcheck disable=SC2086
 $cc $cflags -o "$out/fuzz_router" tests/fuzz/fuzz_router.c lib/api/router.c
 # the image reader and layer applier (it runs mkfs.erofs for inputs it accepts)
@@ -40,8 +40,8 @@ $cc $cflags $(pkg-config --cflags jansson libarchive libcrypto) -o "$out/fuzz_im
     $(pkg-config --libs jansson libarchive libcrypto)
 # the trajectory log: reader and open-for-append (recovery) on any file
 # shellcheck disable=SC2046,SC2086
-$cc $cflags $(pkg-config --cflags jansson zlib) -o "$out/fuzz_traj_log" \
-    tests/fuzz/fuzz_traj_log.c lib/traj/log.c lib/util/*.c $(pkg-config --libs jansson zlib)
+$cc $cflags $(pkg-config --cflags jansson zlib libcrypto) -o "$out/fuzz_traj_log" \
+    tests/fuzz/fuzz_traj_log.c lib/traj/log.c lib/util/*.c $(pkg-config --libs jansson zlib libcrypto)
 
 status=0
 for t in spec router image traj_log; do

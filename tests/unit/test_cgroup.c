@@ -1,4 +1,4 @@
-/* lib/core/cgroup against this machine's real hierarchies: cgroup v1
+/* lib/os/cgroup against this machine's real hierarchies: cgroup v1
  * controllers at /sys/fs/cgroup/<ctl> and an empty cgroup v2 tree at
  * /sys/fs/cgroup/unified (no controllers, allow_missing_controllers).
  *
@@ -22,7 +22,7 @@
 #include <unistd.h>
 #include <linux/magic.h>
 
-#include "../../lib/core/cgroup.h"
+#include "../../lib/os/cgroup.h"
 #include "../../lib/util/fdio.h"
 #include "tap.h"
 

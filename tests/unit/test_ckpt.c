@@ -29,7 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../../lib/image/digest.h"
+#include "../../lib/util/sha256.h"
 #include "../../lib/traj/ckpt.h"
 #include "../../lib/util/cleanup.h"
 #include "../../lib/util/fdio.h"

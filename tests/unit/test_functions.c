@@ -1,4 +1,4 @@
-/* lib/core/functions: definitions (good, malformed, each refusal naming its
+/* lib/functions/functions: definitions (good, malformed, each refusal naming its
  * field), the registry over a directory (lazy, reloaded on change, a broken
  * file listed beside working ones), a call's arguments, spec and exec
  * request, the Python runner (run here with the host's python3), and the
@@ -11,7 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../../lib/core/functions.h"
+#include "../../lib/functions/functions.h"
 #include "../../lib/util/buf.h"
 #include "../../lib/util/fdio.h"
 #include "tap.h"

@@ -18,7 +18,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
-#include "../../lib/image/digest.h"
+#include "../../lib/util/sha256.h"
 #include "../../lib/image/layer.h"
 #include "../../lib/image/oci.h"
 #include "../../lib/image/store.h"

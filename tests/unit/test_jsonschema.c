@@ -1,11 +1,11 @@
-/* lib/core/jsonschema: the validator of registered functions' arguments.
+/* lib/functions/jsonschema: the validator of registered functions' arguments.
  * Every keyword accepts and refuses; refusals are CRL_E_INVALID with a
  * message naming the path (in the schema for crl_jsonschema_check, in the
  * instance for crl_jsonschema_validate). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../lib/core/jsonschema.h"
+#include "../../lib/functions/jsonschema.h"
 #include "tap.h"
 
 /* ---- helpers ---- */

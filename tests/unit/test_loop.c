@@ -1,4 +1,4 @@
-/* lib/core/loop: the daemon's epoll loop and timer heap.  Timeouts, TTLs and
+/* lib/util/loop: the daemon's epoll loop and timer heap.  Timeouts, TTLs and
  * every connection of corrald hang off these. */
 #include <fcntl.h>
 #include <stdint.h>
@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../lib/core/loop.h"
+#include "../../lib/util/loop.h"
 #include "../../lib/util/fdio.h"
 #include "tap.h"
 

@@ -1,4 +1,4 @@
-/* lib/core/path: the two walls that keep a files-API path inside a sandbox:
+/* lib/util/path: the two walls that keep a files-API path inside a sandbox:
  * crl_path_check (absolute, no "..", bounded) and crl_path_open_in_root
  * (openat2 RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS).  The second is tested
  * against a real tree with hostile symlinks planted in it: whatever a
@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../../lib/core/path.h"
+#include "../../lib/util/path.h"
 #include "../../lib/util/fdio.h"
 #include "tap.h"
 

@@ -1,4 +1,4 @@
-/* lib/core/tar: crl_tar_apply, a checkpoint's change set applied over a
+/* lib/helper/tar: crl_tar_apply, a checkpoint's change set applied over a
  * tree.  Archives are built here with libarchive's writer, applied into a
  * fresh directory per case, and the tree is checked: what is extracted and
  * how exactly (owners, modes, setuid, mtimes, xattrs, links), whiteouts and
@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "../../lib/core/backend.h"
-#include "../../lib/core/tar.h"
+#include "../../lib/helper/tar.h"
 #include "../../lib/util/fdio.h"
 #include "tap.h"
 

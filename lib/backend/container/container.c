@@ -23,7 +23,7 @@
 #include "../../core/etc.h"
 #include "../../core/host.h"
 #include "../../core/sandbox.h"
-#include "../../core/tar.h"
+#include "../../helper/tar.h"
 #include "../../util/cleanup.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"
@@ -865,7 +865,7 @@ static void restore_exited(struct crl_sandbox *sb, struct ctr_restore *cr, const
     msg[strcspn(msg, "\n")] = 0;
     struct crl_err err = CRL_ERR_INIT;
     bool live = sb->state == CRL_SB_READY || sb->state == CRL_SB_PAUSED;
-    restore_finish(cr, crl_tar_restore_error(code, msg, live, &err) < 0 ? &err : NULL);
+    restore_finish(cr, crl_restore_error(code, msg, live, &err) < 0 ? &err : NULL);
 }
 
 /* ---- pause ---- */

@@ -31,9 +31,9 @@
 #include <unistd.h>
 
 #include "../../core/backend.h"
-#include "../../core/path.h"
-#include "../../core/seccomp.h"
-#include "../../core/tar.h"
+#include "../../util/path.h"
+#include "../../helper/seccomp.h"
+#include "../../helper/tar.h"
 #include "../../util/cleanup.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "../../core/host.h"
-#include "../../core/tar.h"
+#include "../../helper/tar.h"
 #include "../../util/cleanup.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"
@@ -432,8 +432,8 @@ void crl_fn_restore_end(struct fn_restore *rs, int status, const struct crl_err 
             crl_err_set(&e, CRL_E_INTERNAL, "restoring: entering the function jail: %s: %s", step,
                         strerror(jail_errno));
         else
-            crl_tar_restore_error(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status),
-                                  msg, live, &e);
+            crl_restore_error(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), msg,
+                              live, &e);
         err = e.code == CRL_OK ? NULL : &e;
     }
     if (f) {

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "../../core/host.h"
-#include "../../core/path.h"
+#include "../../util/path.h"
 #include "../../util/cleanup.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"

@@ -32,8 +32,8 @@
 #include <unistd.h>
 
 #include "../../core/backend.h"
-#include "../../core/cgroup.h"
-#include "../../core/loop.h"
+#include "../../os/cgroup.h"
+#include "../../util/loop.h"
 #include "../../core/sandbox.h"
 #include "zygote_proto.h"
 

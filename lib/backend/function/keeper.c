@@ -23,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../../core/tar.h"
+#include "../../helper/tar.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"
 #include "../../util/run.h"

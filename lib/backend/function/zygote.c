@@ -10,7 +10,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "../../core/seccomp.h"
+#include "../../helper/seccomp.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"
 #include "../../util/run.h"

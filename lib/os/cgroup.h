@@ -15,8 +15,8 @@
  * thousands per second leaves dying ones behind in the kernel
  * (docs/architecture.md).  Paths and rooting are configurable so the unit
  * tests can run the v1 and v2 drivers against real or fake trees. */
-#ifndef CRL_CORE_CGROUP_H
-#define CRL_CORE_CGROUP_H
+#ifndef CRL_OS_CGROUP_H
+#define CRL_OS_CGROUP_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -8,8 +8,8 @@
  * function backend in a call's jail (Landlock, its uid).  So neither a
  * hostile archive nor a symlink raced in by the sandbox can reach a host
  * path, and the checks here are a second wall. */
-#ifndef CRL_CORE_TAR_H
-#define CRL_CORE_TAR_H
+#ifndef CRL_HELPER_TAR_H
+#define CRL_HELPER_TAR_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -48,12 +48,5 @@ int crl_tar_apply(int in_fd, unsigned flags, unsigned long *entries, char *msg, 
 
 /* An errno as an enum crl_stream_status (ENOSPC: CRL_STREAM_NOSPACE, ...). */
 int crl_tar_status_of_errno(int e);
-
-struct crl_err;
-/* How a restore's helper ended (`code`: its enum crl_stream_status, or
- * 128 + a signal; `msg`: its message) as the error a restore's owner gets:
- * no space, bad input (400), the sandbox gone (409: `live` false), or
- * internal.  Returns 0 for CRL_STREAM_OK, else -1 with *err filled. */
-int crl_tar_restore_error(int code, const char *msg, bool live, struct crl_err *err);
 
 #endif

@@ -18,7 +18,7 @@
 
 #include "../util/cleanup.h"
 #include "../util/fdio.h"
-#include "backend.h"
+#include "stream.h"
 
 int crl_tar_out(int out_fd, char *msg, size_t msglen)
 {
@@ -195,24 +195,6 @@ int crl_tar_status_of_errno(int e)
     case EXDEV:
     case ENAMETOOLONG: return CRL_STREAM_BAD_INPUT; /* a path we will not follow */
     default: return CRL_STREAM_FAILED;
-    }
-}
-
-int crl_tar_restore_error(int code, const char *msg, bool live, struct crl_err *err)
-{
-    switch (code) {
-    case CRL_STREAM_OK: return 0;
-    case CRL_STREAM_NOSPACE: return crl_err_set(err, CRL_E_NO_SPACE, "%s (disk_mb)", msg);
-    case CRL_STREAM_BAD_INPUT: return crl_err_set(err, CRL_E_INVALID, "%s", msg);
-    default:
-        if (code == CRL_STREAM_GONE || (code >= 128 && !live))
-            return crl_err_set(err, CRL_E_CONFLICT, "restoring: the sandbox ended meanwhile");
-        if (code >= 128)
-            return crl_err_set(err, CRL_E_INTERNAL,
-                               "restoring: the helper was killed by signal %d (out of memory_mb?)",
-                               code - 128);
-        return crl_err_set(err, CRL_E_INTERNAL, "%s",
-                           msg[0] ? msg : "restoring: the helper failed");
     }
 }
 

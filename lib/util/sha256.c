@@ -1,4 +1,4 @@
-#include "digest.h"
+#include "sha256.h"
 
 #include <openssl/evp.h>
 #include <string.h>

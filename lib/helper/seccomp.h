@@ -4,8 +4,8 @@
  * everything is allowed except what reaches past the sandbox (mounts, new
  * namespaces, kernel modules, bpf, keyrings, perf, userfaultfd, kexec,
  * io_uring, clock changes, ...), which fails with EPERM. */
-#ifndef CRL_CORE_SECCOMP_H
-#define CRL_CORE_SECCOMP_H
+#ifndef CRL_HELPER_SECCOMP_H
+#define CRL_HELPER_SECCOMP_H
 
 #include <linux/filter.h>
 

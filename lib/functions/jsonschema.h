@@ -24,8 +24,8 @@
  *     ulps (0.3 is a multiple of 0.1).
  *   - schemas may nest CRL_JSONSCHEMA_MAX_DEPTH levels of subschemas, and
  *     instances CRL_JSONSCHEMA_MAX_DEPTH levels of arrays and objects. */
-#ifndef CRL_CORE_JSONSCHEMA_H
-#define CRL_CORE_JSONSCHEMA_H
+#ifndef CRL_FUNCTIONS_JSONSCHEMA_H
+#define CRL_FUNCTIONS_JSONSCHEMA_H
 
 #include <jansson.h>
 

@@ -1,11 +1,11 @@
 /* SHA-256 digests in OCI's "sha256:<hex>" form (OpenSSL's libcrypto). */
-#ifndef CRL_IMAGE_DIGEST_H
-#define CRL_IMAGE_DIGEST_H
+#ifndef CRL_UTIL_SHA256_H
+#define CRL_UTIL_SHA256_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "store.h"
+#define CRL_DIGEST_LEN 71 /* "sha256:" + 64 hex */
 
 struct crl_sha256 {
     void *ctx; /* EVP_MD_CTX */

@@ -12,8 +12,8 @@
  *    "schema": {JSON schema of the arguments}}
  * or, for an executable that reads the arguments on stdin and writes one
  * JSON value on stdout, "runtime": "shell", "entry": {"exec": ["/bin/cat"]}. */
-#ifndef CRL_CORE_FUNCTIONS_H
-#define CRL_CORE_FUNCTIONS_H
+#ifndef CRL_FUNCTIONS_FUNCTIONS_H
+#define CRL_FUNCTIONS_FUNCTIONS_H
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -22,8 +22,8 @@
 #include <sys/types.h>
 
 #include "../util/err.h"
-#include "exec.h"
-#include "spec.h"
+#include "../core/exec.h"
+#include "../core/spec.h"
 
 #define CRL_FUNCTION_NAME_MAX 64
 #define CRL_FUNCTION_MAX_ARGS (1u << 20)     /* a call's body */

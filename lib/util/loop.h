@@ -4,8 +4,8 @@
  * every callback runs on the loop's thread.  The caller owns watch and timer
  * structs (usually embedded in a larger object) and must stop them before
  * freeing that memory. */
-#ifndef CRL_CORE_LOOP_H
-#define CRL_CORE_LOOP_H
+#ifndef CRL_UTIL_LOOP_H
+#define CRL_UTIL_LOOP_H
 
 #include <stdbool.h>
 #include <stdint.h>

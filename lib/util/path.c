@@ -5,8 +5,8 @@
 #include <linux/openat2.h>
 #include <string.h>
 
-#include "../util/buf.h"
-#include "../util/rawsys.h"
+#include "buf.h"
+#include "rawsys.h"
 
 int crl_path_check(const char *path, const char *what, struct crl_err *err)
 {

@@ -3,12 +3,12 @@
  * by a process whose root and mount namespace are the sandbox's, with
  * openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS), so no symlink planted in
  * the sandbox can lead to a host path. */
-#ifndef CRL_CORE_PATH_H
-#define CRL_CORE_PATH_H
+#ifndef CRL_UTIL_PATH_H
+#define CRL_UTIL_PATH_H
 
 #include <sys/types.h>
 
-#include "../util/err.h"
+#include "err.h"
 
 /* Validate an API path; `what` names it in the error. */
 int crl_path_check(const char *path, const char *what, struct crl_err *err);

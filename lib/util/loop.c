@@ -5,8 +5,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../util/fdio.h"
-#include "../util/log.h"
+#include "fdio.h"
+#include "log.h"
 
 #define LOOP_BATCH 256
 

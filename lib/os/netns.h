@@ -6,8 +6,8 @@
  * kept and reused: once every process of a sandbox is gone, nothing of it
  * remains in its namespace (its sockets closed, and it could change no
  * configuration there). */
-#ifndef CRL_CORE_NETNS_H
-#define CRL_CORE_NETNS_H
+#ifndef CRL_OS_NETNS_H
+#define CRL_OS_NETNS_H
 
 #include "../util/err.h"
 
