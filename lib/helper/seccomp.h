@@ -19,9 +19,9 @@ enum crl_seccomp_profile {
     CRL_SECCOMP_NO_NEW_CODE,
     /* The function backend: the container profile (which also refuses new
      * namespaces, so no user namespace to gain capabilities in), plus no
-     * ptrace or process_vm_*, and no socket(2) at all, only
-     * socketpair(AF_UNIX): a call has no network of its own to be kept in,
-     * so it gets none, and no host unix socket either. */
+     * ptrace or process_vm_*, and sockets of the local, IP and
+     * netlink-route families only (its network is its own namespace's;
+     * not vsock, packet or alg), socketpair(AF_UNIX) only. */
     CRL_SECCOMP_FUNCTION,
 };
 

@@ -725,6 +725,19 @@ int crl_cgroup_attach_fds(struct crl_cgroup *cg, const char *leaf, int *fds, int
     return 0;
 }
 
+int crl_cgroup_join_dirs(struct crl_cgroup *cg, int *fds)
+{
+    int n = 0;
+    fds[n++] = leaf_parent_fd(cg);
+    if (cg->m->version == CRL_CGROUP_V1) {
+        static const int others[] = {H_MEMORY, H_PIDS, H_CPU, H_CPUACCT};
+        for (size_t i = 0; i < CRL_ARRAY_SIZE(others); i++)
+            if (cg->m->parent_fd[others[i]] >= 0) /* absent, or shared with its twin */
+                fds[n++] = cg->fd[others[i]];
+    }
+    return n;
+}
+
 int crl_cgroup_leaf_dir(struct crl_cgroup *cg, const char *leaf, struct crl_err *err)
 {
     if (cg->m->version == CRL_CGROUP_V1)

@@ -86,6 +86,11 @@ const char *crl_cgroup_name(const struct crl_cgroup *cg);
  * created if needed.  Caller closes the fds. */
 int crl_cgroup_attach_fds(struct crl_cgroup *cg, const char *leaf, int *fds, int *nfds,
                           struct crl_err *err);
+/* The directories of leaf "." (borrowed: the cgroup keeps them open),
+ * CRL_CGROUP_MAX_FDS at most, for a process that joins on its own by
+ * writing itself into each one's cgroup.procs: so corrald opens nothing.
+ * Returns how many. */
+int crl_cgroup_join_dirs(struct crl_cgroup *cg, int *fds);
 /* v2: the directory of the leaf (made if needed), for clone3's
  * CLONE_INTO_CGROUP; -1 with CRL_E_UNSUPPORTED on v1.  Caller closes it. */
 int crl_cgroup_leaf_dir(struct crl_cgroup *cg, const char *leaf, struct crl_err *err);

@@ -15,7 +15,8 @@ the end it stops with SIGTERM; it must exit 0 and leave no cgroup, mount,
 process or sandbox of its own behind, or the run fails.  Each daemon has a
 cgroup parent of its own: corrald's start-up reconcile kills whatever sits
 under its parent.  CORRAL_BUILD names the build directory (default: build/
-of this tree); build/images is served when it exists.
+of this tree); build/images (what `make images` builds) is served when it
+exists, to the sanitizer build's daemons too.
 """
 
 import glob
@@ -41,6 +42,8 @@ sys.path.insert(0, str(REPO / "sdk" / "python"))
 import corral  # noqa: E402
 
 BUILD = Path(os.environ.get("CORRAL_BUILD", REPO / "build")).resolve()
+# The store `make images` builds (the debian image), whichever build is tested.
+IMAGES = REPO / "build" / "images"
 # OCI's name for this machine's architecture: the configs of the images made
 # here say it, since corrald refuses an image for another platform.
 HOST_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
@@ -111,8 +114,8 @@ class Corrald:
         args = [str(BUILD / "corrald"), "--state", str(self.state_dir),
                 "--socket", str(self.socket_path), "--cgroup-parent", self.cgroup_parent,
                 "--listen", "127.0.0.1:0", "--token-file", str(self.token_file)]
-        if (BUILD / "images").is_dir():
-            args += ["--images-from", str(BUILD / "images")]
+        if IMAGES.is_dir():
+            args += ["--images-from", str(IMAGES)]
         return args + self.extra_args
 
     def start(self, timeout=20):

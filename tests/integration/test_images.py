@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 import corral
-from conftest import BUILD, HOST_ARCH, SMALL, start_corrald
+from conftest import BUILD, IMAGES, HOST_ARCH, SMALL, start_corrald
 
 CORRAL = BUILD / "corral"
 TAG = "v1"
@@ -1543,7 +1543,7 @@ def test_the_debian_image_runs_python(imaged, iclient):
     """build-debian's image (debootstrap minbase + python3, in the store
     build/images that the test daemons read with --images-from) is an
     ordinary image: it runs python3."""
-    if not (BUILD / "images" / "tags" / "debian:latest").is_file():
+    if not (IMAGES / "tags" / "debian:latest").is_file():
         pytest.skip("no debian image: `make images` builds it into build/images")
     r = get_image(imaged, "debian")
     assert r.status == 200, r

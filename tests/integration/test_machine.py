@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUILD, SMALL, docker_archive
+from conftest import BUILD, IMAGES, SMALL, docker_archive
 
-DEBIAN = (BUILD / "images" / "tags" / "debian:latest").is_file()
+DEBIAN = (IMAGES / "tags" / "debian:latest").is_file()
 need_debian = pytest.mark.skipif(not DEBIAN, reason="no debian image: `make images` builds it")
 PROBE = "/usr/local/bin/corral-probe"
 RESOLV_MARK = b'# Network mode "none"'

@@ -159,12 +159,8 @@ void crl_fn_claim(struct crl_sandbox *sb, struct keeper *k)
         return;
     }
     int fds[1 + CRL_ZYG_MAX_CGROUP_FDS];
-    int ncg = 0;
     fds[0] = f->netns_fd;
-    if (crl_cgroup_attach_fds(f->cg, ".", fds + 1, &ncg, &err) < 0) {
-        crl_fn_create_fail(sb, &err);
-        return;
-    }
+    int ncg = crl_cgroup_join_dirs(f->cg, fds + 1);
     struct crl_zyg_claim c = {
         .op = CRL_ZYG_CLAIM,
         .uid = f->uid,
@@ -173,12 +169,8 @@ void crl_fn_claim(struct crl_sandbox *sb, struct keeper *k)
         .clock_start_s = 0,
     };
     snprintf(c.hostname, sizeof(c.hostname), "%s", sb->id);
-    ssize_t sent = crl_send_fds(k->sock, &c, sizeof(c), fds, 1 + ncg);
-    int e = errno;
-    for (int i = 0; i < ncg; i++)
-        close(fds[1 + i]);
-    if (sent < 0) {
-        crl_err_sys(&err, e, "talking to the sandbox's keeper");
+    if (crl_send_fds(k->sock, &c, sizeof(c), fds, 1 + ncg) < 0) {
+        crl_err_sys(&err, errno, "talking to the sandbox's keeper");
         crl_fn_create_fail(sb, &err);
         return;
     }

@@ -81,7 +81,7 @@ static int add_rule(int ruleset, const char *path, int dirfd, uint64_t access, b
     return r < 0 ? -e : 0;
 }
 
-static int landlock(const struct crl_jail *j)
+int crl_jail_ruleset(int scratch_fd)
 {
     int abi = crl_landlock_abi();
     if (abi < 1)
@@ -95,12 +95,11 @@ static int landlock(const struct crl_jail *j)
         attr.scoped = CRL_LANDLOCK_SCOPE_ABSTRACT_UNIX | CRL_LANDLOCK_SCOPE_SIGNAL;
         size = sizeof(attr);
     }
-    int rs = (int)syscall(SYS_landlock_create_ruleset, &attr, size, 0);
+    int rs = (int)syscall(SYS_landlock_create_ruleset, &attr, size, 0); /* close-on-exec */
     if (rs < 0)
         return -errno;
-    int r = 0;
-    if (r == 0) /* listing any directory of the root: all of it is the sandbox's */
-        r = add_rule(rs, "/", -1, LANDLOCK_ACCESS_FS_READ_DIR, true);
+    /* listing any directory of the root: all of it is the sandbox's */
+    int r = add_rule(rs, "/", -1, LANDLOCK_ACCESS_FS_READ_DIR, true);
     for (size_t i = 0; r == 0 && i < sizeof(exec_paths) / sizeof(exec_paths[0]); i++)
         r = add_rule(rs, exec_paths[i], -1, FS_READ | LANDLOCK_ACCESS_FS_EXECUTE, false);
     for (size_t i = 0; r == 0 && i < sizeof(read_paths) / sizeof(read_paths[0]); i++)
@@ -110,11 +109,12 @@ static int landlock(const struct crl_jail *j)
     if (r == 0) /* POSIX shared memory and semaphores: the sandbox's own, on its tmpfs */
         r = add_rule(rs, "/dev/shm", -1, all & ~LANDLOCK_ACCESS_FS_EXECUTE, false);
     if (r == 0) /* the scratch dir: everything, executing included (scripts) */
-        r = add_rule(rs, NULL, j->scratch_fd, all, true);
-    if (r == 0 && syscall(SYS_landlock_restrict_self, rs, 0) < 0)
-        r = -errno;
-    close(rs);
-    return r;
+        r = add_rule(rs, NULL, scratch_fd, all, true);
+    if (r < 0) {
+        close(rs);
+        return r;
+    }
+    return rs;
 }
 
 static int set_limit(int res, rlim_t v)
@@ -146,7 +146,7 @@ int crl_jail_enter(const struct crl_jail *j, const char **step)
     /* a credential change clears it: set it now; the call dies with its zygote */
     STEP("pdeathsig", neg_errno(prctl(PR_SET_PDEATHSIG, SIGKILL)));
     STEP("no_new_privs", neg_errno(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)));
-    STEP("landlock", landlock(j));
+    STEP("landlock", neg_errno(syscall(SYS_landlock_restrict_self, j->landlock_fd, 0)));
     /* Everything but stdio goes before the filter (close_range stays allowed
      * after, but nothing of ours is left to close then). */
     STEP("close", neg_errno((int)syscall(SYS_close_range, 3, j->status_at - 1, 0)));

@@ -30,6 +30,7 @@ struct crl_jail {
     int status_fd; /* kept, as CRL_ZYG_STATUS_FD-like `status_at` */
     int status_at;
     int scratch_fd;        /* O_PATH of the scratch dir */
+    int landlock_fd;       /* the ruleset (crl_jail_ruleset) */
     const int *cgroup_fds; /* cgroup.procs, to write "0" into */
     unsigned n_cgroup_fds;
     uid_t uid;
@@ -39,6 +40,12 @@ struct crl_jail {
 };
 
 int crl_jail_enter(const struct crl_jail *j, const char **step);
+
+/* The Landlock ruleset every call of a sandbox restricts itself with,
+ * made once, by its keeper, in the sandbox's mount namespace (so a call
+ * pays one landlock_restrict_self, not a ruleset's fifty syscalls): an fd
+ * (close-on-exec), or -errno (-ENOSYS: no Landlock). */
+int crl_jail_ruleset(int scratch_fd);
 
 /* The Landlock ABI this kernel has (0: none). */
 int crl_landlock_abi(void);

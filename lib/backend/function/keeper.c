@@ -54,6 +54,7 @@ static struct {
     int sock; /* to corrald */
     int sfd;  /* SIGCHLD */
     int scratch_fd;
+    int landlock_fd; /* the calls' ruleset, made at claim */
     uid_t uid;
     gid_t gid;
     pid_t *calls; /* children running a call, whose end corrald is told */
@@ -101,7 +102,7 @@ static int time_namespace(int64_t start_s)
     return crl_write_file_at(AT_FDCWD, "/proc/self/timens_offsets", offsets) < 0 ? -errno : 0;
 }
 
-/* fds: the network namespace, then the cgroup.procs files to join. */
+/* fds: the network namespace, then the cgroup directories to join. */
 static int claim(struct crl_zyg_claim *c, const int *fds, int nfds, const char **step)
 {
     *step = "claim";
@@ -109,14 +110,21 @@ static int claim(struct crl_zyg_claim *c, const int *fds, int nfds, const char *
         (unsigned)nfds != 1 + c->n_cgroup_fds || c->uid == 0 || c->gid == 0 ||
         !memchr(c->hostname, 0, sizeof(c->hostname)) || c->clock_start_s < 0)
         return -EPROTO;
+    /* A sandbox's now: its calls run at the ordinary priority (keepers
+     * are made SCHED_IDLE: zygote.c). */
+    struct sched_param param = {0};
+    STEP("sched", neg_errno(sched_setscheduler(0, SCHED_OTHER, &param)));
     for (unsigned i = 0; i < c->n_cgroup_fds; i++)
-        STEP("cgroup", write(fds[1 + i], "0", 1) == 1 ? 0 : -errno);
+        STEP("cgroup", crl_write_file_at(fds[1 + i], "cgroup.procs", "0") < 0 ? -errno : 0);
     /* The cgroup just joined is the root of what the sandbox sees. */
     STEP("cgroupns", neg_errno(unshare(CLONE_NEWCGROUP)));
     STEP("netns", neg_errno(setns(fds[0], CLONE_NEWNET)));
     STEP("hostname", neg_errno(sethostname(c->hostname, strlen(c->hostname))));
     STEP("root", crl_fnroot_claim(c, step));
     STEP("timens", time_namespace(c->clock_start_s));
+    int rs = crl_jail_ruleset(k.scratch_fd);
+    STEP("landlock", rs);
+    k.landlock_fd = rs;
     k.uid = c->uid;
     k.gid = c->gid;
     return 0;
@@ -176,6 +184,7 @@ static void child(const struct crl_zyg_fork *f, int *fds, char **strings, char *
         .status_fd = fds[3],
         .status_at = CRL_ZYG_STATUS_FD,
         .scratch_fd = k.scratch_fd,
+        .landlock_fd = k.landlock_fd,
         .cgroup_fds = f->into_cgroup ? &procs : fds + CRL_ZYG_FIXED_FDS,
         .n_cgroup_fds = f->into_cgroup ? (in_cgroup ? 0 : 1) : f->n_cgroup_fds,
         .uid = k.uid,

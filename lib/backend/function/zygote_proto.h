@@ -14,7 +14,8 @@
  *   corrald -> zygote   KEEPER               (no fds)
  *   zygote  -> corrald  REPLY {pid}          fds: corrald's end of the keeper's socket, its pidfd
  *   keeper  -> corrald  READY                fds: its root and scratch dirs (O_PATH); or err
- *   corrald -> keeper   CLAIM                fds: netns, cgroup.procs files (v1) or the one (v2)
+ *   corrald -> keeper   CLAIM                fds: netns, the cgroup directories to join (v1: one
+ *                                                 a hierarchy; v2: one)
  *   keeper  -> corrald  REPLY {id 0}         (err and step on failure; it then exits)
  *   corrald -> keeper   FORK                 fds: stdin, stdout, stderr, status pipe, then the
  *                                                 cgroup fds (see struct crl_zyg_fork)
