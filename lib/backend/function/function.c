@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -402,8 +403,10 @@ static void fn_shutdown(struct crl_host *h, void *state)
     for (unsigned i = 0; i < N_RUNTIMES; i++) {
         struct zygote *z = &st->zy[i];
         /* The pool's keepers (our children: reaped as they are freed). */
-        for (struct keeper *k = z->unclaimed; k; k = k->next)
+        for (struct keeper *k = z->unclaimed; k; k = k->next) {
+            setpriority(PRIO_PROCESS, k->pid, 0); /* one still building is at nice 19 */
             syscall(SYS_pidfd_send_signal, k->pidfd, SIGKILL, NULL, 0);
+        }
         while (z->unclaimed) {
             struct keeper *k = z->unclaimed;
             z->unclaimed = k->next;
@@ -415,6 +418,7 @@ static void fn_shutdown(struct crl_host *h, void *state)
         if (z->sock < 0)
             continue;
         crl_watch_stop(st->host->loop, &z->w);
+        setpriority(PRIO_PROCESS, z->pid, 0); /* so that it sees the EOF now, not when idle */
         close_fd(&z->sock); /* it exits on EOF; keepers it was building see theirs close */
         if (z->pid > 0) {
             int status;

@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <linux/sched.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -111,10 +110,6 @@ static int claim(struct crl_zyg_claim *c, const int *fds, int nfds, const char *
         (unsigned)nfds != 1 + c->n_cgroup_fds + c->n_home_fds || c->uid == 0 || c->gid == 0 ||
         !memchr(c->hostname, 0, sizeof(c->hostname)) || c->clock_start_s < 0)
         return -EPROTO;
-    /* A sandbox's now: its calls run at the ordinary priority (keepers
-     * are made SCHED_IDLE: zygote.c). */
-    struct sched_param param = {0};
-    STEP("sched", neg_errno(sched_setscheduler(0, SCHED_OTHER, &param)));
     for (unsigned i = 0; i < c->n_cgroup_fds; i++)
         STEP("cgroup", crl_write_file_at(fds[1 + i], "cgroup.procs", "0") < 0 ? -errno : 0);
     /* The cgroup just joined is the root of what the sandbox sees; then
@@ -553,6 +548,12 @@ void crl_keeper_main(const struct crl_zygote_runtime *rt, int sock, const char *
                    (fds[1] = crl_openat(AT_FDCWD, CRL_FN_SCRATCH, O_PATH | O_DIRECTORY, 0)) < 0)) {
         r = -errno;
         step = "open-root";
+    }
+    /* Built (at the zygote's low priority): from now on it answers at once,
+     * and its calls run at the ordinary one. */
+    if (setpriority(PRIO_PROCESS, 0, 0) < 0 && r == 0) {
+        r = -errno;
+        step = "setpriority";
     }
     struct crl_zyg_reply ready = {.op = CRL_ZYG_READY, .err = -r, .pid = getpid()};
     snprintf(ready.msg, sizeof(ready.msg), "%s", r < 0 ? step : "");

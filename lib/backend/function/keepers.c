@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -91,6 +92,8 @@ void crl_fn_keeper_lost(struct keeper *k, const char *why)
     struct zygote *z = &k->st->zy[k->runtime];
     enum keeper_state was = k->state;
     k->state = K_DEAD;
+    if (was == K_BUILDING) /* at the zygote's low priority: dying must not wait for idle time */
+        setpriority(PRIO_PROCESS, k->pid, 0);
     if (syscall(SYS_pidfd_send_signal, k->pidfd, SIGKILL, NULL, 0) < 0 && errno != ESRCH)
         crl_log_syscall(NULL, errno, "pidfd_send_signal(keeper %d)", (int)k->pid);
     struct crl_loop *loop = k->st->host->loop;
