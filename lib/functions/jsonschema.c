@@ -1,3 +1,7 @@
+/* The JSON Schema validator (jsonschema.h): the keyword table, checking a
+ * schema against it and validating an instance, together so that a new
+ * keyword is one file's change.  What both need of JSON values (paths and
+ * messages, numbers and equality, patterns) is in jsonschema_values.c. */
 #include "jsonschema.h"
 
 #include <math.h>
