@@ -31,6 +31,9 @@ struct crl_cgroup_mgr {
     bool created[V1_MAX]; /* we made the parent dir: remove it if opening fails */
     bool v2_memory, v2_pids, v2_cpu;
     char desc[160];
+    char root[512];     /* where the hierarchies are mounted */
+    int own_fd[V1_MAX]; /* the cgroup we run in, per hierarchy (crl_cgroup_mgr_own_dirs) */
+    bool own_open;
 };
 
 struct crl_cgroup {
@@ -178,7 +181,8 @@ int crl_cgroup_mgr_open(const struct crl_cgroup_config *cfg, struct crl_cgroup_m
     if (!m)
         return crl_err_sys(err, ENOMEM, "cgroup manager");
     for (int i = 0; i < V1_MAX; i++)
-        m->parent_fd[i] = -1;
+        m->parent_fd[i] = m->own_fd[i] = -1;
+    snprintf(m->root, sizeof(m->root), "%s", root);
     enum crl_cgroup_version v = cfg->version;
     if (v == CRL_CGROUP_AUTO) {
         char mem[512];
@@ -222,10 +226,77 @@ void crl_cgroup_mgr_free(struct crl_cgroup_mgr *m)
 {
     if (!m)
         return;
-    for (int i = 0; i < V1_MAX; i++)
+    for (int i = 0; i < V1_MAX; i++) {
         if (m->parent_fd[i] >= 0)
             close(m->parent_fd[i]);
+        if (m->own_fd[i] >= 0)
+            close(m->own_fd[i]);
+    }
     free(m);
+}
+
+/* The line of /proc/self/cgroup for hierarchy h (v1: the one whose
+ * controllers include h's; v2: "0::"), its path into path. */
+static int own_path(const char *procs, int h, bool v2, char *path, size_t cap)
+{
+    for (const char *line = procs; *line;) {
+        const char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        const char *c1 = memchr(line, ':', len);
+        const char *c2 = c1 ? memchr(c1 + 1, ':', len - (size_t)(c1 + 1 - line)) : NULL;
+        if (c2) {
+            bool match = false;
+            if (v2)
+                match = c2 == c1 + 1 && strncmp(line, "0:", 2) == 0;
+            else
+                for (const char *t = c1 + 1; t < c2 && !match;) {
+                    size_t tl = strcspn(t, ",:");
+                    match =
+                        tl == strlen(v1_controllers[h]) && strncmp(t, v1_controllers[h], tl) == 0;
+                    t += tl + 1;
+                }
+            if (match) {
+                int n = snprintf(path, cap, "%.*s", (int)(len - (size_t)(c2 + 1 - line)), c2 + 1);
+                return n > 0 && (size_t)n < cap ? 0 : -1;
+            }
+        }
+        line += len + (nl ? 1 : 0);
+    }
+    return -1;
+}
+
+int crl_cgroup_mgr_own_dirs(struct crl_cgroup_mgr *m, int *fds, struct crl_err *err)
+{
+    if (!m->own_open) {
+        char procs[4096], rel[1024], path[2048];
+        if (crl_read_file_at(AT_FDCWD, "/proc/self/cgroup", procs, sizeof(procs)) < 0)
+            return crl_err_sys(err, errno, "reading /proc/self/cgroup");
+        for (int h = 0; h < m->nh; h++) {
+            if (m->parent_fd[h] < 0)
+                continue;
+            bool v2 = m->version == CRL_CGROUP_V2;
+            if (own_path(procs, h, v2, rel, sizeof(rel)) < 0)
+                return crl_err_set(err, CRL_E_INTERNAL,
+                                   "no cgroup of ours for %s in /proc/self/cgroup",
+                                   v2 ? "cgroup2" : v1_controllers[h]);
+            snprintf(path, sizeof(path), "%s%s%s%s", m->root, v2 ? "" : "/",
+                     v2 ? "" : v1_controllers[h], rel);
+            if ((m->own_fd[h] = crl_openat(AT_FDCWD, path, O_RDONLY | O_DIRECTORY, 0)) < 0)
+                return crl_err_sys(err, errno, "open %s", path);
+        }
+        m->own_open = true;
+    }
+    /* in crl_cgroup_join_dirs' order: the one a process is killed and
+     * frozen in first */
+    int n = 0, first = m->version == CRL_CGROUP_V2 ? 0 : H_FREEZER;
+    fds[n++] = m->own_fd[first];
+    if (m->version == CRL_CGROUP_V1) {
+        static const int others[] = {H_MEMORY, H_PIDS, H_CPU, H_CPUACCT};
+        for (size_t i = 0; i < CRL_ARRAY_SIZE(others); i++)
+            if (m->parent_fd[others[i]] >= 0)
+                fds[n++] = m->own_fd[others[i]];
+    }
+    return n;
 }
 
 enum crl_cgroup_version crl_cgroup_mgr_version(const struct crl_cgroup_mgr *m)
@@ -534,10 +605,7 @@ static int set_limits(struct crl_cgroup *cg, const struct crl_cgroup_limits *l, 
     struct crl_cgroup_mgr *m = cg->m;
     char v[64];
     if (m->version == CRL_CGROUP_V1) {
-        if (l->memory_bytes)
-            snprintf(v, sizeof(v), "%" PRIu64, l->memory_bytes);
-        else
-            snprintf(v, sizeof(v), "-1");
+        snprintf(v, sizeof(v), "%" PRIu64, l->memory_bytes);
         /* memsw may never be below the memory limit: lift it, set, lower it.
          * memsw exists where swap accounting does; no swap beyond the limit. */
         bool memsw = crl_write_file_at(cg->fd[H_MEMORY], "memory.memsw.limit_in_bytes", "-1") == 0;
@@ -545,14 +613,11 @@ static int set_limits(struct crl_cgroup *cg, const struct crl_cgroup_limits *l, 
             return -1;
         if (memsw && write_at(cg->fd[H_MEMORY], "memory.memsw.limit_in_bytes", v, err) < 0)
             return -1;
-        if (l->pids)
-            snprintf(v, sizeof(v), "%u", l->pids);
-        else
-            snprintf(v, sizeof(v), "max");
+        snprintf(v, sizeof(v), "%u", l->pids);
         if (write_at(cg->fd[H_PIDS], "pids.max", v, err) < 0)
             return -1;
         if (cg->fd[H_CPU] >= 0) {
-            snprintf(v, sizeof(v), "%ld", l->cpus > 0 ? (long)(l->cpus * 100000) : -1L);
+            snprintf(v, sizeof(v), "%ld", (long)(l->cpus * 100000));
             if (write_at(cg->fd[H_CPU], "cpu.cfs_period_us", "100000", err) < 0 ||
                 write_at(cg->fd[H_CPU], "cpu.cfs_quota_us", v, err) < 0)
                 return -1;
@@ -561,27 +626,18 @@ static int set_limits(struct crl_cgroup *cg, const struct crl_cgroup_limits *l, 
     }
     int fd = cg->fd[0];
     if (m->v2_memory) {
-        if (l->memory_bytes)
-            snprintf(v, sizeof(v), "%" PRIu64, l->memory_bytes);
-        else
-            snprintf(v, sizeof(v), "max");
+        snprintf(v, sizeof(v), "%" PRIu64, l->memory_bytes);
         if (write_at(fd, "memory.max", v, err) < 0)
             return -1;
         crl_write_file_at(fd, "memory.swap.max", "0");
     }
     if (m->v2_pids) {
-        if (l->pids)
-            snprintf(v, sizeof(v), "%u", l->pids);
-        else
-            snprintf(v, sizeof(v), "max");
+        snprintf(v, sizeof(v), "%u", l->pids);
         if (write_at(fd, "pids.max", v, err) < 0)
             return -1;
     }
     if (m->v2_cpu) {
-        if (l->cpus > 0)
-            snprintf(v, sizeof(v), "%ld 100000", (long)(l->cpus * 100000));
-        else
-            snprintf(v, sizeof(v), "max 100000");
+        snprintf(v, sizeof(v), "%ld 100000", (long)(l->cpus * 100000));
         if (write_at(fd, "cpu.max", v, err) < 0)
             return -1;
     }

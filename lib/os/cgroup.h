@@ -35,7 +35,6 @@ struct crl_cgroup_config {
     bool allow_missing_controllers;
 };
 
-/* A limit of 0 is no limit (a cgroup for corral's own helpers). */
 struct crl_cgroup_limits {
     uint64_t memory_bytes;
     unsigned pids;
@@ -87,6 +86,11 @@ const char *crl_cgroup_name(const struct crl_cgroup *cg);
  * created if needed.  Caller closes the fds. */
 int crl_cgroup_attach_fds(struct crl_cgroup *cg, const char *leaf, int *fds, int *nfds,
                           struct crl_err *err);
+/* The directories of the cgroup the calling process (corrald) is in, in
+ * every hierarchy crl_cgroup_join_dirs() names, and in its order (borrowed:
+ * the manager keeps them open): for a helper of corrald's that joined a
+ * sandbox's cgroup for a moment and goes back.  Returns how many, or -1. */
+int crl_cgroup_mgr_own_dirs(struct crl_cgroup_mgr *m, int *fds, struct crl_err *err);
 /* The directories of leaf "." (borrowed: the cgroup keeps them open),
  * CRL_CGROUP_MAX_FDS at most, for a process that joins on its own by
  * writing itself into each one's cgroup.procs: so corrald opens nothing.

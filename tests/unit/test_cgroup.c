@@ -476,6 +476,77 @@ out:
     crl_cgroup_mgr_free(m);
 }
 
+/* A keeper's round trip (lib/backend/function/keeper.c): into a sandbox's
+ * cgroup through crl_cgroup_join_dirs, then back to ours through
+ * crl_cgroup_mgr_own_dirs, each by writing itself into cgroup.procs. */
+static void test_v1_join_and_own_dirs(void)
+{
+    case_setup();
+    struct crl_cgroup_mgr *m = mgr_v1(parent);
+    if (!m)
+        return;
+    struct crl_cgroup *cg = create(m, "own", 128, 64, 1);
+    if (!cg)
+        return;
+    int join[CRL_CGROUP_MAX_FDS], own[CRL_CGROUP_MAX_FDS];
+    struct crl_err e = CRL_ERR_INIT;
+    int nj = crl_cgroup_join_dirs(cg, join);
+    int no = crl_cgroup_mgr_own_dirs(m, own, &e);
+    ok(nj >= 3 && no == nj, "as many of our own dirs as join dirs (%d, %d): %s", nj, no, e.msg);
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0)
+        bail_out("pipe2");
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char c;
+        for (int i = 0; i < nj; i++)
+            if (crl_write_file_at(join[i], "cgroup.procs", "0") < 0)
+                _exit(10 + i);
+        if (read(p[0], &c, 1) != 1) /* the parent looks */
+            _exit(20);
+        for (int i = 0; i < no; i++)
+            if (crl_write_file_at(own[i], "cgroup.procs", "0") < 0)
+                _exit(30 + i);
+        if (read(p[0], &c, 1) != 1) /* and looks again */
+            _exit(40);
+        _exit(0);
+    }
+    close(p[0]);
+    char path[256], want[256], mine[256];
+    snprintf(want, sizeof(want), "/%s/own", parent);
+    bool in = false, back = true;
+    for (int t = 0; t < 500 && !in; t++) {
+        in = proc_cgroup(pid, "freezer", path, sizeof(path)) && strcmp(path, want) == 0;
+        if (!in)
+            usleep(2000);
+    }
+    for (size_t i = 0; in && i < 5; i++)
+        in = proc_cgroup(pid, v1_hier[i], path, sizeof(path)) && strcmp(path, want) == 0;
+    ok(in, "joined through the join dirs: in %s in every hierarchy", want);
+    if (write(p[1], "l", 1) != 1)
+        bail_out("write");
+    for (int t = 0; t < 500; t++) {
+        back = true;
+        for (size_t i = 0; back && i < 5; i++)
+            back = proc_cgroup(pid, v1_hier[i], path, sizeof(path)) &&
+                   proc_cgroup(getpid(), v1_hier[i], mine, sizeof(mine)) && strcmp(path, mine) == 0;
+        if (back)
+            break;
+        usleep(2000);
+    }
+    ok(back, "and back where we are, through our own dirs, in every hierarchy");
+    if (write(p[1], "l", 1) != 1)
+        bail_out("write");
+    close(p[1]);
+    int status = -1;
+    waitpid(pid, &status, 0);
+    ok(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the worker's writes all worked (%d)",
+       WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    release(cg, true);
+    crl_cgroup_mgr_free(m);
+}
+
 static void test_v1_kill_leaf(void)
 {
     case_setup();
@@ -984,6 +1055,7 @@ int main(void)
     TAP_RUN(test_v1_open, 30);
     TAP_RUN(test_v1_create_limits, 30);
     TAP_RUN(test_v1_attach_count, 30);
+    TAP_RUN(test_v1_join_and_own_dirs, 30);
     TAP_RUN(test_v1_kill_leaf, 30);
     TAP_RUN(test_v1_tidy, 10);
     TAP_RUN(test_v1_freeze, 30);

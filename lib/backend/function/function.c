@@ -162,7 +162,11 @@ void crl_fn_claim(struct crl_sandbox *sb, struct keeper *k)
     int fds[1 + 2 * CRL_ZYG_MAX_CGROUP_FDS];
     fds[0] = f->netns_fd;
     int ncg = crl_cgroup_join_dirs(f->cg, fds + 1);
-    int nhome = crl_cgroup_join_dirs(crl_fn_state->keepers_cg, fds + 1 + ncg);
+    int nhome = crl_cgroup_mgr_own_dirs(sb->host->cgroups, fds + 1 + ncg, &err);
+    if (nhome < 0) {
+        crl_fn_create_fail(sb, &err);
+        return;
+    }
     struct crl_zyg_claim c = {
         .op = CRL_ZYG_CLAIM,
         .uid = f->uid,
@@ -352,11 +356,6 @@ static int fn_init(struct crl_host *h, void **state, struct crl_err *err)
         crl_err_sys(err, errno, "mkdir %s", st->root_dir);
         goto fail;
     }
-    static const struct crl_cgroup_limits none = {0};
-    if (crl_cgroup_create(h->cgroups, "keepers", &none, &st->keepers_cg, err) < 0) {
-        crl_err_prefix(err, "the function backend's keepers");
-        goto fail;
-    }
     crl_fn_state = st;
     *state = st;
     /* Initialise the runtimes and fill the pools now, not in the first
@@ -373,8 +372,6 @@ static int fn_init(struct crl_host *h, void **state, struct crl_err *err)
     }
     return 0;
 fail:
-    if (st->keepers_cg)
-        crl_cgroup_release(st->keepers_cg, true, NULL);
     free(st->msg);
     free(st);
     return -1;
@@ -426,11 +423,6 @@ static void fn_shutdown(struct crl_host *h, void *state)
                 crl_log_syscall(NULL, errno, "waiting for zygote %d", (int)z->pid);
         }
     }
-    /* (what cannot go now, the host's reconcile of the cgroup parent takes) */
-    struct crl_err err = CRL_ERR_INIT;
-    if (crl_cgroup_tidy(st->keepers_cg, true) < 0 ||
-        crl_cgroup_release(st->keepers_cg, true, &err) < 0)
-        crl_debug(NULL, "the keepers' cgroup: %s", err.msg[0] ? err.msg : strerror(errno));
     free(st->msg);
     free(st);
     crl_fn_state = NULL;

@@ -98,10 +98,6 @@ struct fn_state {
     struct crl_host *host;
     char zygote_path[PATH_MAX];
     char root_dir[PATH_MAX]; /* <run dir>/function-root: each keeper's mountpoint */
-    /* Where zygotes and keepers live (no limits), so that what a sandbox's
-     * limits count is its calls alone: a keeper joins its sandbox's cgroup
-     * only to root its cgroup namespace there, and comes back. */
-    struct crl_cgroup *keepers_cg;
     struct zygote zy[N_RUNTIMES];
     uint64_t next_id;
     char *msg;

@@ -113,8 +113,9 @@ static int claim(struct crl_zyg_claim *c, const int *fds, int nfds, const char *
     for (unsigned i = 0; i < c->n_cgroup_fds; i++)
         STEP("cgroup", crl_write_file_at(fds[1 + i], "cgroup.procs", "0") < 0 ? -errno : 0);
     /* The cgroup just joined is the root of what the sandbox sees; then
-     * back to the keepers' own, so that what the sandbox's limits count
-     * (memory, pids, CPU) is its calls alone.  Calls join their leaves. */
+     * back to corrald's, where the zygote and the spawners live too, so that
+     * what the sandbox's limits count (memory, pids, CPU) is its calls
+     * alone.  Calls join their leaves. */
     STEP("cgroupns", neg_errno(unshare(CLONE_NEWCGROUP)));
     for (unsigned i = 0; i < c->n_home_fds; i++)
         STEP("cgroup",

@@ -277,15 +277,6 @@ int crl_fn_zygote_start(struct fn_state *st, unsigned rt, struct crl_err *err)
         close(pair[0]);
         return crl_err_sys(err, r, "starting %s", st->zygote_path);
     }
-    /* Into the keepers' cgroup before it makes any (it waits for us to ask). */
-    int dirs[CRL_CGROUP_MAX_FDS];
-    int nd = crl_cgroup_join_dirs(st->keepers_cg, dirs);
-    char spid[16];
-    snprintf(spid, sizeof(spid), "%d", (int)pid);
-    for (int i = 0; i < nd; i++)
-        if (crl_write_file_at(dirs[i], "cgroup.procs", spid) < 0)
-            crl_log_syscall(NULL, errno, "moving the %s zygote %d into the keepers' cgroup",
-                            crl_fn_runtimes[rt], (int)pid);
     /* Its hello: the runtime is initialised (python: a few tens of ms). */
     struct timeval tv = {10, 0};
     setsockopt(pair[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
