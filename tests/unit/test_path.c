@@ -2,9 +2,13 @@
  * crl_path_check (absolute, no "..", bounded) and crl_path_open_in_root
  * (openat2 RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS).  The second is tested
  * against a real tree with hostile symlinks planted in it: whatever a
- * sandbox plants, resolution must stay under its root. */
+ * sandbox plants, resolution must stay under its root.  Beneath them, the
+ * normaliser every path checker is a call of (a table over every rule set,
+ * and its limits; tests/fuzz/fuzz_path.c checks its invariants), and the
+ * openat2 wrapper's handling of the caller's flags. */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <limits.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -76,6 +80,137 @@ static void test_path_check(void)
     crl_path_check("rel", "the 'path' query parameter", &e);
     like(e.msg, "^the 'path' query parameter 'rel' must be absolute", "`what` names the path");
 }
+
+/* ---- crl_path_normalise: one table over every rule set ---- */
+
+#define API CRL_PATH_RULES_API
+#define MEMBER CRL_PATH_RULES_MEMBER
+#define LAYER CRL_PATH_RULES_LAYER
+#define STORED CRL_PATH_RULES_STORED
+
+static const struct crl_path_rules abs_canon = {CRL_PATH_ABS | CRL_PATH_CANONICAL, 0};
+
+static const struct {
+    const char *in;
+    const struct crl_path_rules *rules;
+    int want; /* >= 0: accepted (the length of `out`), else the enum crl_path_bad */
+    const char *out;
+} norm_cases[] = {
+    /* a tar member: relative, cleaned */
+    {"a/b", MEMBER, 3, "a/b"},
+    {"./a//b/./c/", MEMBER, 5, "a/b/c"},
+    {"./", MEMBER, 0, ""},
+    {".", MEMBER, 0, ""},
+    {".//.", MEMBER, 0, ""},
+    {"a/..b/b..", MEMBER, 9, "a/..b/b.."},
+    {"...", MEMBER, 3, "..."},
+    {".wh.x", MEMBER, 5, ".wh.x"},
+    {"", MEMBER, CRL_PATH_EMPTY, NULL},
+    {NULL, MEMBER, CRL_PATH_EMPTY, NULL},
+    {"/etc/passwd", MEMBER, CRL_PATH_ABSOLUTE, NULL},
+    {"//x", MEMBER, CRL_PATH_ABSOLUTE, NULL},
+    {"..", MEMBER, CRL_PATH_DOTDOT, NULL},
+    {"../x", MEMBER, CRL_PATH_DOTDOT, NULL},
+    {"a/..", MEMBER, CRL_PATH_DOTDOT, NULL},
+    {"a/../b", MEMBER, CRL_PATH_DOTDOT, NULL},
+    {"./../x", MEMBER, CRL_PATH_DOTDOT, NULL},
+    {"a/./../b", MEMBER, CRL_PATH_DOTDOT, NULL},
+    /* an OCI layer's: "" is the root too */
+    {"", LAYER, 0, ""},
+    {"./etc/", LAYER, 3, "etc"},
+    {"/abs", LAYER, CRL_PATH_ABSOLUTE, NULL},
+    /* the files API: absolute, checked but not rewritten by callers */
+    {"/", API, 1, "/"},
+    {"//a//b/", API, 4, "/a/b"},
+    {"/a/./b", API, 4, "/a/b"},
+    {"/.", API, 1, "/"},
+    {"rel", API, CRL_PATH_RELATIVE, NULL},
+    {"./x", API, CRL_PATH_RELATIVE, NULL},
+    {"", API, CRL_PATH_EMPTY, NULL},
+    {"/a/..", API, CRL_PATH_DOTDOT, NULL},
+    {"/a/\xff", API, CRL_PATH_NOT_UTF8, NULL},
+    {"/with space/and\xc3\xa9", API, 17, "/with space/and\xc3\xa9"},
+    /* a checkpoint manifest's: canonical as stored, or refused */
+    {"a/b", STORED, 3, "a/b"},
+    {"a", STORED, 1, "a"},
+    {"a/..b", STORED, 5, "a/..b"},
+    {"./a", STORED, CRL_PATH_NOT_CANONICAL, NULL},
+    {"a//b", STORED, CRL_PATH_NOT_CANONICAL, NULL},
+    {"a/", STORED, CRL_PATH_NOT_CANONICAL, NULL},
+    {"a/.", STORED, CRL_PATH_NOT_CANONICAL, NULL},
+    {".", STORED, CRL_PATH_NOT_CANONICAL, NULL},
+    {"/a", STORED, CRL_PATH_ABSOLUTE, NULL},
+    {"", STORED, CRL_PATH_EMPTY, NULL},
+    {"a/..", STORED, CRL_PATH_DOTDOT, NULL},
+    {"d/.wh.x", STORED, CRL_PATH_WHITEOUT, NULL},
+    {".wh..wh..opq", STORED, CRL_PATH_WHITEOUT, NULL},
+    {"d/.wh", STORED, 5, "d/.wh"},
+    /* absolute and canonical: "/" is the root, anything else exact */
+    {"/", &abs_canon, 1, "/"},
+    {"/a/b", &abs_canon, 4, "/a/b"},
+    {"/a/", &abs_canon, CRL_PATH_NOT_CANONICAL, NULL},
+    {"//a", &abs_canon, CRL_PATH_NOT_CANONICAL, NULL},
+    {"/./a", &abs_canon, CRL_PATH_NOT_CANONICAL, NULL},
+};
+
+static void test_normalise(void)
+{
+    for (size_t i = 0; i < sizeof(norm_cases) / sizeof(norm_cases[0]); i++) {
+        const char *in = norm_cases[i].in;
+        char out[64] = "(unset)";
+        int r = crl_path_normalise(in, in ? strlen(in) : 0, norm_cases[i].rules, out, sizeof(out));
+        if (norm_cases[i].want >= 0) {
+            ok(r == norm_cases[i].want && strcmp(out, norm_cases[i].out) == 0,
+               "'%s' normalises to '%s' (got %d, '%s')", in, norm_cases[i].out, r, out);
+            is_int(crl_path_normalise(in, in ? strlen(in) : 0, norm_cases[i].rules, NULL, 0), r,
+                   "'%s': the same length with no output", in);
+        } else {
+            ok(r == norm_cases[i].want, "'%s' is refused: %s (got %d: %s)", in ? in : "(NULL)",
+               crl_path_why(norm_cases[i].want), r, r < 0 ? crl_path_why(r) : out);
+        }
+    }
+}
+
+/* The limits: the rules' max_len on the input, the output's room, NUL
+ * bytes within the length, NAME_MAX per component. */
+static void test_normalise_limits(void)
+{
+    char out[8];
+    is_int(crl_path_normalise("abcdef", 6, MEMBER, out, sizeof(out)), 6,
+           "6 bytes fit in 8 (a slash and a NUL besides)");
+    is_int(crl_path_normalise("abcdefg", 7, MEMBER, out, sizeof(out)), CRL_PATH_TOO_LONG,
+           "7 do not: the room is counted as a tar extractor always has");
+    is_int(crl_path_normalise("./././././abc", 13, MEMBER, out, sizeof(out)), 3,
+           "the output's room bounds the output, not the input");
+    is_int(crl_path_normalise("ab/cd", 5, MEMBER, out, 1), CRL_PATH_TOO_LONG, "no room at all");
+    is_int(crl_path_normalise("a\0b", 3, MEMBER, out, sizeof(out)), CRL_PATH_NUL,
+           "a NUL inside the length is refused");
+    is_int(crl_path_normalise("a\0b", 3, STORED, NULL, 0), CRL_PATH_NUL, "for stored paths too");
+
+    static char big[70000];
+    memset(big, 'a', sizeof(big));
+    for (size_t i = 200; i < sizeof(big); i += 201)
+        big[i] = '/';
+    ok(crl_path_valid(big, 65535, STORED) && !crl_path_valid(big, 65536, STORED),
+       "a stored path is at most 65535 bytes");
+    memset(big, 'a', 300);
+    ok(crl_path_valid(big, NAME_MAX, STORED) && !crl_path_valid(big, NAME_MAX + 1, STORED),
+       "a stored path's component is at most NAME_MAX bytes");
+    is_int(crl_path_normalise(big, NAME_MAX + 1, STORED, NULL, 0), CRL_PATH_NAME_TOO_LONG,
+           "and says so");
+    ok(crl_path_valid(big, NAME_MAX + 1, MEMBER), "a member name's is not limited here");
+
+    /* first fault wins, in the documented order */
+    is_int(crl_path_normalise("/..", 3, MEMBER, NULL, 0), CRL_PATH_ABSOLUTE,
+           "absolute before '..'");
+    is_int(crl_path_normalise("a/../.wh.x", 10, STORED, NULL, 0), CRL_PATH_DOTDOT,
+           "components in order");
+    is_str(crl_path_why(CRL_PATH_DOTDOT), "a path with '..'", "crl_path_why names a refusal");
+}
+
+/* ---- crl_path_openat2: the flags are the caller's ---- */
+
+static void test_openat2_flags(void);
 
 /* ---- crl_path_open_in_root against a planted tree ---- */
 
@@ -331,10 +466,48 @@ static void test_open_magic_links(void)
     umount2(proc, MNT_DETACH);
 }
 
+static void test_openat2_flags(void)
+{
+    const unsigned long long beneath = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS;
+    long fd = crl_path_openat2(rootfd, "a/b/file", O_RDONLY, 0, beneath);
+    ok(fd >= 0, "a plain path beneath opens");
+    if (fd >= 0)
+        close((int)fd);
+    is_int(crl_path_openat2(rootfd, "a/etcdir/passwd", O_RDONLY, 0, beneath), -ELOOP,
+           "RESOLVE_NO_SYMLINKS: even an innocent symlink is ELOOP");
+    fd = crl_path_openat2(rootfd, "a/etcdir/passwd", O_RDONLY, 0, RESOLVE_BENEATH);
+    ok(fd >= 0, "without it, a symlink that stays beneath is followed");
+    if (fd >= 0)
+        close((int)fd);
+    is_int(crl_path_openat2(rootfd, "a/b/up", O_RDONLY, 0, RESOLVE_BENEATH), -EXDEV,
+           "RESOLVE_BENEATH: a symlink out is EXDEV");
+    is_int(crl_path_openat2(rootfd, "../etc/passwd", O_RDONLY, 0, RESOLVE_BENEATH), -EXDEV,
+           "and so is '..' out");
+    is_int(crl_path_openat2(rootfd, "/etc/passwd", O_RDONLY, 0, RESOLVE_BENEATH), -EXDEV,
+           "and an absolute path");
+    fd = crl_path_openat2(rootfd, "a", O_PATH | O_DIRECTORY, 0, beneath);
+    ok(fd >= 0, "O_PATH opens (openat2 would refuse it with O_NOCTTY)");
+    if (fd >= 0) {
+        ok(fcntl((int)fd, F_GETFD) == FD_CLOEXEC, "close-on-exec always");
+        close((int)fd);
+    }
+    fd = crl_path_openat2(rootfd, "a", O_RDONLY | O_DIRECTORY, 0755, beneath);
+    ok(fd >= 0, "a mode with O_DIRECTORY is not O_TMPFILE's: dropped, not EINVAL");
+    if (fd >= 0)
+        close((int)fd);
+    errno = 0;
+    is_int(crl_path_fd(crl_path_openat2(rootfd, "missing", O_RDONLY, 0, beneath)), -1,
+           "crl_path_fd: -1");
+    is_int(errno, ENOENT, "with errno set");
+}
+
 int main(void)
 {
     TAP_RUN(test_path_check, 10);
+    TAP_RUN(test_normalise, 10);
+    TAP_RUN(test_normalise_limits, 10);
     build_tree();
+    TAP_RUN(test_openat2_flags, 10);
     TAP_RUN(test_open_plain, 10);
     TAP_RUN(test_open_symlink_escapes, 10);
     TAP_RUN(test_open_creat, 10);
