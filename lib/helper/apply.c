@@ -663,13 +663,10 @@ int crl_apply_archive(struct archive *a, const struct crl_apply *o, struct crl_a
     c.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
     if (!perform)
         c.resolve |= RESOLVE_NO_XDEV;
-    int ret = 0;
+    int ret = 0, r;
     uint64_t seen = 0;
-    for (;;) {
-        struct archive_entry *e;
-        int r = archive_read_next_header(a, &e);
-        if (r == ARCHIVE_EOF)
-            break;
+    struct archive_entry *e;
+    while ((r = archive_read_next_header(a, &e)) != ARCHIVE_EOF) {
         if (r < ARCHIVE_WARN) {
             const char *s = archive_error_string(a);
             ret = crl_err_set(err, CRL_E_INVALID,

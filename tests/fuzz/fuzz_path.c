@@ -16,6 +16,7 @@
  *   - crl_path_check accepts exactly what the API's rules do.
  *
  *   tests/fuzz/run.sh builds it; corpus: tests/fuzz/corpus/path */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,13 +27,15 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define CHECK(cond)                                                                             \
-    do {                                                                                        \
-        if (!(cond)) {                                                                          \
-            fprintf(stderr, "fuzz_path: %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            abort();                                                                            \
-        }                                                                                       \
-    } while (0)
+/* A failed invariant: abort, so that libFuzzer keeps the input. */
+static void check(bool ok, const char *what, int line)
+{
+    if (ok)
+        return;
+    fprintf(stderr, "fuzz_path: line %d: check failed: %s\n", line, what);
+    abort();
+}
+#define CHECK(cond) check((cond), #cond, __LINE__)
 
 #define ROOM 8192
 

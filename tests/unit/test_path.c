@@ -83,90 +83,98 @@ static void test_path_check(void)
 
 /* ---- crl_path_normalise: one table over every rule set ---- */
 
-#define API CRL_PATH_RULES_API
-#define MEMBER CRL_PATH_RULES_MEMBER
-#define LAYER CRL_PATH_RULES_LAYER
-#define STORED CRL_PATH_RULES_STORED
-
 static const struct crl_path_rules abs_canon = {CRL_PATH_ABS | CRL_PATH_CANONICAL, 0};
 
-static const struct {
+struct taken {
+    const char *in, *out;
+};
+struct refused {
     const char *in;
+    int why; /* an enum crl_path_bad; 0 ends the list */
+};
+
+/* Per rule set, what it takes (and gives back) and what it refuses, and why. */
+static const struct {
+    const char *name;
     const struct crl_path_rules *rules;
-    int want; /* >= 0: accepted (the length of `out`), else the enum crl_path_bad */
-    const char *out;
-} norm_cases[] = {
-    /* a tar member: relative, cleaned */
-    {"a/b", MEMBER, 3, "a/b"},
-    {"./a//b/./c/", MEMBER, 5, "a/b/c"},
-    {"./", MEMBER, 0, ""},
-    {".", MEMBER, 0, ""},
-    {".//.", MEMBER, 0, ""},
-    {"a/..b/b..", MEMBER, 9, "a/..b/b.."},
-    {"...", MEMBER, 3, "..."},
-    {".wh.x", MEMBER, 5, ".wh.x"},
-    {"", MEMBER, CRL_PATH_EMPTY, NULL},
-    {NULL, MEMBER, CRL_PATH_EMPTY, NULL},
-    {"/etc/passwd", MEMBER, CRL_PATH_ABSOLUTE, NULL},
-    {"//x", MEMBER, CRL_PATH_ABSOLUTE, NULL},
-    {"..", MEMBER, CRL_PATH_DOTDOT, NULL},
-    {"../x", MEMBER, CRL_PATH_DOTDOT, NULL},
-    {"a/..", MEMBER, CRL_PATH_DOTDOT, NULL},
-    {"a/../b", MEMBER, CRL_PATH_DOTDOT, NULL},
-    {"./../x", MEMBER, CRL_PATH_DOTDOT, NULL},
-    {"a/./../b", MEMBER, CRL_PATH_DOTDOT, NULL},
-    /* an OCI layer's: "" is the root too */
-    {"", LAYER, 0, ""},
-    {"./etc/", LAYER, 3, "etc"},
-    {"/abs", LAYER, CRL_PATH_ABSOLUTE, NULL},
-    /* the files API: absolute, checked but not rewritten by callers */
-    {"/", API, 1, "/"},
-    {"//a//b/", API, 4, "/a/b"},
-    {"/a/./b", API, 4, "/a/b"},
-    {"/.", API, 1, "/"},
-    {"rel", API, CRL_PATH_RELATIVE, NULL},
-    {"./x", API, CRL_PATH_RELATIVE, NULL},
-    {"", API, CRL_PATH_EMPTY, NULL},
-    {"/a/..", API, CRL_PATH_DOTDOT, NULL},
-    {"/a/\xff", API, CRL_PATH_NOT_UTF8, NULL},
-    {"/with space/and\xc3\xa9", API, 17, "/with space/and\xc3\xa9"},
-    /* a checkpoint manifest's: canonical as stored, or refused */
-    {"a/b", STORED, 3, "a/b"},
-    {"a", STORED, 1, "a"},
-    {"a/..b", STORED, 5, "a/..b"},
-    {"./a", STORED, CRL_PATH_NOT_CANONICAL, NULL},
-    {"a//b", STORED, CRL_PATH_NOT_CANONICAL, NULL},
-    {"a/", STORED, CRL_PATH_NOT_CANONICAL, NULL},
-    {"a/.", STORED, CRL_PATH_NOT_CANONICAL, NULL},
-    {".", STORED, CRL_PATH_NOT_CANONICAL, NULL},
-    {"/a", STORED, CRL_PATH_ABSOLUTE, NULL},
-    {"", STORED, CRL_PATH_EMPTY, NULL},
-    {"a/..", STORED, CRL_PATH_DOTDOT, NULL},
-    {"d/.wh.x", STORED, CRL_PATH_WHITEOUT, NULL},
-    {".wh..wh..opq", STORED, CRL_PATH_WHITEOUT, NULL},
-    {"d/.wh", STORED, 5, "d/.wh"},
-    /* absolute and canonical: "/" is the root, anything else exact */
-    {"/", &abs_canon, 1, "/"},
-    {"/a/b", &abs_canon, 4, "/a/b"},
-    {"/a/", &abs_canon, CRL_PATH_NOT_CANONICAL, NULL},
-    {"//a", &abs_canon, CRL_PATH_NOT_CANONICAL, NULL},
-    {"/./a", &abs_canon, CRL_PATH_NOT_CANONICAL, NULL},
+    struct taken take[12];  /* ends at a NULL out */
+    struct refused bad[12]; /* ends at why 0 */
+} tables[] = {
+    {"a change set's member",
+     CRL_PATH_RULES_MEMBER,
+     {{"a/b", "a/b"},
+      {"./a//b/./c/", "a/b/c"},
+      {"./", ""},
+      {".", ""},
+      {".//.", ""},
+      {"a/..b/b..", "a/..b/b.."},
+      {"...", "..."},
+      {".wh.x", ".wh.x"}},
+     {{"", CRL_PATH_EMPTY},
+      {NULL, CRL_PATH_EMPTY},
+      {"/etc/passwd", CRL_PATH_ABSOLUTE},
+      {"//x", CRL_PATH_ABSOLUTE},
+      {"..", CRL_PATH_DOTDOT},
+      {"../x", CRL_PATH_DOTDOT},
+      {"a/..", CRL_PATH_DOTDOT},
+      {"a/../b", CRL_PATH_DOTDOT},
+      {"./../x", CRL_PATH_DOTDOT},
+      {"a/./../b", CRL_PATH_DOTDOT}}},
+    {"a layer's member",
+     CRL_PATH_RULES_LAYER,
+     {{"", ""}, {"./etc/", "etc"}, {"./", ""}},
+     {{"/abs", CRL_PATH_ABSOLUTE}, {"x/../..", CRL_PATH_DOTDOT}}},
+    {"a files-API path",
+     CRL_PATH_RULES_API,
+     {{"/", "/"},
+      {"//a//b/", "/a/b"},
+      {"/a/./b", "/a/b"},
+      {"/.", "/"},
+      {"/with space/and\xc3\xa9", "/with space/and\xc3\xa9"}},
+     {{"rel", CRL_PATH_RELATIVE},
+      {"./x", CRL_PATH_RELATIVE},
+      {"", CRL_PATH_EMPTY},
+      {"/a/..", CRL_PATH_DOTDOT},
+      {"/a/\xff", CRL_PATH_NOT_UTF8}}},
+    {"a stored path",
+     CRL_PATH_RULES_STORED,
+     {{"a/b", "a/b"}, {"a", "a"}, {"a/..b", "a/..b"}, {"d/.wh", "d/.wh"}},
+     {{"./a", CRL_PATH_NOT_CANONICAL},
+      {"a//b", CRL_PATH_NOT_CANONICAL},
+      {"a/", CRL_PATH_NOT_CANONICAL},
+      {"a/.", CRL_PATH_NOT_CANONICAL},
+      {".", CRL_PATH_NOT_CANONICAL},
+      {"/a", CRL_PATH_ABSOLUTE},
+      {"", CRL_PATH_EMPTY},
+      {"a/..", CRL_PATH_DOTDOT},
+      {"d/.wh.x", CRL_PATH_WHITEOUT},
+      {".wh..wh..opq", CRL_PATH_WHITEOUT}}},
+    {"an absolute canonical path",
+     &abs_canon,
+     {{"/", "/"}, {"/a/b", "/a/b"}},
+     {{"/a/", CRL_PATH_NOT_CANONICAL},
+      {"//a", CRL_PATH_NOT_CANONICAL},
+      {"/./a", CRL_PATH_NOT_CANONICAL}}},
 };
 
 static void test_normalise(void)
 {
-    for (size_t i = 0; i < sizeof(norm_cases) / sizeof(norm_cases[0]); i++) {
-        const char *in = norm_cases[i].in;
-        char out[64] = "(unset)";
-        int r = crl_path_normalise(in, in ? strlen(in) : 0, norm_cases[i].rules, out, sizeof(out));
-        if (norm_cases[i].want >= 0) {
-            ok(r == norm_cases[i].want && strcmp(out, norm_cases[i].out) == 0,
-               "'%s' normalises to '%s' (got %d, '%s')", in, norm_cases[i].out, r, out);
-            is_int(crl_path_normalise(in, in ? strlen(in) : 0, norm_cases[i].rules, NULL, 0), r,
-                   "'%s': the same length with no output", in);
-        } else {
-            ok(r == norm_cases[i].want, "'%s' is refused: %s (got %d: %s)", in ? in : "(NULL)",
-               crl_path_why(norm_cases[i].want), r, r < 0 ? crl_path_why(r) : out);
+    for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++) {
+        const struct crl_path_rules *rules = tables[t].rules;
+        for (const struct taken *c = tables[t].take; c->out; c++) {
+            char out[64] = "(unset)";
+            size_t len = strlen(c->in);
+            int r = crl_path_normalise(c->in, len, rules, out, sizeof(out));
+            ok(r == (int)strlen(c->out) && strcmp(out, c->out) == 0,
+               "%s: '%s' normalises to '%s' (got %d, '%s')", tables[t].name, c->in, c->out, r, out);
+            is_int(crl_path_normalise(c->in, len, rules, NULL, 0), r,
+                   "%s: '%s': the same length with no output", tables[t].name, c->in);
+        }
+        for (const struct refused *c = tables[t].bad; c->why; c++) {
+            char out[64] = "(unset)";
+            int r = crl_path_normalise(c->in, c->in ? strlen(c->in) : 0, rules, out, sizeof(out));
+            ok(r == c->why, "%s: '%s' is refused: %s (got %d: %s)", tables[t].name,
+               c->in ? c->in : "(NULL)", crl_path_why(c->why), r, r < 0 ? crl_path_why(r) : out);
         }
     }
 }
@@ -176,34 +184,39 @@ static void test_normalise(void)
 static void test_normalise_limits(void)
 {
     char out[8];
-    is_int(crl_path_normalise("abcdef", 6, MEMBER, out, sizeof(out)), 6,
+    is_int(crl_path_normalise("abcdef", 6, CRL_PATH_RULES_MEMBER, out, sizeof(out)), 6,
            "6 bytes fit in 8 (a slash and a NUL besides)");
-    is_int(crl_path_normalise("abcdefg", 7, MEMBER, out, sizeof(out)), CRL_PATH_TOO_LONG,
-           "7 do not: the room is counted as a tar extractor always has");
-    is_int(crl_path_normalise("./././././abc", 13, MEMBER, out, sizeof(out)), 3,
+    is_int(crl_path_normalise("abcdefg", 7, CRL_PATH_RULES_MEMBER, out, sizeof(out)),
+           CRL_PATH_TOO_LONG, "7 do not: the room is counted as a tar extractor always has");
+    is_int(crl_path_normalise("./././././abc", 13, CRL_PATH_RULES_MEMBER, out, sizeof(out)), 3,
            "the output's room bounds the output, not the input");
-    is_int(crl_path_normalise("ab/cd", 5, MEMBER, out, 1), CRL_PATH_TOO_LONG, "no room at all");
-    is_int(crl_path_normalise("a\0b", 3, MEMBER, out, sizeof(out)), CRL_PATH_NUL,
+    is_int(crl_path_normalise("ab/cd", 5, CRL_PATH_RULES_MEMBER, out, 1), CRL_PATH_TOO_LONG,
+           "no room at all");
+    is_int(crl_path_normalise("a\0b", 3, CRL_PATH_RULES_MEMBER, out, sizeof(out)), CRL_PATH_NUL,
            "a NUL inside the length is refused");
-    is_int(crl_path_normalise("a\0b", 3, STORED, NULL, 0), CRL_PATH_NUL, "for stored paths too");
+    is_int(crl_path_normalise("a\0b", 3, CRL_PATH_RULES_STORED, NULL, 0), CRL_PATH_NUL,
+           "for stored paths too");
 
     static char big[70000];
     memset(big, 'a', sizeof(big));
     for (size_t i = 200; i < sizeof(big); i += 201)
         big[i] = '/';
-    ok(crl_path_valid(big, 65535, STORED) && !crl_path_valid(big, 65536, STORED),
+    ok(crl_path_valid(big, 65535, CRL_PATH_RULES_STORED) &&
+           !crl_path_valid(big, 65536, CRL_PATH_RULES_STORED),
        "a stored path is at most 65535 bytes");
     memset(big, 'a', 300);
-    ok(crl_path_valid(big, NAME_MAX, STORED) && !crl_path_valid(big, NAME_MAX + 1, STORED),
+    ok(crl_path_valid(big, NAME_MAX, CRL_PATH_RULES_STORED) &&
+           !crl_path_valid(big, NAME_MAX + 1, CRL_PATH_RULES_STORED),
        "a stored path's component is at most NAME_MAX bytes");
-    is_int(crl_path_normalise(big, NAME_MAX + 1, STORED, NULL, 0), CRL_PATH_NAME_TOO_LONG,
-           "and says so");
-    ok(crl_path_valid(big, NAME_MAX + 1, MEMBER), "a member name's is not limited here");
+    is_int(crl_path_normalise(big, NAME_MAX + 1, CRL_PATH_RULES_STORED, NULL, 0),
+           CRL_PATH_NAME_TOO_LONG, "and says so");
+    ok(crl_path_valid(big, NAME_MAX + 1, CRL_PATH_RULES_MEMBER),
+       "a member name's is not limited here");
 
     /* first fault wins, in the documented order */
-    is_int(crl_path_normalise("/..", 3, MEMBER, NULL, 0), CRL_PATH_ABSOLUTE,
+    is_int(crl_path_normalise("/..", 3, CRL_PATH_RULES_MEMBER, NULL, 0), CRL_PATH_ABSOLUTE,
            "absolute before '..'");
-    is_int(crl_path_normalise("a/../.wh.x", 10, STORED, NULL, 0), CRL_PATH_DOTDOT,
+    is_int(crl_path_normalise("a/../.wh.x", 10, CRL_PATH_RULES_STORED, NULL, 0), CRL_PATH_DOTDOT,
            "components in order");
     is_str(crl_path_why(CRL_PATH_DOTDOT), "a path with '..'", "crl_path_why names a refusal");
 }
