@@ -100,6 +100,8 @@ $(B)/tests/test_%: tests/unit/test_%.c tests/unit/tap.h $(LIB)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC+LD   $@")
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+# The checkpoint store's tests share a header of helpers.
+$(filter $(B)/tests/test_ckpt_%,$(UNIT_BIN)): tests/unit/ckpt_fixture.h
 
 deps:
 	scripts/install-deps.sh

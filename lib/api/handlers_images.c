@@ -371,9 +371,9 @@ void crl_h_images_import_begin(struct crl_req *r)
         crl_err_set(&err, CRL_E_MEDIA,
                     "an image is uploaded as application/x-tar or application/octet-stream, not %s",
                     ct);
-    } else if (name && crl_image_name_canon(name, canon, &err) < 0) {
+    } else if (name && crl_store_name_canon(name, canon, &err) < 0) {
         crl_err_prefix(&err, "name");
-    } else if (ref && crl_image_ref_check(ref, &err) < 0) {
+    } else if (ref && crl_store_ref_check(ref, &err) < 0) {
         crl_err_prefix(&err, "ref");
     } else if (a->host->shutting_down) {
         crl_err_set(&err, CRL_E_UNAVAILABLE, "corrald is shutting down");

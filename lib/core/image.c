@@ -349,7 +349,7 @@ struct crl_image *crl_image_get(struct crl_image_store *s, const char *name, str
 {
     char canon[CRL_IMAGE_NAME_MAX + 1];
     struct crl_err e = CRL_ERR_INIT;
-    const char *key = crl_image_name_canon(name, canon, &e) == 0 ? canon : name;
+    const char *key = crl_store_name_canon(name, canon, &e) == 0 ? canon : name;
     for (size_t i = 0; i < s->n_live; i++)
         if (s->live[i]->cached && strcmp(s->live[i]->name, key) == 0) {
             s->live[i]->refs++;
@@ -427,7 +427,7 @@ json_t *crl_image_inspect_json(struct crl_image_store *s, const char *name, stru
 {
     char canon[CRL_IMAGE_NAME_MAX + 1];
     struct crl_err e = CRL_ERR_INIT;
-    const char *key = crl_image_name_canon(name, canon, &e) == 0 ? canon : name;
+    const char *key = crl_store_name_canon(name, canon, &e) == 0 ? canon : name;
     struct crl_store_image *rec = NULL;
     int store = find(s, key, &rec, err);
     if (store < 0)
@@ -464,7 +464,7 @@ json_t *crl_image_list_json(struct crl_image_store *s)
 int crl_image_remove(struct crl_image_store *s, const char *name, struct crl_err *err)
 {
     char canon[CRL_IMAGE_NAME_MAX + 1];
-    if (crl_image_name_canon(name, canon, err) < 0)
+    if (crl_store_name_canon(name, canon, err) < 0)
         return -1;
     struct crl_store_image *rec = NULL;
     int store = find(s, canon, &rec, err);
@@ -488,7 +488,7 @@ int crl_image_tag(struct crl_image_store *s, const char *src, const char *dst, j
                   struct crl_err *err)
 {
     char canon[CRL_IMAGE_NAME_MAX + 1];
-    if (crl_image_name_canon(dst, canon, err) < 0)
+    if (crl_store_name_canon(dst, canon, err) < 0)
         return -1;
     struct crl_store_image *rec = NULL;
     int store = find(s, src, &rec, err);

@@ -1,526 +1,25 @@
+/* The JSON Schema validator (jsonschema.h): the keyword table, checking a
+ * schema against it and validating an instance, together so that a new
+ * keyword is one file's change.  What both need of JSON values (paths and
+ * messages, numbers and equality, patterns) is in jsonschema_values.c. */
 #include "jsonschema.h"
 
-#include <float.h>
-#include <locale.h>
 #include <math.h>
-#include <pthread.h>
 #include <regex.h>
 #include <stdarg.h>
 #include <stdbool.h>
-#include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "../util/cleanup.h"
+#include "jsonschema_values.h"
 
-#define MAX_DEPTH CRL_JSONSCHEMA_MAX_DEPTH
-#define PATH_SHOWN 200  /* longest path put in a message */
-#define NAME_SHOWN 64   /* longest key, keyword or pattern quoted in a message */
-#define VALUE_SHOWN 100 /* longest JSON value (enum, const) put in a message */
-#define RX_CACHE 16     /* patterns compiled once per validation */
+#define RX_CACHE 16 /* patterns compiled once per validation */
 
 /* Internal results of validation: a mismatch can be absorbed by anyOf, oneOf
  * and not; a fatal error (a malformed schema, no memory) never is. */
 #define MISMATCH (-1)
 #define FATAL (-2)
-
-/* ---- paths and messages ---- */
-
-/* A JSON path as a chain of stack frames, rendered only when a message needs
- * it, so that a valid instance costs no string work. */
-struct loc {
-    const struct loc *up; /* NULL for the root, whose key is its name */
-    const char *key;      /* NULL for an array index */
-    size_t idx;
-};
-
-/* Append at most what fits, never cutting a UTF-8 sequence. */
-static void put(char *buf, size_t cap, size_t *len, const char *s, size_t n)
-{
-    if (*len + 1 >= cap)
-        return;
-    if (n > cap - 1 - *len) {
-        n = cap - 1 - *len;
-        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
-            n--;
-    }
-    memcpy(buf + *len, s, n);
-    *len += n;
-    buf[*len] = 0;
-}
-
-static size_t utf8_floor(const char *s, size_t n)
-{
-    while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
-        n--;
-    return n;
-}
-
-/* `s` as shown in a message: quotes, backslashes and control bytes escaped,
- * cut after NAME_SHOWN bytes. */
-static void put_escaped(char *buf, size_t cap, size_t *len, const char *s)
-{
-    size_t n = strlen(s);
-    size_t shown = n > NAME_SHOWN ? utf8_floor(s, NAME_SHOWN) : n;
-    for (size_t i = 0; i < shown; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        char e[8];
-        if (ch == '\'' || ch == '\\') {
-            e[0] = '\\';
-            e[1] = (char)ch;
-            put(buf, cap, len, e, 2);
-        } else if (ch < 0x20 || ch == 0x7f) {
-            snprintf(e, sizeof(e), "\\x%02x", ch);
-            put(buf, cap, len, e, 4);
-        } else {
-            put(buf, cap, len, s + i, 1);
-        }
-    }
-    if (shown < n)
-        put(buf, cap, len, "...", 3);
-}
-
-struct quoted {
-    char s[4 * NAME_SHOWN + 8];
-};
-
-static const char *quote(struct quoted *q, const char *name)
-{
-    size_t len = 0;
-    q->s[0] = 0;
-    put(q->s, sizeof(q->s), &len, "'", 1);
-    put_escaped(q->s, sizeof(q->s), &len, name);
-    put(q->s, sizeof(q->s), &len, "'", 1);
-    return q->s;
-}
-
-static bool is_ident(const char *k)
-{
-    size_t n = strlen(k);
-    if (n == 0 || n > NAME_SHOWN)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)k[i];
-        bool alpha = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '_' || ch == '$';
-        bool digit = (ch >= '0' && ch <= '9') || ch == '-';
-        if (!alpha && !(i > 0 && digit))
-            return false;
-    }
-    return true;
-}
-
-/* "args.tags[2]", "schema.properties['a b'].type"; a path longer than
- * PATH_SHOWN keeps its head and its tail around "...". */
-static void render_loc(const struct loc *at, char *out, size_t outsz)
-{
-    const struct loc *chain[3 * MAX_DEPTH + 16];
-    size_t n = 0;
-    bool cut = false;
-    for (const struct loc *l = at; l; l = l->up) {
-        if (n == CRL_ARRAY_SIZE(chain)) {
-            cut = true;
-            break;
-        }
-        chain[n++] = l;
-    }
-    char full[4096];
-    size_t len = 0;
-    full[0] = 0;
-    if (cut)
-        put(full, sizeof(full), &len, "...", 3);
-    for (size_t i = n; i-- > 0;) {
-        const struct loc *l = chain[i];
-        if (!l->up) {
-            put(full, sizeof(full), &len, l->key, strlen(l->key));
-        } else if (!l->key) {
-            char ix[32];
-            int k = snprintf(ix, sizeof(ix), "[%zu]", l->idx);
-            put(full, sizeof(full), &len, ix, (size_t)k);
-        } else if (is_ident(l->key)) {
-            put(full, sizeof(full), &len, ".", 1);
-            put(full, sizeof(full), &len, l->key, strlen(l->key));
-        } else {
-            put(full, sizeof(full), &len, "['", 2);
-            put_escaped(full, sizeof(full), &len, l->key);
-            put(full, sizeof(full), &len, "']", 2);
-        }
-    }
-    if (len < outsz) {
-        memcpy(out, full, len + 1);
-        return;
-    }
-    size_t head = utf8_floor(full, outsz / 3);
-    size_t tail = len - (outsz - head - 4);
-    while (((unsigned char)full[tail] & 0xC0) == 0x80)
-        tail++;
-    snprintf(out, outsz, "%.*s...%s", (int)head, full, full + tail);
-}
-
-/* "<path>: <message>" into *err; returns -1. */
-static int fail_at(struct crl_err *err, enum crl_errc code, const struct loc *at, const char *fmt,
-                   ...) __attribute__((format(printf, 4, 5)));
-static int fail_at(struct crl_err *err, enum crl_errc code, const struct loc *at, const char *fmt,
-                   ...)
-{
-    if (!err)
-        return -1;
-    char path[PATH_SHOWN + 1];
-    char msg[sizeof(err->msg)];
-    render_loc(at, path, sizeof(path));
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    return crl_err_set(err, code, "%s: %s", path, msg);
-}
-
-/* A message about the same path without the path repeated. */
-static const char *after_path(const char *msg, const struct loc *at)
-{
-    char path[PATH_SHOWN + 1];
-    render_loc(at, path, sizeof(path));
-    size_t n = strlen(path);
-    if (strncmp(msg, path, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ')
-        return msg + n + 2;
-    return msg;
-}
-
-static const char *type_name(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "object";
-    case JSON_ARRAY: return "array";
-    case JSON_STRING: return "string";
-    case JSON_INTEGER: return "integer";
-    case JSON_REAL: return "number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "boolean";
-    case JSON_NULL: return "null";
-    }
-    return "value";
-}
-
-struct shown {
-    char s[VALUE_SHOWN + 8];
-};
-
-/* A JSON value (from the schema) in compact JSON, cut after VALUE_SHOWN bytes. */
-static const char *show_value(struct shown *b, const json_t *v)
-{
-    size_t need = json_dumpb(v, b->s, VALUE_SHOWN + 1, JSON_COMPACT | JSON_ENCODE_ANY);
-    if (need == 0)
-        snprintf(b->s, sizeof(b->s), "(a %s)", type_name(v));
-    else if (need <= VALUE_SHOWN)
-        b->s[need] = 0;
-    else
-        memcpy(b->s + utf8_floor(b->s, VALUE_SHOWN), "...", 4);
-    return b->s;
-}
-
-/* ---- numbers and equality ---- */
-
-/* An integer, or a real with no fractional part that fits a long long. */
-static bool integral(const json_t *v, long long *out)
-{
-    if (json_is_integer(v)) {
-        *out = json_integer_value(v);
-        return true;
-    }
-    if (json_is_real(v)) {
-        double d = json_real_value(v);
-        if (d == trunc(d) && d >= -9223372036854775808.0 && d < 9223372036854775808.0) {
-            *out = (long long)d;
-            return true;
-        }
-    }
-    return false;
-}
-
-/* Exact between integers; long double holds every long long exactly. */
-static int num_cmp(const json_t *a, const json_t *b)
-{
-    if (json_is_integer(a) && json_is_integer(b)) {
-        json_int_t x = json_integer_value(a), y = json_integer_value(b);
-        return (x > y) - (x < y);
-    }
-    long double x = json_is_integer(a) ? (long double)json_integer_value(a) : json_real_value(a);
-    long double y = json_is_integer(b) ? (long double)json_integer_value(b) : json_real_value(b);
-    return (x > y) - (x < y);
-}
-
-struct numtext {
-    char s[40];
-};
-
-static const char *show_num(struct numtext *b, const json_t *v)
-{
-    if (json_is_integer(v)) {
-        snprintf(b->s, sizeof(b->s), "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-    } else {
-        double d = json_number_value(v);
-        snprintf(b->s, sizeof(b->s), "%.15g", d);
-        if (strtod(b->s, NULL) != d)
-            snprintf(b->s, sizeof(b->s), "%.17g", d);
-    }
-    return b->s;
-}
-
-static bool is_multiple(const json_t *x, const json_t *m)
-{
-    if (json_is_integer(x) && json_is_integer(m))
-        return json_integer_value(x) % json_integer_value(m) == 0;
-    double q = json_number_value(x) / json_number_value(m);
-    if (!isfinite(q))
-        return false;
-    /* x / m carries the rounding of both: allow a few ulps of q. */
-    return fabs(q - nearbyint(q)) <= 8 * DBL_EPSILON * fmax(1.0, fabs(q));
-}
-
-/* JSON Schema equality: 1 equals 1.0, objects ignore key order.  The depth
- * is bounded by the scans of instances and of enum/const values. */
-static bool json_eq(const json_t *a, const json_t *b)
-{
-    if (json_is_number(a) && json_is_number(b))
-        return num_cmp(a, b) == 0;
-    if (json_typeof(a) != json_typeof(b))
-        return false;
-    switch (json_typeof(a)) {
-    case JSON_STRING:
-        return json_string_length(a) == json_string_length(b) &&
-               memcmp(json_string_value(a), json_string_value(b), json_string_length(a)) == 0;
-    case JSON_ARRAY: {
-        size_t n = json_array_size(a);
-        if (n != json_array_size(b))
-            return false;
-        for (size_t i = 0; i < n; i++)
-            if (!json_eq(json_array_get(a, i), json_array_get(b, i)))
-                return false;
-        return true;
-    }
-    case JSON_OBJECT: {
-        if (json_object_size(a) != json_object_size(b))
-            return false;
-        const char *key;
-        json_t *v;
-        json_object_foreach((json_t *)a, key, v)
-        {
-            const json_t *w = json_object_get(b, key);
-            if (!w || !json_eq(v, w))
-                return false;
-        }
-        return true;
-    }
-    default: return true; /* null, true, false: the type is the value */
-    }
-}
-
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
-static uint64_t bytes_hash(const char *s, size_t n)
-{
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)s[i]) * 0x100000001b3ULL;
-    return mix(h ^ n);
-}
-
-/* Equal values (json_eq) hash equal: integral numbers hash as integers. */
-static uint64_t json_hash(const json_t *v)
-{
-    long long i;
-    uint64_t h;
-    switch (json_typeof(v)) {
-    case JSON_NULL: return 1;
-    case JSON_TRUE: return 2;
-    case JSON_FALSE: return 3;
-    case JSON_INTEGER:
-    case JSON_REAL: {
-        if (integral(v, &i))
-            return mix((uint64_t)i ^ 0x6e756d);
-        double d = json_real_value(v);
-        memcpy(&h, &d, sizeof(h));
-        return mix(h ^ 0x7265616c);
-    }
-    case JSON_STRING: return bytes_hash(json_string_value(v), json_string_length(v));
-    case JSON_ARRAY:
-        h = 0x617272;
-        for (size_t k = 0; k < json_array_size(v); k++)
-            h = mix(h + json_hash(json_array_get(v, k)));
-        return h;
-    case JSON_OBJECT: {
-        const char *key;
-        json_t *val;
-        h = 0x6f626a;
-        json_object_foreach((json_t *)v, key, val)
-        {
-            h += mix(bytes_hash(key, strlen(key)) ^ mix(json_hash(val)));
-        }
-        return h;
-    }
-    }
-    return 0;
-}
-
-struct hent {
-    uint64_t h;
-    size_t i;
-};
-
-static int hent_cmp(const void *pa, const void *pb)
-{
-    const struct hent *a = pa, *b = pb;
-    if (a->h != b->h)
-        return a->h < b->h ? -1 : 1;
-    return (a->i > b->i) - (a->i < b->i);
-}
-
-/* 1 if the items of `arr` are pairwise distinct, 0 with the first equal pair
- * (by the later index) in *da < *db, -1 without memory.  Sorting by hash
- * keeps this O(n log n) for arrays of any length. */
-static int all_distinct(const json_t *arr, size_t *da, size_t *db)
-{
-    size_t n = json_array_size(arr);
-    if (n < 2)
-        return 1;
-    cleanup_free struct hent *t = calloc(n, sizeof(*t));
-    if (!t)
-        return -1;
-    for (size_t i = 0; i < n; i++) {
-        t[i].h = json_hash(json_array_get(arr, i));
-        t[i].i = i;
-    }
-    qsort(t, n, sizeof(*t), hent_cmp);
-    bool found = false;
-    for (size_t s = 0, e; s < n; s = e) {
-        for (e = s + 1; e < n && t[e].h == t[s].h;)
-            e++;
-        for (size_t a = s; a < e; a++)
-            for (size_t b = a + 1; b < e; b++)
-                if ((!found || t[b].i < *db) &&
-                    json_eq(json_array_get(arr, t[a].i), json_array_get(arr, t[b].i))) {
-                    *da = t[a].i;
-                    *db = t[b].i;
-                    found = true;
-                }
-    }
-    return found ? 0 : 1;
-}
-
-/* Containers nested more than MAX_DEPTH levels are refused before any
- * recursion over them. */
-static int scan_depth(const json_t *v, const struct loc *at, int level, struct crl_err *err)
-{
-    if (!json_is_array(v) && !json_is_object(v))
-        return 0;
-    if (level >= MAX_DEPTH)
-        return fail_at(err, CRL_E_INVALID, at, "nested deeper than %d levels", MAX_DEPTH);
-    if (json_is_array(v)) {
-        for (size_t i = 0; i < json_array_size(v); i++) {
-            struct loc il = {at, NULL, i};
-            if (scan_depth(json_array_get(v, i), &il, level + 1, err) < 0)
-                return -1;
-        }
-        return 0;
-    }
-    const char *key;
-    json_t *val;
-    json_object_foreach((json_t *)v, key, val)
-    {
-        struct loc kl = {at, key, 0};
-        if (scan_depth(val, &kl, level + 1, err) < 0)
-            return -1;
-    }
-    return 0;
-}
-
-/* ---- patterns ---- */
-
-/* Patterns compile and run in C.UTF-8 whatever the process's locale, so that
- * `.` and bracket expressions see code points. */
-static pthread_once_t utf8_once = PTHREAD_ONCE_INIT;
-static locale_t utf8_locale;
-
-static void utf8_locale_init(void)
-{
-    utf8_locale = newlocale(LC_CTYPE_MASK, "C.UTF-8", (locale_t)0);
-}
-
-static int rx_compile(regex_t *re, const char *pattern, char *why, size_t whysz)
-{
-    pthread_once(&utf8_once, utf8_locale_init);
-    if (!utf8_locale) {
-        snprintf(why, whysz, "no C.UTF-8 locale to compile it in");
-        return -1;
-    }
-    locale_t old = uselocale(utf8_locale);
-    int rc = regcomp(re, pattern, REG_EXTENDED | REG_NOSUB);
-    uselocale(old);
-    if (rc != 0) {
-        regerror(rc, re, why, whysz);
-        return -1;
-    }
-    return 0;
-}
-
-/* 0 if it matches anywhere in s[0..len), REG_NOMATCH, or another regexec
- * error.  REG_STARTEND: a string may hold NUL characters. */
-static int rx_search(const regex_t *re, const char *s, size_t len)
-{
-    regmatch_t m[1] = {{0, (regoff_t)len}};
-    locale_t old = uselocale(utf8_locale);
-    int rc = regexec(re, s, 1, m, REG_STARTEND);
-    uselocale(old);
-    return rc;
-}
-
-/* Why `p` would not mean in POSIX ERE what it means in ECMA-262 (the dialect
- * JSON Schema names), or NULL.  Errors of syntax are left to regcomp. */
-static const char *pattern_divergence(const char *p)
-{
-    for (size_t i = 0; p[i]; i++) {
-        if (p[i] == '\\') {
-            if (!p[i + 1])
-                return NULL;
-            if (!strchr(".[]()*+?{}|^$\\/-", p[i + 1]))
-                return "uses an escape that POSIX ERE does not share with ECMA-262 (\\d, \\w, "
-                       "\\s, \\b, a back-reference...); write a bracket expression such as "
-                       "[0-9] or [[:space:]]";
-            i++;
-        } else if (p[i] == '[') {
-            size_t j = i + 1;
-            if (p[j] == '^')
-                j++;
-            if (p[j] == ']')
-                j++;
-            for (; p[j] && p[j] != ']'; j++) {
-                if (p[j] == '[' && p[j + 1] && strchr(":.=", p[j + 1])) {
-                    const char *end = strchr(p + j + 2, p[j + 1]);
-                    while (end && end[1] != ']')
-                        end = strchr(end + 1, p[j + 1]);
-                    if (!end)
-                        return NULL;
-                    j = (size_t)(end - p) + 1;
-                } else if (p[j] == '\\') {
-                    return "has a backslash inside [...], which POSIX ERE takes literally and "
-                           "ECMA-262 as an escape; write the character itself ('-' first or "
-                           "last, ']' first)";
-                }
-            }
-            if (!p[j])
-                return NULL;
-            i = j;
-        }
-    }
-    return NULL;
-}
 
 /* ---- checking a schema ---- */
 
@@ -649,28 +148,31 @@ static int check_type(const json_t *v, const struct loc *at, struct crl_err *err
     struct quoted q;
     if (json_is_string(v)) {
         if (!type_known(v))
-            return fail_at(err, CRL_E_INVALID, at,
-                           "%s is not a JSON type (null, boolean, object, array, number, string, "
-                           "integer)",
-                           quote(&q, json_string_value(v)));
+            return crl_js_fail_at(
+                err, CRL_E_INVALID, at,
+                "%s is not a JSON type (null, boolean, object, array, number, string, "
+                "integer)",
+                crl_js_quote(&q, json_string_value(v)));
         return 0;
     }
     if (!json_is_array(v))
-        return fail_at(err, CRL_E_INVALID, at, "must be a type name or an array of them, got %s",
-                       type_name(v));
+        return crl_js_fail_at(err, CRL_E_INVALID, at,
+                              "must be a type name or an array of them, got %s",
+                              crl_js_type_name(v));
     if (json_array_size(v) == 0)
-        return fail_at(err, CRL_E_INVALID, at, "must not be an empty array");
+        return crl_js_fail_at(err, CRL_E_INVALID, at, "must not be an empty array");
     for (size_t i = 0; i < json_array_size(v); i++) {
         const json_t *t = json_array_get(v, i);
         struct loc il = {at, NULL, i};
         if (!json_is_string(t))
-            return fail_at(err, CRL_E_INVALID, &il, "must be a type name, got %s", type_name(t));
+            return crl_js_fail_at(err, CRL_E_INVALID, &il, "must be a type name, got %s",
+                                  crl_js_type_name(t));
         if (check_type(t, &il, err) < 0)
             return -1;
         for (size_t j = 0; j < i; j++)
-            if (json_eq(json_array_get(v, j), t))
-                return fail_at(err, CRL_E_INVALID, &il, "%s is listed twice",
-                               quote(&q, json_string_value(t)));
+            if (crl_js_eq(json_array_get(v, j), t))
+                return crl_js_fail_at(err, CRL_E_INVALID, &il, "%s is listed twice",
+                                      crl_js_quote(&q, json_string_value(t)));
     }
     return 0;
 }
@@ -679,20 +181,20 @@ static int check_required(const json_t *v, const struct loc *at, struct crl_err 
 {
     struct quoted q;
     if (!json_is_array(v))
-        return fail_at(err, CRL_E_INVALID, at, "must be an array of property names, got %s",
-                       type_name(v));
+        return crl_js_fail_at(err, CRL_E_INVALID, at, "must be an array of property names, got %s",
+                              crl_js_type_name(v));
     for (size_t i = 0; i < json_array_size(v); i++) {
         const json_t *name = json_array_get(v, i);
         struct loc il = {at, NULL, i};
         if (!json_is_string(name))
-            return fail_at(err, CRL_E_INVALID, &il, "must be a property name, got %s",
-                           type_name(name));
+            return crl_js_fail_at(err, CRL_E_INVALID, &il, "must be a property name, got %s",
+                                  crl_js_type_name(name));
         if (!plain_string(name))
-            return fail_at(err, CRL_E_INVALID, &il, "must not contain a NUL character");
+            return crl_js_fail_at(err, CRL_E_INVALID, &il, "must not contain a NUL character");
         for (size_t j = 0; j < i; j++)
-            if (json_eq(json_array_get(v, j), name))
-                return fail_at(err, CRL_E_INVALID, &il, "%s is listed twice",
-                               quote(&q, json_string_value(name)));
+            if (crl_js_eq(json_array_get(v, j), name))
+                return crl_js_fail_at(err, CRL_E_INVALID, &il, "%s is listed twice",
+                                      crl_js_quote(&q, json_string_value(name)));
     }
     return 0;
 }
@@ -701,19 +203,20 @@ static int check_pattern(const json_t *v, const struct loc *at, struct crl_err *
 {
     struct quoted q;
     if (!json_is_string(v))
-        return fail_at(err, CRL_E_INVALID, at, "must be a regular expression, got %s",
-                       type_name(v));
+        return crl_js_fail_at(err, CRL_E_INVALID, at, "must be a regular expression, got %s",
+                              crl_js_type_name(v));
     if (!plain_string(v))
-        return fail_at(err, CRL_E_INVALID, at, "must not contain a NUL character");
+        return crl_js_fail_at(err, CRL_E_INVALID, at, "must not contain a NUL character");
     const char *p = json_string_value(v);
-    const char *why = pattern_divergence(p);
+    const char *why = crl_js_pattern_divergence(p);
     if (why)
-        return fail_at(err, CRL_E_INVALID, at, "%s %s", quote(&q, p), why);
+        return crl_js_fail_at(err, CRL_E_INVALID, at, "%s %s", crl_js_quote(&q, p), why);
     regex_t re;
     char msg[160];
-    if (rx_compile(&re, p, msg, sizeof(msg)) < 0)
-        return fail_at(err, CRL_E_INVALID, at, "%s is not a POSIX extended regular expression: %s",
-                       quote(&q, p), msg);
+    if (crl_js_rx_compile(&re, p, msg, sizeof(msg)) < 0)
+        return crl_js_fail_at(err, CRL_E_INVALID, at,
+                              "%s is not a POSIX extended regular expression: %s",
+                              crl_js_quote(&q, p), msg);
     regfree(&re);
     return 0;
 }
@@ -726,27 +229,30 @@ static int check_keyword(const char *name, const json_t *v, const struct loc *sc
     long long n;
     const struct keyword *k = keyword_find(name);
     if (!k)
-        return fail_at(err, CRL_E_INVALID, schema_at, "unknown keyword %s", quote(&q, name));
+        return crl_js_fail_at(err, CRL_E_INVALID, schema_at, "unknown keyword %s",
+                              crl_js_quote(&q, name));
     switch (k->kind) {
     case K_UNSUPPORTED:
-        return fail_at(err, CRL_E_INVALID, schema_at, "%s is not supported%s", quote(&q, name),
-                       k->hint);
+        return crl_js_fail_at(err, CRL_E_INVALID, schema_at, "%s is not supported%s",
+                              crl_js_quote(&q, name), k->hint);
     case K_TYPE: return check_type(v, at, err);
     case K_ENUM:
         if (!json_is_array(v) || json_array_size(v) == 0)
-            return fail_at(err, CRL_E_INVALID, at, "must be a non-empty array of values, got %s",
-                           json_is_array(v) ? "an empty one" : type_name(v));
-        return scan_depth(v, at, 0, err);
+            return crl_js_fail_at(err, CRL_E_INVALID, at,
+                                  "must be a non-empty array of values, got %s",
+                                  json_is_array(v) ? "an empty one" : crl_js_type_name(v));
+        return crl_js_scan_depth(v, at, 0, err);
     case K_CONST:
-    case K_ANY: return scan_depth(v, at, 0, err);
+    case K_ANY: return crl_js_scan_depth(v, at, 0, err);
     case K_EXAMPLES:
         if (!json_is_array(v))
-            return fail_at(err, CRL_E_INVALID, at, "must be an array, got %s", type_name(v));
-        return scan_depth(v, at, 0, err);
+            return crl_js_fail_at(err, CRL_E_INVALID, at, "must be an array, got %s",
+                                  crl_js_type_name(v));
+        return crl_js_scan_depth(v, at, 0, err);
     case K_PROPERTIES: {
         if (!json_is_object(v))
-            return fail_at(err, CRL_E_INVALID, at, "must be an object of schemas, got %s",
-                           type_name(v));
+            return crl_js_fail_at(err, CRL_E_INVALID, at, "must be an object of schemas, got %s",
+                                  crl_js_type_name(v));
         const char *key;
         json_t *sub;
         json_object_foreach((json_t *)v, key, sub)
@@ -760,43 +266,48 @@ static int check_keyword(const char *name, const json_t *v, const struct loc *sc
     case K_REQUIRED: return check_required(v, at, err);
     case K_ITEMS:
         if (json_is_array(v))
-            return fail_at(err, CRL_E_INVALID, at,
-                           "must be a schema; the array form is prefixItems, which is not "
-                           "supported");
+            return crl_js_fail_at(err, CRL_E_INVALID, at,
+                                  "must be a schema; the array form is prefixItems, which is not "
+                                  "supported");
         return check_schema(v, at, depth + 1, err);
     case K_SCHEMA: return check_schema(v, at, depth + 1, err);
     case K_COUNT:
         if (!json_is_number(v))
-            return fail_at(err, CRL_E_INVALID, at, "must be a non-negative integer, got %s",
-                           type_name(v));
-        if (!integral(v, &n) || n < 0)
-            return fail_at(err, CRL_E_INVALID, at, "must be a non-negative integer, not %s",
-                           show_num(&nt, v));
+            return crl_js_fail_at(err, CRL_E_INVALID, at, "must be a non-negative integer, got %s",
+                                  crl_js_type_name(v));
+        if (!crl_js_integral(v, &n) || n < 0)
+            return crl_js_fail_at(err, CRL_E_INVALID, at, "must be a non-negative integer, not %s",
+                                  crl_js_show_num(&nt, v));
         return 0;
     case K_BOOL:
         if (!json_is_boolean(v))
-            return fail_at(err, CRL_E_INVALID, at, "must be true or false, got %s", type_name(v));
+            return crl_js_fail_at(err, CRL_E_INVALID, at, "must be true or false, got %s",
+                                  crl_js_type_name(v));
         return 0;
     case K_PATTERN: return check_pattern(v, at, err);
     case K_NUMBER:
         if (json_is_boolean(v) && strncmp(name, "exclusive", 9) == 0)
-            return fail_at(err, CRL_E_INVALID, at,
-                           "must be a number: the boolean form is draft 4's; write the bound "
-                           "itself here");
+            return crl_js_fail_at(
+                err, CRL_E_INVALID, at,
+                "must be a number: the boolean form is draft 4's; write the bound "
+                "itself here");
         if (!json_is_number(v))
-            return fail_at(err, CRL_E_INVALID, at, "must be a number, got %s", type_name(v));
+            return crl_js_fail_at(err, CRL_E_INVALID, at, "must be a number, got %s",
+                                  crl_js_type_name(v));
         return 0;
     case K_MULTIPLE:
         if (!json_is_number(v))
-            return fail_at(err, CRL_E_INVALID, at, "must be a number, got %s", type_name(v));
+            return crl_js_fail_at(err, CRL_E_INVALID, at, "must be a number, got %s",
+                                  crl_js_type_name(v));
         if (json_number_value(v) <= 0)
-            return fail_at(err, CRL_E_INVALID, at, "must be greater than 0, not %s",
-                           show_num(&nt, v));
+            return crl_js_fail_at(err, CRL_E_INVALID, at, "must be greater than 0, not %s",
+                                  crl_js_show_num(&nt, v));
         return 0;
     case K_SCHEMAS:
         if (!json_is_array(v) || json_array_size(v) == 0)
-            return fail_at(err, CRL_E_INVALID, at, "must be a non-empty array of schemas, got %s",
-                           json_is_array(v) ? "an empty one" : type_name(v));
+            return crl_js_fail_at(err, CRL_E_INVALID, at,
+                                  "must be a non-empty array of schemas, got %s",
+                                  json_is_array(v) ? "an empty one" : crl_js_type_name(v));
         for (size_t i = 0; i < json_array_size(v); i++) {
             struct loc il = {at, NULL, i};
             if (check_schema(json_array_get(v, i), &il, depth + 1, err) < 0)
@@ -805,28 +316,31 @@ static int check_keyword(const char *name, const json_t *v, const struct loc *sc
         return 0;
     case K_STRING:
         if (!json_is_string(v))
-            return fail_at(err, CRL_E_INVALID, at, "must be a string, got %s", type_name(v));
+            return crl_js_fail_at(err, CRL_E_INVALID, at, "must be a string, got %s",
+                                  crl_js_type_name(v));
         return 0;
     case K_DIALECT:
         for (size_t i = 0; i < CRL_ARRAY_SIZE(dialects); i++)
             if (plain_string(v) && strcmp(json_string_value(v), dialects[i]) == 0)
                 return 0;
-        return fail_at(err, CRL_E_INVALID, at, "only draft 2020-12 (%s) is supported, not %s",
-                       dialects[0], json_is_string(v) ? quote(&q, json_string_value(v)) : "that");
+        return crl_js_fail_at(err, CRL_E_INVALID, at,
+                              "only draft 2020-12 (%s) is supported, not %s", dialects[0],
+                              json_is_string(v) ? crl_js_quote(&q, json_string_value(v)) : "that");
     }
-    return fail_at(err, CRL_E_INTERNAL, at, "keyword kind %d not handled", (int)k->kind);
+    return crl_js_fail_at(err, CRL_E_INTERNAL, at, "keyword kind %d not handled", (int)k->kind);
 }
 
 static int check_schema(const json_t *s, const struct loc *at, int depth, struct crl_err *err)
 {
     if (depth > MAX_DEPTH)
-        return fail_at(err, CRL_E_INVALID, at, "subschemas nested deeper than %d levels",
-                       MAX_DEPTH);
+        return crl_js_fail_at(err, CRL_E_INVALID, at, "subschemas nested deeper than %d levels",
+                              MAX_DEPTH);
     if (json_is_boolean(s))
         return 0;
     if (!json_is_object(s))
-        return fail_at(err, CRL_E_INVALID, at, "a schema must be an object or a boolean, got %s",
-                       type_name(s));
+        return crl_js_fail_at(err, CRL_E_INVALID, at,
+                              "a schema must be an object or a boolean, got %s",
+                              crl_js_type_name(s));
     const char *key;
     json_t *v;
     json_object_foreach((json_t *)s, key, v)
@@ -870,7 +384,7 @@ static int mismatch(struct vctx *c, const struct loc *at, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(msg, sizeof(msg), fmt, ap);
         va_end(ap);
-        fail_at(c->err, CRL_E_INVALID, at, "%s", msg);
+        crl_js_fail_at(c->err, CRL_E_INVALID, at, "%s", msg);
     }
     return MISMATCH;
 }
@@ -878,8 +392,8 @@ static int mismatch(struct vctx *c, const struct loc *at, const char *fmt, ...)
 /* The schema is not one crl_jsonschema_check() passed. */
 static int bad_schema(struct vctx *c, const struct loc *at, const char *keyword)
 {
-    fail_at(c->err, CRL_E_INTERNAL, at, "the schema's '%s' is malformed (was it checked?)",
-            keyword);
+    crl_js_fail_at(c->err, CRL_E_INTERNAL, at, "the schema's '%s' is malformed (was it checked?)",
+                   keyword);
     return FATAL;
 }
 
@@ -903,7 +417,7 @@ static bool type_matches(const char *t, const json_t *inst)
         return json_is_number(inst);
     if (strcmp(t, "boolean") == 0)
         return json_is_boolean(inst);
-    return strcmp(t, type_name(inst)) == 0;
+    return strcmp(t, crl_js_type_name(inst)) == 0;
 }
 
 static int v_type(struct vctx *c, const json_t *t, const json_t *inst, const struct loc *at)
@@ -911,7 +425,7 @@ static int v_type(struct vctx *c, const json_t *t, const json_t *inst, const str
     if (json_is_string(t)) {
         if (type_matches(json_string_value(t), inst))
             return 0;
-        return mismatch(c, at, "expected %s, got %s", json_string_value(t), type_name(inst));
+        return mismatch(c, at, "expected %s, got %s", json_string_value(t), crl_js_type_name(inst));
     }
     if (!json_is_array(t))
         return bad_schema(c, at, "type");
@@ -925,10 +439,10 @@ static int v_type(struct vctx *c, const json_t *t, const json_t *inst, const str
         if (type_matches(json_string_value(name), inst))
             return 0;
         if (i > 0)
-            put(want, sizeof(want), &len, " or ", 4);
-        put(want, sizeof(want), &len, json_string_value(name), json_string_length(name));
+            crl_js_put(want, sizeof(want), &len, " or ", 4);
+        crl_js_put(want, sizeof(want), &len, json_string_value(name), json_string_length(name));
     }
-    return mismatch(c, at, "expected %s, got %s", want, type_name(inst));
+    return mismatch(c, at, "expected %s, got %s", want, crl_js_type_name(inst));
 }
 
 static int v_number(struct vctx *c, const json_t *s, const json_t *inst, const struct loc *at)
@@ -949,16 +463,16 @@ static int v_number(struct vctx *c, const json_t *s, const json_t *inst, const s
         const json_t *bound = kw(s, bounds[i].kw, JSON_REAL, &bad);
         if (bad)
             return bad_schema(c, at, bounds[i].kw);
-        if (bound && bounds[i].bad[num_cmp(inst, bound) + 1])
-            return mismatch(c, at, "must be %s %s, got %s", bounds[i].op, show_num(&a, bound),
-                            show_num(&b, inst));
+        if (bound && bounds[i].bad[crl_js_num_cmp(inst, bound) + 1])
+            return mismatch(c, at, "must be %s %s, got %s", bounds[i].op,
+                            crl_js_show_num(&a, bound), crl_js_show_num(&b, inst));
     }
     const json_t *m = kw(s, "multipleOf", JSON_REAL, &bad);
     if (bad || (m && json_number_value(m) <= 0))
         return bad_schema(c, at, "multipleOf");
-    if (m && !is_multiple(inst, m))
-        return mismatch(c, at, "must be a multiple of %s, got %s", show_num(&a, m),
-                        show_num(&b, inst));
+    if (m && !crl_js_is_multiple(inst, m))
+        return mismatch(c, at, "must be a multiple of %s, got %s", crl_js_show_num(&a, m),
+                        crl_js_show_num(&b, inst));
     return 0;
 }
 
@@ -969,7 +483,7 @@ static int count_kw(struct vctx *c, const json_t *s, const char *name, const str
     const json_t *v = json_object_get(s, name);
     if (!v)
         return 0;
-    if (!integral(v, out) || *out < 0)
+    if (!crl_js_integral(v, out) || *out < 0)
         return bad_schema(c, at, name);
     return 1;
 }
@@ -1012,22 +526,24 @@ static int v_string(struct vctx *c, const json_t *s, const json_t *inst, const s
     if (!re) {
         char why[160];
         re = c->n_rx < RX_CACHE ? &c->rx[c->n_rx].re : &tmp;
-        if (rx_compile(re, json_string_value(pat), why, sizeof(why)) < 0)
+        if (crl_js_rx_compile(re, json_string_value(pat), why, sizeof(why)) < 0)
             return bad_schema(c, at, "pattern");
         if (re == &tmp)
             owned = true;
         else
             c->rx[c->n_rx++].pattern = pat;
     }
-    int rc = rx_search(re, str, len);
+    int rc = crl_js_rx_search(re, str, len);
     if (owned)
         regfree(&tmp);
     struct quoted q;
     if (rc == REG_NOMATCH)
-        return mismatch(c, at, "does not match the pattern %s", quote(&q, json_string_value(pat)));
+        return mismatch(c, at, "does not match the pattern %s",
+                        crl_js_quote(&q, json_string_value(pat)));
     if (rc != 0) {
-        fail_at(c->err, CRL_E_INTERNAL, at, "matching the pattern %s failed (regexec error %d)",
-                quote(&q, json_string_value(pat)), rc);
+        crl_js_fail_at(c->err, CRL_E_INTERNAL, at,
+                       "matching the pattern %s failed (regexec error %d)",
+                       crl_js_quote(&q, json_string_value(pat)), rc);
         return FATAL;
     }
     return 0;
@@ -1053,9 +569,9 @@ static int v_array(struct vctx *c, const json_t *s, const json_t *inst, const st
         return bad_schema(c, at, "uniqueItems");
     if (json_is_true(uniq)) {
         size_t a = 0, b = 0;
-        int d = all_distinct(inst, &a, &b);
+        int d = crl_js_all_distinct(inst, &a, &b);
         if (d < 0) {
-            fail_at(c->err, CRL_E_INTERNAL, at, "out of memory checking uniqueItems");
+            crl_js_fail_at(c->err, CRL_E_INTERNAL, at, "out of memory checking uniqueItems");
             return FATAL;
         }
         if (d == 0)
@@ -1086,7 +602,7 @@ static int v_object(struct vctx *c, const json_t *s, const json_t *inst, const s
             return bad_schema(c, at, "required");
         if (!json_object_get(inst, json_string_value(name)))
             return mismatch(c, at, "missing required property %s",
-                            quote(&q, json_string_value(name)));
+                            crl_js_quote(&q, json_string_value(name)));
     }
     const json_t *props = kw(s, "properties", JSON_OBJECT, &bad);
     if (bad)
@@ -1111,7 +627,7 @@ static int v_object(struct vctx *c, const json_t *s, const json_t *inst, const s
         if (props && json_object_get(props, key))
             continue;
         if (json_is_false(extra))
-            return mismatch(c, at, "unexpected property %s", quote(&q, key));
+            return mismatch(c, at, "unexpected property %s", crl_js_quote(&q, key));
         struct loc pl = {at, key, 0};
         if ((r = v_node(c, extra, v, &pl, depth + 1)) != 0)
             return r;
@@ -1162,7 +678,7 @@ static int v_applicators(struct vctx *c, const json_t *s, const json_t *inst, co
         }
         if (i == n)
             return mismatch(c, at, "matches none of the %zu schemas of anyOf (anyOf[0]: %s)", n,
-                            after_path(first.msg, at));
+                            crl_js_after_path(first.msg, at));
     }
     if (one) {
         size_t n = json_array_size(one), hits = 0, hit[2] = {0, 0};
@@ -1177,7 +693,7 @@ static int v_applicators(struct vctx *c, const json_t *s, const json_t *inst, co
         }
         if (hits == 0)
             return mismatch(c, at, "matches none of the %zu schemas of oneOf (oneOf[0]: %s)", n,
-                            after_path(first.msg, at));
+                            crl_js_after_path(first.msg, at));
         if (hits > 1)
             return mismatch(c, at,
                             "matches both oneOf[%zu] and oneOf[%zu], but must match exactly one "
@@ -1198,7 +714,8 @@ static int v_node(struct vctx *c, const json_t *s, const json_t *inst, const str
                   int depth)
 {
     if (depth > MAX_DEPTH) {
-        fail_at(c->err, CRL_E_INTERNAL, at, "the schema nests deeper than %d levels", MAX_DEPTH);
+        crl_js_fail_at(c->err, CRL_E_INTERNAL, at, "the schema nests deeper than %d levels",
+                       MAX_DEPTH);
         return FATAL;
     }
     if (json_is_true(s))
@@ -1214,16 +731,16 @@ static int v_node(struct vctx *c, const json_t *s, const json_t *inst, const str
     if (t && (r = v_type(c, t, inst, at)) != 0)
         return r;
     const json_t *k = json_object_get(s, "const");
-    if (k && !json_eq(inst, k))
-        return mismatch(c, at, "must be %s", show_value(&sv, k));
+    if (k && !crl_js_eq(inst, k))
+        return mismatch(c, at, "must be %s", crl_js_show_value(&sv, k));
     if ((k = json_object_get(s, "enum"))) {
         if (!json_is_array(k))
             return bad_schema(c, at, "enum");
         size_t i, n = json_array_size(k);
-        for (i = 0; i < n && !json_eq(inst, json_array_get(k, i)); i++)
+        for (i = 0; i < n && !crl_js_eq(inst, json_array_get(k, i)); i++)
             ;
         if (i == n)
-            return mismatch(c, at, "must be one of %s", show_value(&sv, k));
+            return mismatch(c, at, "must be one of %s", crl_js_show_value(&sv, k));
     }
     switch (json_typeof(inst)) {
     case JSON_INTEGER:
@@ -1244,7 +761,7 @@ int crl_jsonschema_validate(const json_t *schema, const json_t *instance, const 
     struct loc root = {NULL, what && *what ? what : "instance", 0};
     if (!schema || !instance)
         return crl_err_set(err, CRL_E_INTERNAL, "%s: no schema or no value to validate", root.key);
-    if (scan_depth(instance, &root, 0, err) < 0)
+    if (crl_js_scan_depth(instance, &root, 0, err) < 0)
         return -1;
     struct vctx c = {.err = err, .n_rx = 0};
     int r = v_node(&c, schema, instance, &root, 0);

@@ -402,7 +402,7 @@ static const char *offer_label(const struct offer *o)
 static bool offer_for_host(const struct offer *o)
 {
     return (!o->os || strcmp(o->os, "linux") == 0) &&
-           (!o->arch || strcmp(o->arch, crl_image_arch()) == 0);
+           (!o->arch || strcmp(o->arch, crl_store_arch()) == 0);
 }
 
 /* A reference as Docker compares them: docker.io/ for a name with no
@@ -481,7 +481,7 @@ static const char *offer_list(const struct offer *o, size_t n, const bool *sel, 
 static int choose(const struct offer *o, size_t n, const char *ref, const char *where, bool nested,
                   size_t *pick, const char **as, struct crl_err *err)
 {
-    const char *arch = crl_image_arch();
+    const char *arch = crl_store_arch();
     char list[256];
     cleanup_free bool *sel = calloc(n ? n : 1, sizeof(*sel));
     if (!sel)
@@ -632,7 +632,7 @@ static struct offer *docker_offers(json_t *arr, size_t *n, struct crl_err *err)
  * (an index need not say: umoci's and skopeo's do not). */
 static int check_config_platform(const struct crl_oci_image *out, struct crl_err *err)
 {
-    const char *arch = crl_image_arch();
+    const char *arch = crl_store_arch();
     json_t *c = json_loadb(out->config, out->config_len, 0, NULL);
     const char *os = str_at(c, "os"), *a = str_at(c, "architecture");
     int ret = 0;

@@ -39,7 +39,7 @@ struct crl_oci_image {
  * as written, else as Docker normalizes names: "app" is
  * "docker.io/library/app:latest"), or by its digest (the manifest's in
  * index.json, the config's in manifest.json).  Without one, the only image
- * for this host (linux and crl_image_arch(), or naming no platform) is read;
+ * for this host (linux and crl_store_arch(), or naming no platform) is read;
  * several are refused with a message that lists them and says how to pick.
  * A nested index (a multi-platform image's) is followed by platform, and
  * the config of the image read must not name another platform. */

@@ -95,7 +95,7 @@ static int sub_fd(const struct crl_store *s, const char *sub, int flags)
 
 /* ---- names ---- */
 
-int crl_image_name_canon(const char *name, char out[CRL_IMAGE_NAME_MAX + 1], struct crl_err *err)
+int crl_store_name_canon(const char *name, char out[CRL_IMAGE_NAME_MAX + 1], struct crl_err *err)
 {
     size_t n = name ? strlen(name) : 0;
     if (n == 0)
@@ -124,7 +124,7 @@ int crl_image_name_canon(const char *name, char out[CRL_IMAGE_NAME_MAX + 1], str
     return 0;
 }
 
-int crl_image_ref_check(const char *ref, struct crl_err *err)
+int crl_store_ref_check(const char *ref, struct crl_err *err)
 {
     size_t n = ref ? strlen(ref) : 0;
     if (n == 0)
@@ -408,7 +408,7 @@ int crl_store_lookup(struct crl_store *s, const char *name, struct crl_store_ima
     char id[CRL_DIGEST_LEN + 1];
     char canon[CRL_IMAGE_NAME_MAX + 1];
     struct crl_err e2 = CRL_ERR_INIT;
-    if (crl_image_name_canon(name, canon, &e2) == 0 && read_tag(s, canon, id) == 0)
+    if (crl_store_name_canon(name, canon, &e2) == 0 && read_tag(s, canon, id) == 0)
         return load_record(s, id, out, err);
     if (find_id(s, name, id, &e2) == 0)
         return load_record(s, id, out, err);
@@ -486,7 +486,7 @@ int crl_store_tag(struct crl_store *s, const char *src, const char *dst, struct 
 {
     char canon[CRL_IMAGE_NAME_MAX + 1];
     struct crl_store_image *img = NULL;
-    if (crl_image_name_canon(dst, canon, err) < 0 || crl_store_lookup(s, src, &img, err) < 0)
+    if (crl_store_name_canon(dst, canon, err) < 0 || crl_store_lookup(s, src, &img, err) < 0)
         return -1;
     int r = write_tag(s, canon, img->id, err);
     crl_store_image_free(img);
@@ -496,7 +496,7 @@ int crl_store_tag(struct crl_store *s, const char *src, const char *dst, struct 
 int crl_store_untag(struct crl_store *s, const char *name, struct crl_err *err)
 {
     char canon[CRL_IMAGE_NAME_MAX + 1], id[CRL_DIGEST_LEN + 1], f[PATH_MAX], path[PATH_MAX + 8];
-    if (crl_image_name_canon(name, canon, err) < 0)
+    if (crl_store_name_canon(name, canon, err) < 0)
         return -1;
     if (read_tag(s, canon, id) < 0)
         return crl_err_set(err, CRL_E_NOT_FOUND, "no image %s", canon);
@@ -743,7 +743,7 @@ static int commit(struct crl_store *s, int scratch, const char *scratch_path,
         return crl_err_set(err, CRL_E_INVALID,
                            "the archive does not name its image: give it a name with --name "
                            "NAME:TAG (API: ?name=NAME:TAG)");
-    if (crl_image_name_canon(name ? name : oi->name, canon, err) < 0)
+    if (crl_store_name_canon(name ? name : oi->name, canon, err) < 0)
         return -1;
     uint64_t total = 0;
     json_t *layers = json_array();
@@ -842,9 +842,9 @@ int crl_store_import(struct crl_store *s, int fd, const char *dir, const char *n
     struct crl_import_limits lim;
     fill_limits(lim_in, &lim);
     char canon[CRL_IMAGE_NAME_MAX + 1];
-    if (name && crl_image_name_canon(name, canon, err) < 0)
+    if (name && crl_store_name_canon(name, canon, err) < 0)
         return -1;
-    if (ref && crl_image_ref_check(ref, err) < 0)
+    if (ref && crl_store_ref_check(ref, err) < 0)
         return -1;
     char spath[PATH_MAX];
     int scratch = make_scratch(s, spath, sizeof(spath), err);
@@ -865,7 +865,7 @@ int crl_store_import(struct crl_store *s, int fd, const char *dir, const char *n
 
 /* ---- a root filesystem directory as a one-layer image ---- */
 
-const char *crl_image_arch(void)
+const char *crl_store_arch(void)
 {
     static const char *const arches[][2] = {
         {"x86_64", "amd64"},    {"aarch64", "arm64"},   {"i686", "386"},    {"armv7l", "arm"},
@@ -884,7 +884,7 @@ const char *crl_image_arch(void)
     return arch;
 }
 
-json_t *crl_image_config_json(const json_t *runtime, const char *diff_id)
+json_t *crl_store_config_json(const json_t *runtime, const char *diff_id)
 {
     static const char *const keys[][2] = {{"env", "Env"},
                                           {"cwd", "WorkingDir"},
@@ -897,7 +897,7 @@ json_t *crl_image_config_json(const json_t *runtime, const char *diff_id)
         if (v)
             json_object_set(cc, keys[i][1], v);
     }
-    return json_pack("{s:s, s:s, s:o, s:{s:s, s:[s]}}", "architecture", crl_image_arch(), "os",
+    return json_pack("{s:s, s:s, s:o, s:{s:s, s:[s]}}", "architecture", crl_store_arch(), "os",
                      "linux", "config", cc, "rootfs", "type", "layers", "diff_ids", diff_id);
 }
 
@@ -905,7 +905,7 @@ int crl_store_import_rootfs(struct crl_store *s, const char *rootfs, const json_
                             const char *name, json_t **out, struct crl_err *err)
 {
     char canon[CRL_IMAGE_NAME_MAX + 1];
-    if (crl_image_name_canon(name, canon, err) < 0)
+    if (crl_store_name_canon(name, canon, err) < 0)
         return -1;
     struct crl_import_limits lim;
     fill_limits(NULL, &lim);
@@ -928,7 +928,7 @@ int crl_store_import_rootfs(struct crl_store *s, const char *rootfs, const json_
     if (crl_layer_from_dir(rootfs, L.fd, L.diff_id, err) < 0)
         goto out;
     snprintf(L.blob, sizeof(L.blob), "%s", L.diff_id);
-    json_t *cfg = crl_image_config_json(config, L.diff_id);
+    json_t *cfg = crl_store_config_json(config, L.diff_id);
     oi.config = json_dumps(cfg, JSON_SORT_KEYS | JSON_COMPACT);
     json_decref(cfg);
     if (!oi.config) {

@@ -71,16 +71,16 @@ bool crl_store_writable(const struct crl_store *s);
 
 /* NAME or NAME:TAG, canonical (":latest" added); CRL_E_INVALID names what is
  * wrong with it. */
-int crl_image_name_canon(const char *name, char out[CRL_IMAGE_NAME_MAX + 1], struct crl_err *err);
+int crl_store_name_canon(const char *name, char out[CRL_IMAGE_NAME_MAX + 1], struct crl_err *err);
 
 /* A reference name that picks one image of an archive (crl_oci_read() in
  * oci.h): 1 to 255 of the characters OCI allows in one (letters, digits,
  * . _ - / : @ +).  CRL_E_INVALID says what is wrong with it. */
-int crl_image_ref_check(const char *ref, struct crl_err *err);
+int crl_store_ref_check(const char *ref, struct crl_err *err);
 
 /* OCI's name for this machine's architecture ("amd64", "arm64", ...): the
  * only one an image is imported for, and the one images made here get. */
-const char *crl_image_arch(void);
+const char *crl_store_arch(void);
 
 /* Import a docker-archive, an oci-archive (either maybe gzip/zstd/xz
  * compressed as a whole), read from `fd` to its end, or an OCI image layout
@@ -106,7 +106,7 @@ int crl_store_import_rootfs(struct crl_store *s, const char *rootfs, const json_
  * machine's architecture, `runtime` ({"env", "cwd", "user", "entrypoint",
  * "cmd"}) as Env, WorkingDir, User, Entrypoint, Cmd, and `diff_id`.  No
  * timestamp: the same tree and config always give the same image id. */
-json_t *crl_image_config_json(const json_t *runtime, const char *diff_id);
+json_t *crl_store_config_json(const json_t *runtime, const char *diff_id);
 
 /* Look up a canonical NAME:TAG, or an image id "sha256:<hex>" (or a unique
  * prefix of at least 12 hex digits).  CRL_E_NOT_FOUND when absent. */

@@ -534,7 +534,10 @@ static int set_limits(struct crl_cgroup *cg, const struct crl_cgroup_limits *l, 
     struct crl_cgroup_mgr *m = cg->m;
     char v[64];
     if (m->version == CRL_CGROUP_V1) {
-        snprintf(v, sizeof(v), "%" PRIu64, l->memory_bytes);
+        if (l->memory_bytes)
+            snprintf(v, sizeof(v), "%" PRIu64, l->memory_bytes);
+        else
+            snprintf(v, sizeof(v), "-1");
         /* memsw may never be below the memory limit: lift it, set, lower it.
          * memsw exists where swap accounting does; no swap beyond the limit. */
         bool memsw = crl_write_file_at(cg->fd[H_MEMORY], "memory.memsw.limit_in_bytes", "-1") == 0;
@@ -542,11 +545,14 @@ static int set_limits(struct crl_cgroup *cg, const struct crl_cgroup_limits *l, 
             return -1;
         if (memsw && write_at(cg->fd[H_MEMORY], "memory.memsw.limit_in_bytes", v, err) < 0)
             return -1;
-        snprintf(v, sizeof(v), "%u", l->pids);
+        if (l->pids)
+            snprintf(v, sizeof(v), "%u", l->pids);
+        else
+            snprintf(v, sizeof(v), "max");
         if (write_at(cg->fd[H_PIDS], "pids.max", v, err) < 0)
             return -1;
         if (cg->fd[H_CPU] >= 0) {
-            snprintf(v, sizeof(v), "%ld", (long)(l->cpus * 100000));
+            snprintf(v, sizeof(v), "%ld", l->cpus > 0 ? (long)(l->cpus * 100000) : -1L);
             if (write_at(cg->fd[H_CPU], "cpu.cfs_period_us", "100000", err) < 0 ||
                 write_at(cg->fd[H_CPU], "cpu.cfs_quota_us", v, err) < 0)
                 return -1;
@@ -555,18 +561,27 @@ static int set_limits(struct crl_cgroup *cg, const struct crl_cgroup_limits *l, 
     }
     int fd = cg->fd[0];
     if (m->v2_memory) {
-        snprintf(v, sizeof(v), "%" PRIu64, l->memory_bytes);
+        if (l->memory_bytes)
+            snprintf(v, sizeof(v), "%" PRIu64, l->memory_bytes);
+        else
+            snprintf(v, sizeof(v), "max");
         if (write_at(fd, "memory.max", v, err) < 0)
             return -1;
         crl_write_file_at(fd, "memory.swap.max", "0");
     }
     if (m->v2_pids) {
-        snprintf(v, sizeof(v), "%u", l->pids);
+        if (l->pids)
+            snprintf(v, sizeof(v), "%u", l->pids);
+        else
+            snprintf(v, sizeof(v), "max");
         if (write_at(fd, "pids.max", v, err) < 0)
             return -1;
     }
     if (m->v2_cpu) {
-        snprintf(v, sizeof(v), "%ld 100000", (long)(l->cpus * 100000));
+        if (l->cpus > 0)
+            snprintf(v, sizeof(v), "%ld 100000", (long)(l->cpus * 100000));
+        else
+            snprintf(v, sizeof(v), "max 100000");
         if (write_at(fd, "cpu.max", v, err) < 0)
             return -1;
     }

@@ -35,6 +35,7 @@ struct crl_cgroup_config {
     bool allow_missing_controllers;
 };
 
+/* A limit of 0 is no limit (a cgroup for corral's own helpers). */
 struct crl_cgroup_limits {
     uint64_t memory_bytes;
     unsigned pids;

@@ -237,7 +237,7 @@ void crl_trajs_metrics(struct crl_trajs *ts, struct crl_buf *b)
                    (unsigned long long)c->steps_replayed, (unsigned long long)c->went_live,
                    (unsigned long long)c->live_failed, (unsigned long long)c->checkpoints,
                    (unsigned long long)c->checkpoint_bytes_stored, c->checkpoint_seconds,
-                   c->record_seconds, (unsigned long long)crl_traj_torn_tails_total());
+                   c->record_seconds, (unsigned long long)crl_journal_torn_tails_total());
 }
 
 const char *crl_trajs_dir(const struct crl_trajs *ts)
@@ -270,7 +270,7 @@ static int push_step(struct crl_traj *t, const struct crl_traj_step *s, struct c
 }
 
 /* A STEP record's payload into the in-memory tree. */
-static int parse_step(struct crl_traj *t, const struct crl_traj_record *rec, struct crl_err *err)
+static int parse_step(struct crl_traj *t, const struct crl_journal_record *rec, struct crl_err *err)
 {
     json_error_t je;
     json_t *j = json_loadb((const char *)rec->payload, rec->len, 0, &je);
@@ -302,12 +302,12 @@ static int parse_step(struct crl_traj *t, const struct crl_traj_record *rec, str
 
 static int read_log(struct crl_traj *t, struct crl_err *err)
 {
-    struct crl_traj_reader *rd;
-    if (crl_traj_reader_open(t->log_path, NULL, &rd, err) < 0)
+    struct crl_journal_reader *rd;
+    if (crl_journal_reader_open(t->log_path, NULL, &rd, err) < 0)
         return -1;
-    struct crl_traj_record rec;
+    struct crl_journal_record rec;
     int r;
-    while ((r = crl_traj_reader_next(rd, &rec, err)) == 1) {
+    while ((r = crl_journal_reader_next(rd, &rec, err)) == 1) {
         if (rec.type == CRL_TRAJ_BEGIN && !t->spec) {
             json_error_t je;
             json_t *b = json_loadb((const char *)rec.payload, rec.len, 0, &je);
@@ -337,7 +337,7 @@ static int read_log(struct crl_traj *t, struct crl_err *err)
             }
         }
     }
-    crl_traj_reader_close(rd);
+    crl_journal_reader_close(rd);
     return r < 0 ? -1 : 0;
 }
 
@@ -373,8 +373,8 @@ static int write_begin(struct crl_traj *t, const struct crl_spec *spec, struct c
     }
     t->spec = json_incref(json_object_get(b, "spec"));
     json_decref(b);
-    if (crl_traj_log_append(t->log, CRL_TRAJ_BEGIN, text, strlen(text), NULL, err) < 0 ||
-        crl_traj_log_sync(t->log, err) < 0)
+    if (crl_journal_append(t->log, CRL_TRAJ_BEGIN, text, strlen(text), NULL, err) < 0 ||
+        crl_journal_sync(t->log, err) < 0)
         return -1;
     /* the log's name, too, must survive a crash */
     int fd = openat(t->ts->dir_fd, t->id, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -413,7 +413,7 @@ int crl_traj_open(struct crl_trajs *ts, const char *id, const struct crl_spec *s
         }
         t->created = true;
     }
-    if (crl_traj_log_open(t->log_path, &t->log, err) < 0) {
+    if (crl_journal_open(t->log_path, &t->log, err) < 0) {
         if (err->code == CRL_E_CONFLICT)
             crl_err_set(err, CRL_E_CONFLICT, "trajectory %s is held by another corrald (%s)", id,
                         t->log_path);
@@ -440,7 +440,7 @@ int crl_traj_open(struct crl_trajs *ts, const char *id, const struct crl_spec *s
     *out = t;
     return 0;
 fail:
-    crl_traj_log_close(t->log);
+    crl_journal_close(t->log);
     if (t->created)
         crl_rm_rf_at(ts->dir_fd, t->id);
     json_decref(t->spec);
@@ -459,8 +459,8 @@ void crl_traj_close(struct crl_traj *t)
             *p = t->next;
             break;
         }
-    crl_traj_log_close(t->log);
-    crl_traj_reader_close(t->reader);
+    crl_journal_close(t->log);
+    crl_journal_reader_close(t->reader);
     /* A create that failed leaves no trajectory behind. */
     if (t->created && t->n_steps == 0 && !t->attached)
         crl_rm_rf_at(ts->dir_fd, t->id);
@@ -481,11 +481,11 @@ int crl_traj_remove(struct crl_trajs *ts, const char *id, struct crl_err *err)
     /* Hold it while removing: another corrald may have it open. */
     char path[4400];
     snprintf(path, sizeof(path), "%s/%s/log", ts->dir, id);
-    struct crl_traj_log *log = NULL;
-    if (crl_traj_log_open(path, &log, err) < 0 && err->code == CRL_E_CONFLICT)
+    struct crl_journal *log = NULL;
+    if (crl_journal_open(path, &log, err) < 0 && err->code == CRL_E_CONFLICT)
         return -1;
     int r = crl_rm_rf_at(ts->dir_fd, id);
-    crl_traj_log_close(log);
+    crl_journal_close(log);
     if (r < 0)
         return crl_err_sys(err, errno, "removing %s/%s", ts->dir, id);
     fsync(ts->dir_fd);
@@ -616,21 +616,21 @@ int crl_traj_step_record(struct crl_traj *t, uint32_t n, json_t **out, struct cr
     if (n == 0 || n > t->n_steps)
         return crl_err_set(err, CRL_E_NOT_FOUND, "step %u does not exist in trajectory %s", n,
                            t->id);
-    const struct crl_traj_pos *want = &t->steps[n].pos;
+    const struct crl_journal_pos *want = &t->steps[n].pos;
     /* Fast-forward reads steps in order: one reader, reopened on a jump. */
     if (t->reader) {
-        struct crl_traj_pos at = crl_traj_reader_pos(t->reader);
+        struct crl_journal_pos at = crl_journal_reader_pos(t->reader);
         if (at.offset != want->offset) {
-            crl_traj_reader_close(t->reader);
+            crl_journal_reader_close(t->reader);
             t->reader = NULL;
         }
     }
-    if (!t->reader && crl_traj_reader_open(t->log_path, want, &t->reader, err) < 0)
+    if (!t->reader && crl_journal_reader_open(t->log_path, want, &t->reader, err) < 0)
         return -1;
-    struct crl_traj_record rec;
-    int r = crl_traj_reader_next(t->reader, &rec, err);
+    struct crl_journal_record rec;
+    int r = crl_journal_reader_next(t->reader, &rec, err);
     if (r <= 0) {
-        crl_traj_reader_close(t->reader);
+        crl_journal_reader_close(t->reader);
         t->reader = NULL;
         if (r == 0)
             crl_err_set(err, CRL_E_INTERNAL, "%s: step %u is missing at byte offset %llu",
@@ -752,14 +752,14 @@ void crl_traj_restored(struct crl_traj_sb *s, struct crl_traj_restore_job *rj)
     crl_trajs_unlock(s->ts);
 }
 
-static int append_synced(struct crl_traj *t, uint8_t type, json_t *rec, struct crl_traj_pos *pos,
+static int append_synced(struct crl_traj *t, uint8_t type, json_t *rec, struct crl_journal_pos *pos,
                          struct crl_err *err)
 {
     cleanup_free char *text = json_dumps(rec, JSON_COMPACT | JSON_SORT_KEYS);
     if (!text)
         return crl_err_sys(err, ENOMEM, "trajectory %s: a record", t->id);
-    if (crl_traj_log_append(t->log, type, text, strlen(text), pos, err) < 0 ||
-        crl_traj_log_sync(t->log, err) < 0)
+    if (crl_journal_append(t->log, type, text, strlen(text), pos, err) < 0 ||
+        crl_journal_sync(t->log, err) < 0)
         return -1;
     return 0;
 }
@@ -889,12 +889,12 @@ static int gc_mark_log(struct crl_trajs *ts, const char *id, struct crl_ckpt_mar
 {
     char path[4400];
     snprintf(path, sizeof(path), "%s/%s/log", ts->dir, id);
-    struct crl_traj_reader *rd;
-    if (crl_traj_reader_open(path, NULL, &rd, err) < 0)
+    struct crl_journal_reader *rd;
+    if (crl_journal_reader_open(path, NULL, &rd, err) < 0)
         return -1;
-    struct crl_traj_record rec;
+    struct crl_journal_record rec;
     int r;
-    while ((r = crl_traj_reader_next(rd, &rec, err)) == 1) {
+    while ((r = crl_journal_reader_next(rd, &rec, err)) == 1) {
         if (rec.type != CRL_TRAJ_BEGIN && rec.type != CRL_TRAJ_STEP)
             continue;
         json_error_t je;
@@ -918,7 +918,7 @@ static int gc_mark_log(struct crl_trajs *ts, const char *id, struct crl_ckpt_mar
         if (r < 0)
             break;
     }
-    crl_traj_reader_close(rd);
+    crl_journal_reader_close(rd);
     return r < 0 ? -1 : 0;
 }
 
@@ -1090,17 +1090,17 @@ int crl_traj_read(struct crl_trajs *ts, const char *id, bool outputs, json_t **o
     snprintf(path, sizeof(path), "%s/%s/log", ts->dir, id);
     if (access(path, F_OK) < 0)
         return crl_err_set(err, CRL_E_NOT_FOUND, "trajectory %s not found", id);
-    struct crl_traj_reader *rd;
-    if (crl_traj_reader_open(path, NULL, &rd, err) < 0)
+    struct crl_journal_reader *rd;
+    if (crl_journal_reader_open(path, NULL, &rd, err) < 0)
         return -1;
     json_t *o = json_pack("{s:s, s:o, s:o, s:o, s:o}", "id", id, "spec", json_null(), "base",
                           json_null(), "steps", json_array(), "events", json_array());
     json_t *steps = json_object_get(o, "steps");
     size_t n = 0, cap = 0;
     cleanup_free uint32_t *parents = NULL;
-    struct crl_traj_record rec;
+    struct crl_journal_record rec;
     int r;
-    while ((r = crl_traj_reader_next(rd, &rec, err)) == 1) {
+    while ((r = crl_journal_reader_next(rd, &rec, err)) == 1) {
         json_error_t je;
         json_t *j = json_loadb((const char *)rec.payload, rec.len, 0, &je);
         if (!j) {
@@ -1143,7 +1143,7 @@ int crl_traj_read(struct crl_trajs *ts, const char *id, bool outputs, json_t **o
         }
         json_decref(j);
     }
-    crl_traj_reader_close(rd);
+    crl_journal_reader_close(rd);
     if (r < 0) {
         json_decref(o);
         return -1;

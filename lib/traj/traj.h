@@ -5,7 +5,7 @@
  * On disk, under <state>/trajectories/ (a shared filesystem in a cluster;
  * nothing in it names the host that wrote it beyond provenance):
  *
- *   <id>/log        one lib/traj/log.h file: a BEGIN record (the spec, the
+ *   <id>/log        one lib/traj/journal.h file: a BEGIN record (the spec, the
  *                   state it starts from), then STEP and EVENT records
  *   blobs/          lib/traj/ckpt.h: checkpoints and large bodies, by digest
  *
@@ -31,7 +31,7 @@
 #include "../core/sandbox.h"
 #include "../util/sha256.h"
 #include "ckpt.h"
-#include "log.h"
+#include "journal.h"
 
 enum crl_traj_record_type {
     CRL_TRAJ_BEGIN = 1,
@@ -60,14 +60,14 @@ struct crl_traj_step {
      * state and no checkpoint was taken (checkpoint "none"/"on-request"). */
     char ckpt[CRL_CKPT_ID_MAX];
     bool known;
-    struct crl_traj_pos pos; /* its record */
+    struct crl_journal_pos pos; /* its record */
 };
 
 struct crl_traj {
     struct crl_trajs *ts;
     char id[CRL_TRAJ_ID_MAX + 1];
     char log_path[4096];
-    struct crl_traj_log *log;
+    struct crl_journal *log;
     json_t *spec;                /* as recorded by BEGIN */
     char base[CRL_CKPT_ID_MAX];  /* the state step 0 stands for: "" is the image */
     struct crl_traj_step *steps; /* steps[0] is the start; steps[n] is step n */
@@ -75,8 +75,8 @@ struct crl_traj {
     size_t cap;
     bool created; /* by this open: removed again if never used */
     bool attached;
-    char holder[40];                /* the sandbox that holds it */
-    struct crl_traj_reader *reader; /* for answers read back in order */
+    char holder[40];                   /* the sandbox that holds it */
+    struct crl_journal_reader *reader; /* for answers read back in order */
     struct crl_traj *next;
 };
 

@@ -101,7 +101,7 @@ int main(int argc, char **argv)
     /* corrald answers with its own view of the image, found by this name */
     if (name && !json_object_get(out, "name")) {
         char canon[CRL_IMAGE_NAME_MAX + 1];
-        if (crl_image_name_canon(name, canon, &err) == 0)
+        if (crl_store_name_canon(name, canon, &err) == 0)
             json_object_set_new(out, "name", json_string(canon));
     }
     char *s = json_dumps(out, JSON_COMPACT);

@@ -392,7 +392,7 @@ static int post_archive(const char *entry, const char *name, json_t *cfg, json_t
     if ((uint64_t)st.st_size >= (1ull << 33))
         return crl_err_set(err, CRL_E_TOO_LARGE, "the layer is over 8 GiB; use --store");
     /* the config the offline path makes too, keys sorted: one tree, one id */
-    json_auto_t *config = crl_image_config_json(cfg, diff_id);
+    json_auto_t *config = crl_store_config_json(cfg, diff_id);
     cleanup_free char *config_text =
         config ? json_dumps(config, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     if (!config_text)
@@ -402,7 +402,7 @@ static int post_archive(const char *entry, const char *name, json_t *cfg, json_t
     snprintf(config_name, sizeof(config_name), "%s.json", crl_digest_hex(config_digest));
     snprintf(layer_name, sizeof(layer_name), "%s/layer.tar", crl_digest_hex(diff_id));
     char canon[CRL_IMAGE_NAME_MAX + 1];
-    if (crl_image_name_canon(name, canon, err) < 0)
+    if (crl_store_name_canon(name, canon, err) < 0)
         return -1;
     json_auto_t *manifest = json_pack("[{s:s, s:[s], s:[s]}]", "Config", config_name, "RepoTags",
                                       canon, "Layers", layer_name);
@@ -466,7 +466,7 @@ int crl_cmd_image_build_debian(int argc, char **argv)
     const char *name = argv[optind];
     struct crl_err err = CRL_ERR_INIT;
     char canon[CRL_IMAGE_NAME_MAX + 1];
-    if (crl_image_name_canon(name, canon, &err) < 0)
+    if (crl_store_name_canon(name, canon, &err) < 0)
         return crl_cli_usage(argv[0], "%s", err.msg);
     size_t sl = strlen(suite);
     if (!sl || sl > 32 || strspn(suite, "abcdefghijklmnopqrstuvwxyz0123456789-") != sl)

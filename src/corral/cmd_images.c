@@ -319,7 +319,7 @@ static int cmd_import(int argc, char **argv)
     const char *src = argv[optind], *ref = ref_opt;
     struct crl_err err = CRL_ERR_INIT;
     char canon[CRL_IMAGE_NAME_MAX + 1], path[PATH_MAX];
-    if (name && crl_image_name_canon(name, canon, &err) < 0)
+    if (name && crl_store_name_canon(name, canon, &err) < 0)
         return crl_cli_usage(argv[0], "--name: %s", err.msg);
     bool stdin_ = strcmp(src, "-") == 0;
     struct stat st = {0};
@@ -335,7 +335,7 @@ static int cmd_import(int argc, char **argv)
         if (stat(src, &st) < 0)
             return crl_cli_failf("%s: %s", src, strerror(errno));
     }
-    if (ref && crl_image_ref_check(ref, &err) < 0)
+    if (ref && crl_store_ref_check(ref, &err) < 0)
         return crl_cli_usage(argv[0], "%s: %s", ref_opt ? "--ref" : "the REF of FILE:REF", err.msg);
     bool dir = S_ISDIR(st.st_mode);
     if (dir && !is_layout(src))

@@ -6,6 +6,7 @@ Fixtures:
                    stopped (and checked) when the test ends
   client           a corral.Client on the shared daemon
   sandbox          a small fresh sandbox on the shared daemon, destroyed after
+  built, imaged, iclient, tree_image   the image tests', from images_common.py
 
 A Corrald has .url (unix), .tcp_url and .token, .pid, .state_dir, .build,
 .cgroup_parent, .log(), .client(tcp=False), .async_client(), .request() for
@@ -49,6 +50,9 @@ IMAGES = REPO / "build" / "images"
 HOST_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
 TOKEN = "integration-" + uuid.uuid4().hex
 _serial = itertools.count()
+# The image tests' helpers and fixtures, loaded as a plugin so that their
+# fixtures reach every module and pytest rewrites their assertions.
+pytest_plugins = ("images_common",)
 
 
 class RawResponse:

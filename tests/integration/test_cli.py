@@ -378,7 +378,7 @@ def test_stdin_is_sized_as_the_request_carries_it(corrald, sandbox):
 @pytest.mark.parametrize("cmd", ["run", "exec", "sh"])
 def test_help_says_the_default_user_is_the_images(corrald, cmd):
     """An exec or session with no --user runs as the image's user (docs/cli.md,
-    and test_images.py's image with a User): every --help says so too."""
+    and test_images_import.py's image with a User): every --help says so too."""
     r = corral(corrald, cmd, "--help")
     assert r.returncode == 0, r
     line = next(ln for ln in r.stdout.decode().splitlines() if "--user" in ln)

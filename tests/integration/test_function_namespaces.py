@@ -273,3 +273,14 @@ def test_without_a_pool_a_create_waits_for_its_keeper(corrald_factory):
                 .stdout for sb in boxes] == [b"hi\n"] * 3
         for sb in boxes:
             sb.destroy()
+
+
+def test_limits_count_the_calls_alone(client):
+    """The keeper and its spares live in a cgroup of corral's own: a
+    sandbox's pids (and memory and CPU) are all its calls'."""
+    with create_fn(client, "python", pids=8) as sb:
+        assert sb.inspect()["usage"]["pids"] == 0, "nothing of the sandbox's runs between calls"
+        r = sb.exec("import os, time\nkids = []\nfor i in range(7):\n    pid = os.fork()\n"
+                    "    if pid == 0:\n        time.sleep(1)\n        os._exit(0)\n"
+                    "    kids.append(pid)\nfor k in kids:\n    os.waitpid(k, 0)\nprint(len(kids))")
+        assert r.exit_code == 0 and r.stdout == b"7\n", "the call and its 7 children are its 8 pids"

@@ -257,11 +257,14 @@ def test_every_process_sees_the_same_clocks(client, corrald):
                          content_type="application/octet-stream", length=1 << 20)
         try:
             init_pidns = os.readlink(f"/proc/{init}/ns/pid")
+            init_timens = os.readlink(f"/proc/{init}/ns/time")
             deadline = time.monotonic() + 10
             while True:
                 pids = _host_pids_of(corrald, sb)
                 helpers = [p for p in pids if os.readlink(f"/proc/{p}/ns/pid") != init_pidns]
-                if helpers or time.monotonic() > deadline:
+                # (a helper is forked first and joins the namespaces a moment later)
+                joined = all(os.readlink(f"/proc/{h}/ns/time") == init_timens for h in helpers)
+                if (helpers and joined) or time.monotonic() > deadline:
                     break
                 time.sleep(0.02)
             assert helpers, "the upload's helper never ran"

@@ -30,18 +30,18 @@ static void test_names(void)
 {
     char out[CRL_IMAGE_NAME_MAX + 1];
     struct crl_err err = CRL_ERR_INIT;
-    ok(crl_image_name_canon("busybox", out, &err) == 0 && strcmp(out, "busybox:latest") == 0,
+    ok(crl_store_name_canon("busybox", out, &err) == 0 && strcmp(out, "busybox:latest") == 0,
        "a bare name gets :latest");
-    ok(crl_image_name_canon("reg:5000/team/app", out, &err) == 0 &&
+    ok(crl_store_name_canon("reg:5000/team/app", out, &err) == 0 &&
            strcmp(out, "reg:5000/team/app:latest") == 0,
        "a registry port is not a tag");
-    ok(crl_image_name_canon("team/app:v1.2", out, &err) == 0 && strcmp(out, "team/app:v1.2") == 0,
+    ok(crl_store_name_canon("team/app:v1.2", out, &err) == 0 && strcmp(out, "team/app:v1.2") == 0,
        "a tag is kept");
     static const char *const bad[] = {"",   "../x",       "/abs",  "a//b",    "a b",
                                       "a:", "sha256:abc", "a/./b", ".hidden", "a$b"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         crl_err_clear(&err);
-        ok(crl_image_name_canon(bad[i], out, &err) < 0 && err.code == CRL_E_INVALID,
+        ok(crl_store_name_canon(bad[i], out, &err) < 0 && err.code == CRL_E_INVALID,
            "name '%s' is refused (%s)", bad[i], err.msg);
     }
 }
@@ -328,7 +328,7 @@ static int read_ref(const char *ref, struct crl_oci_image *img, struct crl_err *
 /* An architecture that is not this host's. */
 static const char *other_arch(void)
 {
-    return strcmp(crl_image_arch(), "arm64") == 0 ? "amd64" : "arm64";
+    return strcmp(crl_store_arch(), "arm64") == 0 ? "amd64" : "arm64";
 }
 
 static void test_read_by_ref(void)
@@ -338,8 +338,8 @@ static void test_read_by_ref(void)
     struct crl_oci_image img;
     struct crl_err err = CRL_ERR_INIT;
     new_layout();
-    put_image(layout, crl_image_arch(), "one", c1, m1);
-    put_image(layout, crl_image_arch(), "two", c2, m2);
+    put_image(layout, crl_store_arch(), "one", c1, m1);
+    put_image(layout, crl_store_arch(), "two", c2, m2);
     /* as umoci writes two tags: a ref.name each, no platform */
     put_index(
         entry(e1, sizeof(e1), "manifest", m1, "\"org.opencontainers.image.ref.name\":\"v1\"", ""),
@@ -396,7 +396,7 @@ static void test_read_platforms(void)
         want[128];
     struct crl_oci_image img;
     struct crl_err err = CRL_ERR_INIT;
-    const char *host = crl_image_arch(), *other = other_arch();
+    const char *host = crl_store_arch(), *other = other_arch();
     new_layout();
     put_image(layout, host, "host", ch, mh);
     put_image(layout, other, "other", co, mo);
@@ -448,8 +448,8 @@ static void test_read_docker(void)
     struct crl_oci_image img;
     struct crl_err err = CRL_ERR_INIT;
     new_layout();
-    put_image(layout, crl_image_arch(), "one", c1, m);
-    put_image(layout, crl_image_arch(), "two", c2, m);
+    put_image(layout, crl_store_arch(), "one", c1, m);
+    put_image(layout, crl_store_arch(), "two", c2, m);
     snprintf(cfg1, sizeof(cfg1), "blobs/sha256/%s", crl_digest_hex(c1));
     snprintf(cfg2, sizeof(cfg2), "blobs/sha256/%s", crl_digest_hex(c2));
     /* as `docker save` of two images writes it; skopeo's tags are in full */
@@ -480,7 +480,7 @@ static void test_read_many(void)
     struct crl_oci_image img;
     struct crl_err err = CRL_ERR_INIT;
     new_layout();
-    put_image(layout, crl_image_arch(), "one", c, m);
+    put_image(layout, crl_store_arch(), "one", c, m);
     /* 300 distinct entries (digests of manifests that need not exist) */
     struct crl_buf idx;
     crl_buf_init(&idx, CRL_BUF_UNBOUNDED);
@@ -507,17 +507,17 @@ static void test_ref_check(void)
     char long_ref[300];
     memset(long_ref, 'a', sizeof(long_ref) - 1);
     long_ref[sizeof(long_ref) - 1] = 0;
-    ok(crl_image_ref_check("v1", &err) == 0 &&
-           crl_image_ref_check("docker.io/library/app:1.0-rc+1", &err) == 0 &&
-           crl_image_ref_check("app@sha256:0123", &err) == 0,
+    ok(crl_store_ref_check("v1", &err) == 0 &&
+           crl_store_ref_check("docker.io/library/app:1.0-rc+1", &err) == 0 &&
+           crl_store_ref_check("app@sha256:0123", &err) == 0,
        "tags, full names and digests are refs");
     static const char *const bad[] = {"", "a b", "v1\n", "a$b"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         crl_err_clear(&err);
-        ok(crl_image_ref_check(bad[i], &err) < 0 && err.code == CRL_E_INVALID,
+        ok(crl_store_ref_check(bad[i], &err) < 0 && err.code == CRL_E_INVALID,
            "ref '%s' is refused (%s)", bad[i], err.msg);
     }
-    ok(crl_image_ref_check(long_ref, &err) < 0 && strstr(err.msg, "longer"), "%s", err.msg);
+    ok(crl_store_ref_check(long_ref, &err) < 0 && strstr(err.msg, "longer"), "%s", err.msg);
 }
 
 int main(void)

@@ -1,4 +1,4 @@
-/* Calls and restores, each a FORK to the sandbox's keeper: fn.h. */
+/* Calls and restores, each a FORK to the sandbox's keeper: function_int.h. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -17,7 +17,7 @@
 #include "../../util/cleanup.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"
-#include "fn.h"
+#include "function_int.h"
 
 /* ---- calls ---- */
 

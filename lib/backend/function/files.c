@@ -1,5 +1,5 @@
 /* The files API and checkpoints of a function sandbox: its scratch dir,
- * opened by corrald beneath the keeper's descriptor of it (fn.h). */
+ * opened by corrald beneath the keeper's descriptor of it (function_int.h). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -18,7 +18,7 @@
 #include "../../util/cleanup.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"
-#include "fn.h"
+#include "function_int.h"
 
 /* ---- files: the scratch dir, opened by corrald beneath it ---- */
 

@@ -1,5 +1,5 @@
 /* The function backend: its ops table, a sandbox's life, and the
- * backend's start and end (fn.h says how its files divide the work). */
+ * backend's start and end (function_int.h says how its files divide the work). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -20,7 +21,7 @@
 #include "../../util/cleanup.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"
-#include "fn.h"
+#include "function_int.h"
 #include "root.h"
 
 const char *const crl_fn_runtimes[N_RUNTIMES] = {"shell", "python"};
@@ -158,18 +159,20 @@ void crl_fn_claim(struct crl_sandbox *sb, struct keeper *k)
         crl_fn_create_fail(sb, &err);
         return;
     }
-    int fds[1 + CRL_ZYG_MAX_CGROUP_FDS];
+    int fds[1 + 2 * CRL_ZYG_MAX_CGROUP_FDS];
     fds[0] = f->netns_fd;
     int ncg = crl_cgroup_join_dirs(f->cg, fds + 1);
+    int nhome = crl_cgroup_join_dirs(crl_fn_state->keepers_cg, fds + 1 + ncg);
     struct crl_zyg_claim c = {
         .op = CRL_ZYG_CLAIM,
         .uid = f->uid,
         .gid = f->gid,
         .n_cgroup_fds = (uint32_t)ncg,
+        .n_home_fds = (uint32_t)nhome,
         .clock_start_s = 0,
     };
     snprintf(c.hostname, sizeof(c.hostname), "%s", sb->id);
-    if (crl_send_fds(k->sock, &c, sizeof(c), fds, 1 + ncg) < 0) {
+    if (crl_send_fds(k->sock, &c, sizeof(c), fds, 1 + ncg + nhome) < 0) {
         crl_err_sys(&err, errno, "talking to the sandbox's keeper");
         crl_fn_create_fail(sb, &err);
         return;
@@ -349,6 +352,11 @@ static int fn_init(struct crl_host *h, void **state, struct crl_err *err)
         crl_err_sys(err, errno, "mkdir %s", st->root_dir);
         goto fail;
     }
+    static const struct crl_cgroup_limits none = {0};
+    if (crl_cgroup_create(h->cgroups, "keepers", &none, &st->keepers_cg, err) < 0) {
+        crl_err_prefix(err, "the function backend's keepers");
+        goto fail;
+    }
     crl_fn_state = st;
     *state = st;
     /* Initialise the runtimes and fill the pools now, not in the first
@@ -365,6 +373,8 @@ static int fn_init(struct crl_host *h, void **state, struct crl_err *err)
     }
     return 0;
 fail:
+    if (st->keepers_cg)
+        crl_cgroup_release(st->keepers_cg, true, NULL);
     free(st->msg);
     free(st);
     return -1;
@@ -392,9 +402,11 @@ static void fn_shutdown(struct crl_host *h, void *state)
     (void)h;
     for (unsigned i = 0; i < N_RUNTIMES; i++) {
         struct zygote *z = &st->zy[i];
-        /* The pool's keepers go first, so that their zygote reaps them. */
-        for (struct keeper *k = z->unclaimed; k; k = k->next)
+        /* The pool's keepers (our children: reaped as they are freed). */
+        for (struct keeper *k = z->unclaimed; k; k = k->next) {
+            setpriority(PRIO_PROCESS, k->pid, 0); /* one still building is at nice 19 */
             syscall(SYS_pidfd_send_signal, k->pidfd, SIGKILL, NULL, 0);
+        }
         while (z->unclaimed) {
             struct keeper *k = z->unclaimed;
             z->unclaimed = k->next;
@@ -406,6 +418,7 @@ static void fn_shutdown(struct crl_host *h, void *state)
         if (z->sock < 0)
             continue;
         crl_watch_stop(st->host->loop, &z->w);
+        setpriority(PRIO_PROCESS, z->pid, 0); /* so that it sees the EOF now, not when idle */
         close_fd(&z->sock); /* it exits on EOF; keepers it was building see theirs close */
         if (z->pid > 0) {
             int status;
@@ -413,6 +426,11 @@ static void fn_shutdown(struct crl_host *h, void *state)
                 crl_log_syscall(NULL, errno, "waiting for zygote %d", (int)z->pid);
         }
     }
+    /* (what cannot go now, the host's reconcile of the cgroup parent takes) */
+    struct crl_err err = CRL_ERR_INIT;
+    if (crl_cgroup_tidy(st->keepers_cg, true) < 0 ||
+        crl_cgroup_release(st->keepers_cg, true, &err) < 0)
+        crl_debug(NULL, "the keepers' cgroup: %s", err.msg[0] ? err.msg : strerror(errno));
     free(st->msg);
     free(st);
     crl_fn_state = NULL;

@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <linux/sched.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -107,17 +106,19 @@ static int claim(struct crl_zyg_claim *c, const int *fds, int nfds, const char *
 {
     *step = "claim";
     if (c->n_cgroup_fds < 1 || c->n_cgroup_fds > CRL_ZYG_MAX_CGROUP_FDS ||
-        (unsigned)nfds != 1 + c->n_cgroup_fds || c->uid == 0 || c->gid == 0 ||
+        c->n_home_fds > CRL_ZYG_MAX_CGROUP_FDS ||
+        (unsigned)nfds != 1 + c->n_cgroup_fds + c->n_home_fds || c->uid == 0 || c->gid == 0 ||
         !memchr(c->hostname, 0, sizeof(c->hostname)) || c->clock_start_s < 0)
         return -EPROTO;
-    /* A sandbox's now: its calls run at the ordinary priority (keepers
-     * are made SCHED_IDLE: zygote.c). */
-    struct sched_param param = {0};
-    STEP("sched", neg_errno(sched_setscheduler(0, SCHED_OTHER, &param)));
     for (unsigned i = 0; i < c->n_cgroup_fds; i++)
         STEP("cgroup", crl_write_file_at(fds[1 + i], "cgroup.procs", "0") < 0 ? -errno : 0);
-    /* The cgroup just joined is the root of what the sandbox sees. */
+    /* The cgroup just joined is the root of what the sandbox sees; then
+     * back to the keepers' own, so that what the sandbox's limits count
+     * (memory, pids, CPU) is its calls alone.  Calls join their leaves. */
     STEP("cgroupns", neg_errno(unshare(CLONE_NEWCGROUP)));
+    for (unsigned i = 0; i < c->n_home_fds; i++)
+        STEP("cgroup",
+             crl_write_file_at(fds[1 + c->n_cgroup_fds + i], "cgroup.procs", "0") < 0 ? -errno : 0);
     STEP("netns", neg_errno(setns(fds[0], CLONE_NEWNET)));
     STEP("hostname", neg_errno(sethostname(c->hostname, strlen(c->hostname))));
     STEP("root", crl_fnroot_claim(c, step));
@@ -133,7 +134,7 @@ static int claim(struct crl_zyg_claim *c, const int *fds, int nfds, const char *
 static void await_claim(void)
 {
     struct crl_zyg_claim c;
-    int fds[1 + CRL_ZYG_MAX_CGROUP_FDS], nfds = 1 + CRL_ZYG_MAX_CGROUP_FDS;
+    int fds[1 + 2 * CRL_ZYG_MAX_CGROUP_FDS], nfds = 1 + 2 * CRL_ZYG_MAX_CGROUP_FDS;
     ssize_t len = crl_recv_fds(k.sock, &c, sizeof(c), fds, &nfds);
     if (len <= 0)
         _exit(0); /* corrald let the pool go */
@@ -547,6 +548,12 @@ void crl_keeper_main(const struct crl_zygote_runtime *rt, int sock, const char *
                    (fds[1] = crl_openat(AT_FDCWD, CRL_FN_SCRATCH, O_PATH | O_DIRECTORY, 0)) < 0)) {
         r = -errno;
         step = "open-root";
+    }
+    /* Built (at the zygote's low priority): from now on it answers at once,
+     * and its calls run at the ordinary one. */
+    if (setpriority(PRIO_PROCESS, 0, 0) < 0 && r == 0) {
+        r = -errno;
+        step = "setpriority";
     }
     struct crl_zyg_reply ready = {.op = CRL_ZYG_READY, .err = -r, .pid = getpid()};
     snprintf(ready.msg, sizeof(ready.msg), "%s", r < 0 ? step : "");

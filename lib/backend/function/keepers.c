@@ -1,4 +1,4 @@
-/* The zygotes, and the keepers they make: fn.h. */
+/* The zygotes, and the keepers they make: function_int.h. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -19,7 +20,7 @@
 #include "../../util/fdio.h"
 #include "../../util/log.h"
 #include "../../util/run.h"
-#include "fn.h"
+#include "function_int.h"
 
 /* ---- keepers ---- */
 
@@ -91,6 +92,8 @@ void crl_fn_keeper_lost(struct keeper *k, const char *why)
     struct zygote *z = &k->st->zy[k->runtime];
     enum keeper_state was = k->state;
     k->state = K_DEAD;
+    if (was == K_BUILDING) /* at the zygote's low priority: dying must not wait for idle time */
+        setpriority(PRIO_PROCESS, k->pid, 0);
     if (syscall(SYS_pidfd_send_signal, k->pidfd, SIGKILL, NULL, 0) < 0 && errno != ESRCH)
         crl_log_syscall(NULL, errno, "pidfd_send_signal(keeper %d)", (int)k->pid);
     struct crl_loop *loop = k->st->host->loop;
@@ -274,6 +277,15 @@ int crl_fn_zygote_start(struct fn_state *st, unsigned rt, struct crl_err *err)
         close(pair[0]);
         return crl_err_sys(err, r, "starting %s", st->zygote_path);
     }
+    /* Into the keepers' cgroup before it makes any (it waits for us to ask). */
+    int dirs[CRL_CGROUP_MAX_FDS];
+    int nd = crl_cgroup_join_dirs(st->keepers_cg, dirs);
+    char spid[16];
+    snprintf(spid, sizeof(spid), "%d", (int)pid);
+    for (int i = 0; i < nd; i++)
+        if (crl_write_file_at(dirs[i], "cgroup.procs", spid) < 0)
+            crl_log_syscall(NULL, errno, "moving the %s zygote %d into the keepers' cgroup",
+                            crl_fn_runtimes[rt], (int)pid);
     /* Its hello: the runtime is initialised (python: a few tens of ms). */
     struct timeval tv = {10, 0};
     setsockopt(pair[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));

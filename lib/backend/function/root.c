@@ -129,7 +129,12 @@ int crl_fnroot_build(const char *mountpoint, const char **step)
         snprintf(host, sizeof(host), "/%s", system_dirs[i]);
         STEP("system-dirs", from_host(host, system_dirs[i]));
     }
+    /* /etc on a tmpfs of its own: what a sandbox writes to its disk can
+     * never leave the claim without room for it, nor does /etc count as
+     * the sandbox's use of disk_mb. */
     STEP("etc", neg_errno(mkdir("etc", 0755)));
+    STEP("etc", neg_errno(mount("tmpfs", "etc", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                                "size=64k,nr_inodes=64,mode=0755")));
     for (size_t i = 0; i < sizeof(etc_from_host) / sizeof(etc_from_host[0]); i++) {
         char dst[64];
         snprintf(host, sizeof(host), "/etc/%s", etc_from_host[i]);
@@ -173,5 +178,9 @@ int crl_fnroot_claim(const struct crl_zyg_claim *c, const char **step)
     STEP("etc", etc_file("/etc/passwd", t,
                          crl_etc_passwd(t, sizeof(t), "sandbox", c->uid, c->gid, CRL_FN_SCRATCH)));
     STEP("etc", etc_file("/etc/group", t, crl_etc_group(t, sizeof(t), "sandbox", c->gid)));
+    /* and nobody changes it after (the files bound in are read-only mounts of their own) */
+    STEP("etc", neg_errno(mount(NULL, "/etc", NULL,
+                                MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                                NULL)));
     return 0;
 }

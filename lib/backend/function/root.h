@@ -6,7 +6,8 @@
  *   /usr /bin /sbin /lib /lib32 /lib64 /libx32
  *                      the host's, bound read-only, nosuid, nodev (a host
  *                      whose /bin is a symlink gets the same symlink)
- *   /etc               ld.so.cache, localtime and alternatives of the host's
+ *   /etc               a tmpfs of its own (64 KiB, read-only once claimed):
+ *                      ld.so.cache, localtime and alternatives of the host's
  *                      (read-only) and nsswitch.conf; hostname, hosts,
  *                      resolv.conf, passwd and group are written at claim
  *   /dev               null, zero, full, random, urandom bound from the host;

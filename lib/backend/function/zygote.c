@@ -2,12 +2,12 @@
 
 #include <errno.h>
 #include <linux/sched.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -92,12 +92,13 @@ int crl_zygote_main(const struct crl_zygote_runtime *rt, const char *root_dir)
     }
     struct crl_zyg_reply hello = {.op = CRL_ZYG_HELLO};
     send_reply(&hello, NULL, 0);
-    /* Keepers are made ahead of creates, with the machine's idle time: the
-     * zygote and the keepers it makes run SCHED_IDLE until a sandbox
-     * claims one, so making them never slows what is being served. */
-    struct sched_param idle = {0};
-    if (sched_setscheduler(0, SCHED_IDLE, &idle) < 0)
-        crl_log_syscall(NULL, errno, "zygote %s: sched_setscheduler(SCHED_IDLE)", rt->name);
+    /* Keepers are made ahead of creates, with what the machine has to
+     * spare: the zygote, and a keeper until its root is built, run at the
+     * lowest priority (nice 19, not SCHED_IDLE: a task of the idle class
+     * can starve for seconds on a busy host, and one killed or told to end
+     * must get to run), so making them hardly slows what is being served. */
+    if (setpriority(PRIO_PROCESS, 0, 19) < 0)
+        crl_log_syscall(NULL, errno, "zygote %s: setpriority(19)", rt->name);
     for (;;) {
         struct crl_zyg_req rq;
         int fds[CRL_ZYG_MAX_FDS], nfds = CRL_ZYG_MAX_FDS;

@@ -14,8 +14,8 @@
  *   corrald -> zygote   KEEPER               (no fds)
  *   zygote  -> corrald  REPLY {pid}          fds: corrald's end of the keeper's socket, its pidfd
  *   keeper  -> corrald  READY                fds: its root and scratch dirs (O_PATH); or err
- *   corrald -> keeper   CLAIM                fds: netns, the cgroup directories to join (v1: one
- *                                                 a hierarchy; v2: one)
+ *   corrald -> keeper   CLAIM                fds: netns, the sandbox's cgroup directories (v1: one
+ *                                                 a hierarchy; v2: one), the keepers' cgroup's
  *   keeper  -> corrald  REPLY {id 0}         (err and step on failure; it then exits)
  *   corrald -> keeper   FORK                 fds: stdin, stdout, stderr, status pipe, then the
  *                                                 cgroup fds (see struct crl_zyg_fork)
@@ -73,7 +73,9 @@ struct crl_zyg_req {
 struct crl_zyg_claim {
     uint32_t op;
     uint32_t uid, gid;
-    uint32_t n_cgroup_fds; /* after the netns fd */
+    uint32_t n_cgroup_fds; /* after the netns fd: the sandbox's cgroup */
+    uint32_t n_home_fds;   /* after those: the keepers' cgroup, to go back to */
+    uint32_t pad;
     int64_t clock_start_s; /* what its CLOCK_MONOTONIC and CLOCK_BOOTTIME read now */
     char hostname[64];     /* NUL-terminated */
 };

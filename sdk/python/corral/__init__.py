@@ -15,21 +15,24 @@
     total = client.call("add", {"a": 1, "b": 2})   # a registered function
 
 corral.AsyncClient offers the same from asyncio (see corral.aio).  Errors
-are corral.Error subclasses carrying the API's ``code``, ``message`` and
-HTTP ``status``.  The API itself is described in docs/api.md.
+are corral.Error subclasses, one for each of the API's error codes
+(docs/errors.md), carrying its ``code``, ``message`` and HTTP ``status``.
+The API itself is described in docs/api.md.  The public surface has type
+hints (PEP 561: the package ships py.typed).
 """
 
 from ._api import ExecResult, FileBytes
 from .aio import AsyncClient, AsyncFiles, AsyncSandbox, AsyncSession, AsyncTrajectory
 from .client import Client, Files, Sandbox, Session, Trajectory
 from .errors import (CapacityError, Conflict, Error, Forbidden, FunctionError, InternalError,
-                     InvalidSpec, MethodNotAllowed, NoSpace, NotFound, PayloadTooLarge, Timeout,
-                     Unauthorized, Unavailable, Unsupported)
+                     InvalidJSON, InvalidSpec, MethodNotAllowed, NoSpace, NotFound,
+                     PayloadTooLarge, Timeout, Unauthorized, Unavailable, Unsupported,
+                     UnsupportedMediaType)
 
 __all__ = [
     "AsyncClient", "AsyncFiles", "AsyncSandbox", "AsyncSession", "AsyncTrajectory",
     "CapacityError", "Client", "Conflict", "Error", "ExecResult", "FileBytes", "Files",
-    "Forbidden", "FunctionError", "InternalError", "InvalidSpec", "MethodNotAllowed", "NoSpace",
-    "NotFound", "PayloadTooLarge", "Sandbox", "Session", "Timeout", "Trajectory",
-    "Unauthorized", "Unavailable", "Unsupported",
+    "Forbidden", "FunctionError", "InternalError", "InvalidJSON", "InvalidSpec",
+    "MethodNotAllowed", "NoSpace", "NotFound", "PayloadTooLarge", "Sandbox", "Session", "Timeout",
+    "Trajectory", "Unauthorized", "Unavailable", "Unsupported", "UnsupportedMediaType",
 ]

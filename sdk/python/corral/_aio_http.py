@@ -3,9 +3,15 @@
 what corrald answers: Content-Length, chunked, or a body up to the close."""
 
 import asyncio
+from typing import Any, Awaitable, Callable, cast
 
 from . import _api, errors
-from ._http import Response
+from ._api import Response
+
+# A connection: its two streams.
+_Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+# Takes each piece of a successful answer's body.
+_Sink = Callable[[bytes], Awaitable[Any]]
 
 
 class _Stale(Exception):
@@ -25,26 +31,27 @@ class AsyncTransport:
     """Sends Calls to corrald from one event loop; at most ``max_connections``
     requests are in flight at once, the others wait for a connection."""
 
-    def __init__(self, url=None, token=None, max_connections=256):
+    def __init__(self, url: str | None = None, token: str | None = None,
+                 max_connections: int = 256) -> None:
         self.kind, self.addr = _api.parse_url(url)
         self.url = f"unix://{self.addr}" if self.kind == "unix" else "http://%s:%d" % self.addr
         self._token = _api.resolve_token(token)
-        self._idle = []  # (reader, writer) pairs with nothing in flight
+        self._idle: list[_Conn] = []  # connections with nothing in flight
         self._slots = asyncio.Semaphore(max_connections)
 
-    async def close(self):
+    async def close(self) -> None:
         idle, self._idle = self._idle, []
         for _, writer in idle:
             writer.close()
 
     @staticmethod
-    def _expect(call):
-        return hasattr(call.body, "read") or len(call.body) >= _EXPECT_MIN
+    def _expect(call: _api.Call) -> bool:
+        return hasattr(call.body, "read") or len(cast(bytes, call.body)) >= _EXPECT_MIN
 
-    def _head(self, call):
+    def _head(self, call: _api.Call) -> bytes:
         lines = [f"{call.method} {call.target} HTTP/1.1", "Host: localhost"]
         if not hasattr(call.body, "read"):
-            lines.append(f"Content-Length: {len(call.body)}")
+            lines.append(f"Content-Length: {len(cast(bytes, call.body))}")
         elif call.length is not None:
             lines.append(f"Content-Length: {call.length}")
         else:
@@ -58,14 +65,14 @@ class AsyncTransport:
         return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
     @staticmethod
-    async def _send_body(writer, call):
+    async def _send_body(writer: asyncio.StreamWriter, call: _api.Call) -> None:
         """The body: bytes, or a file object read (off the loop) and sent as
         it is read, chunked when its length is unknown."""
-        body = call.body
-        if not hasattr(body, "read"):
-            writer.write(body)
+        if not hasattr(call.body, "read"):
+            writer.write(cast(bytes, call.body))
             await writer.drain()
             return
+        body = cast(_api.BinaryFile, call.body)
         chunked = call.length is None
         while piece := await asyncio.to_thread(body.read, 1 << 20):
             writer.write(b"%X\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
@@ -74,7 +81,7 @@ class AsyncTransport:
             writer.write(b"0\r\n\r\n")
             await writer.drain()
 
-    async def request(self, call, on_data=None):
+    async def request(self, call: _api.Call, on_data: _Sink | None = None) -> Response:
         """Send ``call`` and return its Response, or raise its errors.Error.
 
         With ``on_data`` (a coroutine function), a successful answer's body is
@@ -85,7 +92,7 @@ class AsyncTransport:
         streamed = hasattr(call.body, "read")
         async with self._slots:
             for attempt in range(2):
-                conn = None
+                conn: _Conn | None = None
                 while attempt == 0 and self._idle and conn is None:
                     conn = self._idle.pop()
                     if conn[0].at_eof():
@@ -98,10 +105,10 @@ class AsyncTransport:
                             conn = await self._connect()
                         response, keep = await self._exchange(conn, call, on_data)
                 except _Stale:
-                    conn[1].close()
+                    cast(_Conn, conn)[1].close()
                     if reused and attempt == 0 and (not streamed or start is not None):
                         if streamed:
-                            call.body.seek(start)
+                            cast(_api.BinaryFile, call.body).seek(cast(int, start))
                         continue  # it had been closed while idle: once more on a new connection
                     raise errors.Unavailable("unavailable", f"{self.url} closed the connection")
                 except TimeoutError:
@@ -125,9 +132,10 @@ class AsyncTransport:
                 if response.status >= 400:
                     raise errors.from_response(response.status, response.headers, response.body)
                 return response
+            raise AssertionError("not reached: the second attempt answers or raises")
 
     @staticmethod
-    async def _read_head(reader):
+    async def _read_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bool] | None:
         """(status, headers with lower-case names, keep-alive) of an answer,
         or None if the connection closed first."""
         status_line = await reader.readline()
@@ -136,19 +144,20 @@ class AsyncTransport:
         parts = status_line.split(None, 2)
         if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
             raise _BadAnswer(f"status line {status_line!r}")
-        headers = {}
+        headers: dict[str, str] = {}
         while (line := await reader.readline()) not in (b"\r\n", b"\n", b""):
             name, _, value = line.decode("latin-1").partition(":")
             headers[name.strip().lower()] = value.strip()
         keep = parts[0] == b"HTTP/1.1" and headers.get("connection", "").lower() != "close"
         return int(parts[1]), headers, keep
 
-    async def _connect(self):
+    async def _connect(self) -> _Conn:
         if self.kind == "unix":
             return await asyncio.open_unix_connection(self.addr)
         return await asyncio.open_connection(*self.addr)
 
-    async def _exchange(self, conn, call, on_data):
+    async def _exchange(self, conn: _Conn, call: _api.Call,
+                        on_data: _Sink | None) -> tuple[Response, bool]:
         reader, writer = conn
         expect = self._expect(call)
         try:
@@ -172,10 +181,10 @@ class AsyncTransport:
             keep = False  # refused before the body was sent: the connection is spoilt
 
         stream = on_data is not None and 200 <= status < 300
-        pieces = []
+        pieces: list[bytes] = []
 
-        async def sink(piece):
-            if stream:
+        async def sink(piece: bytes) -> None:
+            if on_data is not None and stream:
                 await on_data(piece)
             else:
                 pieces.append(piece)

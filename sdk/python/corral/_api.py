@@ -10,8 +10,20 @@ import os
 import tarfile
 import tempfile
 import urllib.parse
+from contextlib import ExitStack
+from typing import IO, Any, Mapping, Sequence, cast
 
 from .errors import Error, FunctionError, InvalidSpec
+
+# What the API takes and gives as JSON: objects are dicts of str.
+JSONObject = dict[str, Any]
+JSONList = list[JSONObject]
+# A command: a string for /bin/sh -c, or an argv.
+Command = str | Sequence[str]
+# A binary file object, read to its end: an upload's body.
+BinaryFile = IO[bytes]
+# A path on this machine.
+LocalPath = str | os.PathLike[str]
 
 DEFAULT_URL = "unix:///run/corral/corrald.sock"
 DEFAULT_TIMEOUT = 60.0  # seconds to wait for any answer but an exec's
@@ -19,7 +31,23 @@ EXEC_GRACE = 30.0  # beyond an exec's own timeout, for corrald to kill and repor
 SERVER_EXEC_TIMEOUT = 300.0  # corrald's default timeout_s
 
 
-def parse_url(url):
+class Response:
+    """A whole answer: status, headers (lower-case names) and body."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def __init__(self, status: int, headers: dict[str, str], body: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def parse_url(url: str | None) -> tuple[str, Any]:
     """("unix", path) for unix:///path, ("tcp", (host, port)) for http://host:port."""
     url = url or os.environ.get("CORRAL_URL") or DEFAULT_URL
     if url.startswith("unix://"):
@@ -33,7 +61,7 @@ def parse_url(url):
     return "tcp", (u.hostname, u.port or 80)
 
 
-def resolve_token(token):
+def resolve_token(token: str | None) -> str | None:
     return token if token is not None else os.environ.get("CORRAL_TOKEN")
 
 
@@ -44,31 +72,37 @@ class Call:
 
     method: str
     target: str
-    body: bytes = b""  # or a binary file object, streamed
-    content_type: str = None
-    timeout: float = None
-    length: int = None  # of a file object body; None: sent chunked, to its end
+    body: bytes | BinaryFile = b""  # a binary file object is streamed
+    content_type: str | None = None
+    timeout: float | None = None
+    length: int | None = None  # of a file object body; None: sent chunked, to its end
 
-    def waiting(self, client_timeout):
+    def waiting(self, client_timeout: float | None) -> "Call":
         """This call with its timeout resolved for a transport (None: no limit)."""
         t = client_timeout if self.timeout is None else self.timeout
         return dataclasses.replace(self, timeout=None if t == math.inf else t)
 
 
-def q(s):
+def q(s: object) -> str:
     return urllib.parse.quote(str(s), safe="")
 
 
-def json_call(method, target, obj=None, timeout=None):
+def json_call(method: str, target: str, obj: Any = None, timeout: float | None = None) -> Call:
     body = b"" if obj is None else json.dumps(obj).encode()
     return Call(method, target, body, "application/json" if obj is not None else None, timeout)
 
 
-def build_spec(spec=None, *, backend=None, runtime=None, image=None, memory_mb=None, cpus=None,
-               pids=None, disk_mb=None, ttl_s=None, idle_ttl_s=None, labels=None, env=None,
-               cwd=None, network=None, trajectory=None):
+def build_spec(spec: Mapping[str, Any] | None = None, *, backend: str | None = None,
+               runtime: str | None = None, image: str | None = None,
+               memory_mb: int | None = None, cpus: float | None = None,
+               pids: int | None = None, disk_mb: int | None = None,
+               ttl_s: int | None = None, idle_ttl_s: int | None = None,
+               labels: Mapping[str, str] | None = None, env: Mapping[str, str] | None = None,
+               cwd: str | None = None, network: str | Mapping[str, Any] | None = None,
+               trajectory: str | Mapping[str, Any] | None = None) -> JSONObject:
     """The sandbox spec of docs/api.md: ``spec`` with the keyword fields over it."""
-    out = json.loads(json.dumps(spec or {}))  # a deep copy
+    out: JSONObject = json.loads(json.dumps(spec or {}))  # a deep copy
+    value: Any
     for key, value in (("backend", backend), ("runtime", runtime), ("image", image),
                        ("ttl_s", ttl_s), ("idle_ttl_s", idle_ttl_s), ("labels", labels),
                        ("env", env), ("cwd", cwd), ("trajectory", trajectory)):
@@ -83,26 +117,29 @@ def build_spec(spec=None, *, backend=None, runtime=None, image=None, memory_mb=N
     return out
 
 
-def list_target(labels):
+def list_target(labels: Mapping[str, str] | None) -> str:
     query = urllib.parse.urlencode([("label", f"{k}={v}") for k, v in (labels or {}).items()])
     return "/v1/sandboxes" + ("?" + query if query else "")
 
 
-def exec_wait(timeout):
+def exec_wait(timeout: float | None) -> float:
     """How long the client waits for a command that may run ``timeout`` seconds."""
     if timeout == 0:
         return math.inf
     return (SERVER_EXEC_TIMEOUT if timeout is None else timeout) + EXEC_GRACE
 
 
-def exec_call(target, cmd, *, stdin=None, env=None, cwd=None, user=None, timeout=None,
-              max_output_bytes=None, stream=False):
+def exec_call(target: str, cmd: Command, *, stdin: bytes | str | None = None,
+              env: Mapping[str, str] | None = None, cwd: str | None = None,
+              user: str | None = None, timeout: float | None = None,
+              max_output_bytes: int | None = None, stream: bool = False) -> Call:
     """POST .../exec or .../sessions/{sid}/run (where env, cwd, user, stdin are None)."""
-    body = {"cmd": cmd if isinstance(cmd, str) else list(cmd)}
+    body: JSONObject = {"cmd": cmd if isinstance(cmd, str) else list(cmd)}
     if isinstance(stdin, str):
         body["stdin"] = stdin
     elif stdin is not None:
         body["stdin_b64"] = base64.b64encode(stdin).decode()
+    value: Any
     for key, value in (("env", env), ("cwd", cwd), ("user", user), ("timeout_s", timeout),
                        ("max_output_bytes", max_output_bytes)):
         if value is not None:
@@ -112,13 +149,15 @@ def exec_call(target, cmd, *, stdin=None, env=None, cwd=None, user=None, timeout
     return json_call("POST", target, body, exec_wait(timeout))
 
 
-def file_call(sandbox_id, method, path, body=b"", content_type=None, **params):
+def file_call(sandbox_id: str, method: str, path: str, body: bytes = b"",
+              content_type: str | None = None, **params: str | None) -> Call:
     query = urllib.parse.urlencode(
         [("path", path)] + [(k, v) for k, v in params.items() if v is not None])
     return Call(method, f"/v1/sandboxes/{q(sandbox_id)}/files?{query}", body, content_type)
 
 
-def write_call(sandbox_id, path, data, mode=None, user=None):
+def write_call(sandbox_id: str, path: str, data: bytes | bytearray | memoryview | str,
+               mode: int | str | None = None, user: str | None = None) -> Call:
     if isinstance(data, str):
         data = data.encode()
     if isinstance(mode, int):
@@ -127,44 +166,47 @@ def write_call(sandbox_id, path, data, mode=None, user=None):
                      mode=mode, user=user)
 
 
-def snapshot_body(name):
+def snapshot_body(name: str | None) -> JSONObject:
     return {} if name is None else {"name": name}
 
 
-def fork_body(step=None, checkpoint=None, trajectory=None):
+def fork_body(step: int | None = None, checkpoint: str | None = None,
+              trajectory: str | Mapping[str, Any] | None = None) -> JSONObject:
     """POST .../fork: from step N of the sandbox's trajectory, a checkpoint
     id, or (neither) the sandbox's state now; ``trajectory`` (an id or
     ``{"id", "checkpoint"}``) for the new sandbox to record."""
     if step is not None and checkpoint is not None:
         raise InvalidSpec("invalid_argument", "fork from a step or a checkpoint, not both")
-    body = {}
+    body: JSONObject = {}
+    value: Any
     for key, value in (("step", step), ("checkpoint", checkpoint), ("trajectory", trajectory)):
         if value is not None:
             body[key] = value
     return body
 
 
-def trajectory_target(trajectory_id, tail=""):
+def trajectory_target(trajectory_id: str, tail: str = "") -> str:
     return f"/v1/trajectories/{q(trajectory_id)}{tail}"
 
 
-def ndjson(body):
+def ndjson(body: bytes) -> list[JSONObject]:
     """The objects of an NDJSON body, one a line."""
     return [json.loads(line) for line in body.split(b"\n") if line.strip()]
 
 
-def image_target(name):
+def image_target(name: str) -> str:
     """/v1/images/{name}: the name as it is, '/' and ':' included."""
     return "/v1/images/" + urllib.parse.quote(str(name), safe="/:@")
 
 
-def import_source(path_or_fileobj, stack):
+def import_source(path_or_fileobj: LocalPath | BinaryFile,
+                  stack: ExitStack) -> tuple[BinaryFile, int | None]:
     """(file object, length or None) of an image to upload: a file is sent as
     it is read; a directory (an OCI image layout) is first made into a tar in a
     temporary file; a file object is read to its end, chunked.  ``stack`` (an
     ExitStack) closes what is opened here."""
     if hasattr(path_or_fileobj, "read"):
-        return path_or_fileobj, None
+        return cast(BinaryFile, path_or_fileobj), None
     path = os.fspath(path_or_fileobj)
     if os.path.isdir(path):
         if not (os.path.isfile(os.path.join(path, "oci-layout"))
@@ -182,7 +224,8 @@ def import_source(path_or_fileobj, stack):
     return f, os.fstat(f.fileno()).st_size
 
 
-def import_call(fileobj, length, name=None, timeout=None, ref=None):
+def import_call(fileobj: BinaryFile, length: int | None, name: str | None = None,
+                timeout: float | None = None, ref: str | None = None) -> Call:
     """POST /v1/images[?name=][&ref=]: an upload may take long, so no limit by
     default."""
     query = {k: v for k, v in (("name", name), ("ref", ref)) if v}
@@ -191,7 +234,7 @@ def import_call(fileobj, length, name=None, timeout=None, ref=None):
                 math.inf if timeout is None else timeout, length)
 
 
-def function_call(name, args=None, timeout=None):
+def function_call(name: str, args: Any = None, timeout: float | None = None) -> Call:
     """POST /v1/functions/{name}/call with ``args`` (any JSON value; None:
     ``{}``) as the body.  The function's own time limit (limits.timeout_s)
     bounds the call, so by default the client waits as long as it takes."""
@@ -200,34 +243,34 @@ def function_call(name, args=None, timeout=None):
                 math.inf if timeout is None else timeout)
 
 
-def function_result(name, answer):
+def function_result(name: str, answer: JSONObject) -> Any:
     """A call's ``result``, or its FunctionError."""
     if answer.get("ok"):
         return answer.get("result")
     raise FunctionError(name, answer)
 
 
-def tag_body(source, target):
+def tag_body(source: str, target: str) -> JSONObject:
     return {"source": source, "target": target}
 
 
-def body_rewind(call):
+def body_rewind(call: Call) -> int | None:
     """Where a file object body starts, to send it again on a new connection
     (None: it cannot be: not a file, or not seekable)."""
     body = call.body
     if hasattr(body, "read") and getattr(body, "seekable", lambda: False)():
-        return body.tell()
+        return cast(BinaryFile, body).tell()
     return None
 
 
-def dir_tar(path, response):
+def dir_tar(path: str, response: Response) -> bytes:
     """The tar of a directory read with GET .../files; a file is refused."""
     if response.headers.get("x-corral-kind") != "directory":
         raise InvalidSpec("invalid_argument", f"{path} is not a directory")
     return response.body
 
 
-def tar_of(local_dir_or_tar):
+def tar_of(local_dir_or_tar: LocalPath | bytes | bytearray | memoryview) -> bytes:
     """A tar archive's bytes: given as bytes, or made of a local directory's contents."""
     if isinstance(local_dir_or_tar, (bytes, bytearray, memoryview)):
         return bytes(local_dir_or_tar)
@@ -252,27 +295,30 @@ class ExecResult:
 
     stdout: bytes
     stderr: bytes
-    exit_code: int
-    signal: int
+    exit_code: int | None
+    signal: int | None
     reason: str
-    duration_s: float
+    duration_s: float | None
     truncated: bool
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     cpu_s: float = 0.0
     peak_memory_bytes: int = 0
-    signal_name: str = None
-    session_alive: bool = None
-    step: int = None
-    replayed: bool = None
+    signal_name: str | None = None
+    session_alive: bool | None = None
+    step: int | None = None
+    replayed: bool | None = None
 
     @classmethod
-    def from_json(cls, d, stdout=None, stderr=None):
+    def from_json(cls, d: JSONObject, stdout: bytes | None = None,
+                  stderr: bytes | None = None) -> "ExecResult":
         """From a result object; ``stdout``/``stderr`` given when it was streamed."""
         if stdout is None:
-            decode = base64.b64decode if d.get("encoding") == "base64" else str.encode
+            def decode(text: str) -> bytes:
+                return base64.b64decode(text) if d.get("encoding") == "base64" else text.encode()
+
             stdout, stderr = decode(d.get("stdout", "")), decode(d.get("stderr", ""))
-        return cls(stdout=stdout, stderr=stderr, exit_code=d.get("exit_code"),
+        return cls(stdout=stdout, stderr=cast(bytes, stderr), exit_code=d.get("exit_code"),
                    signal=d.get("signal"), reason=d["reason"], duration_s=d.get("duration_s"),
                    truncated=d.get("truncated", False),
                    stdout_truncated=d.get("stdout_truncated", False),
@@ -289,12 +335,12 @@ class FileBytes(bytes):
     ``step`` is the read's step number and ``replayed`` whether the bytes
     came from the log (both None otherwise)."""
 
-    mode = None
-    step = None
-    replayed = None
+    mode: int | None = None
+    step: int | None = None
+    replayed: bool | None = None
 
     @classmethod
-    def from_response(cls, response):
+    def from_response(cls, response: Response) -> "FileBytes":
         data = cls(response.body)
         h = response.headers
         mode, step, replayed = (h.get("x-corral-mode"), h.get("x-corral-step"),
@@ -315,15 +361,15 @@ class StreamDecoder:
     """Turns an NDJSON exec stream, fed in pieces as they arrive, into
     ("stdout"|"stderr", bytes) events and, at its end, an ExecResult."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._partial = b""
-        self._out = {"stdout": [], "stderr": []}
-        self._result = None
+        self._out: dict[str, list[bytes]] = {"stdout": [], "stderr": []}
+        self._result: JSONObject | None = None
 
-    def feed(self, data):
+    def feed(self, data: bytes) -> list[tuple[str, bytes]]:
         lines = (self._partial + data).split(b"\n")
         self._partial = lines.pop()
-        events = []
+        events: list[tuple[str, bytes]] = []
         for line in lines:
             if not line.strip():
                 continue
@@ -340,7 +386,7 @@ class StreamDecoder:
                     events.append((key, chunk))
         return events
 
-    def result(self):
+    def result(self) -> ExecResult:
         if self._result is None:
             raise Error("incomplete", "the exec stream ended without a result")
         return ExecResult.from_json(self._result, b"".join(self._out["stdout"]),

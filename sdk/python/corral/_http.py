@@ -2,31 +2,23 @@
 pool of keep-alive connections."""
 
 import http.client
-import json
 import socket
 import threading
+from typing import Callable, cast
 
 from . import _api, errors
+from ._api import Response
 
 
-class Response:
-    """A whole answer: status, headers (lower-case names) and body."""
-
-    def __init__(self, status, headers, body):
-        self.status = status
-        self.headers = headers
-        self.body = body
-
-    def json(self):
-        return json.loads(self.body)
+_BLOCKSIZE = 1 << 16  # a streamed body's reads
 
 
 class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path):
-        super().__init__("localhost")
+    def __init__(self, path: str) -> None:
+        super().__init__("localhost", blocksize=_BLOCKSIZE)
         self.unix_path = path
 
-    def connect(self):
+    def connect(self) -> None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.settimeout(self.timeout)
@@ -45,26 +37,27 @@ class Transport:
     """Sends Calls to corrald.  Threads may share one: each request takes an
     idle connection from the pool, or opens one, and puts it back after."""
 
-    def __init__(self, url=None, token=None):
+    def __init__(self, url: str | None = None, token: str | None = None) -> None:
         self.kind, self.addr = _api.parse_url(url)
         self.url = f"unix://{self.addr}" if self.kind == "unix" else "http://%s:%d" % self.addr
         self._token = _api.resolve_token(token)
-        self._idle = []
+        self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
 
-    def close(self):
+    def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
 
-    def request(self, call, on_data=None):
+    def request(self, call: _api.Call,
+                on_data: Callable[[bytes], object] | None = None) -> Response:
         """Send ``call`` and return its Response, or raise its errors.Error.
 
         With ``on_data``, a successful answer's body is handed to it piece by
         piece as it arrives, and the Response's body is empty.
         """
-        headers = {}
+        headers: dict[str, str] = {}
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
         if call.content_type:
@@ -74,16 +67,16 @@ class Transport:
             headers["Content-Length"] = str(call.length)
         start = _api.body_rewind(call)
         for attempt in range(2):
-            conn = None
+            conn: http.client.HTTPConnection | None = None
             if attempt == 0:
                 with self._lock:
                     conn = self._idle.pop() if self._idle else None
             reused = conn is not None
-            if not reused:
-                conn = (_UnixConnection(self.addr) if self.kind == "unix"
-                        else http.client.HTTPConnection(*self.addr))
+            if conn is None:
+                conn = (_UnixConnection(self.addr) if self.kind == "unix" else
+                        http.client.HTTPConnection(self.addr[0], self.addr[1],
+                                                   blocksize=_BLOCKSIZE))
             conn.timeout = call.timeout
-            conn.blocksize = 1 << 16  # a streamed body's reads
             if conn.sock:
                 conn.sock.settimeout(call.timeout)
             try:
@@ -92,7 +85,7 @@ class Transport:
                 conn.close()
                 if reused and attempt == 0 and (not streamed or start is not None):
                     if streamed:
-                        call.body.seek(start)
+                        cast(_api.BinaryFile, call.body).seek(cast(int, start))
                     continue  # it had been closed while idle: once more on a new connection
                 raise errors.Unavailable("unavailable", f"{self.url} closed the connection")
             except TimeoutError:
@@ -107,9 +100,11 @@ class Transport:
             if response.status >= 400:
                 raise errors.from_response(response.status, response.headers, response.body)
             return response
+        raise AssertionError("not reached: the second attempt answers or raises")
 
     @staticmethod
-    def _send(conn, call, headers):
+    def _send(conn: http.client.HTTPConnection, call: _api.Call,
+              headers: dict[str, str]) -> http.client.HTTPResponse:
         try:
             conn.request(call.method, call.target, body=call.body, headers=headers)
         except (BrokenPipeError, ConnectionResetError):
@@ -119,7 +114,8 @@ class Transport:
         except (http.client.RemoteDisconnected, ConnectionResetError):
             raise _Stale()
 
-    def _receive(self, conn, resp, on_data):
+    def _receive(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse,
+                 on_data: Callable[[bytes], object] | None) -> Response:
         headers = {k.lower(): v for k, v in resp.getheaders()}
         if on_data is not None and 200 <= resp.status < 300:
             while piece := resp.read1(65536):

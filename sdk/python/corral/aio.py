@@ -12,120 +12,137 @@ with`` on it destroys it on exit.
 import asyncio
 import contextlib
 import inspect
+from typing import Any, Callable, List, Mapping
 
 from . import _api, errors
 from ._aio_http import AsyncTransport
-from ._api import ExecResult, q
+from ._api import (BinaryFile, Command, ExecResult, FileBytes, JSONList, JSONObject,
+                   LocalPath, Response, q)
+
+# Called with each piece of a command's output as it arrives: a plain
+# function, or a coroutine function (awaited).
+AsyncOutputCallback = Callable[[bytes], object]
 
 
 class AsyncClient:
     """Like Client, from an asyncio event loop.  ``max_connections`` bounds
     the requests in flight at once (each running exec holds one)."""
 
-    def __init__(self, url=None, token=None, timeout=_api.DEFAULT_TIMEOUT, max_connections=256):
+    url: str
+    timeout: float
+
+    def __init__(self, url: str | None = None, token: str | None = None,
+                 timeout: float = _api.DEFAULT_TIMEOUT, max_connections: int = 256) -> None:
         self._transport = AsyncTransport(url, token, max_connections)
         self.url = self._transport.url
         self.timeout = timeout
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> "AsyncClient":
         return self
 
-    async def __aexit__(self, *exc):
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def close(self):
+    async def close(self) -> None:
         """Close the idle connections."""
         await self._transport.close()
 
-    async def _call(self, call, on_data=None):
+    async def _call(self, call: _api.Call,
+                    on_data: Callable[[bytes], Any] | None = None) -> Response:
         return await self._transport.request(call.waiting(self.timeout), on_data)
 
-    async def _json(self, method, target, obj=None):
+    async def _json(self, method: str, target: str, obj: Any = None) -> Any:
         return (await self._call(_api.json_call(method, target, obj))).json()
 
-    async def create(self, spec=None, **fields):
+    async def create(self, spec: Mapping[str, Any] | None = None,
+                     **fields: Any) -> "AsyncSandbox":
         """Create a sandbox; see Client.create()."""
         info = await self._json("POST", "/v1/sandboxes", _api.build_spec(spec, **fields))
         return AsyncSandbox(self, info)
 
-    async def get(self, sandbox_id):
+    async def get(self, sandbox_id: str) -> "AsyncSandbox":
         """The sandbox with this id (NotFound if corrald does not know it)."""
         return AsyncSandbox(self, await self._json("GET", f"/v1/sandboxes/{q(sandbox_id)}"))
 
-    async def list(self, labels=None):
+    async def list(self, labels: Mapping[str, str] | None = None) -> List["AsyncSandbox"]:
         """Every sandbox corrald knows, or those with all of ``labels``."""
         found = (await self._json("GET", _api.list_target(labels)))["sandboxes"]
         return [AsyncSandbox(self, info) for info in found]
 
-    async def host(self):
+    async def host(self) -> JSONObject:
         """The host's capacity and use: a dict."""
         return await self._json("GET", "/v1/host")
 
-    async def images(self):
+    async def images(self) -> JSONList:
         """The images sandboxes can be created from: a list of dicts."""
         return (await self._json("GET", "/v1/images"))["images"]
 
-    async def image(self, name):
+    async def image(self, name: str) -> JSONObject:
         """One image; see Client.image()."""
         return await self._json("GET", _api.image_target(name))
 
-    async def import_image(self, path_or_fileobj, name=None, timeout=None, *, ref=None):
+    async def import_image(self, path_or_fileobj: LocalPath | BinaryFile,
+                           name: str | None = None, timeout: float | None = None, *,
+                           ref: str | None = None) -> JSONObject:
         """Import an image; see Client.import_image().  A directory is tarred
         and files are read in a worker thread, off the event loop."""
         with contextlib.ExitStack() as stack:
             fileobj, length = await asyncio.to_thread(_api.import_source, path_or_fileobj,
                                                       stack)
             call = _api.import_call(fileobj, length, name, timeout, ref)
-            return (await self._call(call)).json()
+            image: JSONObject = (await self._call(call)).json()
+        return image
 
-    async def remove_image(self, name):
+    async def remove_image(self, name: str) -> None:
         """Remove an image's tag; see Client.remove_image()."""
         await self._call(_api.json_call("DELETE", _api.image_target(name)))
 
-    async def tag_image(self, source, target):
+    async def tag_image(self, source: str, target: str) -> JSONObject:
         """Tag an image; see Client.tag_image()."""
         return await self._json("POST", "/v1/images/tag", _api.tag_body(source, target))
 
-    async def gc_images(self):
+    async def gc_images(self) -> JSONObject:
         """Remove unreferenced layers; see Client.gc_images()."""
         return await self._json("POST", "/v1/images/gc")
 
-    async def health(self):
+    async def health(self) -> JSONObject:
         """``{"status": "ok", "host_id": ...}`` when corrald is up."""
         return await self._json("GET", "/healthz")
 
-    async def trajectories(self):
+    async def trajectories(self) -> JSONList:
         """Every trajectory corrald has; see Client.trajectories()."""
         return (await self._json("GET", "/v1/trajectories"))["trajectories"]
 
-    def trajectory(self, trajectory_id):
+    def trajectory(self, trajectory_id: str) -> "AsyncTrajectory":
         """The AsyncTrajectory with this id (not a coroutine: nothing is
         asked of corrald yet)."""
         return AsyncTrajectory(self, trajectory_id)
 
-    async def call(self, name, args=None, timeout=None):
+    async def call(self, name: str, args: Any = None, timeout: float | None = None) -> Any:
         """Call a registered function and return its result; see Client.call()."""
         answer = (await self._call(_api.function_call(name, args, timeout))).json()
         return _api.function_result(name, answer)
 
-    async def functions(self):
+    async def functions(self) -> JSONList:
         """The registered functions; see Client.functions()."""
         return (await self._json("GET", "/v1/functions"))["functions"]
 
-    async def function(self, name):
+    async def function(self, name: str) -> JSONObject:
         """One function's definition; see Client.function()."""
         return await self._json("GET", f"/v1/functions/{q(name)}")
 
-    async def _exec(self, call, on_stdout, on_stderr):
+    async def _exec(self, call: _api.Call, on_stdout: AsyncOutputCallback | None,
+                    on_stderr: AsyncOutputCallback | None) -> ExecResult:
         if on_stdout is None and on_stderr is None:
             return ExecResult.from_json((await self._call(call)).json())
         decoder = _api.StreamDecoder()
         callbacks = {"stdout": on_stdout, "stderr": on_stderr}
 
-        async def on_data(piece):
+        async def on_data(piece: bytes) -> None:
             for stream, chunk in decoder.feed(piece):
-                if callbacks[stream]:
-                    done = callbacks[stream](chunk)
+                callback = callbacks[stream]
+                if callback:
+                    done = callback(chunk)
                     if inspect.isawaitable(done):
                         await done
 
@@ -136,39 +153,48 @@ class AsyncClient:
 class AsyncSandbox:
     """Like Sandbox, with coroutines; ``async with`` destroys it on exit."""
 
-    def __init__(self, client, info):
+    client: AsyncClient
+    id: str
+    info: JSONObject
+    files: "AsyncFiles"
+
+    def __init__(self, client: AsyncClient, info: JSONObject) -> None:
         self.client = client
         self.id = info["id"]
         self.info = info
         self.files = AsyncFiles(self)
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> "AsyncSandbox":
         return self
 
-    async def __aexit__(self, *exc):
+    async def __aexit__(self, *exc: object) -> None:
         await self.destroy()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<corral.AsyncSandbox {self.id} {self.info.get('state')}>"
 
     @property
-    def _path(self):
+    def _path(self) -> str:
         return f"/v1/sandboxes/{q(self.id)}"
 
-    async def inspect(self):
+    async def inspect(self) -> JSONObject:
         """The sandbox as corrald sees it now: a dict."""
         self.info = await self.client._json("GET", self._path)
         return self.info
 
-    async def destroy(self):
+    async def destroy(self) -> None:
         """Destroy the sandbox and wait until all of it is gone (idempotent)."""
         try:
             self.info = await self.client._json("DELETE", self._path)
         except errors.NotFound:
             pass
 
-    async def exec(self, cmd, stdin=None, env=None, cwd=None, user=None, timeout=None,
-                   max_output_bytes=None, on_stdout=None, on_stderr=None):
+    async def exec(self, cmd: Command, stdin: bytes | str | None = None,
+                   env: Mapping[str, str] | None = None, cwd: str | None = None,
+                   user: str | None = None, timeout: float | None = None,
+                   max_output_bytes: int | None = None,
+                   on_stdout: AsyncOutputCallback | None = None,
+                   on_stderr: AsyncOutputCallback | None = None) -> ExecResult:
         """Run a command; see Sandbox.exec().  ``on_stdout``/``on_stderr`` may
         be plain functions or coroutine functions."""
         call = _api.exec_call(f"{self._path}/exec", cmd, stdin=stdin, env=env, cwd=cwd, user=user,
@@ -176,30 +202,32 @@ class AsyncSandbox:
                               stream=on_stdout is not None or on_stderr is not None)
         return await self.client._exec(call, on_stdout, on_stderr)
 
-    async def session(self, env=None, cwd=None, shell=None, user=None):
+    async def session(self, env: Mapping[str, str] | None = None, cwd: str | None = None,
+                      shell: str | None = None, user: str | None = None) -> "AsyncSession":
         """Open an AsyncSession; see Sandbox.session()."""
         body = {k: v for k, v in (("env", env), ("cwd", cwd), ("shell", shell), ("user", user))
                 if v is not None}
         return AsyncSession(self, await self.client._json("POST", f"{self._path}/sessions", body))
 
-    async def snapshot(self, name=None):
+    async def snapshot(self, name: str | None = None) -> JSONObject:
         """Checkpoint the writable filesystem now; see Sandbox.snapshot()."""
         return await self.client._json("POST", f"{self._path}/snapshot",
                                        _api.snapshot_body(name))
 
-    async def fork(self, step=None, checkpoint=None, trajectory=None):
+    async def fork(self, step: int | None = None, checkpoint: str | None = None,
+                   trajectory: str | Mapping[str, Any] | None = None) -> "AsyncSandbox":
         """A new AsyncSandbox from a step, a checkpoint or the state now;
         see Sandbox.fork()."""
         body = _api.fork_body(step, checkpoint, trajectory)
         return AsyncSandbox(self.client, await self.client._json("POST", f"{self._path}/fork",
                                                                  body))
 
-    async def pause(self):
+    async def pause(self) -> JSONObject:
         """Freeze the sandbox; see Sandbox.pause()."""
         self.info = await self.client._json("POST", f"{self._path}/pause")
         return self.info
 
-    async def resume(self):
+    async def resume(self) -> JSONObject:
         """Thaw a paused sandbox; see Sandbox.resume()."""
         self.info = await self.client._json("POST", f"{self._path}/resume")
         return self.info
@@ -208,26 +236,30 @@ class AsyncSandbox:
 class AsyncFiles:
     """A sandbox's files; see Files."""
 
-    def __init__(self, sandbox):
+    def __init__(self, sandbox: AsyncSandbox) -> None:
         self._sb = sandbox
 
-    async def write(self, path, data, mode=None, user=None):
+    async def write(self, path: str, data: bytes | bytearray | memoryview | str,
+                    mode: int | str | None = None, user: str | None = None) -> JSONObject:
         """Write bytes (or str) to a file; see Files.write()."""
         resp = await self._sb.client._call(_api.write_call(self._sb.id, path, data, mode, user))
-        return resp.json()
+        written: JSONObject = resp.json()
+        return written
 
-    async def read(self, path):
+    async def read(self, path: str) -> FileBytes:
         """A file's bytes, as a FileBytes; see Files.read()."""
         resp = await self._sb.client._call(_api.file_call(self._sb.id, "GET", path))
-        return _api.FileBytes.from_response(resp)
+        return FileBytes.from_response(resp)
 
-    async def put_dir(self, local_dir_or_tar, path):
+    async def put_dir(self, local_dir_or_tar: LocalPath | bytes | bytearray | memoryview,
+                      path: str) -> JSONObject:
         """Copy a local directory (or tar bytes) into ``path``; see Files.put_dir()."""
         call = _api.file_call(self._sb.id, "PUT", path, _api.tar_of(local_dir_or_tar),
                               "application/x-tar")
-        return (await self._sb.client._call(call)).json()
+        put: JSONObject = (await self._sb.client._call(call)).json()
+        return put
 
-    async def get_dir(self, path):
+    async def get_dir(self, path: str) -> bytes:
         """A directory's tree as tar bytes."""
         resp = await self._sb.client._call(_api.file_call(self._sb.id, "GET", path))
         return _api.dir_tar(path, resp)
@@ -236,24 +268,31 @@ class AsyncFiles:
 class AsyncSession:
     """A shell in a sandbox; see Session.  ``async with`` closes it on exit."""
 
-    def __init__(self, sandbox, info):
+    sandbox: AsyncSandbox
+    info: JSONObject
+    session_id: str
+    alive: bool | None
+
+    def __init__(self, sandbox: AsyncSandbox, info: JSONObject) -> None:
         self.sandbox = sandbox
         self.info = info
         self.session_id = info["session_id"]
         self.alive = info["alive"]
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> "AsyncSession":
         return self
 
-    async def __aexit__(self, *exc):
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     @property
-    def _path(self):
+    def _path(self) -> str:
         return f"{self.sandbox._path}/sessions/{q(self.session_id)}"
 
-    async def run(self, cmd, timeout=None, max_output_bytes=None, on_stdout=None,
-                  on_stderr=None):
+    async def run(self, cmd: str, timeout: float | None = None,
+                  max_output_bytes: int | None = None,
+                  on_stdout: AsyncOutputCallback | None = None,
+                  on_stderr: AsyncOutputCallback | None = None) -> ExecResult:
         """Run a shell command line in the session; see Session.run()."""
         call = _api.exec_call(f"{self._path}/run", cmd, timeout=timeout,
                               max_output_bytes=max_output_bytes,
@@ -262,7 +301,7 @@ class AsyncSession:
         self.alive = result.session_alive
         return result
 
-    async def close(self):
+    async def close(self) -> None:
         """End the session (nothing happens if it has ended already)."""
         try:
             await self.sandbox.client._json("DELETE", self._path)
@@ -274,23 +313,26 @@ class AsyncSession:
 class AsyncTrajectory:
     """A trajectory; see Trajectory."""
 
-    def __init__(self, client, trajectory_id):
+    client: AsyncClient
+    id: str
+
+    def __init__(self, client: AsyncClient, trajectory_id: str) -> None:
         self.client = client
         self.id = trajectory_id
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<corral.AsyncTrajectory {self.id}>"
 
-    async def info(self, outputs=False):
+    async def info(self, outputs: bool = False) -> JSONObject:
         """The trajectory and its steps; see Trajectory.info()."""
         tail = "?outputs=1" if outputs else ""
         return await self.client._json("GET", _api.trajectory_target(self.id, tail))
 
-    async def steps(self):
+    async def steps(self) -> JSONList:
         """Every step with its outputs; see Trajectory.steps()."""
         call = _api.Call("GET", _api.trajectory_target(self.id, "/steps"))
         return _api.ndjson((await self.client._call(call)).body)
 
-    async def remove(self):
+    async def remove(self) -> JSONObject:
         """Delete the trajectory; see Trajectory.remove()."""
         return await self.client._json("DELETE", _api.trajectory_target(self.id))

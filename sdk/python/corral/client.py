@@ -1,10 +1,15 @@
 """The blocking client: Client, Sandbox, Files, Session, Trajectory."""
 
 import contextlib
+from typing import Any, Callable, List, Mapping
 
 from . import _api, errors
-from ._api import ExecResult, q
+from ._api import (BinaryFile, Command, ExecResult, FileBytes, JSONList, JSONObject,
+                   LocalPath, Response, q)
 from ._http import Transport
+
+# Called with each piece of a command's output as it arrives.
+OutputCallback = Callable[[bytes], object]
 
 
 class Client:
@@ -18,28 +23,33 @@ class Client:
     kept alive in a pool, so threads may share one Client.
     """
 
-    def __init__(self, url=None, token=None, timeout=_api.DEFAULT_TIMEOUT):
+    url: str
+    timeout: float
+
+    def __init__(self, url: str | None = None, token: str | None = None,
+                 timeout: float = _api.DEFAULT_TIMEOUT) -> None:
         self._transport = Transport(url, token)
         self.url = self._transport.url
         self.timeout = timeout
 
-    def __enter__(self):
+    def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def close(self):
+    def close(self) -> None:
         """Close the idle connections (the client stays usable)."""
         self._transport.close()
 
-    def _call(self, call, on_data=None):
+    def _call(self, call: _api.Call,
+              on_data: Callable[[bytes], object] | None = None) -> Response:
         return self._transport.request(call.waiting(self.timeout), on_data)
 
-    def _json(self, method, target, obj=None):
+    def _json(self, method: str, target: str, obj: Any = None) -> Any:
         return self._call(_api.json_call(method, target, obj)).json()
 
-    def create(self, spec=None, **fields):
+    def create(self, spec: Mapping[str, Any] | None = None, **fields: Any) -> "Sandbox":
         """Create a sandbox and return it once it is ready.
 
         Keyword fields: backend, runtime (the function backend's: "shell" or
@@ -55,31 +65,33 @@ class Client:
         """
         return Sandbox(self, self._json("POST", "/v1/sandboxes", _api.build_spec(spec, **fields)))
 
-    def get(self, sandbox_id):
+    def get(self, sandbox_id: str) -> "Sandbox":
         """The sandbox with this id (NotFound if corrald does not know it)."""
         return Sandbox(self, self._json("GET", f"/v1/sandboxes/{q(sandbox_id)}"))
 
-    def list(self, labels=None):
+    def list(self, labels: Mapping[str, str] | None = None) -> List["Sandbox"]:
         """Every sandbox corrald knows (destroyed ones for a while too), or
         those with all of ``labels``."""
         found = self._json("GET", _api.list_target(labels))["sandboxes"]
         return [Sandbox(self, info) for info in found]
 
-    def host(self):
+    def host(self) -> JSONObject:
         """The host's capacity and use: a dict."""
         return self._json("GET", "/v1/host")
 
-    def images(self):
+    def images(self) -> JSONList:
         """The images sandboxes can be created from: a list of dicts."""
         return self._json("GET", "/v1/images")["images"]
 
-    def image(self, name):
+    def image(self, name: str) -> JSONObject:
         """One image (``NAME[:TAG]`` or its id): a dict with ``name``, ``names``,
         ``id``, ``layers``, ``size``, ``env``, ``cwd``, ``user``,
         ``entrypoint``, ``cmd``, ``sandboxes`` (NotFound if there is none)."""
         return self._json("GET", _api.image_target(name))
 
-    def import_image(self, path_or_fileobj, name=None, timeout=None, *, ref=None):
+    def import_image(self, path_or_fileobj: LocalPath | BinaryFile,
+                     name: str | None = None, timeout: float | None = None, *,
+                     ref: str | None = None) -> JSONObject:
         """Import an image and return it (a dict, as image() gives it).
 
         ``path_or_fileobj`` is a docker-archive or oci-archive (maybe gzip,
@@ -95,36 +107,38 @@ class Client:
         """
         with contextlib.ExitStack() as stack:
             fileobj, length = _api.import_source(path_or_fileobj, stack)
-            return self._call(_api.import_call(fileobj, length, name, timeout, ref)).json()
+            image: JSONObject = self._call(_api.import_call(fileobj, length, name, timeout,
+                                                            ref)).json()
+        return image
 
-    def remove_image(self, name):
+    def remove_image(self, name: str) -> None:
         """Remove an image's tag (the image goes with its last one); Conflict
         while a sandbox uses it."""
         self._call(_api.json_call("DELETE", _api.image_target(name)))
 
-    def tag_image(self, source, target):
+    def tag_image(self, source: str, target: str) -> JSONObject:
         """Tag the image ``source`` as ``target`` (``NAME[:TAG]``); returns it."""
         return self._json("POST", "/v1/images/tag", _api.tag_body(source, target))
 
-    def gc_images(self):
+    def gc_images(self) -> JSONObject:
         """Remove layers no image references: ``{"layers_removed", "bytes_freed"}``."""
         return self._json("POST", "/v1/images/gc")
 
-    def health(self):
+    def health(self) -> JSONObject:
         """``{"status": "ok", "host_id": ...}`` when corrald is up."""
         return self._json("GET", "/healthz")
 
-    def trajectories(self):
+    def trajectories(self) -> JSONList:
         """Every trajectory corrald has: a list of ``{"id", "spec", "base",
         "created_at", "n_steps", "heads", "live_sandbox"}`` (``{"id",
         "error"}`` for one whose log cannot be read)."""
         return self._json("GET", "/v1/trajectories")["trajectories"]
 
-    def trajectory(self, trajectory_id):
+    def trajectory(self, trajectory_id: str) -> "Trajectory":
         """The Trajectory with this id (nothing is asked of corrald yet)."""
         return Trajectory(self, trajectory_id)
 
-    def call(self, name, args=None, timeout=None):
+    def call(self, name: str, args: Any = None, timeout: float | None = None) -> Any:
         """Call the registered function ``name`` with ``args`` (any JSON
         value; None: ``{}``) and return its result.
 
@@ -138,26 +152,28 @@ class Client:
         answer = self._call(_api.function_call(name, args, timeout)).json()
         return _api.function_result(name, answer)
 
-    def functions(self):
+    def functions(self) -> JSONList:
         """The registered functions: a list of ``{"name", "runtime",
         "description", "schema"}``, or ``{"name", "error"}`` for a
         definition corrald could not load."""
         return self._json("GET", "/v1/functions")["functions"]
 
-    def function(self, name):
+    def function(self, name: str) -> JSONObject:
         """One function's definition as corrald holds it (NotFound if none)."""
         return self._json("GET", f"/v1/functions/{q(name)}")
 
-    def _exec(self, call, on_stdout, on_stderr):
+    def _exec(self, call: _api.Call, on_stdout: OutputCallback | None,
+              on_stderr: OutputCallback | None) -> ExecResult:
         if on_stdout is None and on_stderr is None:
             return ExecResult.from_json(self._call(call).json())
         decoder = _api.StreamDecoder()
         callbacks = {"stdout": on_stdout, "stderr": on_stderr}
 
-        def on_data(piece):
+        def on_data(piece: bytes) -> None:
             for stream, chunk in decoder.feed(piece):
-                if callbacks[stream]:
-                    callbacks[stream](chunk)
+                callback = callbacks[stream]
+                if callback:
+                    callback(chunk)
 
         self._call(call, on_data)
         return decoder.result()
@@ -169,36 +185,41 @@ class Sandbox:
     As a context manager it destroys the sandbox on exit.
     """
 
-    def __init__(self, client, info):
+    client: Client
+    id: str
+    info: JSONObject
+    files: "Files"
+
+    def __init__(self, client: Client, info: JSONObject) -> None:
         self.client = client
         self.id = info["id"]
         self.info = info
         self.files = Files(self)
 
     @classmethod
-    def create(cls, spec=None, **fields):
+    def create(cls, spec: Mapping[str, Any] | None = None, **fields: Any) -> "Sandbox":
         """Client.create() on a Client made from the environment."""
         return _default_client().create(spec, **fields)
 
-    def __enter__(self):
+    def __enter__(self) -> "Sandbox":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.destroy()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<corral.Sandbox {self.id} {self.info.get('state')}>"
 
     @property
-    def _path(self):
+    def _path(self) -> str:
         return f"/v1/sandboxes/{q(self.id)}"
 
-    def inspect(self):
+    def inspect(self) -> JSONObject:
         """The sandbox as corrald sees it now (state, spec, usage, ...): a dict."""
         self.info = self.client._json("GET", self._path)
         return self.info
 
-    def destroy(self):
+    def destroy(self) -> None:
         """Destroy the sandbox and wait until all of it is gone.  Destroying a
         destroyed (or forgotten) sandbox does nothing."""
         try:
@@ -206,8 +227,11 @@ class Sandbox:
         except errors.NotFound:
             pass
 
-    def exec(self, cmd, stdin=None, env=None, cwd=None, user=None, timeout=None,
-             max_output_bytes=None, on_stdout=None, on_stderr=None):
+    def exec(self, cmd: Command, stdin: bytes | str | None = None,
+             env: Mapping[str, str] | None = None, cwd: str | None = None,
+             user: str | None = None, timeout: float | None = None,
+             max_output_bytes: int | None = None, on_stdout: OutputCallback | None = None,
+             on_stderr: OutputCallback | None = None) -> ExecResult:
         """Run a command and return its ExecResult.
 
         ``cmd`` is a string (run by ``/bin/sh -c``) or an argv list.  ``stdin``
@@ -222,21 +246,23 @@ class Sandbox:
                               stream=on_stdout is not None or on_stderr is not None)
         return self.client._exec(call, on_stdout, on_stderr)
 
-    def session(self, env=None, cwd=None, shell=None, user=None):
+    def session(self, env: Mapping[str, str] | None = None, cwd: str | None = None,
+                shell: str | None = None, user: str | None = None) -> "Session":
         """Open a shell Session that keeps its cwd and environment between
         commands.  Use it as a context manager to close it when done."""
         body = {k: v for k, v in (("env", env), ("cwd", cwd), ("shell", shell), ("user", user))
                 if v is not None}
         return Session(self, self.client._json("POST", f"{self._path}/sessions", body))
 
-    def snapshot(self, name=None):
+    def snapshot(self, name: str | None = None) -> JSONObject:
         """Checkpoint the sandbox's writable filesystem now (not its
         processes): ``{"sandbox", "checkpoint": "sha256:...", "name",
         "stats": {"entries", "changed", "removed", "bytes_stored",
         "seconds"}}``.  On a trajectory sandbox it is a step too."""
         return self.client._json("POST", f"{self._path}/snapshot", _api.snapshot_body(name))
 
-    def fork(self, step=None, checkpoint=None, trajectory=None):
+    def fork(self, step: int | None = None, checkpoint: str | None = None,
+             trajectory: str | Mapping[str, Any] | None = None) -> "Sandbox":
         """A new Sandbox with this one's spec, on the state after ``step`` of
         its trajectory, or of ``checkpoint`` (an id from snapshot()), or
         (neither) its state now.  ``trajectory`` (an id or ``{"id",
@@ -246,13 +272,13 @@ class Sandbox:
         body = _api.fork_body(step, checkpoint, trajectory)
         return Sandbox(self.client, self.client._json("POST", f"{self._path}/fork", body))
 
-    def pause(self):
+    def pause(self) -> JSONObject:
         """Freeze every process of the sandbox and release what memory can
         be; any later call resumes it.  Returns the sandbox's info."""
         self.info = self.client._json("POST", f"{self._path}/pause")
         return self.info
 
-    def resume(self):
+    def resume(self) -> JSONObject:
         """Thaw a paused sandbox.  Returns the sandbox's info."""
         self.info = self.client._json("POST", f"{self._path}/resume")
         return self.info
@@ -261,30 +287,35 @@ class Sandbox:
 class Files:
     """A sandbox's files: ``sandbox.files``.  Paths are absolute, without ``..``."""
 
-    def __init__(self, sandbox):
+    def __init__(self, sandbox: Sandbox) -> None:
         self._sb = sandbox
 
-    def write(self, path, data, mode=None, user=None):
+    def write(self, path: str, data: bytes | bytearray | memoryview | str,
+              mode: int | str | None = None, user: str | None = None) -> JSONObject:
         """Write bytes (or str, as UTF-8) to a file, creating missing parent
         directories; ``mode`` is an int (0o644) and ``user`` ``"UID[:GID]"``.
         Returns ``{"path", "bytes"}``."""
-        return self._sb.client._call(_api.write_call(self._sb.id, path, data, mode, user)).json()
+        written: JSONObject = self._sb.client._call(
+            _api.write_call(self._sb.id, path, data, mode, user)).json()
+        return written
 
-    def read(self, path):
+    def read(self, path: str) -> FileBytes:
         """A file's bytes: a FileBytes, which is bytes with ``mode`` and, on
         a trajectory sandbox, ``step`` and ``replayed``."""
-        return _api.FileBytes.from_response(
+        return FileBytes.from_response(
             self._sb.client._call(_api.file_call(self._sb.id, "GET", path)))
 
-    def put_dir(self, local_dir_or_tar, path):
+    def put_dir(self, local_dir_or_tar: LocalPath | bytes | bytearray | memoryview,
+                path: str) -> JSONObject:
         """Copy a local directory's contents (or extract a tar archive given as
         bytes, optionally compressed) into the directory ``path``, created if
         missing.  Returns ``{"path", "entries", "bytes"}``."""
         call = _api.file_call(self._sb.id, "PUT", path, _api.tar_of(local_dir_or_tar),
                               "application/x-tar")
-        return self._sb.client._call(call).json()
+        put: JSONObject = self._sb.client._call(call).json()
+        return put
 
-    def get_dir(self, path):
+    def get_dir(self, path: str) -> bytes:
         """A directory's tree as tar bytes (open it with tarfile)."""
         resp = self._sb.client._call(_api.file_call(self._sb.id, "GET", path))
         return _api.dir_tar(path, resp)
@@ -295,23 +326,30 @@ class Session:
     ``info`` is corrald's answer to its opening (with ``step`` and
     ``replayed`` on a trajectory sandbox)."""
 
-    def __init__(self, sandbox, info):
+    sandbox: Sandbox
+    info: JSONObject
+    session_id: str
+    alive: bool | None
+
+    def __init__(self, sandbox: Sandbox, info: JSONObject) -> None:
         self.sandbox = sandbox
         self.info = info
         self.session_id = info["session_id"]
         self.alive = info["alive"]
 
-    def __enter__(self):
+    def __enter__(self) -> "Session":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     @property
-    def _path(self):
+    def _path(self) -> str:
         return f"{self.sandbox._path}/sessions/{q(self.session_id)}"
 
-    def run(self, cmd, timeout=None, max_output_bytes=None, on_stdout=None, on_stderr=None):
+    def run(self, cmd: str, timeout: float | None = None,
+            max_output_bytes: int | None = None, on_stdout: OutputCallback | None = None,
+            on_stderr: OutputCallback | None = None) -> ExecResult:
         """Run a shell command line in the session; see Sandbox.exec().  A
         timeout kills what the command started but keeps the shell."""
         call = _api.exec_call(f"{self._path}/run", cmd, timeout=timeout,
@@ -321,7 +359,7 @@ class Session:
         self.alive = result.session_alive
         return result
 
-    def close(self):
+    def close(self) -> None:
         """End the session (nothing happens if it has ended already)."""
         try:
             self.sandbox.client._json("DELETE", self._path)
@@ -335,21 +373,24 @@ class Trajectory:
     that recorded it, as a tree of steps (docs/api.md, "Trajectories").
     ``client.trajectory(id)``; ``id`` is its id."""
 
-    def __init__(self, client, trajectory_id):
+    client: Client
+    id: str
+
+    def __init__(self, client: Client, trajectory_id: str) -> None:
         self.client = client
         self.id = trajectory_id
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<corral.Trajectory {self.id}>"
 
-    def info(self, outputs=False):
+    def info(self, outputs: bool = False) -> JSONObject:
         """``{"id", "spec", "base", "created_at", "steps", "events",
         "n_steps", "heads", "live_sandbox"}``; each step without its outputs
         (stdout, stderr, stdin) unless ``outputs``.  NotFound if none."""
         tail = "?outputs=1" if outputs else ""
         return self.client._json("GET", _api.trajectory_target(self.id, tail))
 
-    def steps(self):
+    def steps(self) -> JSONList:
         """Every step, in order, as a dict with its outputs: the NDJSON
         export (``n``, ``parent``, ``kind``, ``request``, ``hash``,
         ``status``, ``response``, ``checkpoint``, ...; a file read's bytes
@@ -358,16 +399,16 @@ class Trajectory:
         resp = self.client._call(_api.Call("GET", _api.trajectory_target(self.id, "/steps")))
         return _api.ndjson(resp.body)
 
-    def remove(self):
+    def remove(self) -> JSONObject:
         """Delete the trajectory and its log; Conflict while a sandbox holds
         it.  Checkpoints stay in the shared store."""
         return self.client._json("DELETE", _api.trajectory_target(self.id))
 
 
-_default = None
+_default: Client | None = None
 
 
-def _default_client():
+def _default_client() -> Client:
     global _default
     if _default is None:
         _default = Client()

@@ -1,6 +1,12 @@
-"""Exceptions: one class per error of the API (docs/api.md, "Errors")."""
+"""Exceptions: one class per error code of the API (docs/errors.md).
+
+Every class is a subclass of :class:`Error`; ``invalid_json`` is a kind of
+:class:`InvalidSpec` (both are 400), so code that catches ``InvalidSpec``
+sees both.
+"""
 
 import json
+from typing import Any, Mapping
 
 
 class Error(Exception):
@@ -10,7 +16,11 @@ class Error(Exception):
     explanation and ``status`` the HTTP status (None when no answer came).
     """
 
-    def __init__(self, code, message, status=None):
+    code: str
+    message: str
+    status: int | None
+
+    def __init__(self, code: str, message: str, status: int | None = None) -> None:
         super().__init__(f"{code}: {message}" if status is None else f"{status} {code}: {message}")
         self.code = code
         self.message = message
@@ -18,7 +28,14 @@ class Error(Exception):
 
 
 class InvalidSpec(Error):
-    """400: a malformed body, or a field unknown, of the wrong type or out of range."""
+    """400 invalid_argument: a field unknown, of the wrong type or out of
+    range, a bad path, a command that cannot be executed; and the base of
+    InvalidJSON, the other 400."""
+
+
+class InvalidJSON(InvalidSpec):
+    """400 invalid_json: the body is not a JSON object (or, for a function
+    call, not JSON)."""
 
 
 class Unauthorized(Error):
@@ -45,6 +62,10 @@ class PayloadTooLarge(Error):
     """413: the request body is over corrald's limit."""
 
 
+class UnsupportedMediaType(Error):
+    """415: an upload of a content type the endpoint does not take."""
+
+
 class InternalError(Error):
     """500: a failure inside corrald."""
 
@@ -59,13 +80,17 @@ class CapacityError(Error):
     ``retry_after`` is the number of seconds corrald asks to wait (or None).
     """
 
-    def __init__(self, code, message, status=None, retry_after=None):
+    retry_after: int | None
+
+    def __init__(self, code: str, message: str, status: int | None = None,
+                 retry_after: int | None = None) -> None:
         super().__init__(code, message, status)
         self.retry_after = retry_after
 
 
 class Unavailable(Error):
-    """503 unavailable (corrald is shutting down), or corrald cannot be reached."""
+    """503 unavailable (corrald is shutting down, or what a backend needs is
+    not running), or corrald cannot be reached."""
 
 
 class NoSpace(Error):
@@ -73,7 +98,8 @@ class NoSpace(Error):
 
 
 class Timeout(Error):
-    """No answer from corrald in time (a client-side timeout).
+    """No answer from corrald in time (a client-side timeout: ``status`` is
+    None), or corrald's 504 ``timeout``.
 
     A command that runs past its own ``timeout`` is not an error: its
     result has ``reason == "timeout"``.
@@ -91,7 +117,16 @@ class FunctionError(Error):
     whole answer.  ``code`` is ``"function_failed"``.
     """
 
-    def __init__(self, name, answer):
+    function: str
+    answer: dict[str, Any]
+    reason: str | None
+    exit_code: int | None
+    signal: int | None
+    stdout: str
+    stderr: str
+    duration_s: float | None
+
+    def __init__(self, name: str, answer: dict[str, Any]) -> None:
         self.function = name
         self.answer = answer
         self.reason = answer.get("reason")
@@ -104,23 +139,27 @@ class FunctionError(Error):
                          f"{name}: {answer.get('error', 'failed')} ({self.reason})", 200)
 
 
-_BY_CODE = {
-    "invalid_json": InvalidSpec,
+# Every code of the API's table (lib/util/err.c, docs/errors.md) but "ok".
+BY_CODE: dict[str, type[Error]] = {
     "invalid_argument": InvalidSpec,
+    "invalid_json": InvalidJSON,
     "unauthorized": Unauthorized,
     "forbidden": Forbidden,
     "not_found": NotFound,
     "method_not_allowed": MethodNotAllowed,
     "conflict": Conflict,
     "payload_too_large": PayloadTooLarge,
+    "unsupported_media_type": UnsupportedMediaType,
     "internal": InternalError,
     "not_implemented": Unsupported,
     "capacity_exceeded": CapacityError,
     "unavailable": Unavailable,
+    "timeout": Timeout,
     "no_space": NoSpace,
 }
 
-_BY_STATUS = {
+# For an answer without a code this SDK knows (a proxy's, a newer corrald's).
+_BY_STATUS: dict[int, type[Error]] = {
     400: InvalidSpec,
     401: Unauthorized,
     403: Forbidden,
@@ -128,24 +167,27 @@ _BY_STATUS = {
     405: MethodNotAllowed,
     409: Conflict,
     413: PayloadTooLarge,
+    415: UnsupportedMediaType,
     500: InternalError,
     501: Unsupported,
     503: Unavailable,
+    504: Timeout,
     507: NoSpace,
 }
 
 
-def from_response(status, headers, body):
+def from_response(status: int, headers: Mapping[str, str], body: bytes) -> Error:
     """The exception for an error answer (``headers`` with lower-case names)."""
-    code, message = None, None
+    code: str | None = None
     try:
         err = json.loads(body)["error"]
         code, message = err["code"], err["message"]
     except (ValueError, KeyError, TypeError):
         message = body.decode("utf-8", "replace").strip() or f"HTTP {status}"
-    cls = _BY_CODE.get(code) or _BY_STATUS.get(status, Error)
+    cls = BY_CODE.get(code or "") or _BY_STATUS.get(status) or Error
     code = code or f"http_{status}"
     if cls is CapacityError:
         retry = headers.get("retry-after")
-        return cls(code, message, status, int(retry) if retry and retry.isdigit() else None)
+        return CapacityError(code, message, status,
+                             int(retry) if retry and retry.isdigit() else None)
     return cls(code, message, status)

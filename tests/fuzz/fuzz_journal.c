@@ -1,5 +1,6 @@
-/* libFuzzer driver for lib/traj/log: arbitrary bytes as a trajectory log
- * file.  Beyond "no crash, no leak, no UB" it checks the contract of log.h:
+/* libFuzzer driver for lib/traj/journal: arbitrary bytes as a trajectory
+ * log file.  Beyond "no crash, no leak, no UB" it checks the contract of
+ * journal.h:
  *   - a reader either refuses the header (CRL_E_INTERNAL or
  *     CRL_E_UNSUPPORTED, naming the file) or returns records that lie inside
  *     the file, back to back from byte 32, then ends (0) or fails with
@@ -10,8 +11,8 @@
  *     a record appended then is read back after them.
  * The file lives in $TMPDIR, else /dev/shm (fdatasync is free on tmpfs).
  *
- *   tests/fuzz/run.sh builds it; corpus: tests/fuzz/corpus/traj_log,
- *   dictionary: tests/fuzz/traj_log.dict */
+ *   tests/fuzz/run.sh builds it; corpus: tests/fuzz/corpus/journal,
+ *   dictionary: tests/fuzz/journal.dict */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -21,18 +22,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../../lib/traj/log.h"
+#include "../../lib/traj/journal.h"
 #include "../../lib/util/fdio.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define CHECK(cond)                                                                         \
-    do {                                                                                    \
-        if (!(cond)) {                                                                      \
-            fprintf(stderr, "fuzz_traj_log: %s:%d: check failed: %s\n", __FILE__, __LINE__, \
-                    #cond);                                                                 \
-            abort();                                                                        \
-        }                                                                                   \
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "fuzz_journal: %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+            abort();                                                                               \
+        }                                                                                          \
     } while (0)
 
 static char dir[4096], path[4200];
@@ -50,7 +50,7 @@ static void setup(void)
         tmp = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp";
     snprintf(dir, sizeof(dir), "%s/corral-fuzz-traj.XXXXXX", tmp);
     if (!mkdtemp(dir)) {
-        fprintf(stderr, "fuzz_traj_log: mkdtemp %s: %s\n", dir, strerror(errno));
+        fprintf(stderr, "fuzz_journal: mkdtemp %s: %s\n", dir, strerror(errno));
         abort();
     }
     snprintf(path, sizeof(path), "%s/log", dir);
@@ -91,27 +91,27 @@ struct outcome {
 static struct outcome read_log(size_t size)
 {
     struct outcome o = {0};
-    struct crl_traj_reader *r = NULL;
+    struct crl_journal_reader *r = NULL;
     struct crl_err e = CRL_ERR_INIT;
-    if (crl_traj_reader_open(path, NULL, &r, &e) < 0) {
+    if (crl_journal_reader_open(path, NULL, &r, &e) < 0) {
         CHECK(e.code == CRL_E_INTERNAL || e.code == CRL_E_UNSUPPORTED);
         check_message(&e);
         CHECK(r == NULL);
         o.refused = 1;
         return o;
     }
-    o.end = CRL_TRAJ_HEADER_SIZE;
-    struct crl_traj_record rec;
+    o.end = CRL_JOURNAL_HEADER_SIZE;
+    struct crl_journal_record rec;
     int k;
-    while ((k = crl_traj_reader_next(r, &rec, &e)) == 1) {
+    while ((k = crl_journal_reader_next(r, &rec, &e)) == 1) {
         CHECK(rec.pos.index == o.n && rec.pos.offset == o.end);
-        CHECK(rec.type != 0 && rec.len <= CRL_TRAJ_MAX_PAYLOAD);
-        CHECK(rec.pos.offset + CRL_TRAJ_FRAME_SIZE + rec.len <= size);
+        CHECK(rec.type != 0 && rec.len <= CRL_JOURNAL_MAX_PAYLOAD);
+        CHECK(rec.pos.offset + CRL_JOURNAL_FRAME_SIZE + rec.len <= size);
         CHECK(rec.payload[rec.len] == 0);
-        o.end += CRL_TRAJ_FRAME_SIZE + rec.len;
+        o.end += CRL_JOURNAL_FRAME_SIZE + rec.len;
         o.n++;
     }
-    struct crl_traj_pos pos = crl_traj_reader_pos(r);
+    struct crl_journal_pos pos = crl_journal_reader_pos(r);
     CHECK(pos.index == o.n && pos.offset == o.end);
     if (k < 0) {
         CHECK(e.code == CRL_E_INTERNAL);
@@ -119,7 +119,7 @@ static struct outcome read_log(size_t size)
         CHECK(strstr(e.msg, "byte offset") != NULL);
         o.failed = 1;
     }
-    crl_traj_reader_close(r);
+    crl_journal_reader_close(r);
     return o;
 }
 
@@ -130,9 +130,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     write_input(data, size);
     struct outcome o = read_log(size);
 
-    struct crl_traj_log *log = NULL;
+    struct crl_journal *log = NULL;
     struct crl_err e = CRL_ERR_INIT;
-    if (crl_traj_log_open(path, &log, &e) < 0) {
+    if (crl_journal_open(path, &log, &e) < 0) {
         CHECK(o.refused || o.failed);
         CHECK(log == NULL);
         CHECK(e.code == CRL_E_INTERNAL || e.code == CRL_E_UNSUPPORTED);
@@ -144,26 +144,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     CHECK(!o.refused && !o.failed);
-    struct crl_traj_log_info info;
-    crl_traj_log_info(log, &info);
+    struct crl_journal_info info;
+    crl_journal_info(log, &info);
     CHECK(info.records == o.n && info.size == o.end);
     size_t len;
     uint8_t *now = slurp(&len);
     CHECK(len == info.size);
-    if (size >= CRL_TRAJ_HEADER_SIZE && info.torn_bytes == size - info.size)
+    if (size >= CRL_JOURNAL_HEADER_SIZE && info.torn_bytes == size - info.size)
         CHECK(memcmp(now, data, len) == 0); /* the valid prefix is untouched */
     else
         CHECK(o.n == 0 && info.torn_bytes == size); /* no header yet: a new one */
     free(now);
 
-    struct crl_traj_pos pos;
-    CHECK(crl_traj_log_append(log, 0x42, "{\"fuzz\":1}", 10, &pos, &e) == 0);
+    struct crl_journal_pos pos;
+    CHECK(crl_journal_append(log, 0x42, "{\"fuzz\":1}", 10, &pos, &e) == 0);
     CHECK(pos.index == o.n && pos.offset == o.end);
-    CHECK(crl_traj_log_sync(log, &e) == 0);
-    crl_traj_log_close(log);
+    CHECK(crl_journal_sync(log, &e) == 0);
+    crl_journal_close(log);
 
-    struct outcome after = read_log(o.end + CRL_TRAJ_FRAME_SIZE + 10);
+    struct outcome after = read_log(o.end + CRL_JOURNAL_FRAME_SIZE + 10);
     CHECK(!after.refused && !after.failed);
-    CHECK(after.n == o.n + 1 && after.end == o.end + CRL_TRAJ_FRAME_SIZE + 10);
+    CHECK(after.n == o.n + 1 && after.end == o.end + CRL_JOURNAL_FRAME_SIZE + 10);
     return 0;
 }

@@ -1,6 +1,7 @@
-/* The trajectory log's storage layer: framing, validation, recovery of a
- * torn tail, durable appends.  The format and its rules are in log.h. */
-#include "log.h"
+/* The journal, a trajectory log's storage layer: framing, validation,
+ * recovery of a torn tail, durable appends.  The format and its rules are
+ * in journal.h. */
+#include "journal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -20,7 +21,7 @@
  * a time. */
 #define SCAN_WINDOW (1u << 20)
 
-struct crl_traj_log {
+struct crl_journal {
     int fd;
     char *path;
     uint64_t size;
@@ -45,7 +46,7 @@ struct scan {
     char why_buf[96];
 };
 
-struct crl_traj_reader {
+struct crl_journal_reader {
     struct scan s;
     char *path;
     int have_header;
@@ -137,11 +138,11 @@ static int fdatasync_retry(int fd)
     return r;
 }
 
-static void encode_header(uint8_t h[CRL_TRAJ_HEADER_SIZE], int64_t created_ns)
+static void encode_header(uint8_t h[CRL_JOURNAL_HEADER_SIZE], int64_t created_ns)
 {
-    memset(h, 0, CRL_TRAJ_HEADER_SIZE);
-    memcpy(h, CRL_TRAJ_MAGIC, 8);
-    put_le32(h + 8, CRL_TRAJ_VERSION);
+    memset(h, 0, CRL_JOURNAL_HEADER_SIZE);
+    memcpy(h, CRL_JOURNAL_MAGIC, 8);
+    put_le32(h + 8, CRL_JOURNAL_VERSION);
     put_le64(h + 16, (uint64_t)created_ns);
     put_le32(h + 28, (uint32_t)crc32(crc32(0L, Z_NULL, 0), h, 28));
 }
@@ -150,7 +151,7 @@ static void encode_header(uint8_t h[CRL_TRAJ_HEADER_SIZE], int64_t created_ns)
  * cut short inside a header as we write it); -1: refused. */
 static int header_check(int fd, const char *path, int64_t *created_ns, struct crl_err *err)
 {
-    uint8_t h[CRL_TRAJ_HEADER_SIZE], want[CRL_TRAJ_HEADER_SIZE];
+    uint8_t h[CRL_JOURNAL_HEADER_SIZE], want[CRL_JOURNAL_HEADER_SIZE];
     ssize_t n = pread_full(fd, h, sizeof(h), 0);
     if (n < 0)
         return crl_err_sys(err, errno, "%s: read header", path);
@@ -163,16 +164,16 @@ static int header_check(int fd, const char *path, int64_t *created_ns, struct cr
                            "%s: not a trajectory log (%zd bytes, no header at byte offset 0)", path,
                            n);
     }
-    if (memcmp(h, CRL_TRAJ_MAGIC, 8) != 0)
+    if (memcmp(h, CRL_JOURNAL_MAGIC, 8) != 0)
         return crl_err_set(err, CRL_E_INTERNAL,
                            "%s: not a trajectory log (bad magic at byte offset 0)", path);
     uint32_t version = get_le32(h + 8);
-    if (version > CRL_TRAJ_VERSION)
+    if (version > CRL_JOURNAL_VERSION)
         return crl_err_set(err, CRL_E_UNSUPPORTED,
                            "%s: trajectory log version %u (byte offset 8); this build reads "
                            "version %u",
-                           path, version, CRL_TRAJ_VERSION);
-    if (version != CRL_TRAJ_VERSION)
+                           path, version, CRL_JOURNAL_VERSION);
+    if (version != CRL_JOURNAL_VERSION)
         return crl_err_set(err, CRL_E_INTERNAL, "%s: corrupt header: version %u at byte offset 8",
                            path, version);
     if (get_le32(h + 28) != (uint32_t)crc32(crc32(0L, Z_NULL, 0), h, 28))
@@ -196,7 +197,7 @@ static int64_t now_ns(void)
 
 static int write_header(int fd, const char *path, int64_t created_ns, struct crl_err *err)
 {
-    uint8_t h[CRL_TRAJ_HEADER_SIZE];
+    uint8_t h[CRL_JOURNAL_HEADER_SIZE];
     encode_header(h, created_ns);
     struct iovec iov = {h, sizeof(h)};
     if (pwritev_full(fd, &iov, 1, 0) < 0)
@@ -272,7 +273,7 @@ static int scan_bad(struct scan *s, const char *fmt, ...)
  * byte there), REC_BAD (s->why says why), or -1 when a read fails. */
 static int read_record(struct scan *s, struct crl_err *err)
 {
-    uint8_t fr[CRL_TRAJ_FRAME_SIZE];
+    uint8_t fr[CRL_JOURNAL_FRAME_SIZE];
     ssize_t n = pread_full(s->fd, fr, sizeof(fr), s->off);
     if (n < 0)
         return crl_err_sys(err, errno, "%s: read at byte offset %llu", s->path,
@@ -280,13 +281,13 @@ static int read_record(struct scan *s, struct crl_err *err)
     if (n == 0)
         return REC_END;
     if ((size_t)n < sizeof(fr))
-        return scan_bad(s, "frame cut short after %zd of %u bytes", n, CRL_TRAJ_FRAME_SIZE);
+        return scan_bad(s, "frame cut short after %zd of %u bytes", n, CRL_JOURNAL_FRAME_SIZE);
     uint32_t len = get_le32(fr), crc = get_le32(fr + 4);
     uint8_t type = fr[8];
     if (type == 0)
         return scan_bad(s, "record type 0");
-    if (len > CRL_TRAJ_MAX_PAYLOAD)
-        return scan_bad(s, "length %u over the limit of %u", len, CRL_TRAJ_MAX_PAYLOAD);
+    if (len > CRL_JOURNAL_MAX_PAYLOAD)
+        return scan_bad(s, "length %u over the limit of %u", len, CRL_JOURNAL_MAX_PAYLOAD);
     if (s->cap < (size_t)len + 1) {
         size_t cap = s->cap ? s->cap : 4096;
         while (cap < (size_t)len + 1)
@@ -297,10 +298,10 @@ static int read_record(struct scan *s, struct crl_err *err)
         s->buf = b;
         s->cap = cap;
     }
-    n = pread_full(s->fd, s->buf, len, s->off + CRL_TRAJ_FRAME_SIZE);
+    n = pread_full(s->fd, s->buf, len, s->off + CRL_JOURNAL_FRAME_SIZE);
     if (n < 0)
         return crl_err_sys(err, errno, "%s: read at byte offset %llu", s->path,
-                           (unsigned long long)(s->off + CRL_TRAJ_FRAME_SIZE));
+                           (unsigned long long)(s->off + CRL_JOURNAL_FRAME_SIZE));
     if ((size_t)n < len)
         return scan_bad(s, "payload cut short after %zd of %u bytes", n, len);
     if (record_crc(type, s->buf, len) != crc)
@@ -333,7 +334,7 @@ static int crc_range(int fd, uint64_t off, size_t len, uint8_t *tmp, size_t tmp_
 
 /* Is there a valid record at any byte offset in [from, end)?  1 and *found,
  * 0 if none, -1 on a failed read or when the search would checksum more
- * than CRL_TRAJ_SCAN_BUDGET bytes. */
+ * than CRL_JOURNAL_SCAN_BUDGET bytes. */
 static int find_valid(const struct scan *s, uint64_t from, uint64_t end, uint64_t *found,
                       struct crl_err *err)
 {
@@ -342,9 +343,9 @@ static int find_valid(const struct scan *s, uint64_t from, uint64_t end, uint64_
     cleanup_free uint8_t *tmp = NULL; /* for a candidate longer than the window */
     if (!win)
         return crl_err_sys(err, ENOMEM, "%s: searching for valid records", s->path);
-    uint64_t wstart = from, wlen = 0, budget = CRL_TRAJ_SCAN_BUDGET;
-    for (uint64_t p = from; p + CRL_TRAJ_FRAME_SIZE <= end; p++) {
-        if (p + CRL_TRAJ_FRAME_SIZE > wstart + wlen) {
+    uint64_t wstart = from, wlen = 0, budget = CRL_JOURNAL_SCAN_BUDGET;
+    for (uint64_t p = from; p + CRL_JOURNAL_FRAME_SIZE <= end; p++) {
+        if (p + CRL_JOURNAL_FRAME_SIZE > wstart + wlen) {
             uint64_t want = end - p < wcap ? end - p : wcap;
             ssize_t n = pread_full(s->fd, win, (size_t)want, p);
             if (n < 0)
@@ -352,12 +353,12 @@ static int find_valid(const struct scan *s, uint64_t from, uint64_t end, uint64_
                                    (unsigned long long)p);
             wstart = p;
             wlen = (uint64_t)n;
-            if (wlen < CRL_TRAJ_FRAME_SIZE)
+            if (wlen < CRL_JOURNAL_FRAME_SIZE)
                 return 0;
         }
         const uint8_t *h = win + (p - wstart);
         uint32_t len = get_le32(h);
-        if (h[8] == 0 || len > CRL_TRAJ_MAX_PAYLOAD || len > end - p - CRL_TRAJ_FRAME_SIZE)
+        if (h[8] == 0 || len > CRL_JOURNAL_MAX_PAYLOAD || len > end - p - CRL_JOURNAL_FRAME_SIZE)
             continue;
         if (budget < (uint64_t)len + 1)
             return crl_err_set(err, CRL_E_INTERNAL,
@@ -366,7 +367,7 @@ static int find_valid(const struct scan *s, uint64_t from, uint64_t end, uint64_
                                s->path, (unsigned long long)from - 1, (unsigned long long)p);
         budget -= (uint64_t)len + 1;
         uLong c;
-        if (p + CRL_TRAJ_FRAME_SIZE + len <= wstart + wlen) {
+        if (p + CRL_JOURNAL_FRAME_SIZE + len <= wstart + wlen) {
             c = crc32(crc32(0L, Z_NULL, 0), h + 8, (uInt)len + 1);
         } else {
             if (!tmp && !(tmp = malloc(64 << 10)))
@@ -431,11 +432,11 @@ static int scan_next(struct scan *s, uint64_t *torn, struct crl_err *err)
 
 static void scan_advance(struct scan *s)
 {
-    s->off += CRL_TRAJ_FRAME_SIZE + s->len;
+    s->off += CRL_JOURNAL_FRAME_SIZE + s->len;
     s->index++;
 }
 
-int crl_traj_log_open(const char *path, struct crl_traj_log **out, struct crl_err *err)
+int crl_journal_open(const char *path, struct crl_journal **out, struct crl_err *err)
 {
     *out = NULL;
     cleanup_close int fd = -1;
@@ -460,7 +461,7 @@ int crl_traj_log_open(const char *path, struct crl_traj_log **out, struct crl_er
     if (!S_ISREG(st.st_mode))
         return crl_err_set(err, CRL_E_INTERNAL, "%s: not a regular file", path);
 
-    cleanup_free struct crl_traj_log *log = calloc(1, sizeof(*log));
+    cleanup_free struct crl_journal *log = calloc(1, sizeof(*log));
     cleanup_free char *p = strdup(path);
     if (!log || !p)
         return crl_err_sys(err, ENOMEM, "%s: open", path);
@@ -477,7 +478,7 @@ int crl_traj_log_open(const char *path, struct crl_traj_log **out, struct crl_er
             return -1;
     }
 
-    struct scan s = {.fd = fd, .path = path, .off = CRL_TRAJ_HEADER_SIZE};
+    struct scan s = {.fd = fd, .path = path, .off = CRL_JOURNAL_HEADER_SIZE};
     uint64_t torn = 0;
     while ((r = scan_next(&s, &torn, err)) == 1)
         scan_advance(&s);
@@ -502,19 +503,19 @@ int crl_traj_log_open(const char *path, struct crl_traj_log **out, struct crl_er
     return 0;
 }
 
-int crl_traj_log_append(struct crl_traj_log *log, uint8_t type, const void *payload, size_t len,
-                        struct crl_traj_pos *pos, struct crl_err *err)
+int crl_journal_append(struct crl_journal *log, uint8_t type, const void *payload, size_t len,
+                       struct crl_journal_pos *pos, struct crl_err *err)
 {
     if (log->poisoned)
         return crl_err_set(err, CRL_E_INTERNAL,
                            "%s: unusable after a failed write or sync; reopen it", log->path);
     if (type == 0)
         return crl_err_set(err, CRL_E_INVALID, "%s: record type 0 is reserved", log->path);
-    if (len > CRL_TRAJ_MAX_PAYLOAD)
+    if (len > CRL_JOURNAL_MAX_PAYLOAD)
         return crl_err_set(err, CRL_E_TOO_LARGE,
                            "%s: a record of %zu bytes is over the limit of %u", log->path, len,
-                           CRL_TRAJ_MAX_PAYLOAD);
-    uint8_t fr[CRL_TRAJ_FRAME_SIZE];
+                           CRL_JOURNAL_MAX_PAYLOAD);
+    uint8_t fr[CRL_JOURNAL_FRAME_SIZE];
     put_le32(fr, (uint32_t)len);
     put_le32(fr + 4, record_crc(type, payload, len));
     fr[8] = type;
@@ -531,13 +532,13 @@ int crl_traj_log_append(struct crl_traj_log *log, uint8_t type, const void *payl
         pos->index = log->records;
         pos->offset = log->size;
     }
-    log->size += CRL_TRAJ_FRAME_SIZE + len;
+    log->size += CRL_JOURNAL_FRAME_SIZE + len;
     log->records++;
     log->dirty = 1;
     return 0;
 }
 
-int crl_traj_log_sync(struct crl_traj_log *log, struct crl_err *err)
+int crl_journal_sync(struct crl_journal *log, struct crl_err *err)
 {
     if (log->poisoned)
         return crl_err_set(err, CRL_E_INTERNAL,
@@ -552,12 +553,12 @@ int crl_traj_log_sync(struct crl_traj_log *log, struct crl_err *err)
     return 0;
 }
 
-int crl_traj_sync_many(struct crl_traj_log *const *logs, size_t n, struct crl_err *err)
+int crl_journal_sync_many(struct crl_journal *const *logs, size_t n, struct crl_err *err)
 {
     int rc = 0;
     for (size_t i = 0; i < n; i++) {
         struct crl_err e = CRL_ERR_INIT;
-        if (logs[i] && crl_traj_log_sync(logs[i], &e) < 0) {
+        if (logs[i] && crl_journal_sync(logs[i], &e) < 0) {
             if (rc == 0 && err)
                 *err = e;
             rc = -1;
@@ -566,7 +567,7 @@ int crl_traj_sync_many(struct crl_traj_log *const *logs, size_t n, struct crl_er
     return rc;
 }
 
-void crl_traj_log_info(const struct crl_traj_log *log, struct crl_traj_log_info *info)
+void crl_journal_info(const struct crl_journal *log, struct crl_journal_info *info)
 {
     info->records = log->records;
     info->size = log->size;
@@ -575,12 +576,12 @@ void crl_traj_log_info(const struct crl_traj_log *log, struct crl_traj_log_info 
     info->dirty = log->dirty;
 }
 
-const char *crl_traj_log_path(const struct crl_traj_log *log)
+const char *crl_journal_path(const struct crl_journal *log)
 {
     return log->path;
 }
 
-void crl_traj_log_close(struct crl_traj_log *log)
+void crl_journal_close(struct crl_journal *log)
 {
     if (!log)
         return;
@@ -589,16 +590,16 @@ void crl_traj_log_close(struct crl_traj_log *log)
     free(log);
 }
 
-uint64_t crl_traj_torn_tails_total(void)
+uint64_t crl_journal_torn_tails_total(void)
 {
     return __atomic_load_n(&torn_total, __ATOMIC_RELAXED);
 }
 
-int crl_traj_reader_open(const char *path, const struct crl_traj_pos *from,
-                         struct crl_traj_reader **out, struct crl_err *err)
+int crl_journal_reader_open(const char *path, const struct crl_journal_pos *from,
+                            struct crl_journal_reader **out, struct crl_err *err)
 {
     *out = NULL;
-    if (from && from->offset < CRL_TRAJ_HEADER_SIZE)
+    if (from && from->offset < CRL_JOURNAL_HEADER_SIZE)
         return crl_err_set(err, CRL_E_INVALID, "%s: byte offset %llu is inside the header", path,
                            (unsigned long long)from->offset);
     cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -609,7 +610,7 @@ int crl_traj_reader_open(const char *path, const struct crl_traj_pos *from,
         return crl_err_sys(err, errno, "%s: fstat", path);
     if (!S_ISREG(st.st_mode))
         return crl_err_set(err, CRL_E_INTERNAL, "%s: not a regular file", path);
-    cleanup_free struct crl_traj_reader *r = calloc(1, sizeof(*r));
+    cleanup_free struct crl_journal_reader *r = calloc(1, sizeof(*r));
     cleanup_free char *p = strdup(path);
     if (!r || !p)
         return crl_err_sys(err, ENOMEM, "%s: open", path);
@@ -617,7 +618,7 @@ int crl_traj_reader_open(const char *path, const struct crl_traj_pos *from,
     if (h < 0)
         return -1;
     r->have_header = h;
-    r->s.off = from ? from->offset : CRL_TRAJ_HEADER_SIZE;
+    r->s.off = from ? from->offset : CRL_JOURNAL_HEADER_SIZE;
     r->s.index = from ? from->index : 0;
     r->s.fd = steal_fd(&fd);
     r->s.path = r->path = steal_pointer(&p);
@@ -625,8 +626,8 @@ int crl_traj_reader_open(const char *path, const struct crl_traj_pos *from,
     return 0;
 }
 
-int crl_traj_reader_next(struct crl_traj_reader *r, struct crl_traj_record *rec,
-                         struct crl_err *err)
+int crl_journal_reader_next(struct crl_journal_reader *r, struct crl_journal_record *rec,
+                            struct crl_err *err)
 {
     if (!r->have_header) {
         /* The file was empty: a writer may have given it its header since. */
@@ -648,17 +649,17 @@ int crl_traj_reader_next(struct crl_traj_reader *r, struct crl_traj_record *rec,
     return 1;
 }
 
-struct crl_traj_pos crl_traj_reader_pos(const struct crl_traj_reader *r)
+struct crl_journal_pos crl_journal_reader_pos(const struct crl_journal_reader *r)
 {
-    return (struct crl_traj_pos){r->s.index, r->s.off};
+    return (struct crl_journal_pos){r->s.index, r->s.off};
 }
 
-int64_t crl_traj_reader_created_ns(const struct crl_traj_reader *r)
+int64_t crl_journal_reader_created_ns(const struct crl_journal_reader *r)
 {
     return r->created_ns;
 }
 
-void crl_traj_reader_close(struct crl_traj_reader *r)
+void crl_journal_reader_close(struct crl_journal_reader *r)
 {
     if (!r)
         return;

@@ -23,8 +23,8 @@
  * sandbox's uid whatever `user` says), the working directory is always the
  * scratch dir, which is also the root of the files API, and only single
  * files move through it (no tar of directories). */
-#ifndef CRL_FUNCTION_FN_H
-#define CRL_FUNCTION_FN_H
+#ifndef CRL_FUNCTION_FUNCTION_INT_H
+#define CRL_FUNCTION_FUNCTION_INT_H
 
 #include <limits.h>
 #include <stdbool.h>
@@ -98,6 +98,10 @@ struct fn_state {
     struct crl_host *host;
     char zygote_path[PATH_MAX];
     char root_dir[PATH_MAX]; /* <run dir>/function-root: each keeper's mountpoint */
+    /* Where zygotes and keepers live (no limits), so that what a sandbox's
+     * limits count is its calls alone: a keeper joins its sandbox's cgroup
+     * only to root its cgroup namespace there, and comes back. */
+    struct crl_cgroup *keepers_cg;
     struct zygote zy[N_RUNTIMES];
     uint64_t next_id;
     char *msg;
