@@ -26,6 +26,7 @@ int crl_tar_in(int in_fd, unsigned long *entries, char *msg, size_t msglen);
 
 /* Apply a checkpoint's change set (the format of struct crl_restore_req in
  * backend.h), read from `in_fd`, over the tree under the current directory:
+ * apply.h's applier in its CRL_APPLY_PERFORM mode, exact (CRL_APPLY_EXACT).
  *
  *   D/.wh.NAME     removes D/NAME and everything below it (no error if absent)
  *   D/.wh..wh..opq removes from D everything this stream has not created
@@ -38,7 +39,7 @@ int crl_tar_in(int in_fd, unsigned long *entries, char *msg, size_t msglen);
  * Refused, failing the whole apply: absolute paths, '..', paths through a
  * symlink, hard links out of the tree, device nodes, fifos and sockets,
  * other overlayfs names (.wh..wh.*).  The root ("./") is never changed.
- * Anything libarchive cannot restore exactly (an owner, a mode, a time, an
+ * Anything that cannot be restored exactly (an owner, a mode, a time, an
  * xattr) fails too: a restore is exact or an error.
  *
  * Returns an enum crl_stream_status (backend.h): CRL_STREAM_OK with the

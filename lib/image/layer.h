@@ -1,4 +1,5 @@
-/* Applying one OCI layer (a tar stream) to an empty directory, in the form
+/* Applying one OCI layer (a tar stream) to an empty directory, by
+ * lib/helper/apply.h's applier in its CRL_APPLY_OVERLAY mode, in the form
  * overlayfs reads as a layer: a whiteout `.wh.NAME` becomes a 0/0 character
  * device NAME, an opaque marker `.wh..wh..opq` becomes the overlay "opaque"
  * xattr (trusted.overlay.opaque for a host or guest overlay, and
@@ -44,8 +45,9 @@ int crl_layer_apply(struct archive *a, int root_fd, const char *what, uint64_t m
 int crl_layer_from_dir(const char *rootfs, int fd, char diff_id[CRL_DIGEST_LEN + 1],
                        struct crl_err *err);
 
-/* Clean an entry name: strip "./" and empty components; refuse absolute
- * names and `..`.  Returns 0 with `out` ("" for the root), or -1. */
+/* Clean an entry name (crl_path_normalise under CRL_PATH_RULES_LAYER):
+ * strip "./" and empty components; refuse absolute names and `..`.
+ * Returns 0 with `out` ("" for the root), or -1. */
 int crl_layer_clean_path(const char *name, char *out, size_t cap);
 
 #endif

@@ -10,11 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "../util/cleanup.h"
 #include "../util/fdio.h"
+#include "../util/path.h"
 #include "../util/sha256.h"
 #include "layer.h"
 
@@ -217,11 +217,17 @@ static struct src_file *src_find(struct src *s, const char *name, int depth)
     return NULL;
 }
 
+/* A file the image names in a layout directory: `path` comes from the
+ * image's own JSON (a manifest.json's "Config", a digest's blob path), so
+ * it may say "../x" or "/etc/x"; RESOLVE_BENEATH refuses any resolution
+ * that leaves the layout.  The file itself must not be a symlink
+ * (O_NOFOLLOW), but a directory symlinked within the layout is followed
+ * and a mount below it crossed: the layout is the importing user's own
+ * directory, and nothing in its format forbids either. */
 static int open_beneath(int dir, const char *path)
 {
-    struct open_how how = {.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW,
-                           .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
-    return (int)syscall(SYS_openat2, dir, path, &how, sizeof(how));
+    return crl_path_fd(crl_path_openat2(dir, path, O_RDONLY | O_NOFOLLOW, 0,
+                                        RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS));
 }
 
 /* Open a file of the source; *f describes it (digest computed for layout

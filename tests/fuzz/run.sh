@@ -21,13 +21,14 @@ if ! command -v "$cc" >/dev/null 2>&1; then
     exit 1
 fi
 
-mkdir -p "$out/corpus/spec" "$out/corpus/router" "$out/corpus/image" "$out/corpus/journal"
+mkdir -p "$out/corpus/spec" "$out/corpus/router" "$out/corpus/image" "$out/corpus/journal" \
+    "$out/corpus/path"
 cflags="-std=gnu11 -g -O1 -D_GNU_SOURCE -fno-omit-frame-pointer \
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
     -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla \
     -Wno-unused-parameter"
 
-echo "fuzz: building $out/fuzz_spec, $out/fuzz_router, $out/fuzz_image and $out/fuzz_journal"
+echo "fuzz: building $out/fuzz_spec, $out/fuzz_router, $out/fuzz_image, $out/fuzz_journal and $out/fuzz_path"
 # shellcheck disable=SC2046,SC2086  # word splitting of flags is intended
 $cc $cflags $(pkg-config --cflags jansson libcrypto) -o "$out/fuzz_spec" tests/fuzz/fuzz_spec.c \
     lib/core/spec.c lib/util/*.c $(pkg-config --libs jansson libcrypto)
@@ -36,15 +37,19 @@ $cc $cflags -o "$out/fuzz_router" tests/fuzz/fuzz_router.c lib/api/router.c
 # the image reader and layer applier (it runs mkfs.erofs for inputs it accepts)
 # shellcheck disable=SC2046,SC2086
 $cc $cflags $(pkg-config --cflags jansson libarchive libcrypto) -o "$out/fuzz_image" \
-    tests/fuzz/fuzz_image.c lib/image/*.c lib/util/*.c \
+    tests/fuzz/fuzz_image.c lib/image/*.c lib/helper/apply.c lib/util/*.c \
     $(pkg-config --libs jansson libarchive libcrypto)
 # the trajectory log: reader and open-for-append (recovery) on any file
 # shellcheck disable=SC2046,SC2086
 $cc $cflags $(pkg-config --cflags jansson zlib libcrypto) -o "$out/fuzz_journal" \
     tests/fuzz/fuzz_journal.c lib/traj/journal.c lib/util/*.c $(pkg-config --libs jansson zlib libcrypto)
+# the path normaliser every path checker is a call of
+# shellcheck disable=SC2086
+$cc $cflags -o "$out/fuzz_path" tests/fuzz/fuzz_path.c lib/util/path.c lib/util/buf.c \
+    lib/util/err.c
 
 status=0
-for t in spec router image journal; do
+for t in spec router image journal path; do
     bin=$out/fuzz_$t
     corpus=tests/fuzz/corpus/$t
     dict=tests/fuzz/$t.dict

@@ -2,9 +2,13 @@
  * crl_path_check (absolute, no "..", bounded) and crl_path_open_in_root
  * (openat2 RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS).  The second is tested
  * against a real tree with hostile symlinks planted in it: whatever a
- * sandbox plants, resolution must stay under its root. */
+ * sandbox plants, resolution must stay under its root.  Beneath them, the
+ * normaliser every path checker is a call of (a table over every rule set,
+ * and its limits; tests/fuzz/fuzz_path.c checks its invariants), and the
+ * openat2 wrapper's handling of the caller's flags. */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <limits.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -76,6 +80,150 @@ static void test_path_check(void)
     crl_path_check("rel", "the 'path' query parameter", &e);
     like(e.msg, "^the 'path' query parameter 'rel' must be absolute", "`what` names the path");
 }
+
+/* ---- crl_path_normalise: one table over every rule set ---- */
+
+static const struct crl_path_rules abs_canon = {CRL_PATH_ABS | CRL_PATH_CANONICAL, 0};
+
+struct taken {
+    const char *in, *out;
+};
+struct refused {
+    const char *in;
+    int why; /* an enum crl_path_bad; 0 ends the list */
+};
+
+/* Per rule set, what it takes (and gives back) and what it refuses, and why. */
+static const struct {
+    const char *name;
+    const struct crl_path_rules *rules;
+    struct taken take[12];  /* ends at a NULL out */
+    struct refused bad[12]; /* ends at why 0 */
+} tables[] = {
+    {"a change set's member",
+     CRL_PATH_RULES_MEMBER,
+     {{"a/b", "a/b"},
+      {"./a//b/./c/", "a/b/c"},
+      {"./", ""},
+      {".", ""},
+      {".//.", ""},
+      {"a/..b/b..", "a/..b/b.."},
+      {"...", "..."},
+      {".wh.x", ".wh.x"}},
+     {{"", CRL_PATH_EMPTY},
+      {NULL, CRL_PATH_EMPTY},
+      {"/etc/passwd", CRL_PATH_ABSOLUTE},
+      {"//x", CRL_PATH_ABSOLUTE},
+      {"..", CRL_PATH_DOTDOT},
+      {"../x", CRL_PATH_DOTDOT},
+      {"a/..", CRL_PATH_DOTDOT},
+      {"a/../b", CRL_PATH_DOTDOT},
+      {"./../x", CRL_PATH_DOTDOT},
+      {"a/./../b", CRL_PATH_DOTDOT}}},
+    {"a layer's member",
+     CRL_PATH_RULES_LAYER,
+     {{"", ""}, {"./etc/", "etc"}, {"./", ""}},
+     {{"/abs", CRL_PATH_ABSOLUTE}, {"x/../..", CRL_PATH_DOTDOT}}},
+    {"a files-API path",
+     CRL_PATH_RULES_API,
+     {{"/", "/"},
+      {"//a//b/", "/a/b"},
+      {"/a/./b", "/a/b"},
+      {"/.", "/"},
+      {"/with space/and\xc3\xa9", "/with space/and\xc3\xa9"}},
+     {{"rel", CRL_PATH_RELATIVE},
+      {"./x", CRL_PATH_RELATIVE},
+      {"", CRL_PATH_EMPTY},
+      {"/a/..", CRL_PATH_DOTDOT},
+      {"/a/\xff", CRL_PATH_NOT_UTF8}}},
+    {"a stored path",
+     CRL_PATH_RULES_STORED,
+     {{"a/b", "a/b"}, {"a", "a"}, {"a/..b", "a/..b"}, {"d/.wh", "d/.wh"}},
+     {{"./a", CRL_PATH_NOT_CANONICAL},
+      {"a//b", CRL_PATH_NOT_CANONICAL},
+      {"a/", CRL_PATH_NOT_CANONICAL},
+      {"a/.", CRL_PATH_NOT_CANONICAL},
+      {".", CRL_PATH_NOT_CANONICAL},
+      {"/a", CRL_PATH_ABSOLUTE},
+      {"", CRL_PATH_EMPTY},
+      {"a/..", CRL_PATH_DOTDOT},
+      {"d/.wh.x", CRL_PATH_WHITEOUT},
+      {".wh..wh..opq", CRL_PATH_WHITEOUT}}},
+    {"an absolute canonical path",
+     &abs_canon,
+     {{"/", "/"}, {"/a/b", "/a/b"}},
+     {{"/a/", CRL_PATH_NOT_CANONICAL},
+      {"//a", CRL_PATH_NOT_CANONICAL},
+      {"/./a", CRL_PATH_NOT_CANONICAL}}},
+};
+
+static void test_normalise(void)
+{
+    for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++) {
+        const struct crl_path_rules *rules = tables[t].rules;
+        for (const struct taken *c = tables[t].take; c->out; c++) {
+            char out[64] = "(unset)";
+            size_t len = strlen(c->in);
+            int r = crl_path_normalise(c->in, len, rules, out, sizeof(out));
+            ok(r == (int)strlen(c->out) && strcmp(out, c->out) == 0,
+               "%s: '%s' normalises to '%s' (got %d, '%s')", tables[t].name, c->in, c->out, r, out);
+            is_int(crl_path_normalise(c->in, len, rules, NULL, 0), r,
+                   "%s: '%s': the same length with no output", tables[t].name, c->in);
+        }
+        for (const struct refused *c = tables[t].bad; c->why; c++) {
+            char out[64] = "(unset)";
+            int r = crl_path_normalise(c->in, c->in ? strlen(c->in) : 0, rules, out, sizeof(out));
+            ok(r == c->why, "%s: '%s' is refused: %s (got %d: %s)", tables[t].name,
+               c->in ? c->in : "(NULL)", crl_path_why(c->why), r, r < 0 ? crl_path_why(r) : out);
+        }
+    }
+}
+
+/* The limits: the rules' max_len on the input, the output's room, NUL
+ * bytes within the length, NAME_MAX per component. */
+static void test_normalise_limits(void)
+{
+    char out[8];
+    is_int(crl_path_normalise("abcdef", 6, CRL_PATH_RULES_MEMBER, out, sizeof(out)), 6,
+           "6 bytes fit in 8 (a slash and a NUL besides)");
+    is_int(crl_path_normalise("abcdefg", 7, CRL_PATH_RULES_MEMBER, out, sizeof(out)),
+           CRL_PATH_TOO_LONG, "7 do not: the room is counted as a tar extractor always has");
+    is_int(crl_path_normalise("./././././abc", 13, CRL_PATH_RULES_MEMBER, out, sizeof(out)), 3,
+           "the output's room bounds the output, not the input");
+    is_int(crl_path_normalise("ab/cd", 5, CRL_PATH_RULES_MEMBER, out, 1), CRL_PATH_TOO_LONG,
+           "no room at all");
+    is_int(crl_path_normalise("a\0b", 3, CRL_PATH_RULES_MEMBER, out, sizeof(out)), CRL_PATH_NUL,
+           "a NUL inside the length is refused");
+    is_int(crl_path_normalise("a\0b", 3, CRL_PATH_RULES_STORED, NULL, 0), CRL_PATH_NUL,
+           "for stored paths too");
+
+    static char big[70000];
+    memset(big, 'a', sizeof(big));
+    for (size_t i = 200; i < sizeof(big); i += 201)
+        big[i] = '/';
+    ok(crl_path_valid(big, 65535, CRL_PATH_RULES_STORED) &&
+           !crl_path_valid(big, 65536, CRL_PATH_RULES_STORED),
+       "a stored path is at most 65535 bytes");
+    memset(big, 'a', 300);
+    ok(crl_path_valid(big, NAME_MAX, CRL_PATH_RULES_STORED) &&
+           !crl_path_valid(big, NAME_MAX + 1, CRL_PATH_RULES_STORED),
+       "a stored path's component is at most NAME_MAX bytes");
+    is_int(crl_path_normalise(big, NAME_MAX + 1, CRL_PATH_RULES_STORED, NULL, 0),
+           CRL_PATH_NAME_TOO_LONG, "and says so");
+    ok(crl_path_valid(big, NAME_MAX + 1, CRL_PATH_RULES_MEMBER),
+       "a member name's is not limited here");
+
+    /* first fault wins, in the documented order */
+    is_int(crl_path_normalise("/..", 3, CRL_PATH_RULES_MEMBER, NULL, 0), CRL_PATH_ABSOLUTE,
+           "absolute before '..'");
+    is_int(crl_path_normalise("a/../.wh.x", 10, CRL_PATH_RULES_STORED, NULL, 0), CRL_PATH_DOTDOT,
+           "components in order");
+    is_str(crl_path_why(CRL_PATH_DOTDOT), "a path with '..'", "crl_path_why names a refusal");
+}
+
+/* ---- crl_path_openat2: the flags are the caller's ---- */
+
+static void test_openat2_flags(void);
 
 /* ---- crl_path_open_in_root against a planted tree ---- */
 
@@ -331,10 +479,48 @@ static void test_open_magic_links(void)
     umount2(proc, MNT_DETACH);
 }
 
+static void test_openat2_flags(void)
+{
+    const unsigned long long beneath = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS;
+    long fd = crl_path_openat2(rootfd, "a/b/file", O_RDONLY, 0, beneath);
+    ok(fd >= 0, "a plain path beneath opens");
+    if (fd >= 0)
+        close((int)fd);
+    is_int(crl_path_openat2(rootfd, "a/etcdir/passwd", O_RDONLY, 0, beneath), -ELOOP,
+           "RESOLVE_NO_SYMLINKS: even an innocent symlink is ELOOP");
+    fd = crl_path_openat2(rootfd, "a/etcdir/passwd", O_RDONLY, 0, RESOLVE_BENEATH);
+    ok(fd >= 0, "without it, a symlink that stays beneath is followed");
+    if (fd >= 0)
+        close((int)fd);
+    is_int(crl_path_openat2(rootfd, "a/b/up", O_RDONLY, 0, RESOLVE_BENEATH), -EXDEV,
+           "RESOLVE_BENEATH: a symlink out is EXDEV");
+    is_int(crl_path_openat2(rootfd, "../etc/passwd", O_RDONLY, 0, RESOLVE_BENEATH), -EXDEV,
+           "and so is '..' out");
+    is_int(crl_path_openat2(rootfd, "/etc/passwd", O_RDONLY, 0, RESOLVE_BENEATH), -EXDEV,
+           "and an absolute path");
+    fd = crl_path_openat2(rootfd, "a", O_PATH | O_DIRECTORY, 0, beneath);
+    ok(fd >= 0, "O_PATH opens (openat2 would refuse it with O_NOCTTY)");
+    if (fd >= 0) {
+        ok(fcntl((int)fd, F_GETFD) == FD_CLOEXEC, "close-on-exec always");
+        close((int)fd);
+    }
+    fd = crl_path_openat2(rootfd, "a", O_RDONLY | O_DIRECTORY, 0755, beneath);
+    ok(fd >= 0, "a mode with O_DIRECTORY is not O_TMPFILE's: dropped, not EINVAL");
+    if (fd >= 0)
+        close((int)fd);
+    errno = 0;
+    is_int(crl_path_fd(crl_path_openat2(rootfd, "missing", O_RDONLY, 0, beneath)), -1,
+           "crl_path_fd: -1");
+    is_int(errno, ENOENT, "with errno set");
+}
+
 int main(void)
 {
     TAP_RUN(test_path_check, 10);
+    TAP_RUN(test_normalise, 10);
+    TAP_RUN(test_normalise_limits, 10);
     build_tree();
+    TAP_RUN(test_openat2_flags, 10);
     TAP_RUN(test_open_plain, 10);
     TAP_RUN(test_open_symlink_escapes, 10);
     TAP_RUN(test_open_creat, 10);
