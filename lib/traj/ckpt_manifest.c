@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 
 #include "../util/cleanup.h"
+#include "../util/path.h"
 
-#define PATH_LEN_MAX 65535
 
 /* ---- paths ---- */
 
@@ -38,23 +38,11 @@ bool crl__ckpt_reserved_name(const char *name, size_t len)
     return len >= 4 && memcmp(name, ".wh.", 4) == 0;
 }
 
-/* Relative, no empty, "." or ".." component, no whiteout name, no NUL. */
+/* Relative, no empty, "." or ".." component, no whiteout name, no NUL:
+ * the path-safety module's rules for a stored path. */
 static bool path_valid(const char *p, size_t len)
 {
-    if (len == 0 || len > PATH_LEN_MAX || memchr(p, 0, len))
-        return false;
-    const char *end = p + len;
-    while (p <= end) {
-        const char *slash = memchr(p, '/', (size_t)(end - p));
-        size_t n = (size_t)((slash ? slash : end) - p);
-        if (n == 0 || n > NAME_MAX || (n == 1 && p[0] == '.') ||
-            (n == 2 && p[0] == '.' && p[1] == '.') || crl__ckpt_reserved_name(p, n))
-            return false;
-        if (!slash)
-            break;
-        p = slash + 1;
-    }
-    return true;
+    return crl_path_valid(p, len, CRL_PATH_RULES_STORED);
 }
 
 /* ---- entries and the index ---- */
