@@ -106,18 +106,24 @@ void crl_req_json_or_error(struct crl_req *r, unsigned status, json_t *body,
 void crl_req_error(struct crl_req *r, const struct crl_err *err);
 /* {"error": {"code", "message"}}: a new reference, the caller's. */
 json_t *crl_req_error_json(const struct crl_err *err);
+/* Hold the connection while asynchronous work runs (a client that hangs
+ * up meanwhile cancels it); resume it to answer, or to be called again. */
 void crl_req_suspend(struct crl_req *r);
 void crl_req_resume(struct crl_req *r);
 /* A query parameter (URL-decoded), or NULL. */
 const char *crl_req_query(struct crl_req *r, const char *key);
 /* Look up the route's sandbox, holding a reference in r->sb. */
 int crl_req_sandbox(struct crl_req *r, struct crl_err *err);
-/* Streamed output: append bytes, wake the reader. */
+/* Streamed output (after crl_req_stream_response() was responded):
+ * append bytes and wake the reader; end it, cut short on error. */
 void crl_req_stream_append(struct crl_req *r, const char *data, size_t len);
 void crl_req_stream_end(struct crl_req *r, bool error);
 /* One NDJSON line.  Takes the reference to `line`; -1 if it could not be
  * encoded. */
 int crl_req_stream_json(struct crl_req *r, json_t *line);
+/* A response of unknown length read from r->out as it fills (the entry's
+ * drained hook hears when the client took some), to pass to
+ * crl_req_respond(). */
 struct MHD_Response *crl_req_stream_response(struct crl_req *r, const char *content_type);
 /* An async operation finished; frees the request if MHD is done with it. */
 void crl_req_pending_done(struct crl_req *r);

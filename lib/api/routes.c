@@ -11,7 +11,6 @@
 #include "handlers_sandboxes.h"
 #include "handlers_traj.h"
 #include "request.h"
-#include "router.h"
 
 static const struct crl_handler handlers[] = {
 #define ROUTE(ep, method, pattern, ...) {__VA_ARGS__},
