@@ -1,6 +1,7 @@
 /* POST .../pause and .../resume: 200 with the sandbox as it is now.  A
  * pause also says what memory it gave back: the sandbox's charge before
  * and after it (0 released for a sandbox that was paused already). */
+#include "handlers_actions.h"
 #include "request.h"
 
 static void pause_or_resume(struct crl_req *r, bool pause)

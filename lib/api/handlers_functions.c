@@ -13,6 +13,7 @@
 #include "../functions/functions.h"
 #include "../util/fdio.h"
 #include "../util/log.h"
+#include "handlers_functions.h"
 #include "request.h"
 
 struct crl_fcall {
@@ -49,7 +50,7 @@ static void finish(struct crl_fcall *fc)
 {
     struct crl_req *r = fc->r;
     if (r) {
-        r->fcall = NULL;
+        r->state = NULL;
         if (fc->failed || !fc->answer) {
             if (!fc->failed)
                 crl_err_set(&fc->error, CRL_E_INTERNAL, "function %s: no answer", fc->fn->name);
@@ -164,7 +165,7 @@ static void created(struct crl_sandbox *sb, const struct crl_err *err, void *ctx
     fc->x = x;
 }
 
-static void call(struct crl_req *r)
+void crl_h_function_call(struct crl_req *r)
 {
     struct crl_api *a = r->api;
     struct crl_err err = CRL_ERR_INIT;
@@ -195,11 +196,11 @@ static void call(struct crl_req *r)
     fc->args = args;
     crl_buf_init(&fc->out, 0);
     crl_buf_init(&fc->err, 0);
-    r->fcall = fc;
+    r->state = fc;
     r->pending++;
     if (crl_host_create(a->host, &spec, created, fc, &err) < 0) {
         crl_spec_free(&spec);
-        r->fcall = NULL;
+        r->state = NULL;
         r->pending--;
         fcall_free(fc);
         crl_req_error(r, &err);
@@ -212,34 +213,29 @@ fail:
     crl_req_error(r, &err);
 }
 
-void crl_h_functions(struct crl_req *r)
+void crl_h_functions_list(struct crl_req *r)
 {
-    struct crl_err err = CRL_ERR_INIT;
-    switch (r->route.ep) {
-    case CRL_EP_FUNCTIONS: crl_req_json(r, 200, crl_functions_list_json(r->api->functions)); return;
-    case CRL_EP_FUNCTION: {
-        struct crl_function *fn = crl_functions_get(r->api->functions, r->route.name, &err);
-        if (!fn) {
-            crl_req_error(r, &err);
-            return;
-        }
-        crl_req_json(r, 200, crl_function_json(fn, true));
-        crl_function_unref(fn);
-        return;
-    }
-    case CRL_EP_FUNCTION_CALL: call(r); return;
-    default: break;
-    }
-    crl_err_set(&err, CRL_E_NOT_FOUND, "no such endpoint");
-    crl_req_error(r, &err);
+    crl_req_json(r, 200, crl_functions_list_json(r->api->functions));
 }
 
-void crl_h_functions_cleanup(struct crl_req *r)
+void crl_h_function_inspect(struct crl_req *r)
 {
-    struct crl_fcall *fc = r->fcall;
+    struct crl_err err = CRL_ERR_INIT;
+    struct crl_function *fn = crl_functions_get(r->api->functions, r->route.name, &err);
+    if (!fn) {
+        crl_req_error(r, &err);
+        return;
+    }
+    crl_req_json(r, 200, crl_function_json(fn, true));
+    crl_function_unref(fn);
+}
+
+void crl_h_function_call_cancel(struct crl_req *r)
+{
+    struct crl_fcall *fc = r->state;
     if (!fc)
         return;
-    r->fcall = NULL;
+    r->state = NULL;
     r->pending--;
     fc->r = NULL;
     /* Creating: created() destroys it.  Destroying: finish() frees it. */

@@ -31,6 +31,7 @@
 #include "../util/fdio.h"
 #include "../util/log.h"
 #include "../util/run.h"
+#include "handlers_images.h"
 #include "request.h"
 
 #define MAX_IMPORTS 2
@@ -44,6 +45,7 @@ struct crl_import {
     pid_t pid;
     int pidfd, in_fd, out_fd, err_fd;
     struct crl_watch w_pid, w_out, w_err;
+    struct crl_watch w_in; /* room in the pipe to stdin, for the request's body */
     struct crl_timer kill_timer;
     struct crl_buf out;
     char line[1024]; /* stderr, up to a newline */
@@ -65,11 +67,10 @@ static void close_watched(struct crl_import *im, struct crl_watch *w, int *fd)
 /* The end of the importer's stdin: at the end of the body, or cut short. */
 static void close_stdin(struct crl_import *im)
 {
-    struct crl_req *r = im->r;
     if (im->in_fd < 0)
         return;
-    if (r && r->w.active && r->w.fd == im->in_fd)
-        crl_watch_stop(im->api->host->loop, &r->w);
+    if (im->w_in.active)
+        crl_watch_stop(im->api->host->loop, &im->w_in);
     close(im->in_fd);
     im->in_fd = -1;
 }
@@ -90,7 +91,7 @@ static void import_free(struct crl_import *im)
     crl_buf_free(&im->out);
     struct crl_req *r = im->r;
     if (r) {
-        r->import = NULL;
+        r->state = NULL;
         crl_req_pending_done(r);
     }
     free(im);
@@ -359,7 +360,7 @@ static bool media_ok(const char *ct)
     return false;
 }
 
-void crl_h_images_import_begin(struct crl_req *r)
+bool crl_h_images_import_begin(struct crl_req *r)
 {
     struct crl_api *a = r->api;
     struct crl_err err = CRL_ERR_INIT;
@@ -386,13 +387,13 @@ void crl_h_images_import_begin(struct crl_req *r)
     }
     if (err.code != CRL_OK) {
         crl_req_error(r, &err);
-        return;
+        return true;
     }
     struct crl_import *im = calloc(1, sizeof(*im));
     if (!im) {
         crl_err_sys(&err, ENOMEM, "import");
         crl_req_error(r, &err);
-        return;
+        return true;
     }
     im->api = a;
     im->pidfd = im->in_fd = im->out_fd = im->err_fd = -1;
@@ -401,24 +402,25 @@ void crl_h_images_import_begin(struct crl_req *r)
         crl_buf_free(&im->out);
         free(im);
         crl_req_error(r, &err);
-        return;
+        return true;
     }
     im->r = r;
-    r->import = im;
+    r->state = im;
     r->pending++;
     im->next = a->imports;
     a->imports = im;
     a->n_imports++;
+    return true;
 }
 
 int crl_h_images_import_body(struct crl_req *r, const char *data, size_t *len)
 {
-    struct crl_import *im = r->import;
-    if (im->in_fd < 0) {
+    struct crl_import *im = r->state;
+    if (!im || im->in_fd < 0) {
         *len = 0; /* the importer stopped reading: its answer comes at the end */
         return 0;
     }
-    int rc = crl_req_pipe_body(r, im->in_fd, data, len);
+    int rc = crl_req_pipe_body(r, im->in_fd, &im->w_in, NULL, data, len);
     if (rc < 0) {
         if (errno != EPIPE)
             crl_log_syscall(NULL, errno, "write(corral-import %d stdin)", (int)im->pid);
@@ -429,11 +431,11 @@ int crl_h_images_import_body(struct crl_req *r, const char *data, size_t *len)
     return rc > 0 ? -1 : 0;
 }
 
-/* The whole body is in: the importer sees the end of its archive, and its
- * exit answers. */
-static void import_end(struct crl_req *r)
+void crl_h_images_import_end(struct crl_req *r)
 {
-    struct crl_import *im = r->import;
+    struct crl_import *im = r->state;
+    if (!im)
+        return; /* refused at the headers, answered already */
     im->body_done = true;
     close_stdin(im);
     if (im->exited) {
@@ -442,9 +444,9 @@ static void import_end(struct crl_req *r)
     }
 }
 
-void crl_h_images_cleanup(struct crl_req *r)
+void crl_h_images_import_cancel(struct crl_req *r)
 {
-    struct crl_import *im = r->import;
+    struct crl_import *im = r->state;
     if (!im || im->exited)
         return;
     if (!im->body_done && im->in_fd >= 0) {
@@ -469,7 +471,12 @@ void crl_h_images_stop(struct crl_api *a)
 
 /* ---- the others ---- */
 
-static void tag(struct crl_req *r)
+void crl_h_images_list(struct crl_req *r)
+{
+    crl_req_json(r, 200, crl_image_list_json(r->api->host->images));
+}
+
+void crl_h_images_tag(struct crl_req *r)
 {
     struct crl_err err = CRL_ERR_INIT;
     json_auto_t *body = NULL;
@@ -501,48 +508,27 @@ static void tag(struct crl_req *r)
         crl_req_json(r, 201, out);
 }
 
-void crl_h_images(struct crl_req *r)
+void crl_h_images_gc(struct crl_req *r)
 {
-    struct crl_image_store *s = r->api->host->images;
     struct crl_err err = CRL_ERR_INIT;
-    bool get = strcmp(r->method, "GET") == 0, post = strcmp(r->method, "POST") == 0;
-    json_t *j;
-    switch (r->route.ep) {
-    case CRL_EP_IMAGES:
-        if (get)
-            crl_req_json(r, 200, crl_image_list_json(s));
-        else if (r->import)
-            import_end(r);
-        /* else: refused at the headers, answered already */
-        return;
-    case CRL_EP_IMAGE_TAG:
-        if (post) {
-            tag(r);
-            return;
-        }
-        break;
-    case CRL_EP_IMAGE_GC:
-        if (post) {
-            if ((j = crl_image_gc(s, &err)))
-                crl_req_json(r, 200, j);
-            else
-                crl_req_error(r, &err);
-            return;
-        }
-        break;
-    default: break;
-    }
-    /* an image by name: GET or DELETE */
-    if (get) {
-        if ((j = crl_image_inspect_json(s, r->route.name, &err)))
-            crl_req_json(r, 200, j);
-        else
-            crl_req_error(r, &err);
-    } else if (crl_image_remove(s, r->route.name, &err) < 0) {
+    crl_req_json_or_error(r, 200, crl_image_gc(r->api->host->images, &err), &err);
+}
+
+void crl_h_image_inspect(struct crl_req *r)
+{
+    struct crl_err err = CRL_ERR_INIT;
+    crl_req_json_or_error(r, 200, crl_image_inspect_json(r->api->host->images, r->route.name, &err),
+                          &err);
+}
+
+void crl_h_image_remove(struct crl_req *r)
+{
+    struct crl_err err = CRL_ERR_INIT;
+    if (crl_image_remove(r->api->host->images, r->route.name, &err) < 0) {
         crl_req_error(r, &err);
-    } else {
-        struct MHD_Response *resp =
-            MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-        crl_req_respond(r, 204, resp);
+        return;
     }
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    crl_req_respond(r, 204, resp);
 }

@@ -8,6 +8,8 @@
 #include <strings.h>
 #include <sys/socket.h>
 
+#define LEN(a) (sizeof(a) / sizeof((a)[0]))
+
 /* Copy one path segment (up to '/' or end) into out; returns its length, or
  * -1 if empty, too long or not [A-Za-z0-9._-]. */
 static int segment(const char *p, char *out, size_t cap)
@@ -50,150 +52,148 @@ static bool image_name(const char *p, char *out, size_t cap)
     return true;
 }
 
-bool crl_route_match(const char *path, struct crl_route *r)
+/* The table's first three columns; routes.c takes the rest. */
+static const struct entry {
+    enum crl_endpoint ep;
+    const char *method;
+    const char *pattern;
+} table[] = {
+#define ROUTE(ep, method, pattern, ...) {CRL_EP_##ep, method, pattern},
+#include "routes.def"
+#undef ROUTE
+};
+
+/* Allow lists the methods in one order (GET, DELETE, POST, PUT), as a bit
+ * set of them picks it. */
+static const char *const methods[] = {"GET", "DELETE", "POST", "PUT"};
+static const char *const allow_lists[] = {
+    NULL,
+    "GET",
+    "DELETE",
+    "GET, DELETE",
+    "POST",
+    "GET, POST",
+    "DELETE, POST",
+    "GET, DELETE, POST",
+    "PUT",
+    "GET, PUT",
+    "DELETE, PUT",
+    "GET, DELETE, PUT",
+    "POST, PUT",
+    "GET, POST, PUT",
+    "DELETE, POST, PUT",
+    "GET, DELETE, POST, PUT",
+};
+
+static unsigned method_bit(const char *method)
+{
+    for (unsigned i = 0; i < LEN(methods); i++)
+        if (strcmp(method, methods[i]) == 0)
+            return 1u << i;
+    return 0;
+}
+
+/* A capture's field: {id}, {sub}, {name}, {image} (into name). */
+static char *field(struct crl_route *r, const char *f, size_t len, size_t *cap)
+{
+    if (len == 2 && strncmp(f, "id", 2) == 0) {
+        *cap = sizeof(r->id);
+        return r->id;
+    }
+    if (len == 3 && strncmp(f, "sub", 3) == 0) {
+        *cap = sizeof(r->sub);
+        return r->sub;
+    }
+    *cap = sizeof(r->name);
+    return (len == 4 && strncmp(f, "name", 4) == 0) || (len == 5 && strncmp(f, "image", 5) == 0)
+               ? r->name
+               : NULL;
+}
+
+/* Does the whole of `path` match `pattern` (routes.def says how they
+ * read)?  Its captures go into r. */
+static bool match(const char *pattern, const char *path, struct crl_route *r)
+{
+    const char *p = pattern, *s = path;
+    while (*p) {
+        if (strcmp(p, "[/]") == 0)
+            return s[0] == 0 || strcmp(s, "/") == 0;
+        if (*p != '{') {
+            if (*p++ != *s++)
+                return false;
+            continue;
+        }
+        const char *f = p + 1, *end = strchr(f, '}');
+        const char *eq = memchr(f, '=', (size_t)(end - f));
+        size_t flen = (size_t)((eq ? eq : end) - f), cap;
+        char *out = field(r, f, flen, &cap);
+        if (!out)
+            return false;
+        p = end + 1;
+        if (flen == 5 && strncmp(f, "image", 5) == 0)
+            return *p == 0 && image_name(s, out, cap);
+        if (eq) { /* a literal segment, captured */
+            size_t n = (size_t)(end - eq - 1);
+            if (strncmp(s, eq + 1, n) != 0 || (s[n] != '/' && s[n] != 0) || n >= cap)
+                return false;
+            memcpy(out, s, n);
+            out[n] = 0;
+            s += n;
+            continue;
+        }
+        int n = segment(s, out, cap);
+        if (n < 0)
+            return false;
+        s += n;
+    }
+    return *s == 0;
+}
+
+bool crl_route_find(const char *path, const char *method, struct crl_route *r)
 {
     memset(r, 0, sizeof(*r));
-    if (strcmp(path, "/healthz") == 0) {
-        r->ep = CRL_EP_HEALTHZ;
-        r->allow = "GET";
-        return true;
+    r->entry = -1;
+    unsigned allowed = 0;
+    bool found = false;
+    for (int i = 0; i < (int)LEN(table); i++) {
+        struct crl_route m;
+        memset(&m, 0, sizeof(m));
+        if (!match(table[i].pattern, path, &m))
+            continue;
+        allowed |= method_bit(table[i].method);
+        bool mine = r->entry < 0 && method && strcmp(method, table[i].method) == 0;
+        if (found && !mine)
+            continue;
+        memcpy(r->id, m.id, sizeof(r->id));
+        memcpy(r->sub, m.sub, sizeof(r->sub));
+        memcpy(r->name, m.name, sizeof(r->name));
+        r->ep = table[i].ep;
+        if (mine)
+            r->entry = i;
+        found = true;
     }
-    if (strcmp(path, "/metrics") == 0) {
-        r->ep = CRL_EP_METRICS;
-        r->allow = "GET";
-        return true;
-    }
-    if (strncmp(path, "/v1/", 4) != 0)
-        return false;
-    const char *p = path + 4;
-    if (strcmp(p, "host") == 0) {
-        r->ep = CRL_EP_HOST;
-        r->allow = "GET";
-        return true;
-    }
-    if (strcmp(p, "images") == 0) {
-        r->ep = CRL_EP_IMAGES;
-        r->allow = "GET, POST";
-        return true;
-    }
-    if (strncmp(p, "images/", 7) == 0) {
-        if (!image_name(p + 7, r->name, sizeof(r->name)))
-            return false;
-        /* "tag" and "gc" are actions to POST, and images to GET or DELETE */
-        r->ep = strcmp(r->name, "tag") == 0  ? CRL_EP_IMAGE_TAG
-                : strcmp(r->name, "gc") == 0 ? CRL_EP_IMAGE_GC
-                                             : CRL_EP_IMAGE;
-        r->allow = r->ep == CRL_EP_IMAGE ? "GET, DELETE" : "GET, DELETE, POST";
-        return true;
-    }
-    if (strcmp(p, "functions") == 0 || strcmp(p, "functions/") == 0) {
-        r->ep = CRL_EP_FUNCTIONS;
-        r->allow = "GET";
-        return true;
-    }
-    if (strncmp(p, "functions/", 10) == 0) {
-        int n = segment(p + 10, r->name, sizeof(r->name));
-        if (n < 0)
-            return false;
-        p += 10 + n;
-        if (*p == 0) {
-            r->ep = CRL_EP_FUNCTION;
-            r->allow = "GET";
-            return true;
-        }
-        if (strcmp(p, "/call") == 0) {
-            r->ep = CRL_EP_FUNCTION_CALL;
-            r->allow = "POST";
-            return true;
-        }
-        return false;
-    }
-    if (strcmp(p, "trajectories") == 0 || strcmp(p, "trajectories/") == 0) {
-        r->ep = CRL_EP_TRAJECTORIES;
-        r->allow = "GET";
-        return true;
-    }
-    if (strncmp(p, "trajectories/", 13) == 0) {
-        int n = segment(p + 13, r->name, sizeof(r->name));
-        if (n < 0)
-            return false;
-        p += 13 + n;
-        if (*p == 0) {
-            /* "gc" is an action to POST, and a trajectory to GET or DELETE */
-            bool gc = strcmp(r->name, "gc") == 0;
-            r->ep = gc ? CRL_EP_TRAJECTORY_GC : CRL_EP_TRAJECTORY;
-            r->allow = gc ? "GET, DELETE, POST" : "GET, DELETE";
-            return true;
-        }
-        if (strcmp(p, "/steps") == 0) {
-            r->ep = CRL_EP_TRAJECTORY_STEPS;
-            r->allow = "GET";
-            return true;
-        }
-        return false;
-    }
-    if (strncmp(p, "sandboxes", 9) != 0)
-        return false;
-    p += 9;
-    if (*p == 0 || strcmp(p, "/") == 0) {
-        r->ep = CRL_EP_SANDBOXES;
-        r->allow = "GET, POST";
-        return true;
-    }
-    if (*p++ != '/')
-        return false;
-    int n = segment(p, r->id, sizeof(r->id));
-    if (n < 0)
-        return false;
-    p += n;
-    if (*p == 0) {
-        r->ep = CRL_EP_SANDBOX;
-        r->allow = "GET, DELETE";
-        return true;
-    }
-    p++; /* '/' */
-    if (strcmp(p, "exec") == 0) {
-        r->ep = CRL_EP_EXEC;
-        r->allow = "POST";
-        return true;
-    }
-    if (strcmp(p, "files") == 0) {
-        r->ep = CRL_EP_FILES;
-        r->allow = "GET, PUT";
-        return true;
-    }
-    if (strcmp(p, "pause") == 0 || strcmp(p, "resume") == 0 || strcmp(p, "snapshot") == 0 ||
-        strcmp(p, "fork") == 0) {
-        r->ep = CRL_EP_SANDBOX_ACTION;
-        snprintf(r->sub, sizeof(r->sub), "%s", p);
-        r->allow = "POST";
-        return true;
-    }
-    if (strncmp(p, "sessions", 8) != 0)
-        return false;
-    p += 8;
-    if (*p == 0) {
-        r->ep = CRL_EP_SESSIONS;
-        r->allow = "GET, POST";
-        return true;
-    }
-    if (*p++ != '/')
-        return false;
-    n = segment(p, r->sub, sizeof(r->sub));
-    if (n < 0)
-        return false;
-    p += n;
-    if (*p == 0) {
-        r->ep = CRL_EP_SESSION;
-        r->allow = "DELETE";
-        return true;
-    }
-    if (strcmp(p, "/run") == 0) {
-        r->ep = CRL_EP_SESSION_RUN;
-        r->allow = "POST";
-        return true;
-    }
-    return false;
+    r->allow = allow_lists[allowed];
+    return found;
+}
+
+bool crl_route_match(const char *path, struct crl_route *r)
+{
+    return crl_route_find(path, NULL, r);
+}
+
+int crl_route_count(void)
+{
+    return (int)LEN(table);
+}
+
+const char *crl_route_method(int entry)
+{
+    return table[entry].method;
+}
+
+const char *crl_route_pattern(int entry)
+{
+    return table[entry].pattern;
 }
 
 bool crl_route_allows(const struct crl_route *r, const char *method)

@@ -1,5 +1,6 @@
-/* The v1 API's routes: a method and path to an endpoint and its ids.  Pure
- * string work, unit-tested on its own (tests/unit/test_http.c). */
+/* The v1 API's routes: a method and path to an entry of the route table
+ * (routes.def), its endpoint and its ids.  Pure string work, unit-tested and
+ * fuzzed on its own (tests/unit/test_http.c, tests/fuzz/fuzz_router.c). */
 #ifndef CRL_API_ROUTER_H
 #define CRL_API_ROUTER_H
 
@@ -44,14 +45,23 @@ struct crl_route {
                                       a function's name; a trajectory's id */
     /* methods the endpoint takes, for 405 and Allow */
     const char *allow;
+    int entry; /* the entry in routes.def for the method asked for, or -1 */
 };
 
-/* Match a request path (no query string).  Returns false for an unknown
- * path (404); a known path with the wrong method is for the caller to
- * check against route->allow (405). */
+/* Match a request path (no query string) and method against the route
+ * table (routes.def).  Returns false for an unknown path (404).  A known
+ * path fills the route: route->entry is the index of the entry for
+ * `method`, or -1 when the path does not take it (405: route->allow says
+ * what it takes); a NULL method matches the path alone (entry -1). */
+bool crl_route_find(const char *path, const char *method, struct crl_route *route);
+/* crl_route_find(path, NULL, route): the path's endpoint, ids and Allow. */
 bool crl_route_match(const char *path, struct crl_route *route);
 /* Is `method` one of the comma-separated `allow` list? */
 bool crl_route_allows(const struct crl_route *route, const char *method);
+/* The table: how many entries, and an entry's method and pattern. */
+int crl_route_count(void);
+const char *crl_route_method(int entry);
+const char *crl_route_pattern(int entry);
 
 /* "Bearer <token>" against the expected token, in constant time. */
 bool crl_auth_bearer_ok(const char *header, const char *token);

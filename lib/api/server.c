@@ -1,7 +1,6 @@
-/* libmicrohttpd glue: listeners, authentication, request bodies, suspend
- * and resume around asynchronous work, and the simple endpoints.  Every
- * error leaves through crl_req_error(), the one place an error becomes an
- * HTTP status and a JSON body. */
+/* libmicrohttpd glue: listeners, authentication, routing through the route
+ * table (routes.def) and request bodies; a request's entry's hooks do the
+ * rest (routes.h), and request.c its answers. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -18,252 +17,15 @@
 #include "../util/cleanup.h"
 #include "../util/fdio.h"
 #include "../util/log.h"
+#include "../functions/functions.h"
 #include "../traj/traj.h"
 #include "api.h"
+#include "handlers_images.h"
 #include "request.h"
+#include "routes.h"
+#include "traj_step.h"
 
 #define DEFAULT_MAX_BODY (16u << 20)
-
-/* ---- responses ---- */
-
-void crl_req_respond(struct crl_req *r, unsigned status, struct MHD_Response *resp)
-{
-    if (r->resp)
-        MHD_destroy_response(r->resp);
-    r->resp = resp;
-    r->status = status;
-    if (r->suspended)
-        crl_req_resume(r);
-}
-
-void crl_req_json(struct crl_req *r, unsigned status, json_t *body)
-{
-    if (crl_traj_capture(r, status, body))
-        return; /* a trajectory's step: recorded first, answered then */
-    char *s = json_dumps(body, JSON_COMPACT);
-    json_decref(body);
-    if (!s) {
-        struct crl_err e = CRL_ERR_INIT;
-        crl_err_set(&e, CRL_E_INTERNAL, "encoding the response");
-        crl_req_error(r, &e);
-        return;
-    }
-    size_t len = strlen(s);
-    s[len] = 0;
-    struct MHD_Response *resp = MHD_create_response_from_buffer(len, s, MHD_RESPMEM_MUST_FREE);
-    MHD_add_response_header(resp, "Content-Type", "application/json");
-    crl_req_respond(r, status, resp);
-}
-
-json_t *crl_req_error_json(const struct crl_err *err)
-{
-    /* A message may quote what a client sent (a path, a URL), in any bytes:
-     * JSON takes UTF-8 only. */
-    char msg[sizeof(err->msg)];
-    snprintf(msg, sizeof(msg), "%s", err->msg);
-    crl_utf8_sanitize(msg);
-    return json_pack("{s:{s:s, s:s}}", "error", "code", crl_errc_name(err->code), "message", msg);
-}
-
-void crl_req_error(struct crl_req *r, const struct crl_err *err)
-{
-    int status = crl_errc_http_status(err->code);
-    if (r->tcall) {
-        json_t *j = crl_req_error_json(err);
-        if (crl_traj_capture(r, (unsigned)status, j))
-            return; /* a trajectory's step: recorded first, answered then */
-        json_decref(j);
-    }
-    json_t *body = crl_req_error_json(err);
-    char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
-    json_decref(body);
-    if (!s)
-        s = strdup("{\"error\":{\"code\":\"internal\",\"message\":\"an error\"}}");
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(s ? strlen(s) : 0, s, MHD_RESPMEM_MUST_FREE);
-    MHD_add_response_header(resp, "Content-Type", "application/json");
-    if (err->code == CRL_E_CAPACITY || err->code == CRL_E_UNAVAILABLE) {
-        char ra[16];
-        snprintf(ra, sizeof(ra), "%u", r->api->host->cfg.retry_after_s);
-        MHD_add_response_header(resp, "Retry-After", ra);
-    }
-    if (err->code == CRL_E_UNAUTHORIZED)
-        MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
-    if (err->code == CRL_E_METHOD && r->route.allow)
-        MHD_add_response_header(resp, "Allow", r->route.allow);
-    if (status >= 500 && status != 503)
-        crl_warn(r->sb ? r->sb->id : NULL, "%s %s: %d %s", r->method, r->url, status, err->msg);
-    crl_req_respond(r, (unsigned)status, resp);
-}
-
-/* The client hung up while we held its connection suspended: stop what it
- * asked for (a command is killed) and let MHD find the closed socket. */
-static void client_hung_up(struct crl_watch *w, uint32_t ev)
-{
-    struct crl_req *r = w->data;
-    crl_watch_stop(r->api->host->loop, w);
-    crl_info(r->sb ? r->sb->id : NULL, "%s %s: the client hung up; cancelling", r->method, r->url);
-    r->client_gone = true;
-    crl_h_exec_cleanup(r);
-    crl_h_files_cleanup(r);
-    crl_h_images_cleanup(r);
-    crl_h_functions_cleanup(r);
-    crl_h_traj_cleanup(r);
-    r->out_done = r->out_error = true;
-    if (!r->resp && !r->streaming) {
-        struct crl_err e = CRL_ERR_INIT;
-        crl_err_set(&e, CRL_E_INTERNAL, "the client closed the connection");
-        crl_req_error(r, &e); /* resumes */
-    } else {
-        crl_req_resume(r);
-    }
-}
-
-void crl_req_suspend(struct crl_req *r)
-{
-    if (r->suspended || r->gone)
-        return;
-    r->suspended = true;
-    MHD_suspend_connection(r->conn);
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (ci && !r->hup.active)
-        crl_watch_start(r->api->host->loop, &r->hup, ci->connect_fd, EPOLLRDHUP, client_hung_up, r);
-}
-
-void crl_req_resume(struct crl_req *r)
-{
-    if (r->hup.active)
-        crl_watch_stop(r->api->host->loop, &r->hup);
-    if (r->suspended && !r->gone) {
-        r->suspended = false;
-        MHD_resume_connection(r->conn);
-    }
-}
-
-const char *crl_req_query(struct crl_req *r, const char *key)
-{
-    return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, key);
-}
-
-int crl_req_sandbox(struct crl_req *r, struct crl_err *err)
-{
-    if (r->sb && strcmp(r->sb->id, r->route.id) == 0)
-        return 0; /* looked up already (a trajectory's step) */
-    struct crl_sandbox *sb = crl_host_find(r->api->host, r->route.id, err);
-    if (!sb)
-        return -1;
-    crl_sandbox_ref(sb);
-    r->sb = sb;
-    return 0;
-}
-
-int crl_req_stream_json(struct crl_req *r, json_t *line)
-{
-    char *text = line ? json_dumps(line, JSON_COMPACT) : NULL;
-    json_decref(line);
-    if (!text)
-        return -1;
-    crl_req_stream_append(r, text, strlen(text));
-    crl_req_stream_append(r, "\n", 1);
-    free(text);
-    return 0;
-}
-
-/* ---- uploads into a pipe ---- */
-
-static void pipe_writable(struct crl_watch *w, uint32_t ev)
-{
-    struct crl_req *r = w->data;
-    crl_watch_stop(r->api->host->loop, w);
-    crl_req_resume(r);
-}
-
-int crl_req_pipe_body(struct crl_req *r, int fd, const char *data, size_t *len)
-{
-    while (*len) {
-        ssize_t n = write(fd, data, *len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && errno == EAGAIN) {
-            /* the reader is behind: wait for room, MHD keeps the rest */
-            crl_watch_start(r->api->host->loop, &r->w, fd, EPOLLOUT, pipe_writable, r);
-            return 1;
-        }
-        if (n < 0)
-            return -1;
-        data += n;
-        *len -= (size_t)n;
-        r->bytes += (uint64_t)n;
-    }
-    return 0;
-}
-
-/* ---- streamed responses ---- */
-
-static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
-{
-    struct crl_req *r = cls;
-    if (r->out.len) {
-        size_t n = r->out.len < max ? r->out.len : max;
-        memcpy(buf, r->out.data, n);
-        crl_buf_consume(&r->out, n);
-        crl_h_files_drained(r);
-        crl_h_exec_drained(r);
-        return (ssize_t)n;
-    }
-    if (r->out_done)
-        return r->out_error ? MHD_CONTENT_READER_END_WITH_ERROR : MHD_CONTENT_READER_END_OF_STREAM;
-    /* Nothing yet: sleep until crl_req_stream_append() wakes us. */
-    crl_req_suspend(r);
-    return 0;
-}
-
-struct MHD_Response *crl_req_stream_response(struct crl_req *r, const char *content_type)
-{
-    r->streaming = true;
-    struct MHD_Response *resp =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, stream_reader, r, NULL);
-    MHD_add_response_header(resp, "Content-Type", content_type);
-    return resp;
-}
-
-void crl_req_stream_append(struct crl_req *r, const char *data, size_t len)
-{
-    if (r->gone)
-        return;
-    crl_buf_append(&r->out, data, len);
-    if (r->resp == NULL)
-        crl_req_resume(r);
-}
-
-void crl_req_stream_end(struct crl_req *r, bool error)
-{
-    r->out_done = true;
-    r->out_error = error;
-    if (r->resp == NULL)
-        crl_req_resume(r);
-}
-
-/* ---- the request's life ---- */
-
-static void req_free(struct crl_req *r)
-{
-    if (r->resp)
-        MHD_destroy_response(r->resp);
-    crl_buf_free(&r->body);
-    crl_buf_free(&r->out);
-    crl_traj_req_free(r);
-    if (r->sb)
-        crl_sandbox_unref(r->sb);
-    free(r);
-}
-
-void crl_req_pending_done(struct crl_req *r)
-{
-    if (--r->pending == 0 && r->gone)
-        req_free(r);
-}
 
 static void unlink_req(struct crl_req *r)
 {
@@ -282,245 +44,26 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **con
         return;
     *con_cls = NULL;
     unlink_req(r);
-    if (r->hup.active)
-        crl_watch_stop(r->api->host->loop, &r->hup);
-    r->gone = true;
-    r->suspended = false;
-    crl_h_exec_cleanup(r);
-    crl_h_files_cleanup(r);
-    crl_h_images_cleanup(r);
-    crl_h_functions_cleanup(r);
-    crl_h_traj_cleanup(r);
-    if (r->pending == 0)
-        req_free(r);
+    crl_req_finished(r);
 }
 
-/* ---- simple endpoints ---- */
-
-struct label_sel {
-    struct crl_kv kv[CRL_SPEC_MAX_LABELS];
-    size_t n;
-    struct crl_err *err;
-    int bad;
-};
-
-static enum MHD_Result collect_labels(void *cls, enum MHD_ValueKind kind, const char *key,
-                                      const char *value)
-{
-    struct label_sel *ls = cls;
-    if (strcmp(key, "label") != 0)
-        return MHD_YES;
-    if (!value || ls->n >= CRL_SPEC_MAX_LABELS ||
-        crl_label_parse(value, &ls->kv[ls->n], ls->err) < 0) {
-        if (ls->n >= CRL_SPEC_MAX_LABELS)
-            crl_err_set(ls->err, CRL_E_INVALID, "at most %d label selectors", CRL_SPEC_MAX_LABELS);
-        else if (!value)
-            crl_err_set(ls->err, CRL_E_INVALID, "label selector needs the form key=value");
-        ls->bad = 1;
-        return MHD_NO;
-    }
-    ls->n++;
-    return MHD_YES;
-}
-
-static void h_list(struct crl_req *r)
-{
-    struct crl_err err = CRL_ERR_INIT;
-    struct label_sel ls = {.err = &err};
-    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, collect_labels, &ls);
-    if (ls.bad)
-        crl_req_error(r, &err);
-    else
-        crl_req_json(r, 200, crl_host_list_json(r->api->host, ls.kv, ls.n));
-    for (size_t i = 0; i < ls.n; i++) {
-        free(ls.kv[i].key);
-        free(ls.kv[i].value);
-    }
-}
-
-static void created(struct crl_sandbox *sb, const struct crl_err *err, void *ctx)
-{
-    struct crl_req *r = ctx;
-    struct crl_err terr = CRL_ERR_INIT;
-    if (err) {
-        crl_traj_create_abort(r); /* a new trajectory goes with the sandbox */
-        if (!r->gone && !r->client_gone)
-            crl_req_error(r, err);
-    } else if (r->gone || r->client_gone) {
-        /* The client left before its sandbox was ready: nobody knows its id. */
-        crl_host_destroy(sb->host, sb, "client_gone", NULL, NULL, NULL);
-    } else if (crl_traj_create_end(r, sb, &terr) < 0) {
-        crl_host_destroy(sb->host, sb, "trajectory_failed", NULL, NULL, NULL);
-        crl_req_error(r, &terr);
-    } else {
-        crl_req_json(r, 201, crl_traj_sandbox_json(sb, crl_sandbox_json(sb)));
-    }
-    crl_req_pending_done(r);
-}
-
-static void h_create(struct crl_req *r)
-{
-    struct crl_err err = CRL_ERR_INIT;
-    struct crl_spec spec;
-    if (crl_spec_parse(r->body.data, r->body.len, &spec, &err) < 0) {
-        crl_req_error(r, &err);
-        return;
-    }
-    if (spec.trajectory[0] && crl_traj_create_begin(r, &spec, &err) < 0) {
-        crl_spec_free(&spec);
-        crl_req_error(r, &err);
-        return;
-    }
-    r->pending++;
-    if (crl_host_create(r->api->host, &spec, created, r, &err) < 0) {
-        r->pending--;
-        crl_spec_free(&spec);
-        crl_traj_create_abort(r);
-        crl_req_error(r, &err);
-    }
-}
-
-static void destroyed(struct crl_sandbox *sb, const struct crl_err *err, void *ctx)
-{
-    struct crl_req *r = ctx;
-    if (!r->gone)
-        crl_req_json(r, 200, crl_sandbox_json(sb));
-    crl_req_pending_done(r);
-}
-
-static void h_sandbox(struct crl_req *r)
-{
-    struct crl_err err = CRL_ERR_INIT;
-    if (crl_req_sandbox(r, &err) < 0) {
-        crl_req_error(r, &err);
-        return;
-    }
-    if (strcmp(r->method, "GET") == 0) {
-        crl_req_json(r, 200, crl_traj_sandbox_json(r->sb, crl_sandbox_json(r->sb)));
-        return;
-    }
-    r->pending++;
-    if (crl_host_destroy(r->api->host, r->sb, "destroyed", destroyed, r, &err) < 0) {
-        r->pending--;
-        crl_req_error(r, &err);
-    }
-}
-
-static void session_closed(struct crl_req *r)
-{
-    struct crl_err err = CRL_ERR_INIT;
-    if (crl_req_sandbox(r, &err) < 0) {
-        crl_req_error(r, &err);
-        return;
-    }
-    struct crl_session *s = crl_session_find(r->sb, r->route.sub, &err);
-    if (!s) {
-        crl_req_error(r, &err);
-        return;
-    }
-    json_t *j = crl_session_json(s);
-    crl_session_close(s);
-    json_object_set_new(j, "alive", json_false());
-    crl_req_json(r, 200, j);
-}
-
-struct crl_trajs *crl_api_trajs(struct crl_api *a)
-{
-    return a->trajs;
-}
-
-static void h_action(struct crl_req *r)
-{
-    if (strcmp(r->route.sub, "pause") == 0)
-        crl_h_pause(r);
-    else if (strcmp(r->route.sub, "resume") == 0)
-        crl_h_resume(r);
-    else if (strcmp(r->route.sub, "snapshot") == 0)
-        crl_h_snapshot(r);
-    else
-        crl_h_fork(r);
-}
-
-/* The endpoints that are a trajectory's steps, run live. */
-void crl_req_run_step(struct crl_req *r)
-{
-    switch (r->route.ep) {
-    case CRL_EP_EXEC: crl_h_exec(r); return;
-    case CRL_EP_SESSIONS: crl_h_session_open(r); return;
-    case CRL_EP_SESSION: session_closed(r); return;
-    case CRL_EP_SESSION_RUN: crl_h_session_run(r); return;
-    case CRL_EP_FILES: crl_h_files_end(r); return;
-    case CRL_EP_SANDBOX_ACTION: crl_h_snapshot(r); return;
-    default: return;
-    }
-}
-
+/* The body is in: a step of a trajectory goes through it, any other
+ * request to its endpoint. */
 static void dispatch(struct crl_req *r)
 {
-    struct crl_host *h = r->api->host;
     struct crl_err err = CRL_ERR_INIT;
     if (r->body_failed) {
         crl_req_error(r, &r->body_err);
         return;
     }
-    bool get = strcmp(r->method, "GET") == 0;
-    if (crl_traj_take(r))
-        return; /* a step of a trajectory: answered from it, or run through it */
-    switch (r->route.ep) {
-    case CRL_EP_TRAJECTORIES:
-    case CRL_EP_TRAJECTORY:
-    case CRL_EP_TRAJECTORY_STEPS:
-    case CRL_EP_TRAJECTORY_GC: crl_h_trajectories(r); return;
-    case CRL_EP_HEALTHZ:
-        crl_req_json(r, 200, json_pack("{s:s, s:s}", "status", "ok", "host_id", h->cfg.host_id));
-        return;
-    case CRL_EP_METRICS: {
-        struct crl_buf b;
-        crl_buf_init(&b, CRL_BUF_UNBOUNDED);
-        char *hm = crl_host_metrics(h);
-        if (hm)
-            crl_buf_append(&b, hm, strlen(hm));
-        free(hm);
-        crl_trajs_metrics(r->api->trajs, &b);
-        crl_buf_append(&b, "", 1);
-        char *m = b.data;
-        struct MHD_Response *resp =
-            MHD_create_response_from_buffer(m ? strlen(m) : 0, m ? m : (char *)"",
-                                            m ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
-        MHD_add_response_header(resp, "Content-Type", "text/plain; version=0.0.4");
-        crl_req_respond(r, 200, resp);
+    if (!r->h) { /* refused at its headers already */
+        crl_err_set(&err, CRL_E_NOT_FOUND, "no such endpoint");
+        crl_req_error(r, &err);
         return;
     }
-    case CRL_EP_HOST: crl_req_json(r, 200, crl_host_info_json(h)); return;
-    case CRL_EP_IMAGES:
-    case CRL_EP_IMAGE:
-    case CRL_EP_IMAGE_TAG:
-    case CRL_EP_IMAGE_GC: crl_h_images(r); return;
-    case CRL_EP_SANDBOXES: get ? h_list(r) : h_create(r); return;
-    case CRL_EP_SANDBOX: h_sandbox(r); return;
-    case CRL_EP_EXEC: crl_h_exec(r); return;
-    case CRL_EP_SESSIONS:
-        if (get) {
-            if (crl_req_sandbox(r, &err) < 0)
-                crl_req_error(r, &err);
-            else
-                crl_req_json(r, 200, crl_session_list_json(r->sb));
-        } else {
-            crl_h_session_open(r);
-        }
-        return;
-    case CRL_EP_SESSION: session_closed(r); return;
-    case CRL_EP_SESSION_RUN: crl_h_session_run(r); return;
-    case CRL_EP_FILES: crl_h_files_end(r); return;
-    case CRL_EP_SANDBOX_ACTION: h_action(r); return;
-    case CRL_EP_FUNCTIONS:
-    case CRL_EP_FUNCTION:
-    case CRL_EP_FUNCTION_CALL: crl_h_functions(r); return;
-    case CRL_EP_NONE:
-    case CRL_EP__COUNT: break;
-    }
-    crl_err_set(&err, CRL_E_NOT_FOUND, "no such endpoint");
-    crl_req_error(r, &err);
+    if (r->h->step && crl_step_take(r))
+        return; /* answered from the trajectory, or run through it */
+    r->h->run(r);
 }
 
 static enum MHD_Result queue(struct crl_req *r)
@@ -546,27 +89,23 @@ static void begin(struct crl_req *r, const char *url)
             return;
         }
     }
-    if (!crl_route_match(url, &r->route)) {
+    if (!crl_route_find(url, r->method, &r->route)) {
         crl_err_set(&err, CRL_E_NOT_FOUND, "no such endpoint: %s %s", r->method, url);
         crl_req_error(r, &err);
         return;
     }
-    if (!crl_route_allows(&r->route, r->method)) {
+    if (!(r->h = crl_routes_handler(r->route.entry))) {
         crl_err_set(&err, CRL_E_METHOD, "%s is not allowed on %s (allowed: %s)", r->method, url,
                     r->route.allow);
         crl_req_error(r, &err);
         return;
     }
-    if (r->route.ep == CRL_EP_FILES && strcmp(r->method, "PUT") == 0 && !crl_traj_holds_upload(r)) {
-        crl_h_files_begin(r);
+    if (r->h->begin && r->h->begin(r)) {
+        r->body_streamed = true; /* an archive or a file of any size */
         return;
     }
-    if (r->route.ep == CRL_EP_IMAGES && strcmp(r->method, "POST") == 0) {
-        crl_h_images_import_begin(r); /* an archive of any size, streamed */
-        return;
-    }
-    if (r->route.ep == CRL_EP_FUNCTION_CALL && r->body_limit > CRL_FUNCTION_MAX_ARGS)
-        r->body_limit = CRL_FUNCTION_MAX_ARGS; /* a call's arguments */
+    if (r->h->body_max && r->body_limit > r->h->body_max)
+        r->body_limit = r->h->body_max;
     const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length");
     if (cl && strtoull(cl, NULL, 10) > r->body_limit) {
         crl_err_set(&err, CRL_E_TOO_LARGE, "request body of %s bytes exceeds the limit of %zu", cl,
@@ -590,8 +129,6 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
         r->conn = conn;
         r->method = method;
         snprintf(r->url, sizeof(r->url), "%s", url);
-        r->fd = -1;
-        r->stream.data_fd = r->stream.msg_fd = -1;
         r->body_limit = api->cfg.max_body ? api->cfg.max_body : DEFAULT_MAX_BODY;
         crl_buf_init(&r->body, CRL_BUF_UNBOUNDED);
         crl_buf_init(&r->out, CRL_BUF_UNBOUNDED);
@@ -615,14 +152,9 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
     if (r->resp)
         return queue(r);
     if (*upload_data_size) {
-        if (r->route.ep == CRL_EP_FILES && !r->body_held) {
-            if (crl_h_files_body(r, upload_data, upload_data_size) < 0)
+        if (r->body_streamed) {
+            if (r->h->body(r, upload_data, upload_data_size) < 0)
                 crl_req_suspend(r); /* not ready for it yet: MHD hands it again on resume */
-            return MHD_YES;
-        }
-        if (r->import) {
-            if (crl_h_images_import_body(r, upload_data, upload_data_size) < 0)
-                crl_req_suspend(r); /* the importer is behind: MHD hands it again on resume */
             return MHD_YES;
         }
         if (!r->body_failed && r->body.len + *upload_data_size > r->body_limit) {
@@ -643,9 +175,9 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
         dispatch(r);
         if (r->resp)
             return queue(r);
-    } else if (r->route.ep == CRL_EP_FILES && !r->resp) {
-        /* a files request waiting on the sandbox asked to be called again */
-        crl_h_files_end(r);
+    } else if (r->h && r->h->resumed && !r->resp) {
+        /* it waited for something (the sandbox, room in a pipe) and was resumed */
+        r->h->resumed(r);
         if (r->resp)
             return queue(r);
     }

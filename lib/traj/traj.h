@@ -253,7 +253,8 @@ void crl_trajs_gc_start(struct crl_trajs *ts, struct crl_traj_gc_job *gj);
 /* Collect every period_s seconds with that grace (0: never). */
 void crl_trajs_gc_every(struct crl_trajs *ts, unsigned period_s);
 
-/* An EVENT record (attach, live, detach), synced. */
+/* An EVENT record (attach, live, detach), synced.  Takes the reference to
+ * `extra` (its fields, NULL for none), whether it succeeds or not. */
 int crl_traj_event(struct crl_traj_sb *s, const char *event, json_t *extra, struct crl_err *err);
 
 /* Listing and reading, for GET /v1/trajectories. */

@@ -1,7 +1,8 @@
 /* libFuzzer driver for lib/api/router: request paths, listen addresses and
  * the bearer check on arbitrary strings.  Checks, besides memory safety:
  * a matched route has a known endpoint, an allow list and ids that are
- * 1-63 bytes of [A-Za-z0-9._-]; a parsed address is AF_INET or AF_INET6
+ * 1-63 bytes of [A-Za-z0-9._-]; a method finds the table's entry for it
+ * exactly when the allow list has it, with the same ids; a parsed address is AF_INET or AF_INET6
  * with the right length; the bearer check accepts exactly
  * "Bearer " + token for a non-empty token.
  *
@@ -44,7 +45,8 @@ static void fuzz_route(const char *s)
 {
     struct crl_route r;
     if (!crl_route_match(s, &r)) {
-        CHECK(r.ep == CRL_EP_NONE);
+        CHECK(r.ep == CRL_EP_NONE && r.entry == -1 && r.allow == NULL);
+        CHECK(!crl_route_find(s, "GET", &r) && r.entry == -1);
         return;
     }
     CHECK(s[0] == '/');
@@ -69,6 +71,14 @@ static void fuzz_route(const char *s)
         allowed += crl_route_allows(&r, methods[i]);
     CHECK(allowed >= 1 && allowed <= 3);
     CHECK(!crl_route_allows(&r, "") && !crl_route_allows(&r, "GET, POST"));
+    for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
+        struct crl_route e;
+        CHECK(crl_route_find(s, methods[i], &e));
+        CHECK(e.allow == r.allow && strcmp(e.id, r.id) == 0 && strcmp(e.sub, r.sub) == 0);
+        CHECK((e.entry >= 0) == crl_route_allows(&r, methods[i]));
+        CHECK(e.entry < crl_route_count());
+        CHECK(e.entry < 0 || strcmp(crl_route_method(e.entry), methods[i]) == 0);
+    }
 }
 
 static void fuzz_listen(const char *s)

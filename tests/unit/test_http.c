@@ -397,6 +397,55 @@ static void test_listen_bad(void)
     is_int(crl_parse_listen("[::1]:-0", &ss, &len, &lo), -1, "'[::1]:-0' is refused");
 }
 
+/* A path made from a pattern: each capture becomes "x" (or its literal). */
+static void sample_path(const char *pattern, char *out, size_t cap)
+{
+    size_t n = 0;
+    for (const char *p = pattern; *p && n + 1 < cap;) {
+        if (strcmp(p, "[/]") == 0)
+            break;
+        if (*p != '{') {
+            out[n++] = *p++;
+            continue;
+        }
+        const char *end = strchr(p, '}'), *eq = memchr(p, '=', (size_t)(end - p));
+        const char *lit = eq ? eq + 1 : "x";
+        size_t len = eq ? (size_t)(end - eq - 1) : 1;
+        for (size_t i = 0; i < len && n + 1 < cap; i++)
+            out[n++] = lit[i];
+        p = end + 1;
+    }
+    out[n] = 0;
+}
+
+static void test_route_table(void)
+{
+    int n = crl_route_count();
+    ok(n > 20, "the table has its %d entries", n);
+    for (int i = 0; i < n; i++) {
+        char path[256];
+        sample_path(crl_route_pattern(i), path, sizeof(path));
+        struct crl_route r;
+        bool m = crl_route_find(path, crl_route_method(i), &r);
+        ok(m && r.entry == i && crl_route_allows(&r, crl_route_method(i)),
+           "%s %s finds its own entry (%d)", crl_route_method(i), path, i);
+    }
+    struct crl_route r;
+    ok(crl_route_find("/v1/images/tag", "GET", &r) && r.ep == CRL_EP_IMAGE && r.entry >= 0 &&
+           strcmp(r.name, "tag") == 0 && strcmp(r.allow, "GET, DELETE, POST") == 0,
+       "GET /v1/images/tag is the image named tag");
+    ok(crl_route_find("/v1/images/tag", "POST", &r) && r.ep == CRL_EP_IMAGE_TAG && r.entry >= 0,
+       "POST /v1/images/tag tags");
+    ok(crl_route_find("/v1/sandboxes", "PATCH", &r) && r.entry == -1 && r.ep == CRL_EP_SANDBOXES &&
+           strcmp(r.allow, "GET, POST") == 0,
+       "a method the path does not take finds no entry, and says what it takes");
+    ok(crl_route_find("/v1/sandboxes/a/sessions/s/run", "POST", &r) && r.entry >= 0 &&
+           strcmp(r.id, "a") == 0 && strcmp(r.sub, "s") == 0,
+       "an entry found by method has its ids");
+    ok(!crl_route_find("/nope", "GET", &r) && r.entry == -1 && r.allow == NULL,
+       "an unknown path finds nothing");
+}
+
 int main(void)
 {
     TAP_RUN(test_routes, 10);
@@ -405,6 +454,7 @@ int main(void)
     TAP_RUN(test_route_id_length, 10);
     TAP_RUN(test_image_routes, 10);
     TAP_RUN(test_route_allows, 10);
+    TAP_RUN(test_route_table, 10);
     TAP_RUN(test_bearer, 10);
     TAP_RUN(test_listen_ok, 10);
     TAP_RUN(test_listen_bad, 10);

@@ -1,0 +1,179 @@
+/* The host and its sandboxes: health, metrics, the host's description, and
+ * the sandboxes' list, create, inspect and destroy. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../traj/traj.h"
+#include "handlers_sandboxes.h"
+#include "handlers_traj.h"
+#include "request.h"
+
+void crl_h_healthz(struct crl_req *r)
+{
+    crl_req_json(r, 200,
+                 json_pack("{s:s, s:s}", "status", "ok", "host_id", r->api->host->cfg.host_id));
+}
+
+void crl_h_metrics(struct crl_req *r)
+{
+    struct crl_buf b;
+    crl_buf_init(&b, CRL_BUF_UNBOUNDED);
+    char *hm = crl_host_metrics(r->api->host);
+    if (hm)
+        crl_buf_append(&b, hm, strlen(hm));
+    free(hm);
+    crl_trajs_metrics(r->api->trajs, &b);
+    crl_buf_append(&b, "", 1);
+    char *m = b.data;
+    struct MHD_Response *resp = MHD_create_response_from_buffer(
+        m ? strlen(m) : 0, m ? m : (char *)"", m ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+    MHD_add_response_header(resp, "Content-Type", "text/plain; version=0.0.4");
+    crl_req_respond(r, 200, resp);
+}
+
+void crl_h_host(struct crl_req *r)
+{
+    crl_req_json(r, 200, crl_host_info_json(r->api->host));
+}
+
+struct label_sel {
+    struct crl_kv kv[CRL_SPEC_MAX_LABELS];
+    size_t n;
+    struct crl_err *err;
+    int bad;
+};
+
+static enum MHD_Result collect_labels(void *cls, enum MHD_ValueKind kind, const char *key,
+                                      const char *value)
+{
+    struct label_sel *ls = cls;
+    if (strcmp(key, "label") != 0)
+        return MHD_YES;
+    if (!value || ls->n >= CRL_SPEC_MAX_LABELS ||
+        crl_label_parse(value, &ls->kv[ls->n], ls->err) < 0) {
+        if (ls->n >= CRL_SPEC_MAX_LABELS)
+            crl_err_set(ls->err, CRL_E_INVALID, "at most %d label selectors", CRL_SPEC_MAX_LABELS);
+        else if (!value)
+            crl_err_set(ls->err, CRL_E_INVALID, "label selector needs the form key=value");
+        ls->bad = 1;
+        return MHD_NO;
+    }
+    ls->n++;
+    return MHD_YES;
+}
+
+void crl_h_sandboxes_list(struct crl_req *r)
+{
+    struct crl_err err = CRL_ERR_INIT;
+    struct label_sel ls = {.err = &err};
+    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, collect_labels, &ls);
+    if (ls.bad)
+        crl_req_error(r, &err);
+    else
+        crl_req_json(r, 200, crl_host_list_json(r->api->host, ls.kv, ls.n));
+    for (size_t i = 0; i < ls.n; i++) {
+        free(ls.kv[i].key);
+        free(ls.kv[i].value);
+    }
+}
+
+/* A create's state is the trajectory it opened ("trajectory" in its spec)
+ * before its sandbox existed: the sandbox takes it, or it is closed (a new
+ * one, never used, is removed). */
+static void traj_close(struct crl_req *r)
+{
+    crl_traj_close(r->state);
+    r->state = NULL;
+}
+
+void crl_h_sandbox_create_free(struct crl_req *r)
+{
+    traj_close(r);
+}
+
+/* The new sandbox takes the trajectory, if any. */
+static int attach(struct crl_req *r, struct crl_sandbox *sb, struct crl_err *err)
+{
+    struct crl_traj *t = r->state;
+    if (!t)
+        return 0;
+    int rc = crl_h_traj_attach(r->api->trajs, sb, &t, err);
+    r->state = t;
+    return rc;
+}
+
+static void created(struct crl_sandbox *sb, const struct crl_err *err, void *ctx)
+{
+    struct crl_req *r = ctx;
+    struct crl_err terr = CRL_ERR_INIT;
+    if (err) {
+        traj_close(r); /* a new trajectory goes with the sandbox */
+        if (!r->gone && !r->client_gone)
+            crl_req_error(r, err);
+    } else if (r->gone || r->client_gone) {
+        /* The client left before its sandbox was ready: nobody knows its id. */
+        crl_host_destroy(sb->host, sb, "client_gone", NULL, NULL, NULL);
+    } else if (attach(r, sb, &terr) < 0) {
+        crl_host_destroy(sb->host, sb, "trajectory_failed", NULL, NULL, NULL);
+        crl_req_error(r, &terr);
+    } else {
+        crl_req_json(r, 201, crl_h_traj_sandbox_json(sb, crl_sandbox_json(sb)));
+    }
+    crl_req_pending_done(r);
+}
+
+void crl_h_sandbox_create(struct crl_req *r)
+{
+    struct crl_err err = CRL_ERR_INIT;
+    struct crl_spec spec;
+    if (crl_spec_parse(r->body.data, r->body.len, &spec, &err) < 0) {
+        crl_req_error(r, &err);
+        return;
+    }
+    struct crl_traj *t = NULL;
+    if (spec.trajectory[0] &&
+        crl_traj_open(r->api->trajs, spec.trajectory, &spec, NULL, false, &t, &err) < 0) {
+        crl_spec_free(&spec);
+        crl_req_error(r, &err);
+        return;
+    }
+    r->state = t;
+    r->pending++;
+    if (crl_host_create(r->api->host, &spec, created, r, &err) < 0) {
+        r->pending--;
+        crl_spec_free(&spec);
+        traj_close(r);
+        crl_req_error(r, &err);
+    }
+}
+
+static void destroyed(struct crl_sandbox *sb, const struct crl_err *err, void *ctx)
+{
+    struct crl_req *r = ctx;
+    if (!r->gone)
+        crl_req_json(r, 200, crl_sandbox_json(sb));
+    crl_req_pending_done(r);
+}
+
+void crl_h_sandbox_inspect(struct crl_req *r)
+{
+    struct crl_err err = CRL_ERR_INIT;
+    if (crl_req_sandbox(r, &err) < 0)
+        crl_req_error(r, &err);
+    else
+        crl_req_json(r, 200, crl_h_traj_sandbox_json(r->sb, crl_sandbox_json(r->sb)));
+}
+
+void crl_h_sandbox_destroy(struct crl_req *r)
+{
+    struct crl_err err = CRL_ERR_INIT;
+    if (crl_req_sandbox(r, &err) < 0) {
+        crl_req_error(r, &err);
+        return;
+    }
+    r->pending++;
+    if (crl_host_destroy(r->api->host, r->sb, "destroyed", destroyed, r, &err) < 0) {
+        r->pending--;
+        crl_req_error(r, &err);
+    }
+}

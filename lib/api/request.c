@@ -1,0 +1,289 @@
+/* One request's life on the API's side of libmicrohttpd: answers (every
+ * error leaves through crl_req_error(), the one place an error becomes an
+ * HTTP status and a JSON body), suspend and resume around asynchronous work,
+ * streamed answers and uploads into pipes. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../util/log.h"
+#include "request.h"
+#include "routes.h"
+
+/* ---- responses ---- */
+
+void crl_req_respond(struct crl_req *r, unsigned status, struct MHD_Response *resp)
+{
+    if (r->resp)
+        MHD_destroy_response(r->resp);
+    r->resp = resp;
+    r->status = status;
+    if (r->suspended)
+        crl_req_resume(r);
+}
+
+void crl_req_json(struct crl_req *r, unsigned status, json_t *body)
+{
+    if (r->step_ops && r->step_ops->capture(r, status, body))
+        return; /* a trajectory's step: recorded first, answered then */
+    char *s = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    if (!s) {
+        struct crl_err e = CRL_ERR_INIT;
+        crl_err_set(&e, CRL_E_INTERNAL, "encoding the response");
+        crl_req_error(r, &e);
+        return;
+    }
+    size_t len = strlen(s);
+    s[len] = 0;
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, s, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(resp, "Content-Type", "application/json");
+    crl_req_respond(r, status, resp);
+}
+
+void crl_req_json_or_error(struct crl_req *r, unsigned status, json_t *body,
+                           const struct crl_err *err)
+{
+    if (body)
+        crl_req_json(r, status, body);
+    else
+        crl_req_error(r, err);
+}
+
+json_t *crl_req_error_json(const struct crl_err *err)
+{
+    /* A message may quote what a client sent (a path, a URL), in any bytes:
+     * JSON takes UTF-8 only. */
+    char msg[sizeof(err->msg)];
+    snprintf(msg, sizeof(msg), "%s", err->msg);
+    crl_utf8_sanitize(msg);
+    return json_pack("{s:{s:s, s:s}}", "error", "code", crl_errc_name(err->code), "message", msg);
+}
+
+void crl_req_error(struct crl_req *r, const struct crl_err *err)
+{
+    int status = crl_errc_http_status(err->code);
+    if (r->step_ops) {
+        json_t *j = crl_req_error_json(err);
+        if (r->step_ops->capture(r, (unsigned)status, j))
+            return; /* a trajectory's step: recorded first, answered then */
+        json_decref(j);
+    }
+    json_t *body = crl_req_error_json(err);
+    char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!s)
+        s = strdup("{\"error\":{\"code\":\"internal\",\"message\":\"an error\"}}");
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(s ? strlen(s) : 0, s, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(resp, "Content-Type", "application/json");
+    if (err->code == CRL_E_CAPACITY || err->code == CRL_E_UNAVAILABLE) {
+        char ra[16];
+        snprintf(ra, sizeof(ra), "%u", r->api->host->cfg.retry_after_s);
+        MHD_add_response_header(resp, "Retry-After", ra);
+    }
+    if (err->code == CRL_E_UNAUTHORIZED)
+        MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+    if (err->code == CRL_E_METHOD && r->route.allow)
+        MHD_add_response_header(resp, "Allow", r->route.allow);
+    if (status >= 500 && status != 503)
+        crl_warn(r->sb ? r->sb->id : NULL, "%s %s: %d %s", r->method, r->url, status, err->msg);
+    crl_req_respond(r, (unsigned)status, resp);
+}
+
+static void cancel(struct crl_req *r)
+{
+    if (r->h && r->h->cancel)
+        r->h->cancel(r);
+    if (r->step_ops)
+        r->step_ops->cancel(r);
+}
+
+/* The client hung up while we held its connection suspended: stop what it
+ * asked for (a command is killed) and let MHD find the closed socket. */
+static void client_hung_up(struct crl_watch *w, uint32_t ev)
+{
+    struct crl_req *r = w->data;
+    crl_watch_stop(r->api->host->loop, w);
+    crl_info(r->sb ? r->sb->id : NULL, "%s %s: the client hung up; cancelling", r->method, r->url);
+    r->client_gone = true;
+    cancel(r);
+    r->out_done = r->out_error = true;
+    if (!r->resp && !r->streaming) {
+        struct crl_err e = CRL_ERR_INIT;
+        crl_err_set(&e, CRL_E_INTERNAL, "the client closed the connection");
+        crl_req_error(r, &e); /* resumes */
+    } else {
+        crl_req_resume(r);
+    }
+}
+
+void crl_req_suspend(struct crl_req *r)
+{
+    if (r->suspended || r->gone)
+        return;
+    r->suspended = true;
+    MHD_suspend_connection(r->conn);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci && !r->hup.active)
+        crl_watch_start(r->api->host->loop, &r->hup, ci->connect_fd, EPOLLRDHUP, client_hung_up, r);
+}
+
+void crl_req_resume(struct crl_req *r)
+{
+    if (r->hup.active)
+        crl_watch_stop(r->api->host->loop, &r->hup);
+    if (r->suspended && !r->gone) {
+        r->suspended = false;
+        MHD_resume_connection(r->conn);
+    }
+}
+
+const char *crl_req_query(struct crl_req *r, const char *key)
+{
+    return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
+int crl_req_sandbox(struct crl_req *r, struct crl_err *err)
+{
+    if (r->sb && strcmp(r->sb->id, r->route.id) == 0)
+        return 0; /* looked up already (a trajectory's step) */
+    struct crl_sandbox *sb = crl_host_find(r->api->host, r->route.id, err);
+    if (!sb)
+        return -1;
+    crl_sandbox_ref(sb);
+    r->sb = sb;
+    return 0;
+}
+
+int crl_req_stream_json(struct crl_req *r, json_t *line)
+{
+    char *text = line ? json_dumps(line, JSON_COMPACT) : NULL;
+    json_decref(line);
+    if (!text)
+        return -1;
+    crl_req_stream_append(r, text, strlen(text));
+    crl_req_stream_append(r, "\n", 1);
+    free(text);
+    return 0;
+}
+
+/* ---- uploads into a pipe ---- */
+
+static void pipe_writable(struct crl_watch *w, uint32_t ev)
+{
+    struct crl_req *r = w->data;
+    crl_watch_stop(r->api->host->loop, w);
+    crl_req_resume(r);
+}
+
+int crl_req_pipe_body(struct crl_req *r, int fd, struct crl_watch *w, uint64_t *bytes,
+                      const char *data, size_t *len)
+{
+    while (*len) {
+        ssize_t n = write(fd, data, *len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN) {
+            /* the reader is behind: wait for room, MHD keeps the rest */
+            crl_watch_start(r->api->host->loop, w, fd, EPOLLOUT, pipe_writable, r);
+            return 1;
+        }
+        if (n < 0)
+            return -1;
+        data += n;
+        *len -= (size_t)n;
+        if (bytes)
+            *bytes += (uint64_t)n;
+    }
+    return 0;
+}
+
+/* ---- streamed responses ---- */
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    struct crl_req *r = cls;
+    if (r->out.len) {
+        size_t n = r->out.len < max ? r->out.len : max;
+        memcpy(buf, r->out.data, n);
+        crl_buf_consume(&r->out, n);
+        if (r->h->drained)
+            r->h->drained(r);
+        return (ssize_t)n;
+    }
+    if (r->out_done)
+        return r->out_error ? MHD_CONTENT_READER_END_WITH_ERROR : MHD_CONTENT_READER_END_OF_STREAM;
+    /* Nothing yet: sleep until crl_req_stream_append() wakes us. */
+    crl_req_suspend(r);
+    return 0;
+}
+
+struct MHD_Response *crl_req_stream_response(struct crl_req *r, const char *content_type)
+{
+    r->streaming = true;
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, stream_reader, r, NULL);
+    MHD_add_response_header(resp, "Content-Type", content_type);
+    return resp;
+}
+
+void crl_req_stream_append(struct crl_req *r, const char *data, size_t len)
+{
+    if (r->gone)
+        return;
+    crl_buf_append(&r->out, data, len);
+    if (r->resp == NULL)
+        crl_req_resume(r);
+}
+
+void crl_req_stream_end(struct crl_req *r, bool error)
+{
+    r->out_done = true;
+    r->out_error = error;
+    if (r->resp == NULL)
+        crl_req_resume(r);
+}
+
+/* ---- the request's end ---- */
+
+void crl_req_free_state(struct crl_req *r)
+{
+    free(r->state);
+    r->state = NULL;
+}
+
+static void req_free(struct crl_req *r)
+{
+    if (r->resp)
+        MHD_destroy_response(r->resp);
+    crl_buf_free(&r->body);
+    crl_buf_free(&r->out);
+    if (r->h && r->h->free)
+        r->h->free(r);
+    if (r->step_ops)
+        r->step_ops->free(r);
+    if (r->sb)
+        crl_sandbox_unref(r->sb);
+    free(r);
+}
+
+void crl_req_pending_done(struct crl_req *r)
+{
+    if (--r->pending == 0 && r->gone)
+        req_free(r);
+}
+
+void crl_req_finished(struct crl_req *r)
+{
+    if (r->hup.active)
+        crl_watch_stop(r->api->host->loop, &r->hup);
+    r->gone = true;
+    r->suspended = false;
+    cancel(r);
+    if (r->pending == 0)
+        req_free(r);
+}
