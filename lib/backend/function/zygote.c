@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <linux/sched.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,20 @@
 #include "keeper.h"
 
 static struct sock_fprog g_filter;
+static int g_corrald = -1; /* a pidfd: readable once corrald has ended */
+
+/* Die with corrald, even when busy (a keeper building its root at nice 19
+ * reads no socket for a while): the parent-death signal, and a look at
+ * whether corrald ended before it was set.  A keeper's parent is corrald
+ * (CLONE_PARENT) and the signal follows the thread that made the zygote,
+ * corrald's main one, which lives as long as corrald. */
+static void die_with_corrald(void)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    struct pollfd p = {.fd = g_corrald, .events = POLLIN};
+    if (g_corrald < 0 || poll(&p, 1, 0) != 0)
+        _exit(0);
+}
 
 static void send_reply(const struct crl_zyg_reply *r, const int *fds, int nfds)
 {
@@ -52,6 +67,7 @@ static void make_keeper(const struct crl_zygote_runtime *rt, uint64_t id, const 
     };
     pid_t pid = (pid_t)syscall(SYS_clone3, &ca, sizeof(ca));
     if (pid == 0) {
+        die_with_corrald();
         if (rt->after_fork)
             rt->after_fork();
         close(pair[0]);
@@ -79,6 +95,8 @@ int crl_zygote_main(const struct crl_zygote_runtime *rt, const char *root_dir)
         crl_error(NULL, "zygote %s: %s", rt->name, err.msg);
         return 1;
     }
+    g_corrald = (int)syscall(SYS_pidfd_open, getppid(), 0);
+    die_with_corrald();
     /* Keepers inherit it, and nothing of ours is any sandbox's to read. */
     prctl(PR_SET_DUMPABLE, 0);
     /* Keepers take SIGCHLD through a signalfd: blocked from the start. */
