@@ -13,7 +13,7 @@
 
 #include "../../lib/client/client.h"
 #include "../../lib/util/err.h"
-#include "bench_peer.h"
+#include "peer.h"
 
 /* A corrald run for one bench: from `bindir` (default: the directory of
  * this `corral`), with a fresh state directory under

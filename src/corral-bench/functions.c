@@ -32,9 +32,10 @@
 
 #include "../../lib/util/cleanup.h"
 #include "../../lib/util/fdio.h"
-#include "bench_daemon.h"
-#include "bench_peer.h"
-#include "cli.h"
+#include "bench.h"
+#include "daemon.h"
+#include "peer.h"
+#include "../corral/cli.h"
 
 #define DEFAULT_ITERATIONS 300
 #define CONC 2
@@ -760,7 +761,7 @@ static int measure_both(const char *url, const char *base_url, size_t n, bool qu
     return 0;
 }
 
-int crl_cmd_bench_functions(int argc, char **argv)
+int crl_bench_functions(int argc, char **argv)
 {
     enum { OPT_START = CRL_CLI_OPT_OTHER, OPT_ITER, OPT_JSON, OPT_BASELINE };
     static const struct option opts[] = {{"start-daemon", no_argument, 0, OPT_START},

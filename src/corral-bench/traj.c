@@ -34,9 +34,10 @@
 
 #include "../../lib/util/cleanup.h"
 #include "../../lib/util/fdio.h"
-#include "bench_daemon.h"
-#include "bench_peer.h"
-#include "cli.h"
+#include "bench.h"
+#include "daemon.h"
+#include "peer.h"
+#include "../corral/cli.h"
 
 #define DEFAULT_ITERATIONS 200
 #define DEFAULT_IMAGE "busybox"
@@ -1179,7 +1180,7 @@ static void report(struct results *r, const struct bench *b, const char *cmdline
     free(line);
 }
 
-int crl_cmd_bench_traj(int argc, char **argv)
+int crl_bench_traj(int argc, char **argv)
 {
     enum { OPT_START = CRL_CLI_OPT_OTHER, OPT_ITER, OPT_IMAGE, OPT_JSON };
     static const struct option opts[] = {{"start-daemon", no_argument, 0, OPT_START},

@@ -1,4 +1,4 @@
-#include "bench_peer.h"
+#include "peer.h"
 
 #include <errno.h>
 #include <fcntl.h>

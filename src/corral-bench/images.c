@@ -25,9 +25,10 @@
 #include "../../lib/client/copy.h"
 #include "../../lib/util/cleanup.h"
 #include "../../lib/util/fdio.h"
-#include "bench_daemon.h"
-#include "bench_peer.h"
-#include "cli.h"
+#include "bench.h"
+#include "daemon.h"
+#include "peer.h"
+#include "../corral/cli.h"
 
 #define DEFAULT_ITERATIONS 50
 #define DEFAULT_IMPORTS 3
@@ -665,7 +666,7 @@ static void results_free(struct results *r)
     crl_bench_samples_free(&r->create_image);
 }
 
-int crl_cmd_bench_images(int argc, char **argv)
+int crl_bench_images(int argc, char **argv)
 {
     enum {
         OPT_START = CRL_CLI_OPT_OTHER,

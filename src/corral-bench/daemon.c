@@ -1,4 +1,4 @@
-#include "bench_daemon.h"
+#include "daemon.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -17,7 +17,7 @@
 
 #include "../../lib/util/cleanup.h"
 #include "../../lib/util/fdio.h"
-#include "cli.h"
+#include "../corral/cli.h"
 
 #define DAEMON_READY_S 30.0
 #define DAEMON_STOP_S 30.0
