@@ -144,7 +144,8 @@ static int du_tree(const char *path, bool apparent, long long *out, struct crl_e
     du.n = 0;
     int rc = nftw(path, du_visit, 64, FTW_PHYS | FTW_MOUNT);
     if (rc == 0) {
-        qsort(du.linked, du.n, sizeof(*du.linked), cmp_inode);
+        if (du.n > 0) /* qsort() of NULL is undefined, even of nothing */
+            qsort(du.linked, du.n, sizeof(*du.linked), cmp_inode);
         for (size_t i = 0; i < du.n; i++)
             if (i == 0 || cmp_inode(&du.linked[i - 1], &du.linked[i]) != 0)
                 du.bytes += du.linked[i].bytes;
