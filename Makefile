@@ -40,13 +40,15 @@ LIB := $(B)/libcorral.a
 CORRALD_SRC := $(wildcard src/corrald/*.c)
 # corral-init is freestanding (no libc): built by its own rule below.
 CORRAL_SRC := $(wildcard src/corral/*.c)
+# corral-bench shares the CLI's flag parsing and error reporting (cli.c).
+BENCH_SRC := $(wildcard src/corral-bench/*.c) src/corral/cli.c
 SPAWNER_SRC := $(wildcard src/corral-spawner/*.c)
 IMPORT_SRC := $(wildcard src/corral-import/*.c)
 ZYGOTE_SRC := $(wildcard src/corral-zygote/*.c)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 
-BINS := $(B)/corrald $(B)/corral $(B)/corral-spawner $(B)/corral-import $(B)/corral-zygote \
+BINS := $(B)/corrald $(B)/corral $(B)/corral-bench $(B)/corral-spawner $(B)/corral-import $(B)/corral-zygote \
         $(B)/corral-init $(B)/corral-probe
 
 .PHONY: all clean check check-unit check-integration check-san check-style deps images \
@@ -67,6 +69,9 @@ $(B)/corrald: $(CORRALD_SRC:%.c=$(B)/obj/%.o) $(LIB)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 $(B)/corral: $(CORRAL_SRC:%.c=$(B)/obj/%.o) $(LIB)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lpthread -lm
+$(B)/corral-bench: $(BENCH_SRC:%.c=$(B)/obj/%.o) $(LIB)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lpthread -lm
 $(B)/corral-spawner: $(SPAWNER_SRC:%.c=$(B)/obj/%.o) $(LIB)

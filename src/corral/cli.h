@@ -32,10 +32,7 @@ int crl_cmd_host(int argc, char **argv);
 int crl_cmd_images(int argc, char **argv); /* corral image ls */
 int crl_cmd_image(int argc, char **argv);
 int crl_cmd_image_build_debian(int argc, char **argv);
-int crl_cmd_bench(int argc, char **argv);
-int crl_cmd_bench_images(int argc, char **argv); /* corral bench images */
-int crl_cmd_bench_functions(int argc, char **argv);
-int crl_cmd_bench_traj(int argc, char **argv); /* corral bench traj */
+int crl_cmd_bench(int argc, char **argv); /* runs corral-bench */
 int crl_cmd_call(int argc, char **argv);
 int crl_cmd_functions(int argc, char **argv);
 int crl_cmd_traj(int argc, char **argv);

@@ -1,26 +1,31 @@
-/* The peers `corral bench` measures Corral against, on the same machine in
+/* The peers the benches measure Corral against, on the same machine in
  * the same run: `crun run` of the same busybox rootfs (create, run
- * /bin/true, delete), and a bare posix_spawn+wait of the same /bin/true on
- * the host, the floor under any exec; for `corral bench functions`, fork
- * and exec of a program with its output read from a pipe, and a bare
- * fork+exit+wait. */
+ * /bin/true, delete), a bare posix_spawn+wait of the same /bin/true on the
+ * host, the floor under any exec; fork and exec of a program with its
+ * output read from a pipe, and a bare fork+exit+wait; and what they need:
+ * an image's layer mounted, a command run to its end. */
 #ifndef CORRAL_BENCH_PEER_H
 #define CORRAL_BENCH_PEER_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
+#include "../../lib/client/client.h"
 #include "../../lib/util/err.h"
+#include "samples.h"
 
-/* Latencies of one measured phase, in milliseconds, and its wall time. */
-struct crl_bench_samples {
-    double *ms;
-    size_t n;
-    double wall_s;
-};
+/* Run argv (argv[0] searched in PATH) to its end, stdout to /dev/null; a
+ * failure names the command and the first line it wrote to stderr. */
+int crl_bench_run_cmd(char *const argv[], struct crl_err *err);
 
-/* Room for n samples (none taken yet). */
-int crl_bench_samples_alloc(struct crl_bench_samples *s, size_t n, struct crl_err *err);
-void crl_bench_samples_free(struct crl_bench_samples *s);
+/* Mount the one EROFS layer of `image` (its store and layers[0] from
+ * GET /v1/images/{image}) read-only, nodev, nosuid at a new directory
+ * /tmp/corral-bench-rootfs.XXXXXX, written to out.  *layer_bytes (may be
+ * NULL) gets the layer's stored size.  An image of several layers is
+ * refused.  Undo with crl_bench_layer_release(). */
+int crl_bench_layer_mount(struct crl_client *c, const char *image, char *out, size_t cap,
+                          long long *layer_bytes, struct crl_err *err);
+void crl_bench_layer_release(const char *dir);
 
 /* A temporary OCI bundle for `rootfs`: `crun spec`'s config with
  * process.args ["/bin/true"], no terminal, a writable root, and crun's
@@ -57,5 +62,8 @@ int crl_bench_fork_exec(const char *path, char *const argv[], const char *expect
 /* The cheapest process there is: fork of this process, _exit(0) in the
  * child, waitpid, `warm` then `n` measured times. */
 int crl_bench_fork_exit(size_t warm, size_t n, struct crl_bench_samples *out, struct crl_err *err);
+
+/* VmRSS of /proc/<pid>/status in kB (pid 0: this process), -1 if unknown. */
+long crl_bench_rss_kb(pid_t pid);
 
 #endif

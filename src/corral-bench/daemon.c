@@ -1,28 +1,23 @@
-#include "bench_daemon.h"
+#include "daemon.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
-#include <math.h>
 #include <signal.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "../../lib/client/client.h"
 #include "../../lib/util/cleanup.h"
 #include "../../lib/util/fdio.h"
-#include "cli.h"
+#include "../corral/cli.h"
 
 #define DAEMON_READY_S 30.0
 #define DAEMON_STOP_S 30.0
-
-/* ---- the private daemon ---- */
 
 int crl_bench_daemon_log_tail(const struct crl_bench_daemon *d, char *buf, size_t cap)
 {
@@ -152,149 +147,4 @@ int crl_bench_daemon_start(struct crl_bench_daemon *d, struct crl_err *err)
                                DAEMON_READY_S);
         usleep(20000);
     }
-}
-
-/* ---- an image's layer, for the peers ---- */
-
-int crl_bench_layer_mount(struct crl_client *c, const char *image, char *out, size_t cap,
-                          long long *layer_bytes, struct crl_err *err)
-{
-    json_auto_t *img = NULL;
-    char path[320];
-    snprintf(path, sizeof(path), "/v1/images/%s", image);
-    if (crl_client_request(c, "GET", path, NULL, &img, NULL, err) < 0)
-        return crl_err_prefix(err, "image %s", image);
-    json_t *layers = json_object_get(img, "layers");
-    const char *store = crl_cli_str(img, "store", NULL);
-    const char *digest = crl_cli_str(json_array_get(layers, 0), "digest", NULL);
-    if (!store || !digest || json_array_size(layers) != 1 || strlen(digest) != 71)
-        return crl_err_set(err, CRL_E_INTERNAL, "the %s image is not one layer in a store", image);
-    if (layer_bytes)
-        *layer_bytes = json_integer_value(json_object_get(json_array_get(layers, 0), "size"));
-    char layer[PATH_MAX];
-    snprintf(layer, sizeof(layer), "%s/layers/%s.erofs", store, digest + 7);
-    snprintf(out, cap, "/tmp/corral-bench-rootfs.XXXXXX");
-    if (!mkdtemp(out))
-        return crl_err_sys(err, errno, "mkdtemp");
-    /* Kernels from 6.12 mount an EROFS file directly, with no loop device. */
-    if (mount(layer, out, "erofs", MS_RDONLY | MS_NODEV | MS_NOSUID, NULL) < 0) {
-        int e = errno;
-        rmdir(out);
-        out[0] = 0;
-        return crl_err_sys(err, e, "mount %s", layer);
-    }
-    return 0;
-}
-
-void crl_bench_layer_release(const char *dir)
-{
-    if (dir[0] && umount2(dir, MNT_DETACH) == 0)
-        rmdir(dir);
-}
-
-/* ---- statistics ---- */
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-struct crl_bench_stats crl_bench_stats_of(const struct crl_bench_samples *s)
-{
-    struct crl_bench_stats st = {0};
-    if (s->n == 0)
-        return st;
-    qsort(s->ms, s->n, sizeof(double), cmp_double);
-    double sum = 0;
-    for (size_t i = 0; i < s->n; i++)
-        sum += s->ms[i];
-    size_t i50 = (size_t)ceil(0.50 * (double)s->n), i99 = (size_t)ceil(0.99 * (double)s->n);
-    st.p50 = s->ms[i50 ? i50 - 1 : 0];
-    st.p99 = s->ms[i99 ? i99 - 1 : 0];
-    st.min = s->ms[0];
-    st.max = s->ms[s->n - 1];
-    st.mean = sum / (double)s->n;
-    st.n = s->n;
-    st.rate = s->wall_s > 0 ? (double)s->n / s->wall_s : 0;
-    return st;
-}
-
-json_t *crl_bench_stats_json(const struct crl_bench_stats *s, bool with_rate)
-{
-    json_t *j = json_pack("{s:f, s:f, s:f, s:I}", "p50_ms", s->p50, "p99_ms", s->p99, "mean_ms",
-                          s->mean, "n", (json_int_t)s->n);
-    if (with_rate)
-        json_object_set_new(j, "rate_per_s", json_real(s->rate));
-    return j;
-}
-
-void crl_bench_loadavg(char *buf, size_t cap)
-{
-    buf[0] = 0;
-    if (crl_read_file_at(AT_FDCWD, "/proc/loadavg", buf, cap) > 0) {
-        char *p = buf;
-        for (int k = 0; k < 3 && p; k++)
-            p = strchr(p + 1, ' ');
-        if (p)
-            *p = 0;
-    }
-}
-
-int crl_bench_begin(bool start, struct crl_bench_daemon *d, const char **url, const char *what)
-{
-    struct crl_err err = CRL_ERR_INIT;
-    *url = NULL;
-    if (!start)
-        return 0;
-    if (crl_bench_daemon_start(d, &err) < 0) {
-        crl_bench_daemon_stop(d);
-        crl_err_prefix(&err, "%s: --start-daemon", what);
-        return crl_cli_fail(&err);
-    }
-    *url = d->url;
-    return 0;
-}
-
-void crl_bench_end(bool start, struct crl_bench_daemon *d, int rc, const char *what)
-{
-    if (!start)
-        return;
-    char tail[300];
-    if (rc < 0 && crl_bench_daemon_log_tail(d, tail, sizeof(tail)) == 0 && tail[0])
-        fprintf(stderr, "corral: %s: corrald's log ends with:\n%s\n", what, tail);
-    crl_bench_daemon_stop(d);
-}
-
-int crl_bench_samples_append(struct crl_bench_samples *dst, const struct crl_bench_samples *src,
-                             struct crl_err *err)
-{
-    double *ms = realloc(dst->ms, (dst->n + src->n + 1) * sizeof(double));
-    if (!ms)
-        return crl_err_sys(err, ENOMEM, "samples");
-    memcpy(ms + dst->n, src->ms, src->n * sizeof(double));
-    dst->ms = ms;
-    dst->n += src->n;
-    dst->wall_s += src->wall_s;
-    return 0;
-}
-
-void crl_bench_machine(struct crl_bench_machine *m)
-{
-    time_t now = time(NULL);
-    strftime(m->date, sizeof(m->date), "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    uname(&m->u);
-    m->cpus = sysconf(_SC_NPROCESSORS_ONLN);
-}
-
-int crl_bench_check_interrupted(struct crl_err *err)
-{
-    if (crl_cli_interrupted)
-        return crl_err_set(err, CRL_E_UNAVAILABLE, "interrupted");
-    return 0;
-}
-
-double crl_bench_ms_since(unsigned long long t0)
-{
-    return (double)(crl_now_ns() - t0) / 1e6;
 }

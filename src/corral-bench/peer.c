@@ -1,8 +1,9 @@
-#include "bench_peer.h"
+#include "peer.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <limits.h>
 #include <sched.h>
 #include <signal.h>
 #include <spawn.h>
@@ -18,25 +19,9 @@
 
 #include "../../lib/util/cleanup.h"
 #include "../../lib/util/fdio.h"
+#include "../corral/cli.h"
 
 extern char **environ;
-
-void crl_bench_samples_free(struct crl_bench_samples *s)
-{
-    free(s->ms);
-    s->ms = NULL;
-    s->n = 0;
-}
-
-int crl_bench_samples_alloc(struct crl_bench_samples *s, size_t n, struct crl_err *err)
-{
-    s->ms = calloc(n ? n : 1, sizeof(double));
-    s->n = 0;
-    s->wall_s = 0;
-    if (!s->ms)
-        return crl_err_sys(err, ENOMEM, "allocating samples");
-    return 0;
-}
 
 /* Spawn argv with stdout to /dev/null and stderr to `errfd`, wait, and
  * return its wait status (or -1 with errno). */
@@ -71,6 +56,62 @@ static void first_line(int fd, char *buf, size_t cap)
     buf[strcspn(buf, "\n")] = 0;
 }
 
+int crl_bench_run_cmd(char *const argv[], struct crl_err *err)
+{
+    FILE *errf = tmpfile();
+    int status = spawn_wait(argv[0], argv, errf ? fileno(errf) : -1, true);
+    int e = errno;
+    char msg[256] = "";
+    if (errf) {
+        first_line(fileno(errf), msg, sizeof(msg));
+        fclose(errf);
+    }
+    if (status < 0)
+        return crl_err_sys(err, e, "running %s", argv[0]);
+    if (status != 0)
+        return crl_err_set(err, CRL_E_INTERNAL, "%s %s failed (wait status %d): %s", argv[0],
+                           argv[1] ? argv[1] : "", status, msg);
+    return 0;
+}
+
+/* ---- an image's layer, for the peers ---- */
+
+int crl_bench_layer_mount(struct crl_client *c, const char *image, char *out, size_t cap,
+                          long long *layer_bytes, struct crl_err *err)
+{
+    json_auto_t *img = NULL;
+    char path[320];
+    snprintf(path, sizeof(path), "/v1/images/%s", image);
+    if (crl_client_request(c, "GET", path, NULL, &img, NULL, err) < 0)
+        return crl_err_prefix(err, "image %s", image);
+    json_t *layers = json_object_get(img, "layers");
+    const char *store = crl_cli_str(img, "store", NULL);
+    const char *digest = crl_cli_str(json_array_get(layers, 0), "digest", NULL);
+    if (!store || !digest || json_array_size(layers) != 1 || strlen(digest) != 71)
+        return crl_err_set(err, CRL_E_INTERNAL, "the %s image is not one layer in a store", image);
+    if (layer_bytes)
+        *layer_bytes = json_integer_value(json_object_get(json_array_get(layers, 0), "size"));
+    char layer[PATH_MAX];
+    snprintf(layer, sizeof(layer), "%s/layers/%s.erofs", store, digest + 7);
+    snprintf(out, cap, "/tmp/corral-bench-rootfs.XXXXXX");
+    if (!mkdtemp(out))
+        return crl_err_sys(err, errno, "mkdtemp");
+    /* Kernels from 6.12 mount an EROFS file directly, with no loop device. */
+    if (mount(layer, out, "erofs", MS_RDONLY | MS_NODEV | MS_NOSUID, NULL) < 0) {
+        int e = errno;
+        rmdir(out);
+        out[0] = 0;
+        return crl_err_sys(err, e, "mount %s", layer);
+    }
+    return 0;
+}
+
+void crl_bench_layer_release(const char *dir)
+{
+    if (dir[0] && umount2(dir, MNT_DETACH) == 0)
+        rmdir(dir);
+}
+
 /* ---- the crun bundle ---- */
 
 int crl_bench_crun_bundle(const char *rootfs, char **dir, struct crl_err *err)
@@ -81,21 +122,10 @@ int crl_bench_crun_bundle(const char *rootfs, char **dir, struct crl_err *err)
     char config[4096];
     snprintf(config, sizeof(config), "%s/config.json", d);
     char *const argv[] = {"crun", "spec", "--bundle", d, NULL};
-    FILE *errf = tmpfile();
-    int status = spawn_wait("crun", argv, errf ? fileno(errf) : -1, true);
-    if (status != 0) {
-        char msg[256] = "";
-        if (errf)
-            first_line(fileno(errf), msg, sizeof(msg));
-        if (errf)
-            fclose(errf);
+    if (crl_bench_run_cmd(argv, err) < 0) {
         crl_bench_crun_bundle_remove(steal_pointer(&d));
-        if (status < 0)
-            return crl_err_sys(err, errno, "running crun");
-        return crl_err_set(err, CRL_E_INTERNAL, "crun spec failed: %s", msg);
+        return -1;
     }
-    if (errf)
-        fclose(errf);
     json_error_t je;
     json_t *cfg = json_load_file(config, 0, &je);
     json_t *process = json_object_get(cfg, "process");
@@ -112,10 +142,10 @@ int crl_bench_crun_bundle(const char *rootfs, char **dir, struct crl_err *err)
     char copy[4200];
     snprintf(copy, sizeof(copy), "%s/rootfs", d);
     char *const cp[] = {"cp", "-a", (char *)rootfs, copy, NULL};
-    if (spawn_wait("/bin/cp", cp, -1, false) != 0) {
+    if (crl_bench_run_cmd(cp, err) < 0) {
         json_decref(cfg);
         crl_bench_crun_bundle_remove(steal_pointer(&d));
-        return crl_err_set(err, CRL_E_INTERNAL, "copying %s for crun failed", rootfs);
+        return crl_err_prefix(err, "copying %s for crun", rootfs);
     }
     json_object_set_new(root, "path", json_string(copy));
     json_object_set_new(root, "readonly", json_false());
@@ -286,28 +316,22 @@ int crl_bench_crun(const char *bundle, size_t warm, size_t n, struct crl_bench_s
 
 /* ---- the host floor: posix_spawn + wait ---- */
 
+/* posix_spawn + wait of a /bin/true, which must exit 0. */
+static int spawn_true(void *path, size_t i, struct crl_err *err)
+{
+    char *const argv[] = {"true", NULL};
+    int status = spawn_wait(path, argv, -1, false);
+    if (status < 0)
+        return crl_err_sys(err, errno, "posix_spawn %s", (char *)path);
+    if (status != 0)
+        return crl_err_set(err, CRL_E_INTERNAL, "%s exited with status %d", (char *)path, status);
+    return 0;
+}
+
 int crl_bench_spawn(const char *path, size_t warm, size_t n, struct crl_bench_samples *out,
                     struct crl_err *err)
 {
-    char *const argv[] = {"true", NULL};
-    if (crl_bench_samples_alloc(out, n, err) < 0)
-        return -1;
-    unsigned long long start = crl_now_ns();
-    for (size_t i = 0; i < warm + n; i++) {
-        unsigned long long t0 = crl_now_ns();
-        int status = spawn_wait(path, argv, -1, false);
-        unsigned long long t1 = crl_now_ns();
-        if (status < 0)
-            return crl_err_sys(err, errno, "posix_spawn %s", path);
-        if (status != 0)
-            return crl_err_set(err, CRL_E_INTERNAL, "%s exited with status %d", path, status);
-        if (i == warm)
-            start = t0;
-        if (i >= warm)
-            out->ms[out->n++] = (double)(t1 - t0) / 1e6;
-    }
-    out->wall_s = (double)(crl_now_ns() - start) / 1e9;
-    return 0;
+    return crl_bench_timed(warm, n, spawn_true, (void *)path, out, err);
 }
 
 /* ---- fork and exec, output read from a pipe; a bare fork ---- */
@@ -391,57 +415,69 @@ int crl_bench_capture(const char *path, char *const argv[], int *status, char **
     return 0;
 }
 
+/* One fork_exec run: its output, kept from run to run, and what it must be. */
+struct piped {
+    const char *path;
+    char *const *argv;
+    const char *expect;
+    char *buf;
+    size_t cap, len;
+};
+
+static int run_piped_once(void *ctx, size_t i, struct crl_err *err)
+{
+    struct piped *p = ctx;
+    int status = run_piped(p->path, p->argv, &p->buf, &p->cap, &p->len);
+    if (status < 0)
+        return crl_err_sys(err, errno, "running %s", p->path);
+    if (status != 0)
+        return crl_err_set(err, CRL_E_INTERNAL, "%s exited with wait status %d", p->path, status);
+    if (p->expect && (p->len != strlen(p->expect) || memcmp(p->buf, p->expect, p->len) != 0))
+        return crl_err_set(err, CRL_E_INTERNAL, "%s printed '%.*s', not '%s'", p->path,
+                           (int)(p->len > 64 ? 64 : p->len), p->buf ? p->buf : "", p->expect);
+    return 0;
+}
+
 int crl_bench_fork_exec(const char *path, char *const argv[], const char *expect, size_t warm,
                         size_t n, struct crl_bench_samples *out, struct crl_err *err)
 {
-    cleanup_free char *buf = NULL;
-    size_t cap = 0, len = 0;
-    if (crl_bench_samples_alloc(out, n, err) < 0)
-        return -1;
-    unsigned long long start = crl_now_ns();
-    for (size_t i = 0; i < warm + n; i++) {
-        unsigned long long t0 = crl_now_ns();
-        int status = run_piped(path, argv, &buf, &cap, &len);
-        unsigned long long t1 = crl_now_ns();
-        if (status < 0)
-            return crl_err_sys(err, errno, "running %s", path);
-        if (status != 0)
-            return crl_err_set(err, CRL_E_INTERNAL, "%s exited with wait status %d", path, status);
-        if (expect && (len != strlen(expect) || memcmp(buf, expect, len) != 0))
-            return crl_err_set(err, CRL_E_INTERNAL, "%s printed '%.*s', not '%s'", path,
-                               (int)(len > 64 ? 64 : len), buf ? buf : "", expect);
-        if (i == warm)
-            start = t0;
-        if (i >= warm)
-            out->ms[out->n++] = (double)(t1 - t0) / 1e6;
-    }
-    out->wall_s = (double)(crl_now_ns() - start) / 1e9;
+    struct piped p = {.path = path, .argv = argv, .expect = expect};
+    int rc = crl_bench_timed(warm, n, run_piped_once, &p, out, err);
+    free(p.buf);
+    return rc;
+}
+
+static int fork_exit_once(void *ctx, size_t i, struct crl_err *err)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        return crl_err_sys(err, errno, "fork");
+    if (pid == 0)
+        _exit(0);
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return crl_err_sys(err, errno, "waitpid");
     return 0;
 }
 
 int crl_bench_fork_exit(size_t warm, size_t n, struct crl_bench_samples *out, struct crl_err *err)
 {
-    if (crl_bench_samples_alloc(out, n, err) < 0)
-        return -1;
     fflush(NULL);
-    unsigned long long start = crl_now_ns();
-    for (size_t i = 0; i < warm + n; i++) {
-        unsigned long long t0 = crl_now_ns();
-        pid_t pid = fork();
-        if (pid < 0)
-            return crl_err_sys(err, errno, "fork");
-        if (pid == 0)
-            _exit(0);
-        int status;
-        while (waitpid(pid, &status, 0) < 0)
-            if (errno != EINTR)
-                return crl_err_sys(err, errno, "waitpid");
-        unsigned long long t1 = crl_now_ns();
-        if (i == warm)
-            start = t0;
-        if (i >= warm)
-            out->ms[out->n++] = (double)(t1 - t0) / 1e6;
-    }
-    out->wall_s = (double)(crl_now_ns() - start) / 1e9;
-    return 0;
+    return crl_bench_timed(warm, n, fork_exit_once, NULL, out, err);
+}
+
+/* ---- a process's memory ---- */
+
+long crl_bench_rss_kb(pid_t pid)
+{
+    char path[64], buf[4096];
+    if (pid > 0)
+        snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    else
+        snprintf(path, sizeof(path), "/proc/self/status");
+    if (crl_read_file_at(AT_FDCWD, path, buf, sizeof(buf)) <= 0)
+        return -1;
+    const char *p = strstr(buf, "\nVmRSS:");
+    return p ? strtol(p + 7, NULL, 10) : -1;
 }

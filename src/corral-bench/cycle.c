@@ -1,0 +1,284 @@
+/* corral bench: sandbox cycles (create, exec /bin/true, destroy) and exec
+ * round trips through the API, against `crun run` of a copy of the same rootfs and a
+ * bare posix_spawn of the same binary, measured on this machine in one run.
+ * It prints figures and ratios and never judges an absolute time. */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../../lib/util/cleanup.h"
+#include "../../lib/util/fdio.h"
+#include "../corral/cli.h"
+#include "api.h"
+#include "bench.h"
+#include "peer.h"
+
+static const char help[] =
+    "usage: corral bench [OPTIONS]\n"
+    "       corral bench images [OPTIONS]  (image import, create and disk: see its --help)\n"
+    "       corral bench functions [OPTIONS]  (the function backend's calls: see its --help)\n"
+    "       corral bench traj [OPTIONS]  (trajectories: step overhead, fast-forward, restore)\n"
+    "\n"
+    "Measure, on this machine and in one run:\n"
+    "  1. sandbox cycles through the API: create (64 MiB), exec /bin/true,\n"
+    "     destroy, one at a time and two in parallel: p50, p99, cycles/s;\n"
+    "  2. exec round trips of /bin/true in one live sandbox: p50, p99;\n"
+    "  3. the peers: `crun run` of a writable copy of the busybox rootfs, one at a time and\n"
+    "     two in parallel, and posix_spawn+wait of the same /bin/true;\n"
+    "  4. the ratios: our cycles/s over crun's at concurrency 2, and exec p50\n"
+    "     over posix_spawn p50.\n"
+    "Prints a table and a JSON line.  Uses corrald at $CORRAL_URL unless\n"
+    "--start-daemon; crun runs need root (as corrald does).\n"
+    "\n"
+    "  --start-daemon      run a private corrald (next to this corral, fresh state\n"
+    "                      in a temporary directory) for the bench, stop it after\n"
+    "  --iterations N      measured operations per figure (default 200)\n"
+    "  --json              print only the JSON line\n";
+
+/* ---- corral cycles, one client per thread ---- */
+
+struct cycles {
+    struct crl_bench_samples cycle, create, exec, destroy;
+};
+
+/* A phase of cycles: each thread's calls create, exec and destroy. */
+struct phase {
+    json_t *spec, *req;
+    struct cycles *cy; /* NULL: a warm-up */
+};
+
+static int one_cycle(struct crl_client *c, void *ctx, size_t i, struct crl_err *err)
+{
+    struct phase *p = ctx;
+    json_auto_t *sb = NULL;
+    double ms;
+    unsigned long long t0 = crl_now_ns();
+    if (crl_client_create(c, p->spec, &sb, err) < 0)
+        return crl_err_prefix(err, "create");
+    unsigned long long t1 = crl_now_ns();
+    const char *id = crl_cli_str(sb, "id", "");
+    int rc = crl_bench_exec(c, id, p->req, &ms, NULL, err);
+    unsigned long long t2 = crl_now_ns();
+    struct crl_err derr = CRL_ERR_INIT;
+    if (crl_client_destroy(c, id, NULL, &derr) < 0 && rc == 0) {
+        *err = derr;
+        return crl_err_prefix(err, "destroy %s", id);
+    }
+    unsigned long long t3 = crl_now_ns();
+    if (rc < 0 || !p->cy)
+        return rc;
+    p->cy->cycle.ms[i] = (double)(t3 - t0) / 1e6;
+    p->cy->create.ms[i] = (double)(t1 - t0) / 1e6;
+    p->cy->exec.ms[i] = (double)(t2 - t1) / 1e6;
+    p->cy->destroy.ms[i] = (double)(t3 - t2) / 1e6;
+    return 0;
+}
+
+/* `n` cycles shared by `conc` threads; with `cy` NULL, a warm-up. */
+static int run_cycles(const char *url, json_t *spec, int conc, size_t n, struct cycles *cy,
+                      struct crl_err *err)
+{
+    json_auto_t *req = json_pack("{s:[s]}", "cmd", "/bin/true");
+    struct phase p = {spec, req, cy};
+    struct crl_bench_samples *all[4] = {0};
+    double wall;
+    if (cy) {
+        all[0] = &cy->cycle, all[1] = &cy->create, all[2] = &cy->exec, all[3] = &cy->destroy;
+        for (size_t k = 0; k < CRL_ARRAY_SIZE(all); k++)
+            if (crl_bench_samples_alloc(all[k], n, err) < 0)
+                return -1;
+    }
+    if (crl_bench_parallel(url, conc, n, one_cycle, &p, &wall, err) < 0)
+        return -1;
+    for (size_t k = 0; cy && k < CRL_ARRAY_SIZE(all); k++) {
+        all[k]->n = n;
+        all[k]->wall_s = wall;
+    }
+    return 0;
+}
+
+/* Exec round trips in one live sandbox. */
+struct live {
+    struct crl_client *c;
+    const char *id;
+    json_t *req;
+};
+
+static int live_exec(void *ctx, size_t i, struct crl_err *err)
+{
+    struct live *l = ctx;
+    double ms;
+    return crl_bench_exec(l->c, l->id, l->req, &ms, NULL, err);
+}
+
+static int run_execs(const char *url, json_t *spec, size_t warm, size_t n,
+                     struct crl_bench_samples *out, struct crl_err *err)
+{
+    cleanup_client struct crl_client *c = NULL;
+    json_auto_t *req = json_pack("{s:[s]}", "cmd", "/bin/true");
+    char id[CRL_BENCH_ID_MAX] = "";
+    if (crl_client_open(url, NULL, &c, err) < 0)
+        return -1;
+    struct crl_bench_sandboxes sbs = {.c = c, .who = "bench"};
+    struct live l = {c, id, req};
+    int rc = crl_bench_sandbox_create(&sbs, spec, id, NULL, err);
+    if (rc == 0)
+        rc = crl_bench_timed(warm, n, live_exec, &l, out, err);
+    if (rc == 0)
+        rc = crl_bench_sandbox_destroy(&sbs, id, err);
+    crl_bench_sandboxes_clear(&sbs);
+    return rc;
+}
+
+/* ---- the run ---- */
+
+struct results {
+    struct cycles c1, c2;
+    struct crl_bench_samples exec, crun1, crun2, spawn;
+    bool crun_ok;
+    char crun_err[480];
+};
+
+static void results_free(void *res)
+{
+    struct results *r = res;
+    crl_bench_samples_free_each(&r->c1.cycle, &r->c1.create, &r->c1.exec, &r->c1.destroy,
+                                &r->c2.cycle, &r->c2.create, &r->c2.exec, &r->c2.destroy, &r->exec,
+                                &r->crun1, &r->crun2, &r->spawn, NULL);
+}
+
+/* The peers, on `rootfs`: crun (which may fail: the report says so) and
+ * posix_spawn of its /bin/true. */
+static int measure_peers(struct crl_bench_run *run, const char *rootfs, size_t warm,
+                         struct results *r, struct crl_err *err)
+{
+    size_t n = run->o.iterations;
+    crl_bench_step(run, "crun run, 1 at a time and 2 in parallel (%zu each)", n);
+    char *bundle = NULL;
+    struct crl_err cerr = CRL_ERR_INIT;
+    r->crun_ok = crl_bench_crun_bundle(rootfs, &bundle, &cerr) == 0 &&
+                 crl_bench_crun(bundle, warm, n, &r->crun1, &r->crun2, &cerr) == 0;
+    crl_bench_crun_bundle_remove(bundle);
+    if (!r->crun_ok) {
+        snprintf(r->crun_err, sizeof(r->crun_err), "%s", cerr.msg);
+        fprintf(stderr, "corral: bench: the crun peer failed: %s\n", cerr.msg);
+    }
+    if (crl_bench_check_interrupted(err) < 0)
+        return -1;
+    crl_bench_step(run, "posix_spawn of %s/bin/true (%zu)", rootfs, n);
+    char truebin[PATH_MAX + 16];
+    snprintf(truebin, sizeof(truebin), "%s/bin/true", rootfs);
+    return crl_bench_spawn(truebin, warm, n, &r->spawn, err);
+}
+
+static int measure_with(struct crl_bench_run *run, const char *rootfs, struct results *r,
+                        struct crl_err *err)
+{
+    size_t n = run->o.iterations, warm = crl_bench_warmup(n);
+    json_auto_t *spec = crl_bench_spec(NULL, 64);
+    crl_bench_step(run, "warming up (%zu cycles)", warm);
+    if (run_cycles(run->url, spec, 1, warm, NULL, err) < 0)
+        return -1;
+    crl_bench_step(run, "corral cycles, 1 at a time (%zu)", n);
+    if (run_cycles(run->url, spec, 1, n, &r->c1, err) < 0)
+        return -1;
+    crl_bench_step(run, "corral cycles, 2 in parallel (%zu)", n);
+    if (run_cycles(run->url, spec, 2, n, &r->c2, err) < 0)
+        return -1;
+    crl_bench_step(run, "corral exec round trips (%zu)", n);
+    if (run_execs(run->url, spec, warm, n, &r->exec, err) < 0)
+        return -1;
+    return measure_peers(run, rootfs, warm, r, err);
+}
+
+/* The busybox rootfs corrald's sandboxes use, for the peers: its EROFS
+ * layer, mounted read-only at a temporary directory for the run. */
+static int measure(struct crl_bench_run *run, void *res, struct crl_err *err)
+{
+    char rootfs[PATH_MAX];
+    {
+        cleanup_client struct crl_client *c = NULL;
+        if (crl_client_open(run->url, NULL, &c, err) < 0 ||
+            crl_bench_host(c, run->host_id, sizeof(run->host_id), NULL, err) < 0 ||
+            crl_bench_layer_mount(c, "busybox", rootfs, sizeof(rootfs), NULL, err) < 0)
+            return -1;
+    }
+    int ret = measure_with(run, rootfs, res, err);
+    crl_bench_layer_release(rootfs);
+    return ret;
+}
+
+/* ---- the report ---- */
+
+static const struct crl_bench_table table = {.label = 40, .prec = 2, .rate = 10, .pad = true};
+
+static void report(const struct crl_bench_run *run, void *res)
+{
+    struct results *r = res;
+    struct crl_bench_stats c1 = crl_bench_stats_of(&r->c1.cycle),
+                           c2 = crl_bench_stats_of(&r->c2.cycle);
+    struct crl_bench_stats c1c = crl_bench_stats_of(&r->c1.create),
+                           c1e = crl_bench_stats_of(&r->c1.exec),
+                           c1d = crl_bench_stats_of(&r->c1.destroy);
+    struct crl_bench_stats ex = crl_bench_stats_of(&r->exec), sp = crl_bench_stats_of(&r->spawn);
+    struct crl_bench_stats k1 = {0}, k2 = {0};
+    if (r->crun_ok) {
+        k1 = crl_bench_stats_of(&r->crun1);
+        k2 = crl_bench_stats_of(&r->crun2);
+    }
+    double ratio = r->crun_ok ? crl_bench_ratio(c2.rate, k2.rate) : NAN;
+    double exec_x = crl_bench_ratio(ex.p50, sp.p50);
+
+    if (!run->o.json_only) {
+        crl_bench_report_head(run);
+        printf("  %zu iterations\n\n", run->o.iterations);
+        crl_bench_table_head(&table, "");
+        crl_bench_table_row(&table, "corral cycle, 1 at a time", &c1, true);
+        crl_bench_table_row(&table, "  create", &c1c, false);
+        crl_bench_table_row(&table, "  exec /bin/true", &c1e, false);
+        crl_bench_table_row(&table, "  destroy", &c1d, false);
+        crl_bench_table_row(&table, "corral cycle, 2 in parallel", &c2, true);
+        crl_bench_table_row(&table, "corral exec /bin/true (live sandbox)", &ex, true);
+        if (r->crun_ok) {
+            crl_bench_table_row(&table, "crun run /bin/true, 1 at a time", &k1, true);
+            crl_bench_table_row(&table, "crun run /bin/true, 2 in parallel", &k2, true);
+        } else {
+            printf("  %-40s %s\n", "crun run", "failed (see above)");
+        }
+        crl_bench_table_row(&table, "host posix_spawn /bin/true", &sp, true);
+        printf("\n");
+        if (r->crun_ok)
+            printf("  cycles/s at concurrency 2: corral %.1f / crun %.1f = %.2fx (target >= 3x)\n",
+                   c2.rate, k2.rate, ratio);
+        printf("  exec p50: corral %.2f ms vs posix_spawn %.2f ms = %.1fx (+%.2f ms through "
+               "the API)\n\n",
+               ex.p50, sp.p50, exec_x, ex.p50 - sp.p50);
+    }
+    json_auto_t *j = crl_bench_report_json(run, "corral");
+    json_object_set_new(j, "iterations", json_integer((json_int_t)run->o.iterations));
+    json_object_set_new(j, "corral_cycle_c1", crl_bench_stats_json(&c1, true));
+    json_object_set_new(j, "corral_create_c1", crl_bench_stats_json(&c1c, false));
+    json_object_set_new(j, "corral_exec_in_cycle_c1", crl_bench_stats_json(&c1e, false));
+    json_object_set_new(j, "corral_destroy_c1", crl_bench_stats_json(&c1d, false));
+    json_object_set_new(j, "corral_cycle_c2", crl_bench_stats_json(&c2, true));
+    json_object_set_new(j, "corral_exec", crl_bench_stats_json(&ex, true));
+    json_object_set_new(j, "crun_cycle_c1",
+                        r->crun_ok ? crl_bench_stats_json(&k1, true) : json_null());
+    json_object_set_new(j, "crun_cycle_c2",
+                        r->crun_ok ? crl_bench_stats_json(&k2, true) : json_null());
+    if (!r->crun_ok)
+        json_object_set_new(j, "crun_error", json_string(r->crun_err));
+    json_object_set_new(j, "host_spawn", crl_bench_stats_json(&sp, true));
+    json_object_set_new(j, "ratio_cycles_c2_vs_crun", crl_bench_json_real(ratio));
+    json_object_set_new(j, "ratio_exec_p50_vs_spawn", crl_bench_json_real(exec_x));
+    crl_bench_report_line(j);
+}
+
+const struct crl_bench_cmd crl_bench_cycle = {
+    .name = "bench",
+    .help = help,
+    .root = "for crun (and for corrald with --start-daemon)",
+    .defaults = {.iterations = 200},
+    .ops = {measure, report, results_free, sizeof(struct results)},
+};
