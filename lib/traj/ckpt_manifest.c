@@ -13,7 +13,6 @@
 #include "../util/cleanup.h"
 #include "../util/path.h"
 
-
 /* ---- paths ---- */
 
 /* Path order: bytewise, with '/' before every other byte, so a directory's
