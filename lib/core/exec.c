@@ -10,7 +10,6 @@
 #include "../util/cleanup.h"
 #include "../util/fdio.h"
 #include "../util/log.h"
-#include "host.h"
 
 struct crl_exec {
     struct crl_sandbox *sb;
@@ -141,7 +140,7 @@ void crl_exec_describe_end(struct crl_proc *p, bool timed_out, bool killed, bool
 
 static void close_watch(struct crl_exec *x, struct crl_watch *w, int *fd)
 {
-    crl_watch_stop(x->sb->host->loop, w);
+    crl_watch_stop(x->sb->owner->loop, w);
     if (*fd >= 0) {
         close(*fd);
         *fd = -1;
@@ -215,7 +214,7 @@ static void on_timeout(struct crl_timer *t)
 {
     struct crl_exec *x = t->data;
     x->timed_out = true;
-    x->sb->host->counters.exec_timeouts++;
+    x->sb->owner->counters->exec_timeouts++;
     crl_info(x->sb->id, "exec %llu timed out after %.3fs: killing its process tree",
              (unsigned long long)x->proc.seq, x->req.timeout_s);
     x->sb->ops->kill(x->sb, &x->proc, CRL_KILL_TREE);
@@ -223,7 +222,7 @@ static void on_timeout(struct crl_timer *t)
 
 static void exec_free(struct crl_exec *x)
 {
-    struct crl_loop *loop = x->sb->host->loop;
+    struct crl_loop *loop = x->sb->owner->loop;
     crl_timer_stop(loop, &x->timer);
     close_watch(x, &x->w_in, &x->proc.in_fd);
     close_watch(x, &x->w_out, &x->proc.out_fd);
@@ -256,7 +255,7 @@ static void exec_exited(struct crl_proc *p)
     bool oom = !x->timed_out && oom_kills(x->sb) > x->oom_before;
     crl_exec_describe_end(p, x->timed_out, killed, oom, &x->res);
     if (x->res.reason[0] == 'o')
-        x->sb->host->counters.exec_ooms++;
+        x->sb->owner->counters->exec_ooms++;
     crl_debug(x->sb->id, "exec %llu ended: %s %d in %.3f ms", (unsigned long long)p->seq,
               x->res.reason, x->res.signal ? x->res.signal : x->res.exit_code,
               x->res.duration_s * 1e3);
@@ -268,7 +267,7 @@ static void exec_exited(struct crl_proc *p)
 static void exec_started(struct crl_proc *p, const struct crl_err *err)
 {
     struct crl_exec *x = p->owner;
-    struct crl_loop *loop = x->sb->host->loop;
+    struct crl_loop *loop = x->sb->owner->loop;
     if (err) {
         if (x->timed_out && !x->cancelled) {
             /* It never got going before its time ran out (stopped, or stuck in
@@ -346,9 +345,9 @@ struct crl_exec *crl_exec_start(struct crl_sandbox *sb, struct crl_exec_req *req
         goto fail;
     /* The timeout runs from now: a command that never gets going is ended too. */
     if (x->req.timeout_s > 0)
-        crl_timer_start(sb->host->loop, &x->timer, (uint64_t)(x->req.timeout_s * 1e9), on_timeout,
+        crl_timer_start(sb->owner->loop, &x->timer, (uint64_t)(x->req.timeout_s * 1e9), on_timeout,
                         x);
-    sb->host->counters.execs++;
+    sb->owner->counters->execs++;
     crl_sandbox_touch(sb);
     return x;
 fail:
@@ -369,7 +368,7 @@ void crl_exec_cancel(struct crl_exec *x)
 
 void crl_exec_pause_output(struct crl_exec *x, bool pause)
 {
-    struct crl_loop *loop = x->sb->host->loop;
+    struct crl_loop *loop = x->sb->owner->loop;
     crl_watch_modify(loop, &x->w_out, pause ? 0 : EPOLLIN);
     crl_watch_modify(loop, &x->w_err, pause ? 0 : EPOLLIN);
 }

@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,20 +16,8 @@
 #include "../util/cleanup.h"
 #include "../util/fdio.h"
 #include "../util/log.h"
-#include "session.h"
 
 #define NS_PER_S 1000000000ull
-
-static const char *const state_names[] = {
-    [CRL_SB_CREATING] = "creating",     [CRL_SB_READY] = "ready",
-    [CRL_SB_PAUSED] = "paused",         [CRL_SB_FAILED] = "failed",
-    [CRL_SB_DESTROYING] = "destroying", [CRL_SB_DESTROYED] = "destroyed",
-};
-
-const char *crl_sb_state_name(enum crl_sb_state s)
-{
-    return state_names[s];
-}
 
 static const struct crl_backend_ops *const backends[] = {&crl_container_backend,
                                                          &crl_function_backend};
@@ -135,23 +122,6 @@ struct crl_sandbox *crl_host_find(struct crl_host *h, const char *id, struct crl
     return NULL;
 }
 
-void crl_sandbox_ref(struct crl_sandbox *sb)
-{
-    sb->refs++;
-}
-
-static void sandbox_free(struct crl_sandbox *sb)
-{
-    crl_spec_free(&sb->spec);
-    free(sb);
-}
-
-void crl_sandbox_unref(struct crl_sandbox *sb)
-{
-    if (--sb->refs == 0)
-        sandbox_free(sb);
-}
-
 /* ---- capacity ---- */
 
 static int admit(struct crl_host *h, const struct crl_spec *s, struct crl_err *err)
@@ -191,34 +161,7 @@ static void reserve(struct crl_host *h, struct crl_sandbox *sb, bool on)
     }
 }
 
-/* ---- lifecycle ---- */
-
-static void notify(struct crl_sb_waiter **list, struct crl_sandbox *sb, const struct crl_err *err)
-{
-    struct crl_sb_waiter *w = *list;
-    *list = NULL;
-    while (w) {
-        struct crl_sb_waiter *next = w->next;
-        w->cb(sb, err, w->ctx);
-        free(w);
-        w = next;
-    }
-}
-
-static int add_waiter(struct crl_sb_waiter **list, crl_sandbox_cb cb, void *ctx,
-                      struct crl_err *err)
-{
-    if (!cb)
-        return 0;
-    struct crl_sb_waiter *w = malloc(sizeof(*w));
-    if (!w)
-        return crl_err_sys(err, ENOMEM, "waiter");
-    w->cb = cb;
-    w->ctx = ctx;
-    w->next = *list;
-    *list = w;
-    return 0;
-}
+/* ---- ended sandboxes ---- */
 
 /* Take an ended sandbox off the list of tombstones (and its timer). */
 static void unlink_tomb(struct crl_host *h, struct crl_sandbox *sb)
@@ -278,49 +221,27 @@ static void bury(struct crl_host *h, struct crl_sandbox *sb)
         forget(h, h->tomb_head);
 }
 
-static void ttl_expired(struct crl_timer *t)
-{
-    struct crl_sandbox *sb = t->data;
-    crl_info(sb->id, "ttl of %us reached: destroying", sb->spec.ttl_s);
-    crl_host_destroy(sb->host, sb, "ttl", NULL, NULL, NULL);
-}
-
-static void idle_check(struct crl_timer *t)
-{
-    struct crl_sandbox *sb = t->data;
-    uint64_t idle_ns = (uint64_t)sb->spec.idle_ttl_s * NS_PER_S;
-    uint64_t now = crl_now_ns();
-    if (now - sb->last_active_ns >= idle_ns) {
-        crl_info(sb->id, "idle for %us: destroying", sb->spec.idle_ttl_s);
-        crl_host_destroy(sb->host, sb, "idle_ttl", NULL, NULL, NULL);
-        return;
-    }
-    crl_timer_start(sb->host->loop, &sb->idle_timer, idle_ns - (now - sb->last_active_ns),
-                    idle_check, sb);
-}
-
-void crl_sandbox_touch(struct crl_sandbox *sb)
-{
-    sb->last_active_ns = crl_now_ns();
-}
-
-/* Give back everything the host reserved for a sandbox that has ended. */
-static void release_host_side(struct crl_sandbox *sb)
+/* The host's part of a sandbox's end (struct crl_sb_owner). */
+static void owner_release(struct crl_sandbox *sb)
 {
     struct crl_host *h = sb->host;
-    crl_timer_stop(h->loop, &sb->ttl_timer);
-    crl_timer_stop(h->loop, &sb->idle_timer);
     if (sb->has_slot) {
         if (!sb->slot_quarantined) /* else it stays taken until a restart reconciles it */
             h->slots[sb->slot] = 0;
         sb->has_slot = false;
     }
-    if (sb->image) {
-        crl_image_put(sb->image);
-        sb->image = NULL;
-    }
     reserve(h, sb, false);
 }
+
+static void owner_retire(struct crl_sandbox *sb, bool keep)
+{
+    if (keep)
+        bury(sb->host, sb);
+    else
+        forget(sb->host, sb);
+}
+
+/* ---- creating and destroying ---- */
 
 int crl_host_create(struct crl_host *h, struct crl_spec *spec, crl_sandbox_cb cb, void *ctx,
                     struct crl_err *err)
@@ -339,6 +260,7 @@ int crl_host_create(struct crl_host *h, struct crl_spec *spec, crl_sandbox_cb cb
     if (!sb)
         return crl_err_sys(err, ENOMEM, "sandbox");
     sb->host = h;
+    sb->owner = &h->owner;
     sb->ops = ops;
     sb->spec = *spec;
     memset(spec, 0, sizeof(*spec)); /* ownership moved */
@@ -349,12 +271,12 @@ int crl_host_create(struct crl_host *h, struct crl_spec *spec, crl_sandbox_cb cb
     crl_host_new_id(h, sb->id, sizeof(sb->id));
     sb->image = crl_image_get(h->images, sb->spec.image, err);
     if (!sb->image) {
-        sandbox_free(sb);
+        crl_sandbox_unref(sb);
         return -1;
     }
     if (slot_alloc(h, &sb->slot) < 0) {
         crl_image_put(sb->image);
-        sandbox_free(sb);
+        crl_sandbox_unref(sb);
         h->counters.rejected_capacity++;
         return crl_err_set(err, CRL_E_CAPACITY, "host is full: all %u sandbox slots are in use",
                            h->cfg.uid_slots);
@@ -362,291 +284,13 @@ int crl_host_create(struct crl_host *h, struct crl_spec *spec, crl_sandbox_cb cb
     sb->has_slot = true;
     reserve(h, sb, true);
     table_add(h, sb);
-    if (add_waiter(&sb->create_waiters, cb, ctx, err) < 0 || ops->create(sb, err) < 0) {
-        crl_err_prefix(err, "creating %s", sb->id);
-        crl_warn(sb->id, "create failed: %s", err->msg);
-        h->counters.create_failed++;
-        free(sb->create_waiters);
-        sb->create_waiters = NULL;
-        release_host_side(sb);
-        table_remove(h, sb);
-        crl_sandbox_unref(sb);
-        return -1;
-    }
-    crl_info(sb->id, "creating backend=%s image=%s memory_mb=%u cpus=%.2f pids=%u disk_mb=%u",
-             sb->spec.backend, sb->spec.image, sb->spec.memory_mb, sb->spec.cpus, sb->spec.pids,
-             sb->spec.disk_mb);
-    return 0;
-}
-
-void crl_sandbox_created(struct crl_sandbox *sb, const struct crl_err *err)
-{
-    struct crl_host *h = sb->host;
-    crl_sandbox_ref(sb);
-    if (err) {
-        /* The backend has already undone its part: nothing of it remains. */
-        crl_warn(sb->id, "create failed: %s", err->msg);
-        h->counters.create_failed++;
-        release_host_side(sb);
-        sb->state = CRL_SB_DESTROYED;
-        forget(h, sb);
-        notify(&sb->create_waiters, sb, err);
-        notify(&sb->destroy_waiters, sb, NULL);
-        crl_sandbox_unref(sb);
-        return;
-    }
-    sb->state = CRL_SB_READY;
-    sb->ready_at = crl_wall_s();
-    h->counters.created++;
-    crl_info(sb->id, "ready in %.1f ms", (sb->ready_at - sb->created_at) * 1e3);
-    if (sb->spec.ttl_s)
-        crl_timer_start(h->loop, &sb->ttl_timer, (uint64_t)sb->spec.ttl_s * NS_PER_S, ttl_expired,
-                        sb);
-    if (sb->spec.idle_ttl_s)
-        crl_timer_start(h->loop, &sb->idle_timer, (uint64_t)sb->spec.idle_ttl_s * NS_PER_S,
-                        idle_check, sb);
-    notify(&sb->create_waiters, sb, NULL);
-    if (sb->destroy_requested)
-        crl_host_destroy(h, sb, sb->end_reason[0] ? sb->end_reason : "destroyed", NULL, NULL, NULL);
-    crl_sandbox_unref(sb);
-}
-
-/* End every process and session of a sandbox that is going away. */
-static void end_processes(struct crl_sandbox *sb)
-{
-    crl_session_close_all(sb);
-    for (struct crl_proc *p = sb->procs; p; p = p->next_in_sb)
-        if (p->started && !p->exited)
-            sb->ops->kill(sb, p, CRL_KILL_TREE);
-}
-
-void crl_sandbox_failed(struct crl_sandbox *sb, const char *reason, const char *fmt, ...)
-{
-    if (sb->state != CRL_SB_READY && sb->state != CRL_SB_PAUSED)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(sb->message, sizeof(sb->message), fmt, ap);
-    va_end(ap);
-    snprintf(sb->end_reason, sizeof(sb->end_reason), "%s", reason);
-    crl_warn(sb->id, "failed (%s): %s", reason, sb->message);
-    sb->host->counters.failed++;
-    crl_sandbox_usage(sb, &sb->usage);
-    sb->state = CRL_SB_FAILED;
-    sb->ended_at = crl_wall_s();
-    end_processes(sb);
-    crl_sandbox_ref(sb);
-    sb->tearing_down = true;
-    sb->ops->destroy(sb); /* releases the backend's resources; the record stays */
-}
-
-void crl_sandbox_destroyed(struct crl_sandbox *sb)
-{
-    struct crl_host *h = sb->host;
-    /* A failed sandbox ended when it failed (and may have been destroyed,
-     * as far as its user knows, meanwhile). */
-    bool ended = sb->state == CRL_SB_FAILED || sb->state == CRL_SB_DESTROYED;
-    sb->tearing_down = false;
-    release_host_side(sb);
-    if (sb->on_gone) {
-        void (*gone)(struct crl_sandbox *) = sb->on_gone;
-        sb->on_gone = NULL;
-        gone(sb);
-    }
-    if (!ended) {
-        sb->state = CRL_SB_DESTROYED;
-        sb->ended_at = crl_wall_s();
-        h->counters.destroyed++;
-        crl_info(sb->id,
-                 "destroyed reason=%s lifetime_s=%.3f cpu_s=%.3f memory_peak_bytes=%" PRIu64
-                 " disk_bytes=%" PRIu64,
-                 sb->end_reason, sb->ended_at - sb->created_at, sb->usage.cpu_s,
-                 sb->usage.memory_peak_bytes, sb->usage.disk_bytes);
-        notify(&sb->destroy_waiters, sb, NULL);
-    }
-    bury(h, sb);
-    crl_sandbox_unref(sb); /* the one taken when the teardown began */
+    return crl_sandbox_build(sb, cb, ctx, err); /* on failure, sb is gone */
 }
 
 int crl_host_destroy(struct crl_host *h, struct crl_sandbox *sb, const char *reason,
                      crl_sandbox_cb cb, void *ctx, struct crl_err *err)
 {
-    switch (sb->state) {
-    case CRL_SB_DESTROYED:
-        if (cb)
-            cb(sb, NULL, ctx);
-        return 0;
-    case CRL_SB_FAILED:
-        /* Its resources are released, or being released: its end buries it. */
-        sb->state = CRL_SB_DESTROYED;
-        crl_sandbox_ref(sb);
-        if (cb)
-            cb(sb, NULL, ctx);
-        if (!sb->tearing_down)
-            bury(h, sb);
-        crl_sandbox_unref(sb);
-        return 0;
-    case CRL_SB_CREATING:
-        sb->destroy_requested = true;
-        snprintf(sb->end_reason, sizeof(sb->end_reason), "%s", reason);
-        return add_waiter(&sb->destroy_waiters, cb, ctx, err);
-    case CRL_SB_DESTROYING: return add_waiter(&sb->destroy_waiters, cb, ctx, err);
-    case CRL_SB_READY:
-    case CRL_SB_PAUSED: break;
-    }
-    if (add_waiter(&sb->destroy_waiters, cb, ctx, err) < 0)
-        return -1;
-    snprintf(sb->end_reason, sizeof(sb->end_reason), "%s", reason);
-    crl_sandbox_usage(sb, &sb->usage); /* the final figures */
-    sb->state = CRL_SB_DESTROYING;
-    end_processes(sb);
-    crl_sandbox_ref(sb);
-    sb->tearing_down = true;
-    sb->ops->destroy(sb);
-    return 0;
-}
-
-/* CRL_E_CONFLICT: the sandbox is in no state for what was asked. */
-static int not_ready(struct crl_sandbox *sb, struct crl_err *err)
-{
-    if (sb->state == CRL_SB_FAILED)
-        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s has failed (%s): %s", sb->id,
-                           sb->end_reason, sb->message);
-    return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is %s", sb->id,
-                       crl_sb_state_name(sb->state));
-}
-
-int crl_sandbox_check_ready(struct crl_sandbox *sb, struct crl_err *err)
-{
-    /* A paused sandbox wakes for whatever is asked of it. */
-    if (sb->state == CRL_SB_PAUSED && crl_sandbox_resume(sb, err) < 0)
-        return -1;
-    if (sb->state == CRL_SB_READY)
-        return 0;
-    return not_ready(sb, err);
-}
-
-int crl_sandbox_pause(struct crl_sandbox *sb, struct crl_err *err)
-{
-    if (!sb->ops->pause || !sb->ops->resume)
-        return crl_err_set(err, CRL_E_UNSUPPORTED, "pause is not available for %s sandboxes",
-                           sb->ops->name);
-    if (sb->state == CRL_SB_PAUSED)
-        return 0;
-    if (sb->state != CRL_SB_READY)
-        return not_ready(sb, err);
-    if (sb->ops->pause(sb, err) < 0)
-        return crl_err_prefix(err, "pausing %s", sb->id);
-    sb->state = CRL_SB_PAUSED;
-    /* Idle time does not count while paused (the ttl does): a paused
-     * sandbox ends by its ttl or a destroy, and resuming starts its idle
-     * time afresh. */
-    crl_timer_stop(sb->host->loop, &sb->idle_timer);
-    crl_info(sb->id, "paused");
-    return 0;
-}
-
-int crl_sandbox_resume(struct crl_sandbox *sb, struct crl_err *err)
-{
-    if (!sb->ops->pause || !sb->ops->resume)
-        return crl_err_set(err, CRL_E_UNSUPPORTED, "resume is not available for %s sandboxes",
-                           sb->ops->name);
-    if (sb->state == CRL_SB_READY)
-        return 0;
-    if (sb->state != CRL_SB_PAUSED)
-        return not_ready(sb, err);
-    if (sb->ops->resume(sb, err) < 0)
-        return crl_err_prefix(err, "resuming %s", sb->id);
-    sb->state = CRL_SB_READY;
-    crl_sandbox_touch(sb);
-    if (sb->spec.idle_ttl_s)
-        crl_timer_start(sb->host->loop, &sb->idle_timer, (uint64_t)sb->spec.idle_ttl_s * NS_PER_S,
-                        idle_check, sb);
-    crl_info(sb->id, "resumed");
-    return 0;
-}
-
-int crl_sandbox_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *err)
-{
-    if (crl_sandbox_check_ready(sb, err) < 0)
-        return -1;
-    p->sb = sb;
-    p->seq = ++sb->next_seq;
-    p->in_fd = p->out_fd = p->err_fd = p->pidfd = -1;
-    if (sb->ops->spawn(sb, p, err) < 0)
-        return -1;
-    crl_sandbox_ref(sb);
-    p->next_in_sb = sb->procs;
-    sb->procs = p;
-    return 0;
-}
-
-void crl_sandbox_proc_done(struct crl_sandbox *sb, struct crl_proc *p)
-{
-    for (struct crl_proc **pp = &sb->procs; *pp; pp = &(*pp)->next_in_sb)
-        if (*pp == p) {
-            *pp = p->next_in_sb;
-            crl_sandbox_unref(sb);
-            return;
-        }
-}
-
-void crl_sandbox_usage(struct crl_sandbox *sb, struct crl_usage *u)
-{
-    if (sb->state == CRL_SB_READY || sb->state == CRL_SB_PAUSED ||
-        (sb->state == CRL_SB_CREATING && sb->priv)) {
-        if (sb->ops->stats(sb, u) == 0)
-            return;
-    }
-    *u = sb->usage;
-}
-
-static void fmt_time_or_null(json_t *o, const char *key, double t)
-{
-    if (t > 0) {
-        char buf[40];
-        crl_fmt_time(t, buf, sizeof(buf));
-        json_object_set_new(o, key, json_string(buf));
-    } else {
-        json_object_set_new(o, key, json_null());
-    }
-}
-
-json_t *crl_sandbox_json(struct crl_sandbox *sb)
-{
-    struct crl_usage u;
-    crl_sandbox_usage(sb, &u);
-    json_t *o = json_object();
-    json_object_set_new(o, "id", json_string(sb->id));
-    json_object_set_new(o, "backend", json_string(sb->spec.backend));
-    json_object_set_new(o, "image", json_string(sb->spec.image));
-    json_object_set_new(o, "state", json_string(crl_sb_state_name(sb->state)));
-    json_object_set_new(o, "spec", crl_spec_to_json(&sb->spec));
-    fmt_time_or_null(o, "created_at", sb->created_at);
-    fmt_time_or_null(o, "ready_at", sb->ready_at);
-    fmt_time_or_null(o, "ended_at", sb->ended_at);
-    if (sb->spec.ttl_s && sb->created_at > 0)
-        fmt_time_or_null(o, "expires_at", sb->created_at + sb->spec.ttl_s);
-    json_t *labels = json_object();
-    for (size_t i = 0; i < sb->spec.n_labels; i++)
-        json_object_set_new(labels, sb->spec.labels[i].key, json_string(sb->spec.labels[i].value));
-    json_object_set_new(o, "labels", labels);
-    json_object_set_new(o, "usage",
-                        json_pack("{s:f, s:I, s:I, s:i, s:I, s:I, s:I}", "cpu_s", u.cpu_s,
-                                  "memory_bytes", (json_int_t)u.memory_bytes, "memory_peak_bytes",
-                                  (json_int_t)u.memory_peak_bytes, "pids", (json_int_t)u.pids,
-                                  "disk_bytes", (json_int_t)u.disk_bytes, "disk_limit_bytes",
-                                  (json_int_t)u.disk_limit_bytes, "oom_kills",
-                                  (json_int_t)u.oom_kills));
-    if (sb->end_reason[0])
-        json_object_set_new(o, "end_reason", json_string(sb->end_reason));
-    if (sb->message[0])
-        json_object_set_new(o, "message", json_string(sb->message));
-    json_object_set_new(o, "sessions", json_integer((json_int_t)crl_session_count(sb)));
-    json_t *info = sb->ops->info ? sb->ops->info(sb) : NULL;
-    if (info)
-        json_object_set_new(o, sb->ops->name, info);
-    return o;
+    return crl_sandbox_destroy(sb, reason, cb, ctx, err);
 }
 
 /* ---- host ---- */
@@ -823,6 +467,8 @@ int crl_host_open(const struct crl_host_config *cfg, struct crl_loop *loop, stru
         crl_err_sys(err, ENOMEM, "slots");
         goto fail;
     }
+    h->owner = (struct crl_sb_owner){
+        .loop = loop, .counters = &h->counters, .release = owner_release, .retire = owner_retire};
     for (size_t i = 0; i < CRL_ARRAY_SIZE(backends); i++) {
         if (backends[i]->init(h, &h->backend_state[i], err) < 0 ||
             backends[i]->reconcile(h, h->backend_state[i], err) < 0) {
@@ -935,7 +581,7 @@ char *crl_host_metrics(struct crl_host *h)
 {
     struct crl_buf b;
     crl_buf_init(&b, CRL_BUF_UNBOUNDED);
-    const struct crl_host_counters *c = &h->counters;
+    const struct crl_sb_counters *c = &h->counters;
 #define COUNTER(name, help, v)                                                                     \
     crl_buf_printf(&b,                                                                             \
                    "# HELP corral_" name " " help "\n# TYPE corral_" name " counter\ncorral_" name \

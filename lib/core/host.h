@@ -1,6 +1,9 @@
 /* One host running corrald: its sandboxes, capacity and admission control,
- * images, cgroups, network namespaces and backends.  The API layer is a thin
- * front end over these functions. */
+ * images, cgroups, network namespaces and backends.  The API layer is a
+ * thin front end over these functions.
+ *
+ * The host sits above sandbox.c (the dependency order is drawn in
+ * sandbox.h) and knows nothing of exec or sessions. */
 #ifndef CRL_CORE_HOST_H
 #define CRL_CORE_HOST_H
 
@@ -44,11 +47,6 @@ struct crl_host_config {
     unsigned max_tombstones; /* the oldest ended sandbox is forgotten beyond this */
 };
 
-struct crl_host_counters {
-    uint64_t created, create_failed, destroyed, failed, rejected_capacity;
-    uint64_t execs, exec_timeouts, exec_ooms;
-};
-
 #define CRL_HOST_BUCKETS 8192
 
 struct crl_host {
@@ -71,8 +69,9 @@ struct crl_host {
     uint64_t reserved_mb;
     double reserved_cpus;
     unsigned live;
-    struct crl_host_counters counters;
-    void *backend_state[2]; /* each backend's, in host.c's order */
+    struct crl_sb_counters counters;
+    struct crl_sb_owner owner; /* what its sandboxes see of it */
+    void *backend_state[2];    /* each backend's, in host.c's order */
     bool shutting_down;
     double started_at;
     int lock_fd, cgroup_lock_fd; /* flocks held for our lifetime */
@@ -91,7 +90,7 @@ void crl_host_close(struct crl_host *h);
 int crl_host_create(struct crl_host *h, struct crl_spec *spec, crl_sandbox_cb cb, void *ctx,
                     struct crl_err *err);
 struct crl_sandbox *crl_host_find(struct crl_host *h, const char *id, struct crl_err *err);
-/* Destroy (idempotent); cb runs once it is gone. */
+/* Destroy (idempotent); cb runs once it is gone: crl_sandbox_destroy(). */
 int crl_host_destroy(struct crl_host *h, struct crl_sandbox *sb, const char *reason,
                      crl_sandbox_cb cb, void *ctx, struct crl_err *err);
 json_t *crl_host_list_json(struct crl_host *h, const struct crl_kv *sel, size_t n_sel);

@@ -1,9 +1,24 @@
-/* A sandbox and its life: creating -> ready -> (failed) -> destroyed.
+/* A sandbox and its life: creating -> ready <-> paused -> destroying ->
+ * destroyed, or failed on the way (a create that fails leaves nothing).
  *
  * The host owns sandboxes; backends build and tear them down and report
  * back through crl_sandbox_created(), crl_sandbox_failed() and
  * crl_sandbox_destroyed().  A destroyed sandbox stays visible (state,
- * final usage) for the host's tombstone time, for accounting. */
+ * final usage) for the host's tombstone time, for accounting.
+ *
+ * lib/core depends one way, each file only on those below it:
+ *
+ *     host.c          session.c        the table, admission, slots,
+ *       |                 |            tombstones, registered backends;
+ *       |              exec.c          a shell between commands; one command
+ *        \               /
+ *         `- sandbox.c -'              one sandbox: its state, timers,
+ *               |                      processes, end hooks
+ *     backend.h  image.c  spec.c  etc.c
+ *
+ * sandbox.c reaches its host only through struct crl_sb_owner, and learns
+ * of sessions only through the end hooks they register, so the host never
+ * calls into exec or sessions. */
 #ifndef CRL_CORE_SANDBOX_H
 #define CRL_CORE_SANDBOX_H
 
@@ -29,6 +44,7 @@ const char *crl_sb_state_name(enum crl_sb_state s);
 struct crl_sandbox;
 struct crl_session;
 typedef void (*crl_sandbox_cb)(struct crl_sandbox *sb, const struct crl_err *err, void *ctx);
+typedef void (*crl_sandbox_hook)(struct crl_sandbox *sb);
 
 struct crl_sb_waiter {
     crl_sandbox_cb cb;
@@ -36,9 +52,32 @@ struct crl_sb_waiter {
     struct crl_sb_waiter *next;
 };
 
+/* What the lives of a host's sandboxes add up to (its metrics). */
+struct crl_sb_counters {
+    uint64_t created, create_failed, destroyed, failed, rejected_capacity;
+    uint64_t execs, exec_timeouts, exec_ooms;
+};
+
+/* The host as the sandboxes it holds see it (host.c fills one in for all
+ * of them): the loop their timers run on, the counters their lives add
+ * to, and the host's part of their end. */
+struct crl_sb_owner {
+    struct crl_loop *loop;
+    struct crl_sb_counters *counters;
+    /* Give back what the host reserved for an ended sandbox: its slot and
+     * its share of memory, CPUs and the sandbox count. */
+    void (*release)(struct crl_sandbox *sb);
+    /* Take an ended sandbox out of the host's table with the table's
+     * reference: at once, or (`bury`) after the host's tombstone time. */
+    void (*retire)(struct crl_sandbox *sb, bool bury);
+};
+
+#define CRL_SB_END_HOOKS 4
+
 struct crl_sandbox {
     char id[40];
-    struct crl_host *host;
+    struct crl_host *host; /* for the layers above (backends, API); sandbox.c uses owner */
+    const struct crl_sb_owner *owner;
     const struct crl_backend_ops *ops;
     void *priv; /* the backend's */
     struct crl_spec spec;
@@ -59,7 +98,9 @@ struct crl_sandbox {
     struct crl_timer ttl_timer, idle_timer, tombstone_timer;
     struct crl_sb_waiter *create_waiters, *destroy_waiters;
     struct crl_proc *procs;
-    struct crl_session *sessions;
+    struct crl_session *sessions; /* session.c's */
+    unsigned n_sessions;
+    crl_sandbox_hook end_hooks[CRL_SB_END_HOOKS]; /* see crl_sandbox_on_end() */
     /* Checkpoints and the trajectory (lib/traj/traj.h), owned by the layer
      * above the host; on_gone runs once, when the backend has torn it down. */
     struct crl_traj_sb *traj;
@@ -71,13 +112,33 @@ struct crl_sandbox {
 };
 
 void crl_sandbox_ref(struct crl_sandbox *sb);
+/* Drop a reference; the last one frees the sandbox. */
 void crl_sandbox_unref(struct crl_sandbox *sb);
+
+/* Host -> sandbox: have the backend build a sandbox the host has admitted
+ * and holds in its table (owner, ops, spec, slot and image set); cb runs
+ * once it is ready or has failed.  If the build cannot even start, returns
+ * -1 with *err: the host's part is released and the sandbox retired (gone,
+ * unless the caller holds a reference), and cb never runs. */
+int crl_sandbox_build(struct crl_sandbox *sb, crl_sandbox_cb cb, void *ctx, struct crl_err *err);
+/* Destroy (idempotent); cb runs once it is gone.  One that is still being
+ * created is destroyed once it is ready; a failed one is only marked
+ * destroyed (the backend has its teardown under way or done). */
+int crl_sandbox_destroy(struct crl_sandbox *sb, const char *reason, crl_sandbox_cb cb, void *ctx,
+                        struct crl_err *err);
 
 /* Backend -> host. */
 void crl_sandbox_created(struct crl_sandbox *sb, const struct crl_err *err);
 void crl_sandbox_failed(struct crl_sandbox *sb, const char *reason, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void crl_sandbox_destroyed(struct crl_sandbox *sb);
+
+/* Layers above that run things in a sandbox (sessions) hear of its end
+ * here: each hook runs once, when the sandbox starts to end (destroyed or
+ * failed), before its processes are killed and before the backend's
+ * destroy, to end what it runs.  Registering a hook again does nothing;
+ * -1 with CRL_E_INTERNAL past CRL_SB_END_HOOKS different ones. */
+int crl_sandbox_on_end(struct crl_sandbox *sb, crl_sandbox_hook hook, struct crl_err *err);
 
 /* Activity resets the idle TTL. */
 void crl_sandbox_touch(struct crl_sandbox *sb);

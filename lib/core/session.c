@@ -10,7 +10,6 @@
 #include "../util/cleanup.h"
 #include "../util/fdio.h"
 #include "../util/log.h"
-#include "host.h"
 
 #define MARK_CHAR '\036' /* ASCII record separator: never in ordinary output */
 
@@ -56,10 +55,7 @@ bool crl_session_alive(const struct crl_session *s)
 
 size_t crl_session_count(struct crl_sandbox *sb)
 {
-    size_t n = 0;
-    for (struct crl_session *s = sb->sessions; s; s = s->next)
-        n++;
-    return n;
+    return sb->n_sessions;
 }
 
 json_t *crl_session_json(const struct crl_session *s)
@@ -86,7 +82,7 @@ struct crl_session *crl_session_find(struct crl_sandbox *sb, const char *id, str
 
 static struct crl_loop *loop_of(struct crl_session *s)
 {
-    return s->sb->host->loop;
+    return s->sb->owner->loop;
 }
 
 static void stop_fd(struct crl_session *s, struct crl_watch *w, int *fd)
@@ -254,7 +250,7 @@ static void on_timeout(struct crl_timer *t)
 {
     struct crl_session *s = t->data;
     s->timed_out = true;
-    s->sb->host->counters.exec_timeouts++;
+    s->sb->owner->counters->exec_timeouts++;
     crl_info(s->sb->id, "session %s: command timed out after %.3fs: killing what it started", s->id,
              s->req.timeout_s);
     s->sb->ops->kill(s->sb, &s->proc, CRL_KILL_DESCENDANTS);
@@ -337,7 +333,7 @@ int crl_session_run(struct crl_session *s, struct crl_exec_req *req, const struc
         crl_watch_modify(loop_of(s), &s->w_in, EPOLLOUT);
     if (s->req.timeout_s > 0)
         crl_timer_start(loop_of(s), &s->timer, (uint64_t)(s->req.timeout_s * 1e9), on_timeout, s);
-    s->sb->host->counters.execs++;
+    s->sb->owner->counters->execs++;
     crl_sandbox_touch(s->sb);
     if (s->cbs.on_start)
         s->cbs.on_start(s->ctx);
@@ -384,8 +380,17 @@ static void unlink_session(struct crl_session *s)
     for (struct crl_session **pp = &s->sb->sessions; *pp; pp = &(*pp)->next)
         if (*pp == s) {
             *pp = s->next;
+            s->sb->n_sessions--;
             return;
         }
+}
+
+/* The sandbox's end hook: every session closes before its processes are
+ * killed and the backend tears it down. */
+static void close_all(struct crl_sandbox *sb)
+{
+    while (sb->sessions)
+        crl_session_close(sb->sessions);
 }
 
 static void shell_exited(struct crl_proc *p)
@@ -450,6 +455,8 @@ int crl_session_open(struct crl_sandbox *sb, struct crl_session_req *req, crl_se
 {
     if (crl_sandbox_check_ready(sb, err) < 0)
         return -1;
+    if (crl_sandbox_on_end(sb, close_all, err) < 0)
+        return -1;
     struct crl_session *s = calloc(1, sizeof(*s));
     if (!s)
         return crl_err_sys(err, ENOMEM, "session");
@@ -498,6 +505,7 @@ int crl_session_open(struct crl_sandbox *sb, struct crl_session_req *req, crl_se
     }
     s->next = sb->sessions;
     sb->sessions = s;
+    sb->n_sessions++;
     crl_sandbox_touch(sb);
     return 0;
 }
@@ -531,10 +539,4 @@ void crl_session_close(struct crl_session *s)
     /* Freed when the shell's exit is reported (or its start fails). */
     if (s->started)
         s->sb->ops->kill(s->sb, &s->proc, CRL_KILL_TREE);
-}
-
-void crl_session_close_all(struct crl_sandbox *sb)
-{
-    while (sb->sessions)
-        crl_session_close(sb->sessions);
 }

@@ -41,7 +41,9 @@ void crl_session_cancel_run(struct crl_session *s);
 /* Was the session's shell alive after the last command? */
 bool crl_session_alive(const struct crl_session *s);
 
+/* Close a session: its shell and what it started are killed, a running
+ * command's client and a waiting opener get CRL_E_CONFLICT.  A sandbox's
+ * sessions close this way when it ends (an end hook, sandbox.h). */
 void crl_session_close(struct crl_session *s);
-void crl_session_close_all(struct crl_sandbox *sb);
 
 #endif
