@@ -19,14 +19,11 @@
 
 #define NS_PER_S 1000000000ull
 
-static const struct crl_backend_ops *const backends[] = {&crl_container_backend,
-                                                         &crl_function_backend};
-
-static const struct crl_backend_ops *backend_find(const char *name)
+static const struct crl_backend_ops *backend_find(struct crl_host *h, const char *name)
 {
-    for (size_t i = 0; i < CRL_ARRAY_SIZE(backends); i++)
-        if (strcmp(backends[i]->name, name) == 0)
-            return backends[i];
+    for (size_t i = 0; i < h->cfg.n_backends; i++)
+        if (strcmp(h->cfg.backends[i]->name, name) == 0)
+            return h->cfg.backends[i];
     return NULL;
 }
 
@@ -243,15 +240,27 @@ static void owner_retire(struct crl_sandbox *sb, bool keep)
 
 /* ---- creating and destroying ---- */
 
+/* "container, function": the names of the backends this host serves. */
+static void backend_names(struct crl_host *h, char *out, size_t cap)
+{
+    size_t off = 0;
+    out[0] = 0;
+    for (size_t i = 0; i < h->cfg.n_backends && off < cap; i++)
+        off +=
+            (size_t)snprintf(out + off, cap - off, "%s%s", i ? ", " : "", h->cfg.backends[i]->name);
+}
+
 int crl_host_create(struct crl_host *h, struct crl_spec *spec, crl_sandbox_cb cb, void *ctx,
                     struct crl_err *err)
 {
-    const struct crl_backend_ops *ops = backend_find(spec->backend);
-    if (!ops)
+    const struct crl_backend_ops *ops = backend_find(h, spec->backend);
+    if (!ops) {
+        char names[256];
+        backend_names(h, names, sizeof(names));
         return crl_err_set(err, CRL_E_UNSUPPORTED,
-                           "backend '%s' is not available on this host (available: container, "
-                           "function)",
-                           spec->backend);
+                           "backend '%s' is not available on this host (available: %s)",
+                           spec->backend, names[0] ? names : "none");
+    }
     if (admit(h, spec, err) < 0) {
         h->counters.rejected_capacity++;
         return -1;
@@ -463,16 +472,18 @@ int crl_host_open(const struct crl_host_config *cfg, struct crl_loop *loop, stru
     }
     h->slots = calloc(h->cfg.uid_slots, 1);
     h->by_id = calloc(CRL_HOST_BUCKETS, sizeof(*h->by_id));
-    if (!h->slots || !h->by_id) {
+    h->backend_state = calloc(cfg->n_backends + 1, sizeof(*h->backend_state));
+    if (!h->slots || !h->by_id || !h->backend_state) {
         crl_err_sys(err, ENOMEM, "slots");
         goto fail;
     }
     h->owner = (struct crl_sb_owner){
         .loop = loop, .counters = &h->counters, .release = owner_release, .retire = owner_retire};
-    for (size_t i = 0; i < CRL_ARRAY_SIZE(backends); i++) {
-        if (backends[i]->init(h, &h->backend_state[i], err) < 0 ||
-            backends[i]->reconcile(h, h->backend_state[i], err) < 0) {
-            crl_err_prefix(err, "backend %s", backends[i]->name);
+    for (size_t i = 0; i < cfg->n_backends; i++) {
+        const struct crl_backend_ops *ops = cfg->backends[i];
+        if (ops->init(h, &h->backend_state[i], err) < 0 ||
+            ops->reconcile(h, h->backend_state[i], err) < 0) {
+            crl_err_prefix(err, "backend %s", ops->name);
             goto fail;
         }
     }
@@ -516,9 +527,9 @@ void crl_host_close(struct crl_host *h)
     uint64_t deadline = crl_now_ns() + 30 * NS_PER_S;
     while ((pending || tearing_down(h)) && crl_now_ns() < deadline)
         crl_loop_once(h->loop, 100);
-    for (size_t i = 0; i < CRL_ARRAY_SIZE(backends); i++)
+    for (size_t i = 0; h->backend_state && i < h->cfg.n_backends; i++)
         if (h->backend_state[i])
-            backends[i]->shutdown(h, h->backend_state[i]);
+            h->cfg.backends[i]->shutdown(h, h->backend_state[i]);
     while (h->sandboxes) {
         struct crl_sandbox *sb = h->sandboxes;
         crl_timer_stop(h->loop, &sb->ttl_timer);
@@ -538,6 +549,7 @@ void crl_host_close(struct crl_host *h)
         crl_rm_rf_at(AT_FDCWD, h->run_dir);
     free(h->slots);
     free(h->by_id);
+    free(h->backend_state);
     if (h->cgroup_lock_fd >= 0)
         close(h->cgroup_lock_fd);
     if (h->lock_fd >= 0)
@@ -562,9 +574,12 @@ json_t *crl_host_info_json(struct crl_host *h)
     double cpu_cap = h->ncpus * h->cfg.cpu_overcommit;
     unsigned max =
         h->cfg.max_sandboxes < h->cfg.uid_slots ? h->cfg.max_sandboxes : h->cfg.uid_slots;
+    json_t *backends = json_array();
+    for (size_t i = 0; i < h->cfg.n_backends; i++)
+        json_array_append_new(backends, json_string(h->cfg.backends[i]->name));
     return json_pack(
         "{s:s, s:s, s:f, s:{s:I, s:i, s:i, s:f, s:f, s:I, s:f, s:i}, s:{s:i, s:I, s:f}, s:{s:I, "
-        "s:f, s:i}, s:[s,s], s:s}",
+        "s:f, s:i}, s:o, s:s}",
         "host_id", h->cfg.host_id, "state_dir", h->state_dir, "uptime_s",
         crl_wall_s() - h->started_at, "capacity", "memory_mb", (json_int_t)h->mem_total_mb, "cpus",
         (json_int_t)h->ncpus, "max_sandboxes", (json_int_t)max, "overcommit", h->cfg.overcommit,
@@ -573,8 +588,8 @@ json_t *crl_host_info_json(struct crl_host *h)
         (json_int_t)h->live, "memory_mb", (json_int_t)h->reserved_mb, "cpus", h->reserved_cpus,
         "free", "memory_mb", (json_int_t)(mem_cap > h->reserved_mb ? mem_cap - h->reserved_mb : 0),
         "cpus", cpu_cap - h->reserved_cpus, "sandboxes",
-        (json_int_t)(max > h->live ? max - h->live : 0), "backends", "container", "function",
-        "cgroup", crl_cgroup_mgr_describe(h->cgroups));
+        (json_int_t)(max > h->live ? max - h->live : 0), "backends", backends, "cgroup",
+        crl_cgroup_mgr_describe(h->cgroups));
 }
 
 char *crl_host_metrics(struct crl_host *h)

@@ -1,9 +1,11 @@
 /* One host running corrald: its sandboxes, capacity and admission control,
- * images, cgroups, network namespaces and backends.  The API layer is a
- * thin front end over these functions.
+ * images, cgroups, network namespaces and the backends it serves.  The API
+ * layer is a thin front end over these functions.
  *
  * The host sits above sandbox.c (the dependency order is drawn in
- * sandbox.h) and knows nothing of exec or sessions. */
+ * sandbox.h) and knows nothing of exec or sessions.  The backends are
+ * registered through the configuration, so a test can run the host over a
+ * fake one (tests/unit/test_host.c). */
 #ifndef CRL_CORE_HOST_H
 #define CRL_CORE_HOST_H
 
@@ -19,6 +21,10 @@
 
 struct crl_host_config {
     const char *state_dir;
+    /* The backends this host serves (borrowed: they outlive the host); a
+     * spec naming another one is refused with CRL_E_UNSUPPORTED. */
+    const struct crl_backend_ops *const *backends;
+    size_t n_backends;
     const char *images_dir;                /* the writable image store; NULL: <state_dir>/images */
     struct crl_import_limits image_limits; /* for imports; 0: the store's defaults */
     const char *const *images_from;
@@ -71,7 +77,7 @@ struct crl_host {
     unsigned live;
     struct crl_sb_counters counters;
     struct crl_sb_owner owner; /* what its sandboxes see of it */
-    void *backend_state[2];    /* each backend's, in host.c's order */
+    void **backend_state;      /* each registered backend's, in cfg.backends' order */
     bool shutting_down;
     double started_at;
     int lock_fd, cgroup_lock_fd; /* flocks held for our lifetime */

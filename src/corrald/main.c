@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "../../lib/api/api.h"
+#include "../../lib/core/backend.h"
 #include "../../lib/core/host.h"
 #include "../../lib/util/cleanup.h"
 #include "../../lib/util/fdio.h"
@@ -101,8 +102,13 @@ int main(int argc, char **argv)
      * sandbox: close-on-exec for all of it. */
     if (close_range(3, ~0u, CLOSE_RANGE_CLOEXEC) < 0 && errno != ENOSYS)
         fprintf(stderr, "corrald: close_range: %s\n", strerror(errno));
+    /* The backends this daemon serves; a spec naming another is refused (501). */
+    static const struct crl_backend_ops *const backends[] = {&crl_container_backend,
+                                                             &crl_function_backend};
     struct crl_host_config hc;
     crl_host_config_defaults(&hc);
+    hc.backends = backends;
+    hc.n_backends = CRL_ARRAY_SIZE(backends);
     struct crl_api_config ac = {.unix_path = "/run/corral/corrald.sock", .checkpoint_gc_s = 3600};
     const char *images_from[MAX_IMAGES_FROM];
     size_t n_from = 0;
