@@ -302,7 +302,11 @@ static void exec_started(struct crl_proc *p, const struct crl_err *err)
 struct crl_exec *crl_exec_start(struct crl_sandbox *sb, struct crl_exec_req *req,
                                 const struct crl_exec_cbs *cbs, void *ctx, struct crl_err *err)
 {
-    if (crl_sandbox_check_ready(sb, err) < 0) {
+    int ready = crl_sandbox_check_ready(sb, err);
+    if (ready == 0 && !sb->image)
+        ready = crl_err_set(err, CRL_E_UNSUPPORTED, "sandbox %s has no image to run a command from",
+                            sb->id);
+    if (ready < 0) {
         crl_exec_req_free(req);
         return NULL;
     }

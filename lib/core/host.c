@@ -278,8 +278,7 @@ int crl_host_create(struct crl_host *h, struct crl_spec *spec, crl_sandbox_cb cb
     sb->created_at = crl_wall_s();
     sb->last_active_ns = crl_now_ns();
     crl_host_new_id(h, sb->id, sizeof(sb->id));
-    sb->image = crl_image_get(h->images, sb->spec.image, err);
-    if (!sb->image) {
+    if (h->images && !(sb->image = crl_image_get(h->images, sb->spec.image, err))) {
         crl_sandbox_unref(sb);
         return -1;
     }
@@ -419,11 +418,12 @@ int crl_host_open(const struct crl_host_config *cfg, struct crl_loop *loop, stru
         crl_err_prefix(err, "another corrald is using the state dir %s", h->state_dir);
         goto fail;
     }
-    if (crl_mkdir_p("/run/corral", 0755) < 0) {
-        crl_err_sys(err, errno, "mkdir /run/corral");
+    const char *lock_dir = cfg->lock_dir ? cfg->lock_dir : "/run/corral";
+    if (crl_mkdir_p(lock_dir, 0755) < 0) {
+        crl_err_sys(err, errno, "mkdir %s", lock_dir);
         goto fail;
     }
-    snprintf(lock, sizeof(lock), "/run/corral/cgroup-%s.lock", cfg->cgroup_parent);
+    snprintf(lock, sizeof(lock), "%s/cgroup-%s.lock", lock_dir, cfg->cgroup_parent);
     if ((h->cgroup_lock_fd = take_lock(lock, err)) < 0) {
         crl_err_prefix(err,
                        "another corrald owns the cgroup parent '%s'; give this one its own "
@@ -445,7 +445,8 @@ int crl_host_open(const struct crl_host_config *cfg, struct crl_loop *loop, stru
     if (check_searchable(h->run_dir, err) < 0)
         goto fail;
 
-    if (crl_image_store_open(h->state_dir, cfg->images_dir, cfg->images_from, cfg->n_images_from,
+    if (!cfg->no_images &&
+        crl_image_store_open(h->state_dir, cfg->images_dir, cfg->images_from, cfg->n_images_from,
                              cfg->busybox_bin, &h->images, err) < 0)
         goto fail;
     struct crl_cgroup_config cgc = {.version = cfg->cgroup_version,

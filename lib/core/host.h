@@ -25,6 +25,11 @@ struct crl_host_config {
      * spec naming another one is refused with CRL_E_UNSUPPORTED. */
     const struct crl_backend_ops *const *backends;
     size_t n_backends;
+    /* Serve no images: open no image store, and make sandboxes without
+     * one (sb->image NULL: exec and sessions refuse to run in them).  For
+     * backends that need none, such as the unit tests' fake; the API's
+     * image endpoints need a store. */
+    bool no_images;
     const char *images_dir;                /* the writable image store; NULL: <state_dir>/images */
     struct crl_import_limits image_limits; /* for imports; 0: the store's defaults */
     const char *const *images_from;
@@ -42,6 +47,9 @@ struct crl_host_config {
     const char *cgroup_root;
     bool cgroup_no_limits; /* v2 without memory/pids controllers: run unlimited (tests) */
     const char *cgroup_parent;
+    /* Where the lock on cgroup_parent lives (NULL: /run/corral): the same
+     * for every corrald of a machine, so two cannot share a parent. */
+    const char *lock_dir;
     uint32_t uid_base;  /* sandbox slot i maps ids 0..65535 to uid_base + i*65536 */
     uint32_t uid_slots; /* how many slots (bounds concurrent sandboxes too) */
     const char *spawner_path;

@@ -455,6 +455,9 @@ int crl_session_open(struct crl_sandbox *sb, struct crl_session_req *req, crl_se
 {
     if (crl_sandbox_check_ready(sb, err) < 0)
         return -1;
+    if (!sb->image)
+        return crl_err_set(err, CRL_E_UNSUPPORTED, "sandbox %s has no image to run a shell from",
+                           sb->id);
     if (crl_sandbox_on_end(sb, close_all, err) < 0)
         return -1;
     struct crl_session *s = calloc(1, sizeof(*s));
