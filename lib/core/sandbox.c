@@ -180,8 +180,11 @@ void crl_sandbox_created(struct crl_sandbox *sb, const struct crl_err *err)
         crl_timer_start(loop, &sb->idle_timer, (uint64_t)sb->spec.idle_ttl_s * NS_PER_S, idle_check,
                         sb);
     notify(&sb->create_waiters, sb, NULL);
-    if (sb->destroy_requested)
-        crl_sandbox_destroy(sb, sb->end_reason[0] ? sb->end_reason : "destroyed", NULL, NULL, NULL);
+    if (sb->destroy_requested) {
+        char reason[sizeof(sb->end_reason)]; /* the destroy writes sb->end_reason */
+        snprintf(reason, sizeof(reason), "%s", sb->end_reason[0] ? sb->end_reason : "destroyed");
+        crl_sandbox_destroy(sb, reason, NULL, NULL, NULL);
+    }
     crl_sandbox_unref(sb);
 }
 
