@@ -177,7 +177,4 @@ struct crl_backend_ops {
     int (*resume)(struct crl_sandbox *sb, struct crl_err *err);
 };
 
-extern const struct crl_backend_ops crl_container_backend;
-extern const struct crl_backend_ops crl_function_backend;
-
 #endif

@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include "../../lib/api/api.h"
+#include "../../lib/backend/container/container.h"
+#include "../../lib/backend/function/function.h"
 #include "../../lib/core/backend.h"
 #include "../../lib/core/host.h"
 #include "../../lib/util/cleanup.h"

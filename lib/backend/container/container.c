@@ -25,6 +25,7 @@
 #include "../../util/fdio.h"
 #include "../../util/log.h"
 #include "../../util/run.h"
+#include "container.h"
 #include "container_int.h"
 
 struct ctr_state *crl_ctr_state;

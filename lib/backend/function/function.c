@@ -21,6 +21,7 @@
 #include "../../util/cleanup.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"
+#include "function.h"
 #include "function_int.h"
 #include "root.h"
 
