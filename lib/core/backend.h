@@ -15,10 +15,12 @@
 #include <sys/types.h>
 
 #include "../helper/stream.h"
+#include "../os/cgroup.h"
 #include "../util/err.h"
 
 struct crl_host;
 struct crl_sandbox;
+struct json_t;
 
 /* Resource use as a backend measures it. */
 struct crl_usage {
@@ -137,6 +139,24 @@ struct crl_restore_req {
  * gets: no space, bad input (400), the sandbox gone (409: `live` false), or
  * internal.  Returns 0 for CRL_STREAM_OK, else -1 with *err filled. */
 int crl_restore_error(int code, const char *msg, bool live, struct crl_err *err);
+
+/* A backend whose sandbox is one cgroup pauses it as a whole: frozen, then
+ * what memory can be released given back (crl_cgroup_pause). */
+struct crl_cgroup_paused {
+    bool paused;                    /* frozen: thawed before anything kills it */
+    struct crl_cgroup_reclaim last; /* what the last pause gave back */
+};
+/* ready -> paused (`pause`) or back: `cg` NULL means the sandbox is not
+ * running, a 409. */
+int crl_backend_pause_cgroup(struct crl_sandbox *sb, struct crl_cgroup *cg,
+                             struct crl_cgroup_paused *p, bool pause, struct crl_err *err);
+/* Before a teardown kills: a frozen sandbox is thawed (a frozen process
+ * would not act, nor die of SIGKILL on v1, until then). */
+void crl_backend_thaw_cgroup(struct crl_sandbox *sb, struct crl_cgroup *cg,
+                             struct crl_cgroup_paused *p);
+/* "last_pause" (how memory was released, the charge before and after) in
+ * a backend's info, once it has paused. */
+void crl_backend_pause_info(struct json_t *o, const struct crl_cgroup_paused *p);
 
 enum crl_kill_scope {
     CRL_KILL_PROC,        /* the process itself */

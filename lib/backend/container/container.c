@@ -126,13 +126,7 @@ static void ctr_destroy(struct crl_sandbox *sb)
         return;
     }
     c->releasing = true;
-    /* A frozen init (v1) would not die of the SIGKILL until thawed. */
-    if (c->paused && c->cg) {
-        struct crl_err err = CRL_ERR_INIT;
-        if (crl_cgroup_freeze(c->cg, false, &err) < 0)
-            crl_warn(sb->id, "destroy: %s", err.msg);
-        c->paused = false;
-    }
+    crl_backend_thaw_cgroup(sb, c->cg, &c->pause);
     if (c->init_dead) {
         start_drain(sb);
         return;
@@ -282,23 +276,15 @@ fail:
 static int ctr_pause(struct crl_sandbox *sb, struct crl_err *err)
 {
     struct ctr_sandbox *c = sb->priv;
-    if (!c || c->releasing || !c->cg)
-        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
-    if (crl_cgroup_pause(c->cg, sb->id, &c->last_pause, err) < 0)
-        return -1;
-    c->paused = true;
-    return 0;
+    return crl_backend_pause_cgroup(sb, c && !c->releasing ? c->cg : NULL, c ? &c->pause : NULL,
+                                    true, err);
 }
 
 static int ctr_resume(struct crl_sandbox *sb, struct crl_err *err)
 {
     struct ctr_sandbox *c = sb->priv;
-    if (!c || c->releasing || !c->cg)
-        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
-    if (crl_cgroup_freeze(c->cg, false, err) < 0)
-        return -1;
-    c->paused = false;
-    return 0;
+    return crl_backend_pause_cgroup(sb, c && !c->releasing ? c->cg : NULL, c ? &c->pause : NULL,
+                                    false, err);
 }
 
 /* ---- stats ---- */
@@ -335,11 +321,7 @@ static json_t *ctr_info(struct crl_sandbox *sb)
     json_t *o = json_pack("{s:i, s:I, s:s, s:i}", "init_pid", (json_int_t)c->pid, "uid_base",
                           (json_int_t)(h->cfg.uid_base + sb->slot * 65536u), "cgroup",
                           c->cg ? crl_cgroup_name(c->cg) : "", "spawner", (json_int_t)c->spawner);
-    if (o && c->last_pause.how) /* what the last pause gave back, and how */
-        json_object_set_new(o, "last_pause",
-                            json_pack("{s:s, s:I, s:I}", "memory_release", c->last_pause.how,
-                                      "memory_before_bytes", (json_int_t)c->last_pause.before_bytes,
-                                      "memory_after_bytes", (json_int_t)c->last_pause.after_bytes));
+    crl_backend_pause_info(o, &c->pause);
     return o;
 }
 

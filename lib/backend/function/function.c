@@ -104,10 +104,7 @@ static void teardown(struct crl_sandbox *sb)
     struct fn_sandbox *f = sb->priv;
     f->releasing = true;
     crl_timer_stop(sb->host->loop, &f->timer);
-    if (f->paused && f->cg) { /* a frozen keeper would not act, nor die (v1), until thawed */
-        crl_cgroup_freeze(f->cg, false, NULL);
-        f->paused = false;
-    }
+    crl_backend_thaw_cgroup(sb, f->cg, &f->pause); /* else the keeper could not act on END */
     struct keeper *k = f->k;
     struct crl_zyg_req end = {.op = CRL_ZYG_END};
     if (!k || k->state != K_SERVING ||
@@ -298,11 +295,7 @@ static json_t *fn_info(struct crl_sandbox *sb)
                   "uid", (json_int_t)f->uid, "scratch", CRL_FN_SCRATCH, "pid", (json_int_t)pid,
                   "root", root, "zygote_pid", (json_int_t)crl_fn_state->zy[f->runtime].pid,
                   "cgroup", f->cg ? crl_cgroup_name(f->cg) : "");
-    if (o && f->last_pause.how) /* what the last pause gave back, and how */
-        json_object_set_new(o, "last_pause",
-                            json_pack("{s:s, s:I, s:I}", "memory_release", f->last_pause.how,
-                                      "memory_before_bytes", (json_int_t)f->last_pause.before_bytes,
-                                      "memory_after_bytes", (json_int_t)f->last_pause.after_bytes));
+    crl_backend_pause_info(o, &f->pause);
     return o;
 }
 
@@ -313,24 +306,16 @@ static json_t *fn_info(struct crl_sandbox *sb)
  * to it. */
 static int fn_pause(struct crl_sandbox *sb, struct crl_err *err)
 {
-    struct fn_sandbox *f = sb->priv;
-    if (!f || f->releasing || !f->cg)
-        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
-    if (crl_cgroup_pause(f->cg, sb->id, &f->last_pause, err) < 0)
-        return -1;
-    f->paused = true; /* a call under way is frozen with it */
-    return 0;
+    struct fn_sandbox *f = sb->priv; /* a call under way is frozen with it */
+    return crl_backend_pause_cgroup(sb, f && !f->releasing ? f->cg : NULL, f ? &f->pause : NULL,
+                                    true, err);
 }
 
 static int fn_resume(struct crl_sandbox *sb, struct crl_err *err)
 {
     struct fn_sandbox *f = sb->priv;
-    if (!f || f->releasing || !f->cg)
-        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
-    if (crl_cgroup_freeze(f->cg, false, err) < 0)
-        return -1;
-    f->paused = false;
-    return 0;
+    return crl_backend_pause_cgroup(sb, f && !f->releasing ? f->cg : NULL, f ? &f->pause : NULL,
+                                    false, err);
 }
 
 /* ---- life ---- */

@@ -124,8 +124,7 @@ struct fn_sandbox {
     bool releasing;
     bool create_failed;
     struct crl_err create_err;
-    bool paused;
-    struct crl_cgroup_reclaim last_pause;
+    struct crl_cgroup_paused pause;
     struct crl_timer timer; /* destroy's drain */
     unsigned drain_tries;
     struct crl_sandbox *next_waiting;
