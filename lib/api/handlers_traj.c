@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "../traj/traj.h"
-#include "../util/log.h"
 #include "handlers_traj.h"
 #include "request.h"
 #include "traj_step.h"

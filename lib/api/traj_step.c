@@ -14,7 +14,6 @@
  * runs waits its turn, in arrival order (docs/architecture.md,
  * Trajectories, "One step at a time"). */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -11,7 +11,6 @@
 #ifndef CRL_HELPER_TAR_H
 #define CRL_HELPER_TAR_H
 
-#include <stdbool.h>
 #include <stddef.h>
 
 /* Write the tree under the current directory to `out_fd` as a pax tar.

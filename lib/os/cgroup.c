@@ -265,6 +265,20 @@ static int own_path(const char *procs, int h, bool v2, char *path, size_t cap)
     return -1;
 }
 
+/* The v1 hierarchies a process joins after the one it is killed and
+ * frozen in (the freezer), in order: those there and not shared with a
+ * twin.  Their number (none on v2). */
+static int v1_others(const struct crl_cgroup_mgr *m, int *hs)
+{
+    static const int others[] = {H_MEMORY, H_PIDS, H_CPU, H_CPUACCT};
+    int n = 0;
+    if (m->version == CRL_CGROUP_V1)
+        for (size_t i = 0; i < CRL_ARRAY_SIZE(others); i++)
+            if (m->parent_fd[others[i]] >= 0) /* absent, or shared with its twin */
+                hs[n++] = others[i];
+    return n;
+}
+
 int crl_cgroup_mgr_own_dirs(struct crl_cgroup_mgr *m, int *fds, struct crl_err *err)
 {
     if (!m->own_open) {
@@ -272,7 +286,7 @@ int crl_cgroup_mgr_own_dirs(struct crl_cgroup_mgr *m, int *fds, struct crl_err *
         if (crl_read_file_at(AT_FDCWD, "/proc/self/cgroup", procs, sizeof(procs)) < 0)
             return crl_err_sys(err, errno, "reading /proc/self/cgroup");
         for (int h = 0; h < m->nh; h++) {
-            if (m->parent_fd[h] < 0)
+            if (m->parent_fd[h] < 0 || m->own_fd[h] >= 0) /* (opened by a try that failed later) */
                 continue;
             bool v2 = m->version == CRL_CGROUP_V2;
             if (own_path(procs, h, v2, rel, sizeof(rel)) < 0)
@@ -288,14 +302,10 @@ int crl_cgroup_mgr_own_dirs(struct crl_cgroup_mgr *m, int *fds, struct crl_err *
     }
     /* in crl_cgroup_join_dirs' order: the one a process is killed and
      * frozen in first */
-    int n = 0, first = m->version == CRL_CGROUP_V2 ? 0 : H_FREEZER;
-    fds[n++] = m->own_fd[first];
-    if (m->version == CRL_CGROUP_V1) {
-        static const int others[] = {H_MEMORY, H_PIDS, H_CPU, H_CPUACCT};
-        for (size_t i = 0; i < CRL_ARRAY_SIZE(others); i++)
-            if (m->parent_fd[others[i]] >= 0)
-                fds[n++] = m->own_fd[others[i]];
-    }
+    int hs[CRL_CGROUP_MAX_FDS], n_others = v1_others(m, hs), n = 0;
+    fds[n++] = m->own_fd[m->version == CRL_CGROUP_V2 ? 0 : H_FREEZER];
+    for (int i = 0; i < n_others; i++)
+        fds[n++] = m->own_fd[hs[i]];
     return n;
 }
 
@@ -777,20 +787,15 @@ int crl_cgroup_attach_fds(struct crl_cgroup *cg, const char *leaf, int *fds, int
     if ((fds[n] = crl_openat(lp, path, O_WRONLY, 0)) < 0)
         return crl_err_sys(err, errno, "open cgroup %s/%s", cg->name, path);
     n++;
-    if (cg->m->version == CRL_CGROUP_V1) {
-        static const int others[] = {H_MEMORY, H_PIDS, H_CPU, H_CPUACCT};
-        for (size_t i = 0; i < CRL_ARRAY_SIZE(others); i++) {
-            int h = others[i];
-            if (cg->m->parent_fd[h] < 0) /* absent, or shared with its twin */
-                continue;
-            if ((fds[n] = crl_openat(cg->fd[h], "cgroup.procs", O_WRONLY, 0)) < 0) {
-                int e = errno;
-                for (int k = 0; k < n; k++)
-                    close(fds[k]);
-                return crl_err_sys(err, e, "open %s cgroup %s", v1_controllers[h], cg->name);
-            }
-            n++;
+    int hs[CRL_CGROUP_MAX_FDS], n_others = v1_others(cg->m, hs);
+    for (int i = 0; i < n_others; i++) {
+        if ((fds[n] = crl_openat(cg->fd[hs[i]], "cgroup.procs", O_WRONLY, 0)) < 0) {
+            int e = errno;
+            for (int k = 0; k < n; k++)
+                close(fds[k]);
+            return crl_err_sys(err, e, "open %s cgroup %s", v1_controllers[hs[i]], cg->name);
         }
+        n++;
     }
     *nfds = n;
     return 0;
@@ -798,14 +803,10 @@ int crl_cgroup_attach_fds(struct crl_cgroup *cg, const char *leaf, int *fds, int
 
 int crl_cgroup_join_dirs(struct crl_cgroup *cg, int *fds)
 {
-    int n = 0;
+    int hs[CRL_CGROUP_MAX_FDS], n_others = v1_others(cg->m, hs), n = 0;
     fds[n++] = leaf_parent_fd(cg);
-    if (cg->m->version == CRL_CGROUP_V1) {
-        static const int others[] = {H_MEMORY, H_PIDS, H_CPU, H_CPUACCT};
-        for (size_t i = 0; i < CRL_ARRAY_SIZE(others); i++)
-            if (cg->m->parent_fd[others[i]] >= 0) /* absent, or shared with its twin */
-                fds[n++] = cg->fd[others[i]];
-    }
+    for (int i = 0; i < n_others; i++)
+        fds[n++] = cg->fd[hs[i]];
     return n;
 }
 

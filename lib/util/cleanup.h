@@ -37,6 +37,21 @@ static inline int steal_fd(int *fd)
     return v;
 }
 
+/* Close a descriptor held in a field, if open, and mark it closed. */
+static inline void close_fd(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+}
+
+/* Descriptors that nobody takes (those a message brought, say). */
+static inline void close_fds(const int *fds, int n)
+{
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
+}
+
 #define CRL_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 #endif

@@ -20,11 +20,9 @@
 
 #include "../../core/etc.h"
 #include "../../core/host.h"
-#include "../../helper/tar.h"
 #include "../../util/cleanup.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"
-#include "../../util/run.h"
 #include "container.h"
 #include "container_int.h"
 
@@ -233,12 +231,7 @@ static int ctr_create(struct crl_sandbox *sb, struct crl_err *err)
         goto fail;
     memcpy(fds, sb->image->layer_fds, nl * sizeof(int));
     fds[nl] = c->netns_fd;
-    /* Its clocks start now: minus the host's, in every process of it. */
-    struct timespec mono, boot;
-    clock_gettime(CLOCK_MONOTONIC, &mono);
-    clock_gettime(CLOCK_BOOTTIME, &boot);
-    c->timens.monotonic_ns = -((int64_t)mono.tv_sec * 1000000000 + mono.tv_nsec);
-    c->timens.boottime_ns = -((int64_t)boot.tv_sec * 1000000000 + boot.tv_nsec);
+    crl_timens_from_now(&c->timens); /* its clocks start now, in every process of it */
     struct crl_spawn_req *rq = (struct crl_spawn_req *)st->msg;
     memset(rq, 0, sizeof(*rq));
     rq->op = CRL_SPAWN_CREATE;

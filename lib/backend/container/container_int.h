@@ -21,6 +21,7 @@
 #include "../../core/backend.h"
 #include "../../core/sandbox.h"
 #include "../../os/cgroup.h"
+#include "../../util/cleanup.h"
 #include "../../util/loop.h"
 #include "spawn_proto.h"
 
@@ -78,7 +79,7 @@ struct ctr_sandbox {
     pid_t pid;
     int root_fd;
     int tmpfs_fd;
-    struct crl_spawn_timens timens; /* its clock offsets, fixed at create */
+    struct crl_timens timens; /* its clock offsets, fixed at create */
     unsigned spawner;
     struct crl_watch w_init;
     bool init_dead;
@@ -103,14 +104,6 @@ struct ctr_restore {
 };
 
 extern struct ctr_state *crl_ctr_state; /* one container backend per host process */
-
-static inline void close_fd(int *fd)
-{
-    if (*fd >= 0) {
-        close(*fd);
-        *fd = -1;
-    }
-}
 
 /* ---- spawners.c ---- */
 

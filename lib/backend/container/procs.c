@@ -17,13 +17,10 @@
 
 #include <jansson.h>
 
-#include "../../core/etc.h"
 #include "../../core/host.h"
-#include "../../helper/tar.h"
 #include "../../util/cleanup.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"
-#include "../../util/run.h"
 #include "container_int.h"
 
 /* ---- processes ---- */

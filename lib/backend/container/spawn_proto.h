@@ -15,6 +15,8 @@
 
 #include <stdint.h>
 
+#include "../../util/timens.h"
+
 #define CRL_SPAWN_MAX_MSG (2u << 20)
 #define CRL_SPAWN_MAX_CGROUP_FDS 6
 #define CRL_SPAWN_MAX_LAYERS 125 /* CRL_IMAGE_MAX_LAYERS */
@@ -93,14 +95,6 @@ static inline const char *crl_spawn_step_name(uint32_t step)
     return step < CRL_STEP__COUNT && names[step] ? names[step] : "spawn";
 }
 
-/* A sandbox's clock offsets, fixed at its creation: minus the host's
- * CLOCK_MONOTONIC and CLOCK_BOOTTIME then, so that every process of the
- * sandbox sees both clocks (and /proc/uptime) start near 0 when it did. */
-struct crl_spawn_timens {
-    int64_t monotonic_ns;
-    int64_t boottime_ns;
-};
-
 /* The run-time files of a sandbox (/etc/hosts, ...) come in the string
  * area as "name\0contents\0" pairs, names relative to /etc. */
 #define CRL_SPAWN_MAX_FILES 2048
@@ -111,7 +105,7 @@ struct crl_spawn_create {
     uint32_t disk_mb;
     uint32_t n_layers;
     uint32_t n_cgroup_fds;
-    struct crl_spawn_timens timens;
+    struct crl_timens timens;
     char hostname[64];
     char workdir[256]; /* an empty host directory every sandbox mounts its tmpfs over */
 };
@@ -123,7 +117,7 @@ struct crl_spawn_exec {
     uint32_t n_cgroup_fds;
     uint32_t argc, envc; /* strings: argv..., env..., cwd */
     uint32_t flags;
-    struct crl_spawn_timens timens; /* the sandbox's, from its create */
+    struct crl_timens timens; /* the sandbox's, from its create */
 };
 
 struct crl_spawn_open {

@@ -29,11 +29,9 @@
 
 #include "../../core/backend.h"
 #include "../../helper/seccomp.h"
-#include "../../helper/tar.h"
 #include "../../util/cleanup.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"
-#include "../../util/path.h"
 #include "../../util/rawclone.h"
 #include "../../util/rawsys.h"
 #include "spawner_int.h"
@@ -60,24 +58,6 @@ void crl_spawner_send_reply(const struct crl_spawn_reply *r, const int *fds, int
 }
 
 /* ---- create ---- */
-
-/* The text /proc/PID/timens_offsets takes: seconds, then nanoseconds in
- * [0, 1e9), as the kernel wants them. */
-void crl_spawner_format_timens(const struct crl_spawn_timens *t, char *out, size_t cap)
-{
-    const int64_t ns[2] = {t->monotonic_ns, t->boottime_ns};
-    long long sec[2], nsec[2];
-    for (int i = 0; i < 2; i++) {
-        sec[i] = ns[i] / 1000000000;
-        nsec[i] = ns[i] % 1000000000;
-        if (nsec[i] < 0) {
-            nsec[i] += 1000000000;
-            sec[i]--;
-        }
-    }
-    snprintf(out, cap, "monotonic %lld %lld\nboottime %lld %lld\n", sec[0], nsec[0], sec[1],
-             nsec[1]);
-}
 
 static void pending_free(struct pending_create *pc)
 {
@@ -171,7 +151,7 @@ static void handle_create(const struct crl_spawn_req *rq, int *fds, int nfds)
     pc->args.last_cap = crl_spawner.last_cap;
     snprintf(pc->args.tmpfs_opts, sizeof(pc->args.tmpfs_opts), "size=%um,mode=0755", c->disk_mb);
     snprintf(pc->args.hostname, sizeof(pc->args.hostname), "%s", c->hostname);
-    crl_spawner_format_timens(&c->timens, pc->args.timens, sizeof(pc->args.timens));
+    crl_timens_format(&c->timens, pc->args.timens, sizeof(pc->args.timens));
     memcpy(pc->args.files, rq->strings, rq->strings_len);
     pc->args.files_len = rq->strings_len;
 

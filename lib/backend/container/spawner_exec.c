@@ -23,7 +23,6 @@
 
 #include "../../core/backend.h"
 #include "../../helper/seccomp.h"
-#include "../../helper/tar.h"
 #include "../../util/cleanup.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"
@@ -326,7 +325,7 @@ void crl_spawner_handle_exec(const struct crl_spawn_req *rq, int *fds, int nfds)
     j->flags = x->flags;
     j->last_cap = crl_spawner.last_cap;
     j->seccomp = &crl_spawner.seccomp;
-    crl_spawner_format_timens(&x->timens, j->timens, sizeof(j->timens));
+    crl_timens_format(&x->timens, j->timens, sizeof(j->timens));
     j->b_pid = -1;
     long a = crl_raw_clone(CLONE_VM | SIGCHLD, j->stacks + STAGE_STACK, NULL, stage_a, j);
     if (a < 0) {

@@ -79,7 +79,6 @@ void crl_spawner_send_reply(const struct crl_spawn_reply *r, const int *fds, int
 /* A process of ours ended: EXITED, with its status and usage. */
 void crl_spawner_send_exited(pid_t pid, int status, const struct rusage *ru);
 /* The text /proc/PID/timens_offsets takes. */
-void crl_spawner_format_timens(const struct crl_spawn_timens *t, char *out, size_t cap);
 
 /* ---- spawner_exec.c ---- */
 

@@ -17,9 +17,7 @@
 
 #include <jansson.h>
 
-#include "../../core/etc.h"
 #include "../../core/host.h"
-#include "../../helper/tar.h"
 #include "../../util/cleanup.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"

@@ -1,20 +1,16 @@
 /* Calls and restores, each a FORK to the sandbox's keeper: function_int.h. */
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "../../core/host.h"
-#include "../../helper/tar.h"
-#include "../../util/cleanup.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"
 #include "function_int.h"
@@ -400,11 +396,9 @@ int crl_fn_kill(struct crl_sandbox *sb, struct crl_proc *p, enum crl_kill_scope 
         return 0;
     /* Its tree is its cgroup leaf, whatever sessions it made.  (Only a
      * session's shell is spared, and a function sandbox has none.) */
-    if (scope != CRL_KILL_PROC && f && f->cg) {
-        struct crl_err err = CRL_ERR_INIT;
-        if (scope == CRL_KILL_TREE && crl_cgroup_kill_leaf(f->cg, fp->leaf, 0, &err) < 0)
-            crl_warn(sb->id, "%s", err.msg);
-    }
+    struct crl_err err = CRL_ERR_INIT;
+    if (scope == CRL_KILL_TREE && f && f->cg && crl_cgroup_kill_leaf(f->cg, fp->leaf, 0, &err) < 0)
+        crl_warn(sb->id, "%s", err.msg);
     if (scope != CRL_KILL_DESCENDANTS && p->pidfd >= 0 &&
         syscall(SYS_pidfd_send_signal, p->pidfd, SIGKILL, NULL, 0) < 0 && errno != ESRCH)
         crl_log_syscall(sb->id, errno, "pidfd_send_signal(%d)", (int)p->pid);

@@ -2,20 +2,15 @@
  * opened by corrald beneath the keeper's descriptor of it (function_int.h). */
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../../core/host.h"
 #include "../../util/path.h"
-#include "../../util/cleanup.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"
 #include "function_int.h"

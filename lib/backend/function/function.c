@@ -1,6 +1,5 @@
 /* The function backend: its ops table, a sandbox's life, and the
  * backend's start and end (function_int.h says how its files divide the work). */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -18,7 +17,6 @@
 #include <unistd.h>
 
 #include "../../core/host.h"
-#include "../../util/cleanup.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"
 #include "function.h"
@@ -171,8 +169,8 @@ void crl_fn_claim(struct crl_sandbox *sb, struct keeper *k)
         .gid = f->gid,
         .n_cgroup_fds = (uint32_t)ncg,
         .n_home_fds = (uint32_t)nhome,
-        .clock_start_s = 0,
     };
+    crl_timens_from_now(&c.timens);
     snprintf(c.hostname, sizeof(c.hostname), "%s", sb->id);
     if (crl_send_fds(k->sock, &c, sizeof(c), fds, 1 + ncg + nhome) < 0) {
         crl_err_sys(&err, errno, "talking to the sandbox's keeper");
@@ -216,35 +214,12 @@ static int fn_create(struct crl_sandbox *sb, struct crl_err *err)
     }
     sb->priv = f;
     struct keeper *k = crl_fn_pool_take(z);
-    if (k) {
+    if (k)
         crl_fn_claim(sb, k);
-    } else if (z->waiting_tail) {
-        ((struct fn_sandbox *)z->waiting_tail->priv)->next_waiting = sb;
-        z->waiting_tail = sb;
-    } else {
-        z->waiting_head = z->waiting_tail = sb;
-    }
+    else
+        crl_fn_wait(z, sb);
     crl_fn_pool_fill(z);
     return 0;
-}
-
-static void unwait(struct crl_sandbox *sb)
-{
-    struct fn_sandbox *f = sb->priv;
-    struct zygote *z = &crl_fn_state->zy[f->runtime];
-    struct crl_sandbox *prev = NULL;
-    for (struct crl_sandbox *w = z->waiting_head; w;
-         prev = w, w = ((struct fn_sandbox *)w->priv)->next_waiting) {
-        if (w != sb)
-            continue;
-        if (prev)
-            ((struct fn_sandbox *)prev->priv)->next_waiting = f->next_waiting;
-        else
-            z->waiting_head = f->next_waiting;
-        if (z->waiting_tail == sb)
-            z->waiting_tail = prev;
-        return;
-    }
 }
 
 static void fn_destroy(struct crl_sandbox *sb)
@@ -254,7 +229,7 @@ static void fn_destroy(struct crl_sandbox *sb)
         crl_sandbox_destroyed(sb);
         return;
     }
-    unwait(sb);
+    crl_fn_unwait(&crl_fn_state->zy[f->runtime], sb); /* if it waits for a keeper */
     teardown(sb);
 }
 

@@ -33,6 +33,7 @@
 
 #include "../../core/backend.h"
 #include "../../os/cgroup.h"
+#include "../../util/cleanup.h"
 #include "../../util/loop.h"
 #include "../../core/sandbox.h"
 #include "zygote_proto.h"
@@ -88,9 +89,10 @@ struct zygote {
     int sock;
     struct crl_watch w;
     unsigned requested;       /* KEEPERs asked for, not answered */
-    struct keeper *unclaimed; /* building their roots, or pooled */
+    struct keeper *unclaimed; /* building their roots, or pooled (or killed: until reaped) */
     unsigned building, npool;
     struct crl_sandbox *waiting_head, *waiting_tail; /* creates waiting for a keeper */
+    unsigned nwaiting;
     struct crl_err last_err; /* why the last keeper failed, for those waiting */
 };
 
@@ -132,20 +134,6 @@ struct fn_sandbox {
 
 extern struct fn_state *crl_fn_state;
 
-static inline void close_fd(int *fd)
-{
-    if (*fd >= 0)
-        close(*fd);
-    *fd = -1;
-}
-
-/* Descriptors a message brought that nobody takes. */
-static inline void close_fds(const int *fds, int n)
-{
-    for (int i = 0; i < n; i++)
-        close(fds[i]);
-}
-
 /* ---- function.c: a sandbox's life ---- */
 
 /* The keeper becomes the sandbox's; completes with crl_sandbox_created. */
@@ -162,6 +150,10 @@ int crl_fn_zygote_start(struct fn_state *st, unsigned rt, struct crl_err *err);
 void crl_fn_pool_fill(struct zygote *z);
 /* A pooled keeper, off the list; NULL if none is ready. */
 struct keeper *crl_fn_pool_take(struct zygote *z);
+/* A create waits for a keeper, first come, first served; one that goes
+ * meanwhile leaves the queue. */
+void crl_fn_wait(struct zygote *z, struct crl_sandbox *sb);
+void crl_fn_unwait(struct zygote *z, struct crl_sandbox *sb);
 /* A keeper of no more use: killed; what was in flight on it ends as if
  * killed; a sandbox that did not ask for this has failed. */
 void crl_fn_keeper_lost(struct keeper *k, const char *why);

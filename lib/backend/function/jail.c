@@ -14,6 +14,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "../../util/cleanup.h"
+#include "root.h"
 #include "step.h"
 
 /* Newer than Debian 12's headers. */
@@ -36,15 +38,11 @@ struct ll_ruleset_attr {
 #define FS_FILE_RW \
     (LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_TRUNCATE)
 
-/* Read and execute: the host's system dirs in the sandbox's root (root.h). */
-static const char *const exec_paths[] = {"/usr",   "/bin",   "/sbin",  "/lib",
-                                         "/lib32", "/lib64", "/libx32"};
 /* Read: the sandbox's /etc (what of the host's a program needs, and the
- * files made for it) and its own /proc (its pid namespace's). */
+ * files made for it) and its own /proc (its pid namespace's).  Read and
+ * execute: the host's system dirs in the root; read and write: its
+ * devices (root.h lists both). */
 static const char *const read_paths[] = {"/etc", "/proc"};
-/* Character devices a program may expect. */
-static const char *const dev_paths[] = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random",
-                                        "/dev/urandom"};
 
 int crl_landlock_abi(void)
 {
@@ -100,12 +98,17 @@ int crl_jail_ruleset(int scratch_fd)
         return -errno;
     /* listing any directory of the root: all of it is the sandbox's */
     int r = add_rule(rs, "/", -1, LANDLOCK_ACCESS_FS_READ_DIR, true);
-    for (size_t i = 0; r == 0 && i < sizeof(exec_paths) / sizeof(exec_paths[0]); i++)
-        r = add_rule(rs, exec_paths[i], -1, FS_READ | LANDLOCK_ACCESS_FS_EXECUTE, false);
-    for (size_t i = 0; r == 0 && i < sizeof(read_paths) / sizeof(read_paths[0]); i++)
+    char path[64];
+    for (size_t i = 0; r == 0 && i < CRL_FNROOT_N_SYSTEM_DIRS; i++) {
+        snprintf(path, sizeof(path), "/%s", crl_fnroot_system_dirs[i]);
+        r = add_rule(rs, path, -1, FS_READ | LANDLOCK_ACCESS_FS_EXECUTE, false);
+    }
+    for (size_t i = 0; r == 0 && i < CRL_ARRAY_SIZE(read_paths); i++)
         r = add_rule(rs, read_paths[i], -1, FS_READ, false);
-    for (size_t i = 0; r == 0 && i < sizeof(dev_paths) / sizeof(dev_paths[0]); i++)
-        r = add_rule(rs, dev_paths[i], -1, FS_FILE_RW, false);
+    for (size_t i = 0; r == 0 && i < CRL_FNROOT_N_DEV_NODES; i++) {
+        snprintf(path, sizeof(path), "/dev/%s", crl_fnroot_dev_nodes[i]);
+        r = add_rule(rs, path, -1, FS_FILE_RW, false);
+    }
     if (r == 0) /* POSIX shared memory and semaphores: the sandbox's own, on its tmpfs */
         r = add_rule(rs, "/dev/shm", -1, all & ~LANDLOCK_ACCESS_FS_EXECUTE, false);
     if (r == 0) /* the scratch dir: everything, executing included (scripts) */

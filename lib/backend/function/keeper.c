@@ -24,7 +24,6 @@
 
 #include "../../helper/tar.h"
 #include "../../util/fdio.h"
-#include "../../util/log.h"
 #include "../../util/run.h"
 #include "jail.h"
 #include "root.h"
@@ -34,10 +33,10 @@
  * each waiting on a socket of its own, so that a call does not wait for
  * the fork of an initialised interpreter (its page tables copied).  Only
  * while the sandbox is hot (a call within HOT_NS): an idle sandbox holds
- * none.  A spare does not copy its pages ahead of its call: it lives in
- * the sandbox's cgroups, and the copy (some 12 MiB for python) would be
- * charged to the sandbox's memory and CPU whether its call needs it or
- * not; the call pays for the few pages it writes (measured: python calls
+ * none.  A spare does not copy its pages ahead of its call: until its
+ * call it is in corrald's cgroup, as the keeper is, and the copy (some
+ * 12 MiB for python) would stay charged there, outside the sandbox's
+ * limits; the call pays for the few pages it writes (measured: python calls
  * twice as fast, docs/benchmarks.md). */
 #define SPARES 2
 #define HOT_NS (10ull * 1000 * 1000 * 1000)
@@ -63,13 +62,6 @@ static struct {
     unsigned long long hot_until;
 } k;
 
-static unsigned long long now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
-}
-
 static void send_reply(const struct crl_zyg_reply *r, const int *fds, int nfds)
 {
     if (crl_send_fds(k.sock, r, sizeof(*r), fds, nfds) < 0)
@@ -85,19 +77,15 @@ static void reply_err(uint64_t id, int e, const char *msg)
 
 /* ---- claim: the sandbox's identity ---- */
 
-/* Clocks that read `start_s` now, for the children (calls): uptime and
- * boot time are the sandbox's, not the host's.  A kernel without time
- * namespaces (CONFIG_TIME_NS) leaves the host's. */
-static int time_namespace(int64_t start_s)
+/* The sandbox's clocks, for the children (calls): uptime and boot time
+ * are the sandbox's, not the host's.  A kernel without time namespaces
+ * (CONFIG_TIME_NS) leaves the host's. */
+static int time_namespace(const struct crl_timens *t)
 {
     if (unshare(CLONE_NEWTIME) < 0)
         return errno == EINVAL ? 0 : -errno;
-    struct timespec mono, boot;
-    clock_gettime(CLOCK_MONOTONIC, &mono);
-    clock_gettime(CLOCK_BOOTTIME, &boot);
     char offsets[96];
-    snprintf(offsets, sizeof(offsets), "monotonic %lld 0\nboottime %lld 0\n",
-             (long long)(start_s - mono.tv_sec), (long long)(start_s - boot.tv_sec));
+    crl_timens_format(t, offsets, sizeof(offsets));
     return crl_write_file_at(AT_FDCWD, "/proc/self/timens_offsets", offsets) < 0 ? -errno : 0;
 }
 
@@ -108,7 +96,7 @@ static int claim(struct crl_zyg_claim *c, const int *fds, int nfds, const char *
     if (c->n_cgroup_fds < 1 || c->n_cgroup_fds > CRL_ZYG_MAX_CGROUP_FDS ||
         c->n_home_fds > CRL_ZYG_MAX_CGROUP_FDS ||
         (unsigned)nfds != 1 + c->n_cgroup_fds + c->n_home_fds || c->uid == 0 || c->gid == 0 ||
-        !memchr(c->hostname, 0, sizeof(c->hostname)) || c->clock_start_s < 0)
+        !memchr(c->hostname, 0, sizeof(c->hostname)))
         return -EPROTO;
     for (unsigned i = 0; i < c->n_cgroup_fds; i++)
         STEP("cgroup", crl_write_file_at(fds[1 + i], "cgroup.procs", "0") < 0 ? -errno : 0);
@@ -123,7 +111,7 @@ static int claim(struct crl_zyg_claim *c, const int *fds, int nfds, const char *
     STEP("netns", neg_errno(setns(fds[0], CLONE_NEWNET)));
     STEP("hostname", neg_errno(sethostname(c->hostname, strlen(c->hostname))));
     STEP("root", crl_fnroot_claim(c, step));
-    STEP("timens", time_namespace(c->clock_start_s));
+    STEP("timens", time_namespace(&c->timens));
     int rs = crl_jail_ruleset(k.scratch_fd);
     STEP("landlock", rs);
     k.landlock_fd = rs;
@@ -178,9 +166,11 @@ static void child(const struct crl_zyg_fork *f, int *fds, char **strings, char *
     sigprocmask(SIG_SETMASK, &none, NULL);
     /* A spare, forked before its call was known, joins a v2 cgroup by
      * writing itself into it, as on v1. */
-    int procs = -1;
-    if (f->into_cgroup && !in_cgroup)
-        procs = openat(fds[CRL_ZYG_FIXED_FDS], "cgroup.procs", O_WRONLY | O_CLOEXEC);
+    int procs = -1, r = 0;
+    const char *step = "cgroup";
+    if (f->into_cgroup && !in_cgroup &&
+        (procs = openat(fds[CRL_ZYG_FIXED_FDS], "cgroup.procs", O_WRONLY | O_CLOEXEC)) < 0)
+        r = -errno;
     struct crl_jail j = {
         .stdio = {fds[0], fds[1], fds[2]},
         .status_fd = fds[3],
@@ -195,8 +185,8 @@ static void child(const struct crl_zyg_fork *f, int *fds, char **strings, char *
         .nofile = f->nofile,
         .seccomp = k.filter,
     };
-    const char *step = "?";
-    int r = crl_jail_enter(&j, &step);
+    if (r == 0)
+        r = crl_jail_enter(&j, &step);
     if (r < 0) {
         /* its status pipe may be where it was, or already moved */
         int to = fcntl(CRL_ZYG_STATUS_FD, F_GETFD) >= 0 ? CRL_ZYG_STATUS_FD : fds[3];
@@ -348,7 +338,7 @@ static void handle_fork(char *msg, size_t len, int *fds, int nfds)
         reply_err(id, EPROTO, "fork: malformed request");
         return;
     }
-    k.hot_until = now_ns() + HOT_NS;
+    k.hot_until = crl_now_ns() + HOT_NS;
     pid_t pid = use_spare(msg, len, fds, nfds);
     if (pid < 0 && f.into_cgroup) {
         /* Born in its cgroup (v2): no attach, and no moment outside it.  The
@@ -357,16 +347,18 @@ static void handle_fork(char *msg, size_t len, int *fds, int nfds)
                                 .exit_signal = SIGCHLD,
                                 .cgroup = (uint64_t)fds[CRL_ZYG_FIXED_FDS]};
         pid = (pid_t)syscall(SYS_clone3, &ca, sizeof(ca));
-        if (pid == 0 && k.rt->after_fork)
-            k.rt->after_fork();
-        if (pid == 0)
+        if (pid == 0) {
+            if (k.rt->after_fork)
+                k.rt->after_fork();
             child(&f, fds, strings, envp, true);
+        }
     } else if (pid < 0) {
         pid = fork();
-        if (pid == 0 && k.rt->after_fork)
-            k.rt->after_fork();
-        if (pid == 0)
+        if (pid == 0) {
+            if (k.rt->after_fork)
+                k.rt->after_fork();
             child(&f, fds, strings, envp, false);
+        }
     }
     free(strings);
     free(envp);
@@ -386,8 +378,19 @@ static void handle_fork(char *msg, size_t len, int *fds, int nfds)
         close(pidfd);
 }
 
-/* As the sandbox's PID 1, every orphan in it is ours to reap; corrald
- * hears of the calls only. */
+/* A process reaped: corrald hears of it if it was a call. */
+static void reaped(pid_t pid, int status, const struct rusage *ru)
+{
+    if (!untrack(pid))
+        return;
+    struct crl_zyg_reply r = {.op = CRL_ZYG_EXITED, .pid = pid, .status = status};
+    r.cpu_s = (double)ru->ru_utime.tv_sec + ru->ru_utime.tv_usec / 1e6 +
+              (double)ru->ru_stime.tv_sec + ru->ru_stime.tv_usec / 1e6;
+    r.maxrss_bytes = (uint64_t)ru->ru_maxrss * 1024;
+    send_reply(&r, NULL, 0);
+}
+
+/* As the sandbox's PID 1, every orphan in it is ours to reap. */
 static void reap(void)
 {
     for (;;) {
@@ -396,13 +399,7 @@ static void reap(void)
         pid_t pid = wait4(-1, &status, WNOHANG, &ru);
         if (pid <= 0)
             return;
-        if (!untrack(pid))
-            continue;
-        struct crl_zyg_reply r = {.op = CRL_ZYG_EXITED, .pid = pid, .status = status};
-        r.cpu_s = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
-                  (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
-        r.maxrss_bytes = (uint64_t)ru.ru_maxrss * 1024;
-        send_reply(&r, NULL, 0);
+        reaped(pid, status, &ru);
     }
 }
 
@@ -449,10 +446,7 @@ static void end_sandbox(void)
             continue;
         if (pid < 0)
             break;
-        if (untrack(pid)) {
-            struct crl_zyg_reply r = {.op = CRL_ZYG_EXITED, .pid = pid, .status = status};
-            send_reply(&r, NULL, 0);
-        }
+        reaped(pid, status, &ru);
     }
     remove_ipc();
     _exit(0);
@@ -462,7 +456,7 @@ static void end_sandbox(void)
  * while it is hot, else for ever. */
 static int idle_timeout(bool spares_failed)
 {
-    unsigned long long now = now_ns();
+    unsigned long long now = crl_now_ns();
     if (now >= k.hot_until)
         return -1;
     if (k.nspares < SPARES && !spares_failed)
@@ -485,7 +479,7 @@ static void serve(void)
             _exit(1);
         }
         if (n == 0) {
-            if (now_ns() >= k.hot_until)
+            if (crl_now_ns() >= k.hot_until)
                 dismiss_spares();
             else /* idle and hot: fork a spare (after a failure, not before the next call) */
                 spares_failed = !make_spare();
@@ -556,7 +550,7 @@ void crl_keeper_main(const struct crl_zygote_runtime *rt, int sock, const char *
         r = -errno;
         step = "setpriority";
     }
-    struct crl_zyg_reply ready = {.op = CRL_ZYG_READY, .err = -r, .pid = getpid()};
+    struct crl_zyg_reply ready = {.op = CRL_ZYG_READY, .err = -r};
     snprintf(ready.msg, sizeof(ready.msg), "%s", r < 0 ? step : "");
     send_reply(&ready, fds, r < 0 ? 0 : 2);
     if (r < 0)

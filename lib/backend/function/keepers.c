@@ -1,8 +1,6 @@
 /* The zygotes, and the keepers they make: function_int.h. */
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
-#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -10,13 +8,11 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "../../core/host.h"
-#include "../../util/cleanup.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"
 #include "../../util/run.h"
@@ -42,18 +38,30 @@ void crl_fn_keeper_free(struct keeper *k)
     free(k);
 }
 
-/* Off the list of keepers nobody has claimed. */
-static void unlist(struct zygote *z, struct keeper *k)
+/* Off the counts of keepers building and pooled. */
+static void uncount(struct zygote *z, enum keeper_state state)
+{
+    if (state == K_BUILDING)
+        z->building--;
+    else if (state == K_POOLED)
+        z->npool--;
+}
+
+/* Off the list of keepers nobody has claimed (if it is on it). */
+static void unlink_keeper(struct zygote *z, struct keeper *k)
 {
     for (struct keeper **pp = &z->unclaimed; *pp; pp = &(*pp)->next)
         if (*pp == k) {
             *pp = k->next;
-            if (k->state == K_BUILDING)
-                z->building--;
-            else if (k->state == K_POOLED)
-                z->npool--;
             return;
         }
+}
+
+/* A building or pooled keeper, off the list and its count. */
+static void unlist(struct zygote *z, struct keeper *k)
+{
+    unlink_keeper(z, k);
+    uncount(z, k->state);
 }
 
 /* A pooled keeper, off the list; NULL if none is ready. */
@@ -67,18 +75,51 @@ struct keeper *crl_fn_pool_take(struct zygote *z)
     return NULL;
 }
 
+void crl_fn_wait(struct zygote *z, struct crl_sandbox *sb)
+{
+    ((struct fn_sandbox *)sb->priv)->next_waiting = NULL;
+    if (z->waiting_tail)
+        ((struct fn_sandbox *)z->waiting_tail->priv)->next_waiting = sb;
+    else
+        z->waiting_head = sb;
+    z->waiting_tail = sb;
+    z->nwaiting++;
+}
+
+void crl_fn_unwait(struct zygote *z, struct crl_sandbox *sb)
+{
+    struct crl_sandbox *prev = NULL;
+    for (struct crl_sandbox *w = z->waiting_head; w;
+         prev = w, w = ((struct fn_sandbox *)w->priv)->next_waiting) {
+        if (w != sb)
+            continue;
+        struct crl_sandbox *next = ((struct fn_sandbox *)sb->priv)->next_waiting;
+        if (prev)
+            ((struct fn_sandbox *)prev->priv)->next_waiting = next;
+        else
+            z->waiting_head = next;
+        if (z->waiting_tail == sb)
+            z->waiting_tail = prev;
+        z->nwaiting--;
+        return;
+    }
+}
+
+/* The create that has waited longest, off the queue; NULL if none. */
+static struct crl_sandbox *waiting_pop(struct zygote *z)
+{
+    struct crl_sandbox *sb = z->waiting_head;
+    if (sb)
+        crl_fn_unwait(z, sb);
+    return sb;
+}
+
 /* Creates waiting for a keeper fail with `err`, rather than wait for
  * keepers that will not come, or would fail alike. */
 static void fail_waiting(struct zygote *z, const struct crl_err *err)
 {
-    while (z->waiting_head) {
-        struct crl_sandbox *sb = z->waiting_head;
-        struct fn_sandbox *f = sb->priv;
-        z->waiting_head = f->next_waiting;
-        if (!z->waiting_head)
-            z->waiting_tail = NULL;
+    for (struct crl_sandbox *sb; (sb = waiting_pop(z));)
         crl_fn_create_fail(sb, err);
-    }
 }
 
 /* A keeper is of no more use: it died, broke the protocol, or its sandbox
@@ -101,13 +142,17 @@ void crl_fn_keeper_lost(struct keeper *k, const char *why)
         crl_watch_stop(loop, &k->w_sock);
     close_fd(&k->sock);
     if (was == K_BUILDING || was == K_POOLED) {
-        k->state = was;
-        unlist(z, k);
-        k->state = K_DEAD;
+        uncount(z, was);
         if (why)
             crl_warn(NULL, "function runtime %s: keeper %d: %s", crl_fn_runtimes[k->runtime],
                      (int)k->pid, why);
-        crl_fn_keeper_free(k);
+        /* Our child, reaped once it has died (a kill takes a moment):
+         * until its pidfd says so it stays on the list, dead, where
+         * keeper_exited, or the shutdown, finds it. */
+        if (!k->w_pid.active) {
+            unlink_keeper(z, k);
+            crl_fn_keeper_free(k);
+        }
         /* A pooled keeper killed from outside is made again; one that could
          * not build its root is not, until a create asks (no fork storm). */
         if (was == K_POOLED)
@@ -128,6 +173,25 @@ void crl_fn_keeper_lost(struct keeper *k, const char *why)
         crl_sandbox_failed(sb, "init_exited", "%s", err.msg);
 }
 
+/* A keeper could not build its root (`e` and `msg`: why, if it said;
+ * else it exited): it is lost, and the creates waiting for one fail with
+ * its error, rather than wait for keepers that would fail alike. */
+static void build_failed(struct keeper *k, int e, const char *msg, int msg_len)
+{
+    struct zygote *z = &k->st->zy[k->runtime];
+    if (e)
+        crl_err_sys(&z->last_err, e, "function runtime %s: building a sandbox's root: %.*s",
+                    crl_fn_runtimes[k->runtime], msg_len, msg);
+    else
+        crl_err_set(&z->last_err, CRL_E_INTERNAL,
+                    "function runtime %s: a keeper exited while building a sandbox's root",
+                    crl_fn_runtimes[k->runtime]);
+    crl_error(NULL, "%s", z->last_err.msg);
+    struct crl_err err = z->last_err;
+    crl_fn_keeper_lost(k, NULL);
+    fail_waiting(z, &err);
+}
+
 static void keeper_exited(struct crl_watch *w, uint32_t ev)
 {
     struct keeper *k = w->data;
@@ -137,27 +201,18 @@ static void keeper_exited(struct crl_watch *w, uint32_t ev)
     if (waitid((idtype_t)P_PIDFD, (id_t)k->pidfd, &si, WEXITED | WNOHANG | __WALL) < 0)
         crl_log_syscall(NULL, errno, "waitid(P_PIDFD, keeper %d)", (int)k->pid);
     if (k->state == K_DEAD && !k->sb) {
+        unlink_keeper(&k->st->zy[k->runtime], k);
         crl_fn_keeper_free(k);
         return;
     }
     if (k->state == K_BUILDING) {
         /* Why, if it said (its READY may still wait in the socket). */
-        struct zygote *z = &k->st->zy[k->runtime];
         struct crl_zyg_reply r;
         int fds[2], nfds = 2;
         ssize_t n = crl_recv_fds(k->sock, &r, sizeof(r), fds, &nfds);
         close_fds(fds, nfds);
-        if (n == (ssize_t)sizeof(r) && r.op == CRL_ZYG_READY && r.err)
-            crl_err_sys(&z->last_err, r.err, "function runtime %s: building a sandbox's root: %.*s",
-                        crl_fn_runtimes[k->runtime], (int)sizeof(r.msg), r.msg);
-        else
-            crl_err_set(&z->last_err, CRL_E_INTERNAL,
-                        "function runtime %s: a keeper exited while building a sandbox's root",
-                        crl_fn_runtimes[k->runtime]);
-        crl_error(NULL, "%s", z->last_err.msg);
-        struct crl_err err = z->last_err;
-        crl_fn_keeper_lost(k, NULL);
-        fail_waiting(z, &err);
+        bool said = n == (ssize_t)sizeof(r) && r.op == CRL_ZYG_READY && r.err;
+        build_failed(k, said ? r.err : 0, r.msg, said ? (int)sizeof(r.msg) : 0);
         return;
     }
     crl_fn_keeper_lost(k, "exited");
@@ -178,24 +233,14 @@ static bool keeper_ready(struct keeper *k, const struct crl_zyg_reply *r, int *f
     struct zygote *z = &k->st->zy[k->runtime];
     if (r->err || nfds != 2) {
         close_fds(fds, nfds);
-        crl_err_sys(&z->last_err, r->err ? r->err : EPROTO,
-                    "function runtime %s: building a sandbox's root: %.*s",
-                    crl_fn_runtimes[k->runtime], (int)sizeof(r->msg),
-                    r->err ? r->msg : "no descriptors");
-        crl_error(NULL, "%s", z->last_err.msg);
-        struct crl_err err = z->last_err;
-        crl_fn_keeper_lost(k, NULL);
-        fail_waiting(z, &err);
+        build_failed(k, r->err ? r->err : EPROTO, r->err ? r->msg : "no descriptors",
+                     (int)sizeof(r->msg));
         return false;
     }
     k->root_fd = fds[0];
     k->scratch_fd = fds[1];
-    if (z->waiting_head) {
-        struct crl_sandbox *sb = z->waiting_head;
-        struct fn_sandbox *f = sb->priv;
-        z->waiting_head = f->next_waiting;
-        if (!z->waiting_head)
-            z->waiting_tail = NULL;
+    struct crl_sandbox *sb = waiting_pop(z);
+    if (sb) {
         unlist(z, k);
         crl_fn_claim(sb, k);
     } else {
@@ -357,6 +402,9 @@ static void on_zygote(struct crl_watch *w, uint32_t ev)
         if (crl_watch_start(loop, &k->w_sock, k->sock, EPOLLIN, on_keeper, k) < 0 ||
             crl_watch_start(loop, &k->w_pid, k->pidfd, EPOLLIN, keeper_exited, k) < 0) {
             syscall(SYS_pidfd_send_signal, k->pidfd, SIGKILL, NULL, 0);
+            siginfo_t si; /* reaped: nothing else will */
+            setpriority(PRIO_PROCESS, k->pid, 0);
+            waitid((idtype_t)P_PIDFD, (id_t)k->pidfd, &si, WEXITED | __WALL);
             crl_fn_keeper_free(k);
             continue;
         }
@@ -381,10 +429,7 @@ void crl_fn_pool_fill(struct zygote *z)
         fail_waiting(z, &err);
         return;
     }
-    unsigned want = st->host->cfg.function_pool;
-    for (struct crl_sandbox *sb = z->waiting_head; sb;
-         sb = ((struct fn_sandbox *)sb->priv)->next_waiting)
-        want++;
+    unsigned want = st->host->cfg.function_pool + z->nwaiting;
     while (z->npool + z->building + z->requested < want) {
         if (z->sock < 0 && crl_fn_zygote_start(st, z->runtime, &err) < 0) {
             crl_warn(NULL, "function runtime %s: %s", crl_fn_runtimes[z->runtime], err.msg);

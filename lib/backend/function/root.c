@@ -16,12 +16,12 @@
 #include "../../util/fdio.h"
 #include "step.h"
 
-/* The host's system dirs a runtime executes from: bound, or symlinked as
- * the host has them (merged /usr). */
-static const char *const system_dirs[] = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"};
+const char *const crl_fnroot_system_dirs[CRL_FNROOT_N_SYSTEM_DIRS] = {
+    "usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"};
+const char *const crl_fnroot_dev_nodes[CRL_FNROOT_N_DEV_NODES] = {"null", "zero", "full", "random",
+                                                                  "urandom"};
 /* Files of the host's /etc that programs read to run at all. */
 static const char *const etc_from_host[] = {"ld.so.cache", "localtime", "alternatives"};
-static const char *const dev_nodes[] = {"null", "zero", "full", "random", "urandom"};
 
 static const char nsswitch[] = "passwd: files\n"
                                "group: files\n"
@@ -98,10 +98,10 @@ static int make_dev(const char **step)
 {
     char path[64];
     STEP("dev", neg_errno(mkdir("dev", 0755)));
-    for (size_t i = 0; i < sizeof(dev_nodes) / sizeof(dev_nodes[0]); i++) {
+    for (size_t i = 0; i < CRL_FNROOT_N_DEV_NODES; i++) {
         char host[32];
-        snprintf(path, sizeof(path), "dev/%s", dev_nodes[i]);
-        snprintf(host, sizeof(host), "/dev/%s", dev_nodes[i]);
+        snprintf(path, sizeof(path), "dev/%s", crl_fnroot_dev_nodes[i]);
+        snprintf(host, sizeof(host), "/dev/%s", crl_fnroot_dev_nodes[i]);
         STEP("dev", touch(path, 0666));
         STEP("dev", neg_errno(mount(host, path, NULL, MS_BIND, NULL)));
     }
@@ -111,7 +111,7 @@ static int make_dev(const char **step)
                                            {"/proc/self/fd/0", "dev/stdin"},
                                            {"/proc/self/fd/1", "dev/stdout"},
                                            {"/proc/self/fd/2", "dev/stderr"}};
-    for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++)
+    for (size_t i = 0; i < CRL_ARRAY_SIZE(links); i++)
         STEP("dev", neg_errno(symlink(links[i][0], links[i][1])));
     return 0;
 }
@@ -125,9 +125,9 @@ int crl_fnroot_build(const char *mountpoint, const char **step)
          neg_errno(mount("tmpfs", mountpoint, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")));
     STEP("tmpfs", neg_errno(chdir(mountpoint)));
     char host[32];
-    for (size_t i = 0; i < sizeof(system_dirs) / sizeof(system_dirs[0]); i++) {
-        snprintf(host, sizeof(host), "/%s", system_dirs[i]);
-        STEP("system-dirs", from_host(host, system_dirs[i]));
+    for (size_t i = 0; i < CRL_FNROOT_N_SYSTEM_DIRS; i++) {
+        snprintf(host, sizeof(host), "/%s", crl_fnroot_system_dirs[i]);
+        STEP("system-dirs", from_host(host, crl_fnroot_system_dirs[i]));
     }
     /* /etc on a tmpfs of its own: what a sandbox writes to its disk can
      * never leave the claim without room for it, nor does /etc count as
@@ -135,7 +135,7 @@ int crl_fnroot_build(const char *mountpoint, const char **step)
     STEP("etc", neg_errno(mkdir("etc", 0755)));
     STEP("etc", neg_errno(mount("tmpfs", "etc", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
                                 "size=64k,nr_inodes=64,mode=0755")));
-    for (size_t i = 0; i < sizeof(etc_from_host) / sizeof(etc_from_host[0]); i++) {
+    for (size_t i = 0; i < CRL_ARRAY_SIZE(etc_from_host); i++) {
         char dst[64];
         snprintf(host, sizeof(host), "/etc/%s", etc_from_host[i]);
         snprintf(dst, sizeof(dst), "etc/%s", etc_from_host[i]);

@@ -28,6 +28,15 @@
 
 #include "zygote_proto.h"
 
+/* What of the host a sandbox's root holds, and so what the jail's Landlock
+ * ruleset (jail.c) lets calls use: the system dirs a runtime executes from
+ * (at /NAME: bound, or symlinked as the host has them, merged /usr), and
+ * the character devices a program may expect (at /dev/NAME). */
+#define CRL_FNROOT_N_SYSTEM_DIRS 7
+#define CRL_FNROOT_N_DEV_NODES 5
+extern const char *const crl_fnroot_system_dirs[CRL_FNROOT_N_SYSTEM_DIRS];
+extern const char *const crl_fnroot_dev_nodes[CRL_FNROOT_N_DEV_NODES];
+
 /* Build the root on the empty directory `mountpoint` (made by corrald, the
  * same for every keeper: each mounts over it in its own namespace) and
  * pivot into it.  The caller must be in a mount namespace of its own and

@@ -29,6 +29,8 @@
 
 #include <stdint.h>
 
+#include "../../util/timens.h"
+
 #define CRL_ZYG_FD 3
 #define CRL_ZYG_MAX_MSG (2u << 20)
 #define CRL_ZYG_MAX_CGROUP_FDS 6
@@ -76,8 +78,8 @@ struct crl_zyg_claim {
     uint32_t n_cgroup_fds; /* after the netns fd: the sandbox's cgroup */
     uint32_t n_home_fds;   /* after those: corrald's own cgroup, to go back to */
     uint32_t pad;
-    int64_t clock_start_s; /* what its CLOCK_MONOTONIC and CLOCK_BOOTTIME read now */
-    char hostname[64];     /* NUL-terminated */
+    struct crl_timens timens; /* its clocks, which start at its claim */
+    char hostname[64];        /* NUL-terminated */
 };
 
 struct crl_zyg_fork {
