@@ -24,34 +24,19 @@ int crl_restore_error(int code, const char *msg, bool live, struct crl_err *err)
     }
 }
 
-int crl_backend_pause_cgroup(struct crl_sandbox *sb, struct crl_cgroup *cg,
-                             struct crl_cgroup_paused *p, bool pause, struct crl_err *err)
+int crl_backend_pause_cgroup(struct crl_sandbox *sb, struct crl_cgroup *cg, bool pause,
+                             struct crl_cgroup_reclaim *last, struct crl_err *err)
 {
     if (!cg)
         return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
-    if ((pause ? crl_cgroup_pause(cg, sb->id, &p->last, err) : crl_cgroup_freeze(cg, false, err)) <
-        0)
-        return -1;
-    p->paused = pause;
-    return 0;
+    return pause ? crl_cgroup_pause(cg, sb->id, last, err) : crl_cgroup_freeze(cg, false, err);
 }
 
-void crl_backend_thaw_cgroup(struct crl_sandbox *sb, struct crl_cgroup *cg,
-                             struct crl_cgroup_paused *p)
+void crl_backend_pause_info(json_t *o, const struct crl_cgroup_reclaim *last)
 {
-    if (!p->paused || !cg)
-        return;
-    struct crl_err err = CRL_ERR_INIT;
-    if (crl_cgroup_freeze(cg, false, &err) < 0)
-        crl_warn(sb->id, "thawing to end it: %s", err.msg);
-    p->paused = false;
-}
-
-void crl_backend_pause_info(json_t *o, const struct crl_cgroup_paused *p)
-{
-    if (o && p->last.how)
+    if (o && last->how)
         json_object_set_new(o, "last_pause",
-                            json_pack("{s:s, s:I, s:I}", "memory_release", p->last.how,
-                                      "memory_before_bytes", (json_int_t)p->last.before_bytes,
-                                      "memory_after_bytes", (json_int_t)p->last.after_bytes));
+                            json_pack("{s:s, s:I, s:I}", "memory_release", last->how,
+                                      "memory_before_bytes", (json_int_t)last->before_bytes,
+                                      "memory_after_bytes", (json_int_t)last->after_bytes));
 }

@@ -140,23 +140,16 @@ struct crl_restore_req {
  * internal.  Returns 0 for CRL_STREAM_OK, else -1 with *err filled. */
 int crl_restore_error(int code, const char *msg, bool live, struct crl_err *err);
 
-/* A backend whose sandbox is one cgroup pauses it as a whole: frozen, then
- * what memory can be released given back (crl_cgroup_pause). */
-struct crl_cgroup_paused {
-    bool paused;                    /* frozen: thawed before anything kills it */
-    struct crl_cgroup_reclaim last; /* what the last pause gave back */
-};
-/* ready -> paused (`pause`) or back: `cg` NULL means the sandbox is not
- * running, a 409. */
-int crl_backend_pause_cgroup(struct crl_sandbox *sb, struct crl_cgroup *cg,
-                             struct crl_cgroup_paused *p, bool pause, struct crl_err *err);
-/* Before a teardown kills: a frozen sandbox is thawed (a frozen process
- * would not act, nor die of SIGKILL on v1, until then). */
-void crl_backend_thaw_cgroup(struct crl_sandbox *sb, struct crl_cgroup *cg,
-                             struct crl_cgroup_paused *p);
+/* A backend whose sandbox is one cgroup pauses it as a whole: ready ->
+ * paused (`pause`: frozen, then what memory can be released given back,
+ * crl_cgroup_pause, which fills *last) or back.  `cg` NULL means the
+ * sandbox is not running, a 409.  (The sandbox's end thaws a paused one
+ * before it ends anything: lib/core/sandbox.c.) */
+int crl_backend_pause_cgroup(struct crl_sandbox *sb, struct crl_cgroup *cg, bool pause,
+                             struct crl_cgroup_reclaim *last, struct crl_err *err);
 /* "last_pause" (how memory was released, the charge before and after) in
  * a backend's info, once it has paused. */
-void crl_backend_pause_info(struct json_t *o, const struct crl_cgroup_paused *p);
+void crl_backend_pause_info(struct json_t *o, const struct crl_cgroup_reclaim *last);
 
 enum crl_kill_scope {
     CRL_KILL_PROC,        /* the process itself */

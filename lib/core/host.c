@@ -37,6 +37,7 @@ void crl_host_config_defaults(struct crl_host_config *c)
     c->reserve_mb = 512;
     c->retry_after_s = 1;
     c->cgroup_parent = "corral";
+    c->lock_dir = "/run/corral";
     c->uid_base = 1u << 30; /* far above any uid a distribution hands out */
     c->uid_slots = 16384;
     c->spawners = 0; /* one per CPU, at most 4 */
@@ -418,7 +419,7 @@ int crl_host_open(const struct crl_host_config *cfg, struct crl_loop *loop, stru
         crl_err_prefix(err, "another corrald is using the state dir %s", h->state_dir);
         goto fail;
     }
-    const char *lock_dir = cfg->lock_dir ? cfg->lock_dir : "/run/corral";
+    const char *lock_dir = cfg->lock_dir;
     if (crl_mkdir_p(lock_dir, 0755) < 0) {
         crl_err_sys(err, errno, "mkdir %s", lock_dir);
         goto fail;

@@ -47,7 +47,7 @@ struct crl_host_config {
     const char *cgroup_root;
     bool cgroup_no_limits; /* v2 without memory/pids controllers: run unlimited (tests) */
     const char *cgroup_parent;
-    /* Where the lock on cgroup_parent lives (NULL: /run/corral): the same
+    /* Where the lock on cgroup_parent lives (/run/corral): the same
      * for every corrald of a machine, so two cannot share a parent. */
     const char *lock_dir;
     uint32_t uid_base;  /* sandbox slot i maps ids 0..65535 to uid_base + i*65536 */

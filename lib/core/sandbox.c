@@ -94,6 +94,25 @@ static void end_processes(struct crl_sandbox *sb)
             sb->ops->kill(sb, p, CRL_KILL_TREE);
 }
 
+/* Ready or paused -> `to` (destroying, failed): a paused sandbox is thawed
+ * first (a frozen process can neither act on its end nor, on cgroup v1,
+ * die of SIGKILL), what runs in it ends, and the backend releases what is
+ * its (asynchronously: crl_sandbox_destroyed). */
+static void teardown(struct crl_sandbox *sb, enum crl_sb_state to)
+{
+    if (sb->state == CRL_SB_PAUSED) {
+        struct crl_err err = CRL_ERR_INIT;
+        if (sb->ops->resume(sb, &err) < 0)
+            crl_warn(sb->id, "thawing it to end it: %s", err.msg);
+    }
+    crl_sandbox_usage(sb, &sb->usage); /* the final figures */
+    sb->state = to;
+    end_processes(sb);
+    crl_sandbox_ref(sb);
+    sb->tearing_down = true;
+    sb->ops->destroy(sb);
+}
+
 /* ---- timers ---- */
 
 static void ttl_expired(struct crl_timer *t)
@@ -180,11 +199,8 @@ void crl_sandbox_created(struct crl_sandbox *sb, const struct crl_err *err)
         crl_timer_start(loop, &sb->idle_timer, (uint64_t)sb->spec.idle_ttl_s * NS_PER_S, idle_check,
                         sb);
     notify(&sb->create_waiters, sb, NULL);
-    if (sb->destroy_requested) {
-        char reason[sizeof(sb->end_reason)]; /* the destroy writes sb->end_reason */
-        snprintf(reason, sizeof(reason), "%s", sb->end_reason[0] ? sb->end_reason : "destroyed");
-        crl_sandbox_destroy(sb, reason, NULL, NULL, NULL);
-    }
+    if (sb->destroy_requested) /* its reason and waiters are in place */
+        teardown(sb, CRL_SB_DESTROYING);
     crl_sandbox_unref(sb);
 }
 
@@ -199,13 +215,8 @@ void crl_sandbox_failed(struct crl_sandbox *sb, const char *reason, const char *
     snprintf(sb->end_reason, sizeof(sb->end_reason), "%s", reason);
     crl_warn(sb->id, "failed (%s): %s", reason, sb->message);
     sb->owner->counters->failed++;
-    crl_sandbox_usage(sb, &sb->usage);
-    sb->state = CRL_SB_FAILED;
     sb->ended_at = crl_wall_s();
-    end_processes(sb);
-    crl_sandbox_ref(sb);
-    sb->tearing_down = true;
-    sb->ops->destroy(sb); /* releases the backend's resources; the record stays */
+    teardown(sb, CRL_SB_FAILED); /* the backend's resources go; the record stays */
 }
 
 void crl_sandbox_destroyed(struct crl_sandbox *sb)
@@ -264,12 +275,7 @@ int crl_sandbox_destroy(struct crl_sandbox *sb, const char *reason, crl_sandbox_
     if (add_waiter(&sb->destroy_waiters, cb, ctx, err) < 0)
         return -1;
     snprintf(sb->end_reason, sizeof(sb->end_reason), "%s", reason);
-    crl_sandbox_usage(sb, &sb->usage); /* the final figures */
-    sb->state = CRL_SB_DESTROYING;
-    end_processes(sb);
-    crl_sandbox_ref(sb);
-    sb->tearing_down = true;
-    sb->ops->destroy(sb);
+    teardown(sb, CRL_SB_DESTROYING);
     return 0;
 }
 

@@ -53,11 +53,6 @@ bool crl_session_alive(const struct crl_session *s)
     return s->alive;
 }
 
-size_t crl_session_count(struct crl_sandbox *sb)
-{
-    return sb->n_sessions;
-}
-
 json_t *crl_session_json(const struct crl_session *s)
 {
     return json_pack("{s:s, s:b, s:b}", "session_id", s->id, "alive", s->alive, "busy", s->busy);

@@ -28,7 +28,6 @@ struct crl_session *crl_session_find(struct crl_sandbox *sb, const char *id, str
 const char *crl_session_id(const struct crl_session *s);
 json_t *crl_session_json(const struct crl_session *s);
 json_t *crl_session_list_json(struct crl_sandbox *sb);
-size_t crl_session_count(struct crl_sandbox *sb);
 
 /* Run one command (req moved in, even on failure; only cmd, timeout, output
  * cap and stream are used).  CRL_E_CONFLICT if a command is already running. */

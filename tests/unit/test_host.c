@@ -384,9 +384,11 @@ static void test_states(void)
     is_int(json_integer_value(json_object_get(j, "sessions")), 0, "no sessions");
     json_decref(j);
 
+    ok(crl_sandbox_pause(sb, &e) == 0, "paused again, to be destroyed so");
     struct seen destroyed = {0};
     ok(crl_host_destroy(h, sb, "destroyed", saw, &destroyed, &e) == 0, "destroy");
-    is_str(state_of(sb), "destroying", "ready -> destroying");
+    is_str(state_of(sb), "destroying", "paused -> destroying");
+    like(events, "pause resume destroy", "thawed before the backend's destroy");
     is_int(h->live, 1, "its reservation holds while the backend tears it down");
     ok(crl_host_destroy(h, sb, "destroyed", NULL, NULL, &e) == 0,
        "a second destroy while destroying is accepted");
@@ -618,8 +620,7 @@ static void test_destroy_while_creating(void)
     ok(RUN_UNTIL(destroyed.calls, 2000), "then it is destroyed");
     is_int(created.calls, 1, "its creator heard first");
     is_str(crl_sb_state_name(created.state), "ready", "that it was ready");
-    /* (crl_sandbox_created() once passed sb->end_reason as the reason of
-     * the destroy it made, which snprintf()ed it over itself.) */
+    /* the reason given while it was creating, not one the teardown made up */
     is_str(sb->end_reason, "client_gone", "the destroy's reason is kept");
     is_str(events, "create destroy destroyed", "the backend built it, then tore it down");
     is_int(h->live, 0, "nothing stays reserved");

@@ -124,7 +124,6 @@ static void ctr_destroy(struct crl_sandbox *sb)
         return;
     }
     c->releasing = true;
-    crl_backend_thaw_cgroup(sb, c->cg, &c->pause);
     if (c->init_dead) {
         start_drain(sb);
         return;
@@ -269,15 +268,14 @@ fail:
 static int ctr_pause(struct crl_sandbox *sb, struct crl_err *err)
 {
     struct ctr_sandbox *c = sb->priv;
-    return crl_backend_pause_cgroup(sb, c && !c->releasing ? c->cg : NULL, c ? &c->pause : NULL,
-                                    true, err);
+    return crl_backend_pause_cgroup(sb, c && !c->releasing ? c->cg : NULL, true,
+                                    c ? &c->last_pause : NULL, err);
 }
 
 static int ctr_resume(struct crl_sandbox *sb, struct crl_err *err)
 {
     struct ctr_sandbox *c = sb->priv;
-    return crl_backend_pause_cgroup(sb, c && !c->releasing ? c->cg : NULL, c ? &c->pause : NULL,
-                                    false, err);
+    return crl_backend_pause_cgroup(sb, c && !c->releasing ? c->cg : NULL, false, NULL, err);
 }
 
 /* ---- stats ---- */
@@ -314,7 +312,7 @@ static json_t *ctr_info(struct crl_sandbox *sb)
     json_t *o = json_pack("{s:i, s:I, s:s, s:i}", "init_pid", (json_int_t)c->pid, "uid_base",
                           (json_int_t)(h->cfg.uid_base + sb->slot * 65536u), "cgroup",
                           c->cg ? crl_cgroup_name(c->cg) : "", "spawner", (json_int_t)c->spawner);
-    crl_backend_pause_info(o, &c->pause);
+    crl_backend_pause_info(o, &c->last_pause);
     return o;
 }
 

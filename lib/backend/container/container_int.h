@@ -84,9 +84,9 @@ struct ctr_sandbox {
     struct crl_watch w_init;
     bool init_dead;
     bool releasing;
-    struct crl_cgroup_paused pause;
-    bool create_failed;        /* draining after a create that failed half-way */
-    struct crl_err create_err; /* ... and why */
+    struct crl_cgroup_reclaim last_pause; /* what the last pause gave back */
+    bool create_failed;                   /* draining after a create that failed half-way */
+    struct crl_err create_err;            /* ... and why */
     unsigned drain_tries;
     struct crl_timer drain_timer;
 };

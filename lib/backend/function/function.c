@@ -102,7 +102,6 @@ static void teardown(struct crl_sandbox *sb)
     struct fn_sandbox *f = sb->priv;
     f->releasing = true;
     crl_timer_stop(sb->host->loop, &f->timer);
-    crl_backend_thaw_cgroup(sb, f->cg, &f->pause); /* else the keeper could not act on END */
     struct keeper *k = f->k;
     struct crl_zyg_req end = {.op = CRL_ZYG_END};
     if (!k || k->state != K_SERVING ||
@@ -270,7 +269,7 @@ static json_t *fn_info(struct crl_sandbox *sb)
                   "uid", (json_int_t)f->uid, "scratch", CRL_FN_SCRATCH, "pid", (json_int_t)pid,
                   "root", root, "zygote_pid", (json_int_t)crl_fn_state->zy[f->runtime].pid,
                   "cgroup", f->cg ? crl_cgroup_name(f->cg) : "");
-    crl_backend_pause_info(o, &f->pause);
+    crl_backend_pause_info(o, &f->last_pause);
     return o;
 }
 
@@ -282,15 +281,14 @@ static json_t *fn_info(struct crl_sandbox *sb)
 static int fn_pause(struct crl_sandbox *sb, struct crl_err *err)
 {
     struct fn_sandbox *f = sb->priv; /* a call under way is frozen with it */
-    return crl_backend_pause_cgroup(sb, f && !f->releasing ? f->cg : NULL, f ? &f->pause : NULL,
-                                    true, err);
+    return crl_backend_pause_cgroup(sb, f && !f->releasing ? f->cg : NULL, true,
+                                    f ? &f->last_pause : NULL, err);
 }
 
 static int fn_resume(struct crl_sandbox *sb, struct crl_err *err)
 {
     struct fn_sandbox *f = sb->priv;
-    return crl_backend_pause_cgroup(sb, f && !f->releasing ? f->cg : NULL, f ? &f->pause : NULL,
-                                    false, err);
+    return crl_backend_pause_cgroup(sb, f && !f->releasing ? f->cg : NULL, false, NULL, err);
 }
 
 /* ---- life ---- */

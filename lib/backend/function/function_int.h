@@ -126,8 +126,8 @@ struct fn_sandbox {
     bool releasing;
     bool create_failed;
     struct crl_err create_err;
-    struct crl_cgroup_paused pause;
-    struct crl_timer timer; /* destroy's drain */
+    struct crl_cgroup_reclaim last_pause; /* what the last pause gave back */
+    struct crl_timer timer;               /* destroy's drain */
     unsigned drain_tries;
     struct crl_sandbox *next_waiting;
 };
