@@ -18,7 +18,6 @@
 struct run {
     struct crl_exec *exec;       /* while a command runs */
     struct crl_session *session; /* while a session's command runs */
-    bool in_session;             /* POST .../sessions/{sub}/run */
     bool out_paused;             /* the command's output is held back until the client reads */
     char carry[2][4];            /* an incomplete UTF-8 sequence held for the next chunk */
     size_t carry_len[2];
@@ -99,7 +98,7 @@ static void on_done(void *ctx, const struct crl_exec_result *res, const struct c
             crl_req_error(r, err);
         } else {
             json_t *j = crl_exec_result_json(res, !r->streaming);
-            if (x->in_session && x->session) {
+            if (x->session) {
                 json_object_set_new(j, "session_id", json_string(crl_session_id(x->session)));
                 json_object_set_new(j, "session_alive",
                                     json_boolean(crl_session_alive(x->session)));
@@ -126,9 +125,8 @@ void crl_h_exec(struct crl_req *r)
     struct crl_err err = CRL_ERR_INIT;
     struct crl_exec_req req;
     struct run *x;
-    if (crl_req_sandbox(r, &err) < 0 ||
-        crl_exec_req_parse(r->body.data, r->body.len, false, &req, &err) < 0 ||
-        !(x = run_new(r, &err))) {
+    if (crl_req_sandbox(r, &err) < 0 || !(x = run_new(r, &err)) ||
+        crl_exec_req_parse(r->body.data, r->body.len, false, &req, &err) < 0) {
         crl_req_error(r, &err);
         return;
     }
@@ -182,12 +180,11 @@ void crl_h_session_run(struct crl_req *r)
     }
     struct crl_session *s = crl_session_find(r->sb, r->route.sub, &err);
     struct run *x;
-    if (!s || crl_exec_req_parse(r->body.data, r->body.len, true, &req, &err) < 0 ||
-        !(x = run_new(r, &err))) {
+    if (!s || !(x = run_new(r, &err)) ||
+        crl_exec_req_parse(r->body.data, r->body.len, true, &req, &err) < 0) {
         crl_req_error(r, &err);
         return;
     }
-    x->in_session = true;
     x->session = s;
     r->pending++;
     if (crl_session_run(s, &req, req.stream ? &stream_cbs : &buffered_cbs, r, &err) < 0) {
