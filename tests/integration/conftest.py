@@ -45,6 +45,8 @@ import corral  # noqa: E402
 BUILD = Path(os.environ.get("CORRAL_BUILD", REPO / "build")).resolve()
 # The store `make images` builds (the debian image), whichever build is tested.
 IMAGES = REPO / "build" / "images"
+DEBIAN = (IMAGES / "tags" / "debian:latest").is_file()
+need_debian = pytest.mark.skipif(not DEBIAN, reason="no debian image: `make images` builds it")
 # OCI's name for this machine's architecture: the configs of the images made
 # here say it, since corrald refuses an image for another platform.
 HOST_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
@@ -325,6 +327,55 @@ SMALL = {"memory_mb": 128, "cpus": 0.25}
 def sandbox(client):
     with client.create(**SMALL) as sb:
         yield sb
+
+
+# ---- waiting, and processes seen from the host ----
+
+def wait_for(cond, timeout=5, what="the condition"):
+    """Poll ``cond`` until it returns something true, and return that."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
+        time.sleep(0.02)
+
+
+def alive(pid):
+    """Is the process there and not a zombie?"""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def wait_gone(pids, timeout=10):
+    """Wait until none of ``pids`` is alive; return those still alive then."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = [p for p in pids if alive(p)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.02)
+
+
+def descendants(pid):
+    """Every process below ``pid`` (children, theirs, ...), by host pid."""
+    kids = {}
+    for p in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (p / "stat").read_text().rsplit(")", 1)[1].split()
+            kids.setdefault(int(fields[1]), []).append(int(p.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    out, todo = [], [pid]
+    while todo:
+        for k in kids.get(todo.pop(), []):
+            out.append(k)
+            todo.append(k)
+    return out
 
 
 def docker_archive(layer_files, config=None, repo_tag=None):

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from conftest import BUILD
+from conftest import BUILD, wait_for
 
 CORRAL = BUILD / "corral"
 MIB = 1 << 20
@@ -37,16 +37,6 @@ def corral(corrald, *args, input=None, stdin=None, stdout=subprocess.PIPE, timeo
 
 def spawn(corrald, *args, **kw):
     return subprocess.Popen([str(CORRAL), *args], env=env_for(corrald), **kw)
-
-
-def wait_for(what, timeout=15):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = what()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.02)
 
 
 def sessions(corrald, sb):
@@ -142,7 +132,7 @@ def test_run_destroys_its_sandbox_on_sigterm_while_stdout_is_stuck(corrald):
         p = spawn(corrald, "run", "--memory-mb", "128", "--label", f"cli={tag}", "--", "yes",
                   stdout=w, stderr=subprocess.PIPE)
         os.close(w)
-        wait_for(lambda: [s for s in run_sandboxes(corrald, tag) if s["state"] == "ready"])
+        wait_for(lambda: [s for s in run_sandboxes(corrald, tag) if s["state"] == "ready"], 15)
         time.sleep(0.5)  # long enough to fill the pipe
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=15) == 128 + signal.SIGTERM
@@ -155,7 +145,7 @@ def test_run_destroys_its_sandbox_on_sigint(corrald):
     tag = uuid.uuid4().hex[:12]
     p = spawn(corrald, "run", "--memory-mb", "128", "--label", f"cli={tag}", "--", "sleep", "60",
               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    wait_for(lambda: [s for s in run_sandboxes(corrald, tag) if s["state"] == "ready"])
+    wait_for(lambda: [s for s in run_sandboxes(corrald, tag) if s["state"] == "ready"], 15)
     p.send_signal(signal.SIGINT)
     assert p.wait(timeout=15) == 128 + signal.SIGINT
     assert_all_destroyed(corrald, tag)
@@ -304,7 +294,7 @@ def test_sh_after_ctrl_c_runs_the_next_line(corrald, sandbox):
               stderr=subprocess.PIPE)
     p.stdin.write(b"sleep 30\n")
     p.stdin.flush()
-    wait_for(lambda: [s for s in sessions(corrald, sandbox) if s["busy"]])
+    wait_for(lambda: [s for s in sessions(corrald, sandbox) if s["busy"]], 15)
     # The next line is waiting before corrald has finished killing sleep.
     p.stdin.write(b"echo after\n")
     p.stdin.flush()
@@ -319,7 +309,7 @@ def test_sh_ends_its_session_on_sigterm_and_sighup(corrald, sandbox, sig):
     p = spawn(corrald, "sh", sandbox.id, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
               stderr=subprocess.PIPE)
     try:
-        wait_for(lambda: sessions(corrald, sandbox))
+        wait_for(lambda: sessions(corrald, sandbox), 15)
         p.send_signal(sig)  # at the prompt: stdin is open and idle
         assert p.wait(timeout=10) == 128 + sig
     finally:

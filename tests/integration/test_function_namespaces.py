@@ -14,13 +14,15 @@ import ctypes
 import errno
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 import corral
-from test_function import create_fn, host_path
+from conftest import descendants, wait_for, wait_gone
+from test_function import create_fn, host_path, runtime  # noqa: F401 (a fixture)
 
 KEY = 0x43524C00 + os.getpid() % 256  # a SysV key of this run's
 
@@ -115,11 +117,6 @@ def test_a_recycled_slot_starts_with_nothing_charged(corrald_factory):
             left = b.inspect()["usage"]["memory_bytes"]
             assert left < 4 << 20, f"{left} bytes still charged to the recycled slot"
             assert ipc(b, make=False)["shm"] == errno.ENOENT
-
-
-@pytest.fixture(params=["shell", "python"])
-def runtime(request):
-    return request.param
 
 
 def test_disk_mb_caps_the_sandbox_not_each_file(client, runtime):
@@ -237,26 +234,43 @@ def test_sys_is_not_there(client):
         assert r.stdout.split() == [str(errno.ENOENT).encode(), b"False"], r
 
 
-def _alive(pid):
+def _function_processes(d):
+    """corrald's zygotes and keepers (each a corral-zygote, as forks of one)."""
+    family = []
+    for p in descendants(d.pid):
+        try:
+            if Path(f"/proc/{p}/comm").read_text().strip() == "corral-zygote":
+                family.append(p)
+        except OSError:
+            pass
+    return family
+
+
+def _swallow(f, *args):
     try:
-        return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
+        f(*args)
+    except corral.errors.Error:
+        pass  # its corrald was killed under it
 
 
 def test_keepers_end_with_a_killed_corrald(corrald_factory):
-    """A keeper and everything in its namespaces end when corrald does (its
-    socket closes), even mid-call; a restart reconciles the rest."""
+    """The zygotes, every keeper and everything in their namespaces end
+    when corrald does, even mid-call; a restart reconciles the rest."""
     d = corrald_factory()
     with d.client() as c:
         boxes = [create_fn(c, rt) for rt in ("shell", "python")]
-        keepers = [sb.info["function"]["pid"] for sb in boxes]
         assert boxes[0].exec("sleep 1000 > /dev/null 2>&1 &").exit_code == 0
+        call = threading.Thread(target=_swallow, daemon=True,
+                                args=(boxes[1].exec, "import time; time.sleep(1000)"))
+        call.start()
+        keeper = boxes[1].info["function"]["pid"]
+        wait_for(lambda: descendants(keeper), what="the call to start")
+        doomed = descendants(d.pid)  # zygotes, keepers, the call, the sleep, spawners
+        zygotes = {sb.info["function"]["zygote_pid"] for sb in boxes}
+        assert zygotes <= set(doomed) and len(_function_processes(d)) >= 4, doomed
     d.kill()
-    deadline = time.monotonic() + 5
-    while any(_alive(p) for p in keepers) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert not any(_alive(p) for p in keepers)
+    assert not wait_gone(doomed, 5)
+    call.join(5)
     d.start()
     assert d.live_sandboxes() == []
     with d.client() as c, create_fn(c, "python") as sb:
@@ -265,10 +279,13 @@ def test_keepers_end_with_a_killed_corrald(corrald_factory):
 
 
 def test_without_a_pool_a_create_waits_for_its_keeper(corrald_factory):
-    """--function-pool 0: no keeper is made ahead; each create has one made."""
+    """--function-pool 0: no keeper is made ahead (corrald's function
+    processes are its two zygotes); each create has one made."""
     d = corrald_factory(["--function-pool", "0"])
+    assert len(_function_processes(d)) == 2, "the two runtimes' zygotes, and no keeper"
     with d.client() as c:
         boxes = [create_fn(c, rt) for rt in ("shell", "python", "shell")]
+        assert len(_function_processes(d)) == 2 + 3, "a keeper for each sandbox, no more"
         assert [sb.exec("echo hi" if sb.info["spec"]["runtime"] == "shell" else "print('hi')")
                 .stdout for sb in boxes] == [b"hi\n"] * 3
         for sb in boxes:

@@ -19,7 +19,7 @@ import uuid
 import pytest
 
 import corral
-from conftest import IMAGES, SMALL
+from conftest import SMALL, need_debian
 from images_common import (check_tree, cli, compress, DEFAULT_OUTPUT, get_image, GZIP, Image,
                            IMAGE_CONFIG, image_names, import_ok, layer_files, layer_tar, MTIME,
                            need_umoci, PLAIN, post_image, runnable_layer, sh, small_layer,
@@ -238,12 +238,11 @@ def test_device_nodes_are_stored_inert_or_refused(imaged, iclient):
 
 # ---- the debian image `make images` builds ----
 
+@need_debian
 def test_the_debian_image_runs_python(imaged, iclient):
     """build-debian's image (debootstrap minbase + python3, in the store
     build/images that the test daemons read with --images-from) is an
     ordinary image: it runs python3."""
-    if not (IMAGES / "tags" / "debian:latest").is_file():
-        pytest.skip("no debian image: `make images` builds it into build/images")
     r = get_image(imaged, "debian")
     assert r.status == 200, r
     img = r.json()

@@ -17,9 +17,10 @@ import uuid
 import pytest
 
 from conftest import HOST_ARCH, SMALL
-from images_common import (assert_refused, cli, CORRAL, get_image, Image, import_ok, INDEX_MEDIA,
-                           MANIFEST_MEDIA, need_umoci, PASSWD, post_image, REF_NAME, run, sh,
-                           sha256, small_layer, tar_of, tmp_entries, unique, write_file)
+from images_common import (_repack, _unpack, assert_refused, Built, cli, CORRAL, get_image, Image,
+                           import_ok, INDEX_MEDIA, MANIFEST_MEDIA, need_umoci, PASSWD, post_image,
+                           REF_NAME, run, sh, sha256, small_layer, tar_of, tmp_entries, unique,
+                           write_file)
 
 
 # ---- several images in one archive: picking one by its ref (issue 10) ----
@@ -28,23 +29,16 @@ MARKERS = {"v1": "the first image\n", "v2": "the second image\n"}
 TWO_REPO = "corral-test/two"
 
 
-class TwoTags:
+class TwoTags(Built):
     """An OCI layout umoci made with two tags, v1 and v2, each a runnable
     image with its own /marker and no platform in index.json (as umoci
     writes it); and a docker-archive of both, as `docker save A B` writes
     one."""
 
     def __init__(self, work):
+        super().__init__(work)
         self.layout = work / "two"
         self.docker_archive = work / "two.docker.tar"
-
-    def config_digest(self, tag):
-        index = json.loads((self.layout / "index.json").read_text())
-        for m in index["manifests"]:
-            if m.get("annotations", {}).get(REF_NAME) == tag:
-                blob = self.layout / "blobs" / "sha256" / m["digest"].split(":")[1]
-                return json.loads(blob.read_bytes())["config"]["digest"]
-        raise KeyError(tag)
 
 
 def merge_docker_archives(paths):
@@ -76,8 +70,7 @@ def build_two_tags(work):
         if tag == "v2":
             run("umoci", "tag", "--image", f"{t.layout}:v1", "v2")
         bundle = work / f"two-bundle-{tag}"
-        run("umoci", "unpack", "--image", f"{t.layout}:{tag}", bundle)
-        root = bundle / "rootfs"
+        root = _unpack(t, bundle, tag)
         if tag == "v1":
             for d in ("bin", "etc", "proc", "sys", "dev", "tmp", "root"):
                 (root / d).mkdir(exist_ok=True)
@@ -86,8 +79,7 @@ def build_two_tags(work):
                 (root / "bin" / a).symlink_to("busybox")
             write_file(root / "etc/passwd", PASSWD)
         write_file(root / "marker", MARKERS[tag])
-        run("umoci", "repack", "--image", f"{t.layout}:{tag}", bundle)
-        shutil.rmtree(bundle)
+        _repack(t, bundle, tag)
     run("umoci", "gc", "--layout", t.layout)
     parts = []
     for tag in ("v1", "v2"):

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import corral
-from conftest import SMALL
+from conftest import SMALL, descendants, wait_gone
 from images_common import (check_tree, cli, CORRAL, gc, get_image, hexes, Image, image_names,
                            import_ok, layer_files, layer_tar, MIB, need_umoci, post_image,
                            remove_image, runnable_layer, sh, small_layer, store_dir, store_files,
@@ -166,44 +166,11 @@ def test_store_survives_a_restart(corrald_factory):
         assert sh(sb, "cat /kept.txt") == "kept\n"
 
 
-def _descendants(pid):
-    kids = {}
-    for p in Path("/proc").glob("[0-9]*"):
-        try:
-            fields = (p / "stat").read_text().rsplit(")", 1)[1].split()
-            kids.setdefault(int(fields[1]), []).append(int(p.name))
-        except (OSError, IndexError, ValueError):
-            continue
-    out, todo = [], [pid]
-    while todo:
-        for k in kids.get(todo.pop(), []):
-            out.append(k)
-            todo.append(k)
-    return out
-
-
 def _cmdline(pid):
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return ""
-
-
-def _alive(pid):
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
-def _wait_gone(pids, timeout=10):
-    deadline = time.monotonic() + timeout
-    while True:
-        alive = [p for p in pids if _alive(p)]
-        if not alive or time.monotonic() > deadline:
-            return alive
-        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("victim", ["corrald", "importer"])
@@ -221,10 +188,10 @@ def test_a_crash_mid_import_leaves_no_image_and_a_retry_works(corrald_factory, v
         while not (tmp.is_dir() and any(tmp.iterdir())) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert tmp.is_dir() and any(tmp.iterdir()), "no import in progress under tmp/"
-        helpers = _descendants(d.pid)
+        helpers = descendants(d.pid)
         if victim == "corrald":
             d.kill()
-            left = _wait_gone(helpers)
+            left = wait_gone(helpers)
             assert not left, f"helpers outlived corrald: {[_cmdline(p) for p in left]}"
             d.start()
         else:

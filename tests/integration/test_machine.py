@@ -14,10 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUILD, IMAGES, SMALL, docker_archive
+from conftest import BUILD, DEBIAN, SMALL, docker_archive, need_debian
 
-DEBIAN = (IMAGES / "tags" / "debian:latest").is_file()
-need_debian = pytest.mark.skipif(not DEBIAN, reason="no debian image: `make images` builds it")
 PROBE = "/usr/local/bin/corral-probe"
 RESOLV_MARK = b'# Network mode "none"'
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 import corral
-from conftest import SMALL
+from conftest import SMALL, wait_for
+from test_function import host_path
 
 UNIFIED = Path("/sys/fs/cgroup/unified")
 COUNTER = ("sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.02; done' "
@@ -36,16 +37,6 @@ def _is_cgroup2(path):
 
 def post(d, sb_id, action):
     return d.request("POST", f"/v1/sandboxes/{sb_id}/{action}")
-
-
-def wait_for(cond, timeout=5, what="the condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def container_counter(sb):
@@ -199,8 +190,7 @@ FN_COUNTER = "i=0; while [ $i -lt 150 ]; do i=$((i+1)); echo $i > c; sleep 0.02;
 
 def pause_resume_function(d):
     with d.client() as c, c.create(backend="function", runtime="shell") as sb:
-        fn = sb.inspect()["function"]
-        scratch = Path(fn["root"] + fn["scratch"])
+        scratch = host_path(sb)
 
         def read():
             try:

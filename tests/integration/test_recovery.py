@@ -14,15 +14,7 @@ import pytest
 
 import corral
 
-from conftest import SMALL, docker_archive, import_to_store
-
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-        return not Path(f"/proc/{pid}/status").read_text().count("State:\tZ")
-    except (ProcessLookupError, FileNotFoundError):
-        return False
+from conftest import SMALL, alive, docker_archive, import_to_store, wait_gone
 
 
 def test_sigkill_and_restart_leaves_nothing(corrald_factory):
@@ -34,10 +26,7 @@ def test_sigkill_and_restart_leaves_nothing(corrald_factory):
         inits = [sb.inspect()["container"]["init_pid"] for sb in boxes]
     d.kill()
     # Its sandboxes die with it (their init had its spawner as parent) ...
-    deadline = time.monotonic() + 5
-    while any(_alive(p) for p in inits) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert not any(_alive(p) for p in inits)
+    assert not wait_gone(inits, 5)
     # ... but their cgroups remain until a corrald reconciles them.
     assert d.leftovers()
     # A process someone parked in a leftover cgroup is killed by the reconcile too.
@@ -68,7 +57,7 @@ def test_sigterm_destroys_everything(corrald_factory):
         boxes = [c.create(**SMALL) for _ in range(3)]
         inits = [sb.inspect()["container"]["init_pid"] for sb in boxes]
     d.shutdown_and_check()
-    assert not any(_alive(p) for p in inits)
+    assert not any(alive(p) for p in inits)
     assert "destroyed reason=shutdown" in d.log()
 
 
