@@ -383,9 +383,10 @@ static int measure_floor(struct crl_bench_run *run, size_t n, struct results *r,
     return crl_bench_python_floor(r->python, warm, n, &r->floor, err);
 }
 
-/* Everything, against the corrald at `url`, into r. */
-static int measure_one(struct crl_bench_run *run, const char *url, size_t n, struct results *r,
-                       struct crl_err *err)
+/* Everything, against the corrald at `url`, into r (and the host's floor if
+ * `floor`). */
+static int measure_one(struct crl_bench_run *run, const char *url, size_t n, bool floor,
+                       struct results *r, struct crl_err *err)
 {
     cleanup_client struct crl_client *c = NULL;
     if (crl_client_open(url, NULL, &c, err) < 0)
@@ -407,7 +408,7 @@ static int measure_one(struct crl_bench_run *run, const char *url, size_t n, str
                  ? -1
                  : 0;
     }
-    if (rc == 0)
+    if (rc == 0 && floor)
         rc = measure_floor(run, n, r, err);
     crl_bench_sandboxes_clear(&sbs);
     return rc;
@@ -425,7 +426,9 @@ static int measure_both(struct crl_bench_run *run, struct both *b, struct crl_er
             struct results one = {0};
             crl_bench_step(run, "round %d of 2: %s", round + 1,
                            this_build ? "this build" : "baseline");
-            int rc = measure_one(run, this_build ? run->url : run->base_url, half, &one, err);
+            /* the host's floor is the host's: measured in this build's rounds */
+            int rc = measure_one(run, this_build ? run->url : run->base_url, half, this_build, &one,
+                                 err);
             if (rc == 0)
                 rc = results_add(this_build ? &b->r : &b->base, &one, err);
             else
@@ -441,7 +444,7 @@ static int measure(struct crl_bench_run *run, void *res, struct crl_err *err)
     struct both *b = res;
     if (run->o.baseline)
         return measure_both(run, b, err);
-    return measure_one(run, run->url, run->o.iterations, &b->r, err);
+    return measure_one(run, run->url, run->o.iterations, true, &b->r, err);
 }
 
 /* ---- the report ---- */
