@@ -3,30 +3,58 @@
 # mounts, cgroups, processes (by name and by sandbox uid range), network
 # namespaces, SysV IPC objects of sandbox uids in the host's IPC namespace.
 # Exits 1 listing every leak.
+#
+#   leakcheck.sh                everything found is a leak
+#   leakcheck.sh --save FILE    write what is here now (before a run) to FILE
+#   leakcheck.sh --since FILE   a leak is what is here and not in FILE: a run
+#                               answers for what it left, not for what an
+#                               earlier, killed run left on a shared host
 set -u
+mode=${1:-}
+file=${2:-}
+case "$mode" in
+"") ;;
+--save | --since) [ -n "$file" ] || { echo "leakcheck: $mode needs a file" >&2; exit 2; } ;;
+*) echo "usage: leakcheck.sh [--save FILE | --since FILE]" >&2; exit 2 ;;
+esac
+if [ "$mode" = --since ] && [ ! -r "$file" ]; then
+    echo "leakcheck: cannot read $file" >&2
+    exit 2
+fi
+found=$(mktemp)
+trap 'rm -f "$found" "$found.x"' EXIT
 leaks=0
+before=0
+# leak KEY DETAIL: KEY names the thing (a path, a pid, an id) from run to run.
 leak() {
-    echo "LEAK: $*"
-    leaks=$((leaks + 1))
+    echo "$1" >>"$found"
+    if [ "$mode" = --since ] && grep -qxF -- "$1" "$file"; then
+        echo "BEFORE: $1 $2"
+        before=$((before + 1))
+    elif [ "$mode" != --save ]; then
+        echo "LEAK: $1 $2"
+        leaks=$((leaks + 1))
+    fi
 }
 
-m=$(grep -i corral /proc/self/mountinfo || true)
-[ -z "$m" ] || leak "mounts: $m"
+grep -i corral /proc/self/mountinfo >"$found.x" || true
+while read -r _ _ _ _ point _; do leak "mount $point" ""; done <"$found.x"
 
 for d in $(find /sys/fs/cgroup -maxdepth 3 -type d -iname '*corral*' 2>/dev/null); do
-    leak "cgroup $d (procs: $(cat "$d/cgroup.procs" 2>/dev/null | tr '\n' ' '))"
+    leak "cgroup $d" "(procs: $(cat "$d/cgroup.procs" 2>/dev/null | tr '\n' ' '))"
 done
 
 # A process killed at the end of the suite may still be exiting, or be a
 # zombie its new parent (this host's init) has yet to reap: give them 10 s.
 i=0
+[ "$mode" != --save ] || i=100 # before a run: nothing of its is exiting
 while [ $i -lt 100 ] && { pgrep -x corrald || pgrep -x corral-spawner || pgrep -x corral-zygote; } >/dev/null; do
     sleep 0.1
     i=$((i + 1))
 done
 for name in corrald corral-spawner corral-zygote; do
     for p in $(pgrep -x "$name" || true); do
-        leak "process $name pid $p ($(awk '/^State:/ {print $2; exit}' /proc/"$p"/status 2>/dev/null)," \
+        leak "process $name pid $p" "($(awk '/^State:/ {print $2; exit}' /proc/"$p"/status 2>/dev/null)," \
             "parent $(awk '/^PPid:/ {print $2; exit}' /proc/"$p"/status 2>/dev/null)):" \
             "$(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null)"
     done
@@ -39,7 +67,7 @@ for s in /proc/[0-9]*/status; do
     if [ "$uid" -ge 1073741824 ] 2>/dev/null; then
         pid=${s#/proc/}
         pid=${pid%/status}
-        leak "sandbox process pid $pid uid $uid: $(tr '\0' ' ' </proc/"$pid"/cmdline 2>/dev/null)"
+        leak "sandbox process pid $pid uid $uid" "$(tr '\0' ' ' </proc/"$pid"/cmdline 2>/dev/null)"
     fi
 done
 
@@ -49,17 +77,21 @@ done
 for kind in shm sem msg; do
     awk -v kind="$kind" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "uid") col = i; next }
         col && $col >= 1073741824 { print "SysV " kind " key " $1 " id " $2 " uid " $col }' \
-        /proc/sysvipc/"$kind" 2>/dev/null >/tmp/leakcheck.ipc.$$
-    while read -r line; do leak "$line"; done </tmp/leakcheck.ipc.$$
-    rm -f /tmp/leakcheck.ipc.$$
+        /proc/sysvipc/"$kind" 2>/dev/null >"$found.x"
+    while read -r line; do leak "$line" ""; done <"$found.x"
 done
 
-if [ -d /run/netns ] && ls /run/netns 2>/dev/null | grep -qi corral; then
-    leak "network namespaces: $(ls /run/netns | grep -i corral)"
-fi
+for n in $(ls /run/netns 2>/dev/null | grep -i corral); do leak "network namespace $n" ""; done
 
+if [ "$mode" = --save ]; then
+    cp "$found" "$file"
+    n=$(wc -l <"$file")
+    [ "$n" -eq 0 ] || echo "leakcheck: $n thing(s) of Corral's on this host before this run (in $file)"
+    exit 0
+fi
+[ "$before" -eq 0 ] || echo "leakcheck: $before thing(s) were here before this run: not its leaks"
 if [ "$leaks" -gt 0 ]; then
     echo "leakcheck: $leaks leak(s)"
     exit 1
 fi
-echo "leakcheck: nothing of Corral's left (mounts, cgroups, processes, netns, SysV IPC)"
+echo "leakcheck: nothing of Corral's left${file:+ by this run} (mounts, cgroups, processes, netns, SysV IPC)"
