@@ -347,7 +347,7 @@ static int whiteout(struct ctx *c, const char *dir, const char *target)
         return perform ? empty_opaque(c, dir) : record_opaque(c);
     /* .wh..wh.* are overlayfs' (and aufs') own: a change set has none */
     if (!target[0] || !strcmp(target, ".") || !strcmp(target, "..") ||
-        (perform && strncmp(target, ".wh.", 4) == 0))
+        (perform && crl_path_is_whiteout(target, strlen(target))))
         return refuse(c, c->path, "not a whiteout this format has");
     return perform ? remove_whiteout(c, dir, target) : record_whiteout(c, target);
 }
@@ -613,7 +613,7 @@ static int apply_entry(struct ctx *c, struct archive_entry *e)
     }
     const char *slash = strrchr(c->path, '/');
     const char *base = slash ? slash + 1 : c->path;
-    if (strncmp(base, ".wh.", 4) == 0) {
+    if (crl_path_is_whiteout(base, strlen(base))) {
         char dir[PATH_MAX];
         snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - c->path) : 0, c->path);
         if (whiteout(c, dir, base + 4) < 0)
