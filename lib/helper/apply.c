@@ -162,11 +162,19 @@ static int sys_failed(struct ctx *c, int e, const char *path, const char *what)
     return crl_err_sys(c->err, e, "%s%s", subject(c, path, subj, sizeof(subj)), what);
 }
 
-/* Resolving `path` failed with `e`: a symlink (or a file) where a
- * directory should be is a path this apply does not follow. */
+/* A resolution failed with `e` because a symlink (or a file) stood where
+ * a directory should be, or a mount was crossed where none may be: a path
+ * this apply does not follow. */
+static bool not_followed(int e)
+{
+    return e == ELOOP || e == EXDEV || e == ENOTDIR;
+}
+
+/* Resolving `path` failed with `e`: refused if not_followed, else the
+ * system call's error. */
 static int resolve_failed(struct ctx *c, int e, const char *path, const char *what)
 {
-    if (e == ELOOP || e == EXDEV || e == ENOTDIR) {
+    if (not_followed(e)) {
         char subj[PATH_MAX + 64];
         return crl_err_set(c->err, CRL_E_INVALID,
                            "%s%s: a path through a symlink or a file: refused",
@@ -513,6 +521,12 @@ static int make_node(struct ctx *c, int dir, const char *base, struct archive_en
     return 0;
 }
 
+/* A hard link to `hard`, which names nothing in the tree (yet). */
+static int link_target_missing(struct ctx *c, const char *hard)
+{
+    return refuse(c, c->path, "a hard link to %s, which is not in this %s: refused", hard, c->noun);
+}
+
 /* A hard link's target, checked before anything is changed: the
  * directory that holds it (an O_PATH fd, *tbase its name there), or -1
  * with *err set. */
@@ -525,9 +539,8 @@ static int open_link_target(struct ctx *c, const char *hard, char *target, size_
                       hard);
     int tdir = open_parent(c, target, tbase, false);
     if (tdir < 0 && errno == ENOENT)
-        return refuse(c, c->path, "a hard link to %s, which is not in this %s: refused", hard,
-                      c->noun);
-    if (tdir < 0 && (errno == ELOOP || errno == EXDEV || errno == ENOTDIR))
+        return link_target_missing(c, hard);
+    if (tdir < 0 && not_followed(errno))
         return refuse(c, c->path, "a hard link to %s through a symlink or a file: refused", hard);
     if (tdir < 0)
         return sys_failed(c, errno, c->path, "");
@@ -540,8 +553,7 @@ static int hard_link(struct ctx *c, int dir, const char *base, int tdir, const c
     if (linkat(tdir, tbase, dir, base, 0) == 0)
         return 0;
     if (errno == ENOENT)
-        return refuse(c, c->path, "a hard link to %s, which is not in this %s: refused", hard,
-                      c->noun);
+        return link_target_missing(c, hard);
     return sys_failed(c, errno, c->path, "");
 }
 
