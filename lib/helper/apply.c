@@ -162,11 +162,19 @@ static int sys_failed(struct ctx *c, int e, const char *path, const char *what)
     return crl_err_sys(c->err, e, "%s%s", subject(c, path, subj, sizeof(subj)), what);
 }
 
-/* Resolving `path` failed with `e`: a symlink (or a file) where a
- * directory should be is a path this apply does not follow. */
+/* A resolution failed with `e` because a symlink (or a file) stood where
+ * a directory should be, or a mount was crossed where none may be: a path
+ * this apply does not follow. */
+static bool not_followed(int e)
+{
+    return e == ELOOP || e == EXDEV || e == ENOTDIR;
+}
+
+/* Resolving `path` failed with `e`: refused if not_followed, else the
+ * system call's error. */
 static int resolve_failed(struct ctx *c, int e, const char *path, const char *what)
 {
-    if (e == ELOOP || e == EXDEV || e == ENOTDIR) {
+    if (not_followed(e)) {
         char subj[PATH_MAX + 64];
         return crl_err_set(c->err, CRL_E_INVALID,
                            "%s%s: a path through a symlink or a file: refused",
@@ -347,7 +355,7 @@ static int whiteout(struct ctx *c, const char *dir, const char *target)
         return perform ? empty_opaque(c, dir) : record_opaque(c);
     /* .wh..wh.* are overlayfs' (and aufs') own: a change set has none */
     if (!target[0] || !strcmp(target, ".") || !strcmp(target, "..") ||
-        (perform && strncmp(target, ".wh.", 4) == 0))
+        (perform && crl_path_is_whiteout(target, strlen(target))))
         return refuse(c, c->path, "not a whiteout this format has");
     return perform ? remove_whiteout(c, dir, target) : record_whiteout(c, target);
 }
@@ -513,6 +521,12 @@ static int make_node(struct ctx *c, int dir, const char *base, struct archive_en
     return 0;
 }
 
+/* A hard link to `hard`, which names nothing in the tree (yet). */
+static int link_target_missing(struct ctx *c, const char *hard)
+{
+    return refuse(c, c->path, "a hard link to %s, which is not in this %s: refused", hard, c->noun);
+}
+
 /* A hard link's target, checked before anything is changed: the
  * directory that holds it (an O_PATH fd, *tbase its name there), or -1
  * with *err set. */
@@ -525,9 +539,8 @@ static int open_link_target(struct ctx *c, const char *hard, char *target, size_
                       hard);
     int tdir = open_parent(c, target, tbase, false);
     if (tdir < 0 && errno == ENOENT)
-        return refuse(c, c->path, "a hard link to %s, which is not in this %s: refused", hard,
-                      c->noun);
-    if (tdir < 0 && (errno == ELOOP || errno == EXDEV || errno == ENOTDIR))
+        return link_target_missing(c, hard);
+    if (tdir < 0 && not_followed(errno))
         return refuse(c, c->path, "a hard link to %s through a symlink or a file: refused", hard);
     if (tdir < 0)
         return sys_failed(c, errno, c->path, "");
@@ -540,8 +553,7 @@ static int hard_link(struct ctx *c, int dir, const char *base, int tdir, const c
     if (linkat(tdir, tbase, dir, base, 0) == 0)
         return 0;
     if (errno == ENOENT)
-        return refuse(c, c->path, "a hard link to %s, which is not in this %s: refused", hard,
-                      c->noun);
+        return link_target_missing(c, hard);
     return sys_failed(c, errno, c->path, "");
 }
 
@@ -613,7 +625,7 @@ static int apply_entry(struct ctx *c, struct archive_entry *e)
     }
     const char *slash = strrchr(c->path, '/');
     const char *base = slash ? slash + 1 : c->path;
-    if (strncmp(base, ".wh.", 4) == 0) {
+    if (crl_path_is_whiteout(base, strlen(base))) {
         char dir[PATH_MAX];
         snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - c->path) : 0, c->path);
         if (whiteout(c, dir, base + 4) < 0)

@@ -157,7 +157,6 @@ struct crl_ckpt_index {
 };
 
 int crl__ckpt_cmp_path(const char *a, const char *b);
-bool crl__ckpt_reserved_name(const char *name, size_t len);
 
 struct ent *crl__ckpt_ent_new(const char *path, size_t len, enum ent_type type);
 struct ent *crl__ckpt_ent_clone(const struct ent *o);

@@ -32,11 +32,6 @@ int crl__ckpt_cmp_path(const char *a, const char *b)
     }
 }
 
-bool crl__ckpt_reserved_name(const char *name, size_t len)
-{
-    return len >= 4 && memcmp(name, ".wh.", 4) == 0;
-}
-
 /* Relative, no empty, "." or ".." component, no whiteout name, no NUL:
  * the path-safety module's rules for a stored path. */
 static bool path_valid(const char *p, size_t len)

@@ -17,6 +17,7 @@
 #include "../util/cleanup.h"
 #include "../util/fdio.h"
 #include "../util/log.h"
+#include "../util/path.h"
 
 #define OVERFLOW_ID 65534u /* what a user namespace shows for an unmapped id */
 #define RETRIES 3
@@ -473,7 +474,7 @@ static int walk_name(struct walk *w, int dfd, const char *name, unsigned depth, 
                  w->path.data);
         return 0;
     }
-    if (crl__ckpt_reserved_name(name, strlen(name))) {
+    if (crl_path_is_whiteout(name, strlen(name))) {
         crl_warn(NULL, "checkpoint: %s: names beginning with .wh. are whiteouts: left out",
                  w->path.data);
         return 0;

@@ -21,7 +21,7 @@ static int component(const char *p, size_t n, unsigned flags)
         return CRL_PATH_DOTDOT;
     if ((flags & CRL_PATH_NAME_MAX) && n > NAME_MAX)
         return CRL_PATH_NAME_TOO_LONG;
-    if ((flags & CRL_PATH_NO_WHITEOUT) && n >= 4 && memcmp(p, ".wh.", 4) == 0)
+    if ((flags & CRL_PATH_NO_WHITEOUT) && crl_path_is_whiteout(p, n))
         return CRL_PATH_WHITEOUT;
     return 0;
 }

@@ -20,6 +20,7 @@
 #include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include "err.h"
@@ -96,6 +97,15 @@ int crl_path_normalise(const char *in, size_t len, const struct crl_path_rules *
 static inline bool crl_path_valid(const char *p, size_t len, const struct crl_path_rules *rules)
 {
     return crl_path_normalise(p, len, rules, NULL, 0) >= 0;
+}
+
+/* Whether the component of `len` bytes at `name` begins ".wh.": overlayfs'
+ * names (whiteouts, opaque markers, its own).  The appliers read such a
+ * name as a whiteout, a stored path holds none (CRL_PATH_NO_WHITEOUT), and
+ * a checkpoint leaves a file so named out. */
+static inline bool crl_path_is_whiteout(const char *name, size_t len)
+{
+    return len >= 4 && memcmp(name, ".wh.", 4) == 0;
 }
 
 /* What an enum crl_path_bad means, as a noun phrase for a message:

@@ -221,6 +221,18 @@ static void test_normalise_limits(void)
     is_str(crl_path_why(CRL_PATH_DOTDOT), "a path with '..'", "crl_path_why names a refusal");
 }
 
+/* The one test of an overlayfs name, on a component's bytes. */
+static void test_is_whiteout(void)
+{
+    ok(crl_path_is_whiteout(".wh.x", 5) && crl_path_is_whiteout(".wh..wh..opq", 12),
+       ".wh.NAME and the opaque marker are whiteout names");
+    ok(crl_path_is_whiteout(".wh.", 4), "so is .wh. alone");
+    ok(!crl_path_is_whiteout(".wh", 3) && !crl_path_is_whiteout(".wh.x", 3),
+       "not under four bytes, whatever follows them");
+    ok(!crl_path_is_whiteout("a.wh.x", 6) && !crl_path_is_whiteout(".WH.x", 5),
+       "only at the start, and case counts");
+}
+
 /* ---- crl_path_openat2: the flags are the caller's ---- */
 
 static void test_openat2_flags(void);
@@ -519,6 +531,7 @@ int main(void)
     TAP_RUN(test_path_check, 10);
     TAP_RUN(test_normalise, 10);
     TAP_RUN(test_normalise_limits, 10);
+    TAP_RUN(test_is_whiteout, 10);
     build_tree();
     TAP_RUN(test_openat2_flags, 10);
     TAP_RUN(test_open_plain, 10);
