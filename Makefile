@@ -20,7 +20,8 @@ SANFLAGS :=
 OPT := -O2
 endif
 
-PKGS := libmicrohttpd jansson libseccomp libarchive libcurl libcrypto zlib libzstd
+PKGS := libmicrohttpd jansson libseccomp libarchive libcurl libcrypto zlib libzstd \
+        libnl-route-3.0 libnftables
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 

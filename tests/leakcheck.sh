@@ -83,6 +83,20 @@ done
 
 for n in $(ls /run/netns 2>/dev/null | grep -i corral); do leak "network namespace $n" ""; done
 
+# A sandbox network's table and host-side links (lib/os/vnet.c).  A link
+# whose namespace was just dropped goes a moment later: give them 5 s.
+i=0
+while [ $i -lt 50 ] && ip -o link show 2>/dev/null | grep -qE '^[0-9]+: cr[0-9a-f]{6}s[0-9]+'; do
+    sleep 0.1
+    i=$((i + 1))
+done
+for l in $(ip -o link show 2>/dev/null | sed -nE 's/^[0-9]+: (cr[0-9a-f]{6}s[0-9]+)[@:].*/\1/p'); do
+    leak "link $l" ""
+done
+for t in $(nft list tables 2>/dev/null | sed -nE 's/^table inet (corral_[0-9a-f]{6})$/\1/p'); do
+    leak "nftables table inet $t" ""
+done
+
 if [ "$mode" = --save ]; then
     cp "$found" "$file"
     n=$(wc -l <"$file")
@@ -94,4 +108,4 @@ if [ "$leaks" -gt 0 ]; then
     echo "leakcheck: $leaks leak(s)"
     exit 1
 fi
-echo "leakcheck: nothing of Corral's left${file:+ by this run} (mounts, cgroups, processes, netns, SysV IPC)"
+echo "leakcheck: nothing of Corral's left${file:+ by this run} (mounts, cgroups, processes, netns, SysV IPC, links, nftables)"

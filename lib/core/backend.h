@@ -151,6 +151,16 @@ int crl_backend_pause_cgroup(struct crl_sandbox *sb, struct crl_cgroup *cg, bool
  * a backend's info, once it has paused. */
 void crl_backend_pause_info(struct json_t *o, const struct crl_cgroup_reclaim *last);
 
+/* The network namespace of a new sandbox of any backend: for mode none one
+ * of the host's pool (loopback only); else one linked to the sandboxes'
+ * network with the spec's policy as its rules (lib/os/vnet.h), the slot's
+ * parked one if it has one.  Returns the descriptor, which
+ * crl_backend_net_release takes back. */
+int crl_backend_net_claim(struct crl_sandbox *sb, struct crl_err *err);
+/* Give the namespace back once nothing of the sandbox runs in it; with
+ * `quarantine` (something may still), it is only closed. */
+void crl_backend_net_release(struct crl_sandbox *sb, int netns_fd, bool quarantine);
+
 enum crl_kill_scope {
     CRL_KILL_PROC,        /* the process itself */
     CRL_KILL_TREE,        /* it and every process it started, however detached */

@@ -42,9 +42,35 @@ void crl_host_config_defaults(struct crl_host_config *c)
     c->uid_slots = 16384;
     c->spawners = 0; /* one per CPU, at most 4 */
     c->netns_pool = 256;
+    c->network_range = "10.213.0.0/16";
     c->function_pool = 4;
     c->tombstone_s = 600;
     c->max_tombstones = 10000;
+}
+
+/* ---- the sandboxes' network ---- */
+
+/* The tag keeps this daemon's links and table apart from another's on the
+ * host: its cgroup parent is already one corrald's alone. */
+static uint32_t vnet_tag(const struct crl_host *h)
+{
+    uint32_t tag = 2166136261u; /* FNV-1a */
+    for (const char *c = h->cfg.cgroup_parent; *c; c++)
+        tag = (tag ^ (unsigned char)*c) * 16777619u;
+    return (tag ^ (tag >> 24)) & 0xffffff;
+}
+
+struct crl_vnet *crl_host_vnet(struct crl_host *h, struct crl_err *err)
+{
+    if (h->vnet)
+        return h->vnet;
+    struct crl_vnet_config vc = {.tag = vnet_tag(h)};
+    if (crl_vnet_parse_range(h->cfg.network_range, &vc, err) < 0 ||
+        crl_vnet_new(&vc, &h->vnet, err) < 0)
+        return NULL;
+    crl_info(NULL, "network: range %s, nftables table inet %s", h->cfg.network_range,
+             crl_vnet_table(h->vnet));
+    return h->vnet;
 }
 
 /* ---- ids and slots ---- */
@@ -461,6 +487,7 @@ int crl_host_open(const struct crl_host_config *cfg, struct crl_loop *loop, stru
         goto fail;
     if (n > 0)
         crl_warn(NULL, "reconcile: removed %d leftover sandbox cgroup(s) and their processes", n);
+    crl_vnet_reconcile(vnet_tag(h));
     if (crl_netns_pool_new(cfg->netns_pool, &h->netns, err) < 0)
         goto fail;
     h->mem_total_mb = mem_total_mb();
@@ -545,6 +572,7 @@ void crl_host_close(struct crl_host *h)
             crl_warn(NULL, "shutdown: %s", e.msg);
         crl_cgroup_mgr_free(h->cgroups);
     }
+    crl_vnet_free(h->vnet);
     crl_netns_pool_free(h->netns);
     crl_image_store_free(h->images);
     if (h->run_dir[0])

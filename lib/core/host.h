@@ -17,6 +17,7 @@
 #include "image.h"
 #include "../util/loop.h"
 #include "../os/netns.h"
+#include "../os/vnet.h"
 #include "sandbox.h"
 
 struct crl_host_config {
@@ -55,6 +56,9 @@ struct crl_host_config {
     const char *spawner_path;
     unsigned spawners;
     unsigned netns_pool;
+    /* Sandboxes with a network get a /30 each of this IPv4 range, behind
+     * nftables rules of this daemon's (lib/os/vnet.h), made at the first. */
+    const char *network_range;
     unsigned function_pool; /* keepers made ahead per function runtime */
     /* bookkeeping */
     double tombstone_s;
@@ -71,6 +75,7 @@ struct crl_host {
     struct crl_image_store *images;
     struct crl_cgroup_mgr *cgroups;
     struct crl_netns_pool *netns;
+    struct crl_vnet *vnet; /* NULL until a sandbox has a network */
     struct crl_sandbox *sandboxes; /* every known sandbox, live or tombstoned */
     size_t n_sandboxes;
     struct crl_sandbox **by_id;                /* CRL_HOST_BUCKETS chains */
@@ -111,6 +116,10 @@ json_t *crl_host_list_json(struct crl_host *h, const struct crl_kv *sel, size_t 
 json_t *crl_host_info_json(struct crl_host *h);
 /* Prometheus text exposition. */
 char *crl_host_metrics(struct crl_host *h);
+
+/* The sandboxes' network: made at the first call (its table and the
+ * host's forwarding are set up only once a sandbox needs them). */
+struct crl_vnet *crl_host_vnet(struct crl_host *h, struct crl_err *err);
 
 /* Allocation of a sandbox id: "sb-<host id>-<random>". */
 void crl_host_new_id(struct crl_host *h, char *out, size_t cap);

@@ -48,6 +48,7 @@ static const char usage[] =
     "  --uid-slots N          sandbox slots of 65536 ids each (default 16384)\n"
     "  --spawner PATH         corral-spawner binary (default: next to corrald)\n"
     "  --spawners N           spawner processes (default: CPUs, at most 4)\n"
+    "  --network-range CIDR   sandboxes' addresses, a /30 each (default 10.213.0.0/16)\n"
     "  --function-pool N      function sandboxes' keepers made ahead, per runtime: so many\n"
     "                         creates in a burst find their namespaces ready (default 4)\n"
     "  --tombstone-s N        keep destroyed sandboxes visible N seconds (default 600)\n"
@@ -141,6 +142,7 @@ int main(int argc, char **argv)
                                          {"spawner", required_argument, 0, 'x'},
                                          {"spawners", required_argument, 0, 'X'},
                                          {"function-pool", required_argument, 0, 'K'},
+                                         {"network-range", required_argument, 0, 'n'},
                                          {"tombstone-s", required_argument, 0, 'T'},
                                          {"max-tombstones", required_argument, 0, 'M'},
                                          {"host-id", required_argument, 0, 'H'},
@@ -247,6 +249,16 @@ int main(int argc, char **argv)
                 return 2;
             hc.spawners = (unsigned)v;
             break;
+        case 'n': {
+            struct crl_vnet_config vc;
+            struct crl_err e = CRL_ERR_INIT;
+            if (crl_vnet_parse_range(optarg, &vc, &e) < 0) {
+                fprintf(stderr, "corrald: --network-range: %s\n", e.msg);
+                return 2;
+            }
+            hc.network_range = optarg;
+            break;
+        }
         case 'K':
             if (parse_uint("--function-pool", optarg, 4096, &v) < 0)
                 return 2;

@@ -48,13 +48,8 @@ static void release(struct crl_sandbox *sb, bool quarantine)
     if (c->cg && crl_cgroup_release(c->cg, failed_create && !quarantine, &err) < 0)
         crl_warn(sb->id, "%s", err.msg);
     c->cg = NULL;
-    if (c->netns_fd >= 0) {
-        if (quarantine)
-            close(c->netns_fd);
-        else
-            crl_netns_put(h->netns, c->netns_fd);
-        c->netns_fd = -1;
-    }
+    crl_backend_net_release(sb, c->netns_fd, quarantine);
+    c->netns_fd = -1;
     close_fd(&c->pidfd);
     close_fd(&c->root_fd);
     close_fd(&c->tmpfs_fd);
@@ -140,8 +135,7 @@ static void undo_create(struct crl_sandbox *sb)
     struct crl_host *h = sb->host;
     if (c->cg)
         crl_cgroup_release(c->cg, true, NULL);
-    if (c->netns_fd >= 0)
-        crl_netns_put(h->netns, c->netns_fd);
+    crl_backend_net_release(sb, c->netns_fd, false);
     free(c);
     sb->priv = NULL;
 }
@@ -224,7 +218,7 @@ static int ctr_create(struct crl_sandbox *sb, struct crl_err *err)
         goto fail;
     if (crl_cgroup_create(h->cgroups, name, &lim, &c->cg, err) < 0)
         goto fail;
-    if ((c->netns_fd = crl_netns_get(h->netns, err)) < 0)
+    if ((c->netns_fd = crl_backend_net_claim(sb, err)) < 0)
         goto fail;
     if (crl_cgroup_attach_fds(c->cg, ".", fds + nl + 1, &ncg, err) < 0)
         goto fail;

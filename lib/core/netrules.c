@@ -1,0 +1,68 @@
+#include "netrules.h"
+
+#include <arpa/inet.h>
+#include <sys/socket.h>
+
+/* " meta l4proto { tcp, udp } th dport { 80, 443, 8000-8080 }", or "" for
+ * a rule of every port. */
+static int ports(const struct crl_net_rule *r, struct crl_buf *out)
+{
+    if (r->nports == 0)
+        return 0;
+    int e = crl_buf_printf(out, " meta l4proto { tcp, udp } th dport {");
+    for (unsigned i = 0; e == 0 && i < r->nports; i++) {
+        const struct crl_net_ports *p = &r->ports[i];
+        e = p->lo == p->hi ? crl_buf_printf(out, "%s %u", i ? "," : "", p->lo)
+                           : crl_buf_printf(out, "%s %u-%u", i ? "," : "", p->lo, p->hi);
+    }
+    return e == 0 ? crl_buf_printf(out, " }") : -1;
+}
+
+/* One rule's lines, ending in `verdict`.  Only IPv4 CIDRs: the table drops
+ * IPv6, and names are the resolver's. */
+static int rule(const struct crl_net_rule *r, const char *verdict, struct crl_buf *out)
+{
+    if (r->kind != CRL_NET_RULE_CIDR || r->family != AF_INET)
+        return 0;
+    char a[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, r->addr, a, sizeof(a));
+    int e = 0;
+    /* An allowed destination answers ping, as on a normal machine, whatever its ports. */
+    if (r->nports && verdict[0] == 'a')
+        e = crl_buf_printf(out, "ip daddr %s/%u icmp type echo-request counter accept\n", a,
+                           r->prefix);
+    if (e == 0)
+        e = crl_buf_printf(out, "ip daddr %s/%u", a, r->prefix);
+    if (e == 0)
+        e = ports(r, out);
+    return e == 0 ? crl_buf_printf(out, " counter %s\n", verdict) : -1;
+}
+
+int crl_net_policy_nft(const struct crl_net_policy *p, struct crl_buf *out)
+{
+    enum crl_net_mode m = crl_net_policy_mode(p);
+    if (m == CRL_NET_NONE)
+        return crl_buf_printf(out, "counter drop\n");
+    for (size_t i = 0; i < p->ndeny; i++)
+        if (rule(&p->deny[i], "drop", out) < 0)
+            return -1;
+    if (m == CRL_NET_FULL)
+        return crl_buf_printf(out, "counter accept\n");
+    for (size_t i = 0; i < p->nallow; i++)
+        if (rule(&p->allow[i], "accept", out) < 0)
+            return -1;
+    return crl_buf_printf(out, "counter drop\n");
+}
+
+bool crl_net_policy_has_names(const struct crl_net_policy *p)
+{
+    if (!p)
+        return false;
+    for (size_t i = 0; i < p->nallow; i++)
+        if (p->allow[i].kind != CRL_NET_RULE_CIDR)
+            return true;
+    for (size_t i = 0; i < p->ndeny; i++)
+        if (p->deny[i].kind != CRL_NET_RULE_CIDR)
+            return true;
+    return false;
+}

@@ -1,0 +1,508 @@
+#include "vnet.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <netlink/netlink.h>
+#include <netlink/route/addr.h>
+#include <netlink/route/link.h>
+#include <netlink/route/link/veth.h>
+#include <netlink/route/route.h>
+#include <nftables/libnftables.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "../util/buf.h"
+#include "../util/cleanup.h"
+#include "../util/fdio.h"
+#include "../util/log.h"
+
+#define VNET_LINK_PREFIX "cr%06x"
+
+struct crl_vnet {
+    struct crl_vnet_config cfg;
+    char table[32];  /* corral_<tag> */
+    char prefix[16]; /* cr<tag>: every link of this daemon's starts so */
+    struct nl_sock *sk;
+    struct nft_ctx *nft;
+    int host_netns; /* corrald's own, to come back to */
+    int *parked;    /* by slot: a namespace kept with its link, or -1 */
+};
+
+static int nl_failed(struct crl_err *err, int nle, const char *what, const char *name)
+{
+    return crl_err_set(err, CRL_E_INTERNAL, "%s %s: %s", what, name, nl_geterror(nle));
+}
+
+int crl_vnet_parse_range(const char *s, struct crl_vnet_config *cfg, struct crl_err *err)
+{
+    char addr[INET_ADDRSTRLEN];
+    const char *slash = strchr(s, '/');
+    if (!slash || (size_t)(slash - s) >= sizeof(addr))
+        return crl_err_set(err, CRL_E_INVALID, "network range '%s': expected A.B.C.D/N", s);
+    memcpy(addr, s, (size_t)(slash - s));
+    addr[slash - s] = '\0';
+    struct in_addr in;
+    char *end;
+    errno = 0;
+    unsigned long n = strtoul(slash + 1, &end, 10);
+    if (inet_pton(AF_INET, addr, &in) != 1 || end == slash + 1 || *end || errno)
+        return crl_err_set(err, CRL_E_INVALID, "network range '%s': expected A.B.C.D/N", s);
+    if (n < 8 || n > 28)
+        return crl_err_set(err, CRL_E_INVALID,
+                           "network range '%s': the prefix must be 8-28 (a /30 per sandbox)", s);
+    uint32_t a = ntohl(in.s_addr);
+    if (a & ~(0xffffffffu << (32 - n)))
+        return crl_err_set(err, CRL_E_INVALID, "network range '%s': host bits are set", s);
+    cfg->range = a;
+    cfg->prefix = (unsigned)n;
+    return 0;
+}
+
+unsigned crl_vnet_slots(const struct crl_vnet *v)
+{
+    return 1u << (32 - v->cfg.prefix - 2);
+}
+
+uint32_t crl_vnet_gateway(const struct crl_vnet *v, unsigned slot)
+{
+    return v->cfg.range + 4 * slot + 1;
+}
+
+uint32_t crl_vnet_address(const struct crl_vnet *v, unsigned slot)
+{
+    return v->cfg.range + 4 * slot + 2;
+}
+
+void crl_vnet_link_name(const struct crl_vnet *v, unsigned slot, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%ss%u", v->prefix, slot);
+}
+
+const char *crl_vnet_table(const struct crl_vnet *v)
+{
+    return v->table;
+}
+
+static void ip4(uint32_t a, char *buf, size_t cap)
+{
+    struct in_addr in = {.s_addr = htonl(a)};
+    inet_ntop(AF_INET, &in, buf, (socklen_t)cap);
+}
+
+int crl_vnet_nft(struct crl_vnet *v, const char *script, struct crl_err *err)
+{
+    if (nft_run_cmd_from_buffer(v->nft, script) == 0)
+        return 0;
+    const char *e = nft_ctx_get_error_buffer(v->nft);
+    char msg[512];
+    snprintf(msg, sizeof(msg), "%s", e && *e ? e : "failed");
+    msg[strcspn(msg, "\n")] = '\0'; /* its first line names the error */
+    return crl_err_set(err, CRL_E_INTERNAL, "nftables (table %s): %s", v->table, msg);
+}
+
+/* Delete every link whose name starts with this daemon's prefix (a
+ * crashed run's; the sandbox end of each pair goes with it). */
+static void delete_links(struct crl_vnet *v)
+{
+    struct nl_cache *cache = NULL;
+    if (rtnl_link_alloc_cache(v->sk, AF_UNSPEC, &cache) < 0)
+        return;
+    size_t plen = strlen(v->prefix);
+    for (struct nl_object *o = nl_cache_get_first(cache); o; o = nl_cache_get_next(o)) {
+        struct rtnl_link *l = (struct rtnl_link *)o;
+        const char *name = rtnl_link_get_name(l);
+        if (name && strncmp(name, v->prefix, plen) == 0)
+            rtnl_link_delete(v->sk, l);
+    }
+    nl_cache_free(cache);
+}
+
+static int write_sysctl(const char *path, const char *value, struct crl_err *err)
+{
+    if (crl_write_file_at(AT_FDCWD, path, value) < 0)
+        return crl_err_sys(err, errno, "write %s to %s", value, path);
+    return 0;
+}
+
+static int base_table(struct crl_vnet *v, struct crl_err *err)
+{
+    char range[INET_ADDRSTRLEN], dns[96] = "";
+    ip4(v->cfg.range, range, sizeof(range));
+    if (v->cfg.dns_port)
+        snprintf(dns, sizeof(dns), "iifname \"%s*\" meta l4proto { tcp, udp } th dport %u accept",
+                 v->prefix, v->cfg.dns_port);
+    struct crl_buf b;
+    crl_buf_init(&b, CRL_BUF_UNBOUNDED);
+    /* "add" then "delete": a table of a crashed run goes, a missing one is no error. */
+    crl_buf_printf(&b,
+                   "add table inet %1$s\n"
+                   "delete table inet %1$s\n"
+                   "table inet %1$s {\n"
+                   "  map links { type ifname : verdict; }\n"
+                   "  chain forward {\n"
+                   "    type filter hook forward priority filter - 1; policy accept;\n"
+                   "    iifname \"%2$s*\" jump from_sandbox\n"
+                   "    oifname \"%2$s*\" ct state established,related accept\n"
+                   "    oifname \"%2$s*\" drop\n"
+                   "  }\n"
+                   "  chain from_sandbox {\n"
+                   "    ct state established,related accept\n"
+                   "    meta nfproto ipv6 drop\n"
+                   "    ip daddr { %3$s/%4$u, 169.254.0.0/16, 224.0.0.0/4, 255.255.255.255 } drop\n"
+                   "    iifname vmap @links\n"
+                   "    drop\n"
+                   "  }\n"
+                   "  chain input {\n"
+                   "    type filter hook input priority filter - 1; policy accept;\n"
+                   "    iifname \"%2$s*\" ct state established,related accept\n"
+                   "    iifname \"%2$s*\" icmp type echo-request accept\n"
+                   "    %5$s\n"
+                   "    iifname \"%2$s*\" drop\n"
+                   "  }\n"
+                   "  chain postrouting {\n"
+                   "    type nat hook postrouting priority srcnat; policy accept;\n"
+                   "    ip saddr %3$s/%4$u oifname != \"%2$s*\" masquerade\n"
+                   "  }\n"
+                   "}\n",
+                   v->table, v->prefix, range, v->cfg.prefix, dns);
+    int r = b.data ? crl_vnet_nft(v, b.data, err) : crl_err_sys(err, ENOMEM, "nftables script");
+    crl_buf_free(&b);
+    return r;
+}
+
+void crl_vnet_reconcile(uint32_t tag)
+{
+    struct nft_ctx *nft = nft_ctx_new(NFT_CTX_DEFAULT);
+    struct nl_sock *sk = nl_socket_alloc();
+    if (nft && sk && nl_connect(sk, NETLINK_ROUTE) == 0 && nft_ctx_buffer_output(nft) == 0 &&
+        nft_ctx_buffer_error(nft) == 0) {
+        struct crl_vnet v = {.sk = sk, .nft = nft};
+        snprintf(v.table, sizeof(v.table), "corral_%06x", tag & 0xffffff);
+        snprintf(v.prefix, sizeof(v.prefix), VNET_LINK_PREFIX, tag & 0xffffff);
+        char script[96];
+        snprintf(script, sizeof(script), "list table inet %s\n", v.table);
+        if (crl_vnet_nft(&v, script, NULL) == 0) {
+            crl_info(NULL, "network: removing table inet %s of a previous run", v.table);
+            snprintf(script, sizeof(script), "delete table inet %s\n", v.table);
+            crl_vnet_nft(&v, script, NULL);
+        }
+        delete_links(&v);
+    }
+    if (sk)
+        nl_socket_free(sk);
+    if (nft)
+        nft_ctx_free(nft);
+}
+
+int crl_vnet_new(const struct crl_vnet_config *cfg, struct crl_vnet **out, struct crl_err *err)
+{
+    struct crl_vnet *v = calloc(1, sizeof(*v));
+    if (!v)
+        return crl_err_sys(err, ENOMEM, "vnet");
+    v->cfg = *cfg;
+    v->host_netns = -1;
+    if (!(v->parked = malloc(crl_vnet_slots(v) * sizeof(int)))) {
+        free(v);
+        return crl_err_sys(err, ENOMEM, "vnet");
+    }
+    for (unsigned i = 0; i < crl_vnet_slots(v); i++)
+        v->parked[i] = -1;
+    snprintf(v->table, sizeof(v->table), "corral_%06x", cfg->tag & 0xffffff);
+    snprintf(v->prefix, sizeof(v->prefix), VNET_LINK_PREFIX, cfg->tag & 0xffffff);
+    int r;
+    if (!(v->sk = nl_socket_alloc()) || !(v->nft = nft_ctx_new(NFT_CTX_DEFAULT))) {
+        crl_err_sys(err, ENOMEM, "netlink or nftables context");
+        goto fail;
+    }
+    if ((r = nl_connect(v->sk, NETLINK_ROUTE)) < 0) {
+        nl_failed(err, r, "netlink", "connect");
+        goto fail;
+    }
+    if (nft_ctx_buffer_output(v->nft) < 0 || nft_ctx_buffer_error(v->nft) < 0) {
+        crl_err_sys(err, ENOMEM, "nftables buffers");
+        goto fail;
+    }
+    v->host_netns = crl_openat(AT_FDCWD, "/proc/thread-self/ns/net", O_RDONLY, 0);
+    if (v->host_netns < 0) {
+        crl_err_sys(err, errno, "open /proc/thread-self/ns/net");
+        goto fail;
+    }
+    delete_links(v);
+    /* A sandbox's packets are routed through this namespace. */
+    if (write_sysctl("/proc/sys/net/ipv4/ip_forward", "1", err) < 0 || base_table(v, err) < 0)
+        goto fail;
+    *out = v;
+    return 0;
+fail:
+    crl_vnet_free(v);
+    return -1;
+}
+
+void crl_vnet_free(struct crl_vnet *v)
+{
+    if (!v)
+        return;
+    if (v->sk && v->nft) {
+        char script[96];
+        snprintf(script, sizeof(script), "add table inet %1$s\ndelete table inet %1$s\n",
+                 v->table);
+        struct crl_err e = CRL_ERR_INIT;
+        if (crl_vnet_nft(v, script, &e) < 0)
+            crl_warn(NULL, "network: %s", e.msg);
+    }
+    for (unsigned i = 0; v->parked && i < crl_vnet_slots(v); i++)
+        close_fd(&v->parked[i]);
+    free(v->parked);
+    if (v->nft)
+        nft_ctx_free(v->nft);
+    if (v->sk)
+        nl_socket_free(v->sk);
+    if (v->host_netns >= 0)
+        close(v->host_netns);
+    free(v);
+}
+
+static int add_address(struct nl_sock *sk, int ifindex, uint32_t a, unsigned prefix,
+                       const char *name, struct crl_err *err)
+{
+    uint32_t be = htonl(a);
+    struct rtnl_addr *ra = rtnl_addr_alloc();
+    struct nl_addr *local = nl_addr_build(AF_INET, &be, sizeof(be));
+    int r = -NLE_NOMEM;
+    if (ra && local) {
+        nl_addr_set_prefixlen(local, (int)prefix);
+        rtnl_addr_set_ifindex(ra, ifindex);
+        rtnl_addr_set_local(ra, local);
+        r = rtnl_addr_add(sk, ra, 0);
+    }
+    if (local)
+        nl_addr_put(local);
+    if (ra)
+        rtnl_addr_put(ra);
+    return r < 0 ? nl_failed(err, r, "add an address to", name) : 0;
+}
+
+static int link_up(int sock, const char *name, int *ifindex, struct crl_err *err)
+{
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof(ifr));
+    snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", name);
+    if (ioctl(sock, SIOCGIFINDEX, &ifr) < 0)
+        return crl_err_sys(err, errno, "SIOCGIFINDEX %s", name);
+    *ifindex = ifr.ifr_ifindex;
+    if (ioctl(sock, SIOCGIFFLAGS, &ifr) < 0)
+        return crl_err_sys(err, errno, "SIOCGIFFLAGS %s", name);
+    ifr.ifr_flags |= IFF_UP;
+    if (ioctl(sock, SIOCSIFFLAGS, &ifr) < 0)
+        return crl_err_sys(err, errno, "SIOCSIFFLAGS %s up", name);
+    return 0;
+}
+
+static int default_route(struct nl_sock *sk, int ifindex, uint32_t gw, struct crl_err *err)
+{
+    uint32_t zero = 0, be = htonl(gw);
+    struct rtnl_route *rt = rtnl_route_alloc();
+    struct rtnl_nexthop *nh = rtnl_route_nh_alloc();
+    struct nl_addr *dst = nl_addr_build(AF_INET, &zero, sizeof(zero));
+    struct nl_addr *via = nl_addr_build(AF_INET, &be, sizeof(be));
+    int r = -NLE_NOMEM;
+    if (rt && nh && dst && via) {
+        nl_addr_set_prefixlen(dst, 0);
+        rtnl_route_set_family(rt, AF_INET);
+        rtnl_route_set_dst(rt, dst);
+        rtnl_route_nh_set_ifindex(nh, ifindex);
+        rtnl_route_nh_set_gateway(nh, via);
+        rtnl_route_add_nexthop(rt, nh);
+        nh = NULL; /* the route's now */
+        r = rtnl_route_add(sk, rt, NLM_F_CREATE | NLM_F_EXCL);
+    }
+    if (nh)
+        rtnl_route_nh_free(nh);
+    if (dst)
+        nl_addr_put(dst);
+    if (via)
+        nl_addr_put(via);
+    if (rt)
+        rtnl_route_put(rt);
+    return r < 0 ? nl_failed(err, r, "add the default route of", "eth0") : 0;
+}
+
+/* Sockets and sysctl files of the sandbox's namespace: each is of the
+ * namespace it was made in, so corrald enters it only to make them. */
+struct inside {
+    int sock;
+    struct nl_sock *sk;
+    int no_ipv6, ping;
+};
+
+static void inside_close(struct inside *in)
+{
+    if (in->sk)
+        nl_socket_free(in->sk);
+    close_fd(&in->sock);
+    close_fd(&in->no_ipv6);
+    close_fd(&in->ping);
+}
+
+static int enter(struct crl_vnet *v, int netns_fd, struct inside *in, struct crl_err *err)
+{
+    in->sock = in->no_ipv6 = in->ping = -1;
+    in->sk = NULL;
+    if (setns(netns_fd, CLONE_NEWNET) < 0)
+        return crl_err_sys(err, errno, "setns(the sandbox's netns)");
+    int r = 0;
+    in->sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    in->no_ipv6 = crl_openat(AT_FDCWD, "/proc/sys/net/ipv6/conf/eth0/disable_ipv6", O_WRONLY, 0);
+    /* ICMP echo without CAP_NET_RAW, for every group, as on a normal machine. */
+    in->ping = crl_openat(AT_FDCWD, "/proc/sys/net/ipv4/ping_group_range", O_WRONLY, 0);
+    if (in->sock < 0 || in->no_ipv6 < 0 || in->ping < 0)
+        r = crl_err_sys(err, errno, "a socket or sysctl in the sandbox's netns");
+    else if (!(in->sk = nl_socket_alloc()) || nl_connect(in->sk, NETLINK_ROUTE) < 0)
+        r = crl_err_set(err, CRL_E_INTERNAL, "netlink in the sandbox's netns");
+    if (setns(v->host_netns, CLONE_NEWNET) < 0) {
+        /* Every later socket of corrald's would be the sandbox's. */
+        crl_log_syscall(NULL, errno, "setns(host netns)");
+        abort();
+    }
+    if (r < 0)
+        inside_close(in);
+    return r;
+}
+
+static int set_chain(struct crl_vnet *v, unsigned slot, const char *rules, bool link,
+                     struct crl_err *err)
+{
+    char name[IFNAMSIZ];
+    crl_vnet_link_name(v, slot, name, sizeof(name));
+    struct crl_buf b;
+    crl_buf_init(&b, CRL_BUF_UNBOUNDED);
+    int r = crl_buf_printf(&b,
+                   "add chain inet %1$s s%2$u\n"
+                   "flush chain inet %1$s s%2$u\n"
+                   "table inet %1$s {\n  chain s%2$u {\n%3$s\n  }\n}\n",
+                   v->table, slot, rules);
+    if (r == 0 && link)
+        r = crl_buf_printf(&b, "add element inet %s links { \"%s\" : jump s%u }\n", v->table,
+                           name, slot);
+    r = r == 0 ? crl_vnet_nft(v, b.data, err) : crl_err_sys(err, ENOMEM, "nftables script");
+    crl_buf_free(&b);
+    return r;
+}
+
+int crl_vnet_attach(struct crl_vnet *v, unsigned slot, int netns_fd, const char *rules,
+                    struct crl_err *err)
+{
+    if (slot >= crl_vnet_slots(v))
+        return crl_err_set(err, CRL_E_CAPACITY,
+                           "network: slot %u is past the range's %u sandboxes", slot,
+                           crl_vnet_slots(v));
+    char name[IFNAMSIZ];
+    crl_vnet_link_name(v, slot, name, sizeof(name));
+    struct rtnl_link *veth = rtnl_link_veth_alloc();
+    if (!veth)
+        return crl_err_sys(err, ENOMEM, "veth");
+    struct rtnl_link *peer = rtnl_link_veth_get_peer(veth);
+    rtnl_link_set_name(veth, name);
+    rtnl_link_set_name(peer, "eth0");
+    rtnl_link_set_ns_fd(peer, netns_fd);
+    rtnl_link_put(peer);
+    int r = rtnl_link_add(v->sk, veth, NLM_F_CREATE | NLM_F_EXCL);
+    rtnl_link_veth_release(veth);
+    if (r < 0)
+        return nl_failed(err, r, "create the veth pair", name);
+
+    struct inside in;
+    int ifindex, sb_ifindex;
+    cleanup_close int sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (sock < 0) {
+        crl_err_sys(err, errno, "socket");
+        goto undo;
+    }
+    if (link_up(sock, name, &ifindex, err) < 0 ||
+        add_address(v->sk, ifindex, crl_vnet_gateway(v, slot), 30, name, err) < 0 ||
+        enter(v, netns_fd, &in, err) < 0)
+        goto undo;
+    r = write(in.no_ipv6, "1", 1) == 1 && write(in.ping, "0 2147483647", 12) == 12
+            ? 0
+            : crl_err_sys(err, errno, "a sysctl of the sandbox's netns");
+    if (r == 0)
+        r = link_up(in.sock, "eth0", &sb_ifindex, err);
+    if (r == 0)
+        r = add_address(in.sk, sb_ifindex, crl_vnet_address(v, slot), 30, "eth0", err);
+    if (r == 0)
+        r = default_route(in.sk, sb_ifindex, crl_vnet_gateway(v, slot), err);
+    inside_close(&in);
+    if (r < 0 || set_chain(v, slot, rules, true, err) < 0)
+        goto undo;
+    return 0;
+undo:
+    crl_vnet_detach(v, slot);
+    return -1;
+}
+
+int crl_vnet_set_rules(struct crl_vnet *v, unsigned slot, const char *rules, struct crl_err *err)
+{
+    return set_chain(v, slot, rules, false, err);
+}
+
+void crl_vnet_detach(struct crl_vnet *v, unsigned slot)
+{
+    char name[IFNAMSIZ], script[256];
+    crl_vnet_link_name(v, slot, name, sizeof(name));
+    struct rtnl_link *l = rtnl_link_alloc();
+    if (l) {
+        rtnl_link_set_name(l, name);
+        int r = rtnl_link_delete(v->sk, l);
+        if (r < 0 && r != -NLE_NODEV && r != -NLE_OBJ_NOTFOUND)
+            crl_warn(NULL, "network: delete %s: %s", name, nl_geterror(r));
+        rtnl_link_put(l);
+    }
+    /* The element first: the chain is in use while the map jumps to it. */
+    snprintf(script, sizeof(script),
+             "add chain inet %1$s s%2$u\n"
+             "delete element inet %1$s links { \"%3$s\" }\n",
+             v->table, slot, name);
+    struct crl_err e = CRL_ERR_INIT;
+    crl_vnet_nft(v, script, NULL); /* absent already: a failed attach's */
+    snprintf(script, sizeof(script), "delete chain inet %s s%u\n", v->table, slot);
+    if (crl_vnet_nft(v, script, &e) < 0)
+        crl_warn(NULL, "network: %s", e.msg);
+}
+
+void crl_vnet_park(struct crl_vnet *v, unsigned slot, int netns_fd)
+{
+    struct crl_err e = CRL_ERR_INIT;
+    if (slot >= crl_vnet_slots(v) || set_chain(v, slot, "drop", false, &e) < 0) {
+        crl_warn(NULL, "network: slot %u: %s: its link goes", slot, e.msg);
+        crl_vnet_detach(v, slot);
+        close(netns_fd);
+        return;
+    }
+    close_fd(&v->parked[slot]);
+    v->parked[slot] = netns_fd;
+}
+
+bool crl_vnet_parked(const struct crl_vnet *v, unsigned slot)
+{
+    return slot < crl_vnet_slots(v) && v->parked[slot] >= 0;
+}
+
+int crl_vnet_unpark(struct crl_vnet *v, unsigned slot, const char *rules, struct crl_err *err)
+{
+    if (slot >= crl_vnet_slots(v) || v->parked[slot] < 0) {
+        errno = ENOENT;
+        return -1;
+    }
+    if (set_chain(v, slot, rules, false, err) < 0)
+        return -1;
+    int fd = v->parked[slot];
+    v->parked[slot] = -1;
+    return fd;
+}

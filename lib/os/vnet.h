@@ -1,0 +1,89 @@
+/* A sandbox's link to the outside world, and the netfilter rules that
+ * decide what crosses it.
+ *
+ * Each attached sandbox gets a veth pair: its host end ("cr<tag>s<slot>") in
+ * corrald's network namespace, its other end "eth0" in the sandbox's, and a
+ * /30 of the daemon's range (host end .1, sandbox .2, the default route via
+ * the host end).  IPv6 is off on eth0.  One nftables table per daemon
+ * ("inet corral_<tag>") holds:
+ *   - forward: a sandbox's packets jump to its own chain (a verdict map by
+ *     input link); a link without a chain, and anything toward a sandbox
+ *     that it did not start, is dropped;
+ *   - input: from a sandbox link only replies reach this host (and, when
+ *     set, the resolver's port on the host end);
+ *   - postrouting: masquerade of the range toward anywhere else.
+ * A sandbox's chain holds what its policy allows (rendered by the caller);
+ * it is replaced in one transaction, so a change is in force for the next
+ * packet.
+ *
+ * The tag names this daemon's links and table (two daemons on one host
+ * keep apart); everything of a tag is removed by crl_vnet_new (a previous
+ * run's, after a crash) and by crl_vnet_free.  All calls are from corrald's
+ * single event thread: attach enters the sandbox's namespace for a moment. */
+#ifndef CRL_OS_VNET_H
+#define CRL_OS_VNET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../util/err.h"
+
+struct crl_vnet;
+
+struct crl_vnet_config {
+    uint32_t tag;         /* 24 bits: names links and the table */
+    uint32_t range;       /* IPv4, host order: the first address of the range */
+    unsigned prefix;      /* the range's prefix length, 8-28 */
+    uint16_t dns_port;    /* 0: none; else sandboxes may reach this UDP+TCP port of their gateway */
+};
+
+/* Parse "A.B.C.D/N" into cfg's range and prefix (the range's host bits
+ * must be zero; N 8-28). */
+int crl_vnet_parse_range(const char *s, struct crl_vnet_config *cfg, struct crl_err *err);
+
+/* Remove what a crashed run of this tag left: its table and links (the
+ * kernel removes a link with its namespace, but not a table).  Quiet when
+ * there is nothing, and makes nothing. */
+void crl_vnet_reconcile(uint32_t tag);
+
+int crl_vnet_new(const struct crl_vnet_config *cfg, struct crl_vnet **out, struct crl_err *err);
+/* Remove the table of this tag and drop the parked namespaces (the kernel
+ * removes their links with them, later), and free. */
+void crl_vnet_free(struct crl_vnet *v);
+/* How many sandboxes the range has room for. */
+unsigned crl_vnet_slots(const struct crl_vnet *v);
+
+/* The addresses of `slot` (host order). */
+uint32_t crl_vnet_gateway(const struct crl_vnet *v, unsigned slot);
+uint32_t crl_vnet_address(const struct crl_vnet *v, unsigned slot);
+/* The host end's name, into buf (IFNAMSIZ). */
+void crl_vnet_link_name(const struct crl_vnet *v, unsigned slot, char *buf, size_t cap);
+
+/* Link `slot` to the network namespace netns_fd (which must have no eth0)
+ * with `rules` as its chain's body (nft syntax, one rule a line; they end
+ * with the chain's own drop).  Undone in full on failure. */
+int crl_vnet_attach(struct crl_vnet *v, unsigned slot, int netns_fd, const char *rules,
+                    struct crl_err *err);
+/* Replace `slot`'s rules, atomically. */
+int crl_vnet_set_rules(struct crl_vnet *v, unsigned slot, const char *rules, struct crl_err *err);
+/* Remove `slot`'s link (its peer in the sandbox goes with it) and chain.
+ * Slow (the kernel waits for its readers, ~20 ms here): for failures. */
+void crl_vnet_detach(struct crl_vnet *v, unsigned slot);
+
+/* A sandbox of `slot` ended and nothing runs in netns_fd: keep the
+ * namespace and its link for the slot's next sandbox (its rules become
+ * "drop"), taking the descriptor.  A sandbox without CAP_NET_ADMIN over its
+ * namespace could change nothing there, and its sockets went with its
+ * processes, so the pair needs no reset but its rules. */
+void crl_vnet_park(struct crl_vnet *v, unsigned slot, int netns_fd);
+bool crl_vnet_parked(const struct crl_vnet *v, unsigned slot);
+/* The namespace parked for `slot`, its link given `rules`: the caller's
+ * descriptor.  -1 if none is parked (errno ENOENT) or the rules failed. */
+int crl_vnet_unpark(struct crl_vnet *v, unsigned slot, const char *rules, struct crl_err *err);
+
+/* Run an nft script (one transaction), e.g. to fill a set of the table. */
+int crl_vnet_nft(struct crl_vnet *v, const char *script, struct crl_err *err);
+/* The table's name ("corral_<tag>"). */
+const char *crl_vnet_table(const struct crl_vnet *v);
+
+#endif
