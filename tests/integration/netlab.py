@@ -64,7 +64,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _labs = iter(range(1 << 30))
 
 
-def _setns(path):
+def enter_netns(path):
     """Move the calling thread into the netns at ``path``; raise if it did not
     get there (a socket made after a failed setns would be the real host's)."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -83,7 +83,7 @@ def netns_preexec(path, deathsig=signal.SIGKILL):
     """A Popen preexec_fn: the child joins the netns at ``path``, then gets
     ``deathsig`` when the test process dies."""
     def preexec():
-        _setns(path)
+        enter_netns(path)
         _libc.prctl(PR_SET_PDEATHSIG, deathsig)
     return preexec
 
@@ -95,7 +95,7 @@ def socket_in(path, family=socket.AF_INET, type=socket.SOCK_STREAM):
 
     def make():
         try:
-            _setns(path)
+            enter_netns(path)
             out["sock"] = socket.socket(family, type)
         except BaseException as e:  # raised again on the caller's thread
             out["error"] = e
