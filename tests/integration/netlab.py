@@ -22,7 +22,8 @@ conftest.py loads this module as a plugin) yields one.  Its methods:
 set_zone(), http_log(), dns_log(), reset(), socket() (one made in a lab
 netns), http_get(), dns_query(), run_in_host() and run_in_inet() (a process
 in a lab netns), preexec() (for a Popen of the test's own).  close() stops
-every process in the lab's namespaces and deletes them.
+every process in the lab's namespaces and deletes them; the fixture first
+deletes the labs of killed runs (sweep_stale()).
 
 The real host keeps no route, address or link of the lab's: a test must never
 aim a socket of the test process's own netns at a lab address, since on a
@@ -105,6 +106,16 @@ def socket_in(path, family=socket.AF_INET, type=socket.SOCK_STREAM):
     if "error" in out:
         raise out["error"]
     return out["sock"]
+
+
+def sweep_stale():
+    """Delete the labs of test runs that died without closing them (killed:
+    their servers died with them, their namespaces stayed); a lab's name
+    carries the pid of the run that made it."""
+    for name in os.listdir("/run/netns") if os.path.isdir("/run/netns") else ():
+        m = re.fullmatch(r"crlab-(\d+)-\d+-(host|inet)", name)
+        if m and not os.path.exists(f"/proc/{m.group(1)}"):
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
 def _ns_id(path):
@@ -537,6 +548,7 @@ else:
         a process was left running in it."""
         if os.geteuid() != 0:
             pytest.skip("the lab's network namespaces need root")
+        sweep_stale()
         lab = NetLab().start()
         try:
             yield lab
