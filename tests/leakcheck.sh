@@ -81,7 +81,8 @@ for kind in shm sem msg; do
     while read -r line; do leak "$line" ""; done <"$found.x"
 done
 
-for n in $(ls /run/netns 2>/dev/null | grep -i corral); do leak "network namespace $n" ""; done
+# crlab-*: the tests' lab internet (tests/integration/netlab.py).
+for n in $(ls /run/netns 2>/dev/null | grep -i -e corral -e '^crlab-'); do leak "network namespace $n" ""; done
 
 # A sandbox network's table and host-side links (lib/os/vnet.c).  A link
 # whose namespace was just dropped goes a moment later: give them 5 s.

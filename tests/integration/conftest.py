@@ -7,6 +7,9 @@ Fixtures:
   client           a corral.Client on the shared daemon
   sandbox          a small fresh sandbox on the shared daemon, destroyed after
   built, imaged, iclient, tree_image   the image tests', from images_common.py
+  netlab           a lab internet of network namespaces, one per test module
+                   (netlab.py); Corrald(..., netns=netlab.host_netns) runs a
+                   daemon in the lab's host netns, whose egress leads there
 
 A Corrald has .url (unix), .tcp_url and .token, .pid, .state_dir, .build,
 .cgroup_parent, .log(), .client(tcp=False), .async_client(), .request() for
@@ -18,6 +21,11 @@ cgroup parent of its own: corrald's start-up reconcile kills whatever sits
 under its parent.  CORRAL_BUILD names the build directory (default: build/
 of this tree); build/images (what `make images` builds) is served when it
 exists, to the sanitizer build's daemons too.
+
+A Corrald started with ``netns`` (the path of a netns file) runs in that
+network namespace.  Its unix socket, which the SDK uses, works from here; its
+--listen 127.0.0.1 port is in that netns: request(tcp=True) makes its socket
+there, and client(tcp=True) refuses.
 """
 
 import ctypes
@@ -43,6 +51,10 @@ sys.path.insert(0, str(REPO / "sdk" / "python"))
 
 import corral  # noqa: E402
 
+# Imported here before pytest loads it as a plugin (below): rewrite its asserts.
+pytest.register_assert_rewrite("netlab")
+from netlab import enter_netns, socket_in  # noqa: E402
+
 BUILD = Path(os.environ.get("CORRAL_BUILD", REPO / "build")).resolve()
 # The store `make images` builds (the debian image), whichever build is tested.
 IMAGES = REPO / "build" / "images"
@@ -55,7 +67,7 @@ TOKEN = "integration-" + uuid.uuid4().hex
 _serial = itertools.count()
 # The image tests' helpers and fixtures, loaded as a plugin so that their
 # fixtures reach every module and pytest rewrites their assertions.
-pytest_plugins = ("images_common",)
+pytest_plugins = ("images_common", "netlab")
 
 
 class RawResponse:
@@ -74,6 +86,19 @@ class RawResponse:
 
     def __repr__(self):
         return f"<{self.status} {self.body[:300]!r}>"
+
+
+class _NetnsConnection(http.client.HTTPConnection):
+    """TCP to 127.0.0.1:port of another network namespace."""
+
+    def __init__(self, netns, port, timeout):
+        super().__init__("127.0.0.1", port, timeout=timeout)
+        self.netns = netns
+
+    def connect(self):
+        self.sock = socket_in(self.netns)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect((self.host, self.port))
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -101,8 +126,9 @@ def _end_with_the_tests():
 class Corrald:
     """One corrald process started by the tests."""
 
-    def __init__(self, base_dir, extra_args=(), state_dir=None):
+    def __init__(self, base_dir, extra_args=(), state_dir=None, netns=None):
         self.build = BUILD
+        self.netns = netns
         self.base_dir = Path(base_dir)  # the log and the token
         self.base_dir.mkdir(parents=True, exist_ok=True)
         # State and socket live apart, in a short path (sun_path holds 108
@@ -136,6 +162,13 @@ class Corrald:
             args += ["--images-from", str(IMAGES)]
         return args + self.extra_args
 
+    def _preexec(self):
+        """In corrald's child, before exec: into its netns, if it has one (a
+        setns that fails fails the Popen), then _end_with_the_tests()."""
+        if self.netns:
+            enter_netns(self.netns)
+        _end_with_the_tests()
+
     def start(self, timeout=20):
         """Start the process (again, after stop() or kill(): same state, socket
         and cgroup parent) and wait until it answers /healthz."""
@@ -144,7 +177,7 @@ class Corrald:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(self.args(), stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, pass_fds=self.pass_fds,
-                                         preexec_fn=_end_with_the_tests)
+                                         preexec_fn=self._preexec)
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
@@ -178,6 +211,7 @@ class Corrald:
     def client(self, tcp=False, **kw):
         """A corral.Client on this daemon (over TCP with the token if ``tcp``)."""
         if tcp:
+            assert not self.netns, f"the TCP listener is in {self.netns}: use request(tcp=True)"
             return corral.Client(self.tcp_url, token=kw.pop("token", self.token), **kw)
         return corral.Client(self.url, **kw)
 
@@ -190,8 +224,12 @@ class Corrald:
         header yourself."""
         if body is not None and not isinstance(body, (bytes, bytearray)):
             body = json.dumps(body).encode()
-        conn = (http.client.HTTPConnection("127.0.0.1", self.tcp_port, timeout=timeout) if tcp
-                else _UnixConnection(str(self.socket_path), timeout))
+        if not tcp:
+            conn = _UnixConnection(str(self.socket_path), timeout)
+        elif self.netns:
+            conn = _NetnsConnection(self.netns, self.tcp_port, timeout)
+        else:
+            conn = http.client.HTTPConnection("127.0.0.1", self.tcp_port, timeout=timeout)
         try:
             try:
                 conn.request(method, target, body=body, headers=headers or {})
@@ -286,9 +324,10 @@ class Corrald:
                 shutil.rmtree(self.run_dir, ignore_errors=True)
 
 
-def start_corrald(base_dir, extra_args=(), state_dir=None):
-    """Start a corrald of its own in ``base_dir`` and wait until it is ready."""
-    return Corrald(base_dir, extra_args, state_dir)
+def start_corrald(base_dir, extra_args=(), state_dir=None, netns=None):
+    """Start a corrald of its own in ``base_dir`` (in the network namespace
+    ``netns``, a path, if given) and wait until it is ready."""
+    return Corrald(base_dir, extra_args, state_dir, netns)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -313,11 +352,11 @@ def corrald(tmp_path_factory):
 
 @pytest.fixture
 def corrald_factory(tmp_path):
-    """start(extra_args=(), state_dir=None) -> a Corrald of the test's own."""
+    """start(extra_args=(), state_dir=None, netns=None) -> a Corrald of the test's own."""
     started = []
 
-    def start(extra_args=(), state_dir=None):
-        d = start_corrald(tmp_path / f"corrald{len(started)}", extra_args, state_dir)
+    def start(extra_args=(), state_dir=None, netns=None):
+        d = start_corrald(tmp_path / f"corrald{len(started)}", extra_args, state_dir, netns)
         started.append(d)
         return d
 
