@@ -226,7 +226,6 @@ void crl_spec_init(struct crl_spec *s)
     s->memory_mb = 512;
     s->pids = 512;
     s->disk_mb = 1024;
-    snprintf(s->network_mode, sizeof(s->network_mode), "none");
     s->ttl_s = 3600;
     s->idle_ttl_s = 0;
 }
@@ -242,6 +241,9 @@ void crl_spec_free(struct crl_spec *s)
     s->env = NULL;
     free(s->cwd);
     s->cwd = NULL;
+    crl_net_policy_free(s->network);
+    free(s->network);
+    s->network = NULL;
 }
 
 static bool image_name_ok(const char *s)
@@ -402,6 +404,22 @@ static int parse_trajectory(json_t *f, struct crl_spec *s, struct crl_err *err)
     return 0;
 }
 
+/* The policy lives on the heap, NULL for mode none (the default). */
+static int parse_network(json_t *v, struct crl_spec *s, struct crl_err *err)
+{
+    struct crl_net_policy p;
+    if (crl_net_policy_from_json(v, &p, err) < 0)
+        return -1;
+    if (p.mode == CRL_NET_NONE)
+        return 0; /* none takes no rules: nothing to free */
+    if (!(s->network = malloc(sizeof(*s->network)))) {
+        crl_net_policy_free(&p);
+        return crl_err_sys(err, ENOMEM, "parsing network");
+    }
+    *s->network = p;
+    return 0;
+}
+
 int crl_spec_from_json(json_t *root, struct crl_spec *s, struct crl_err *err)
 {
     static const char *const keys[] = {"backend", "runtime", "image",      "resources",
@@ -465,33 +483,8 @@ int crl_spec_from_json(json_t *root, struct crl_spec *s, struct crl_err *err)
         s->memory_mb = CRL_SPEC_FUNCTION_MEMORY_MB;
     if ((f = json_object_get(root, "resources")) && parse_resources(f, s, err) < 0)
         goto fail;
-    if ((f = json_object_get(root, "network"))) {
-        static const char *const nkeys[] = {"mode"};
-        if (!json_is_object(f)) {
-            crl_err_set(err, CRL_E_INVALID, "network must be an object, not %s",
-                        crl_json_type_name(f));
-            goto fail;
-        }
-        if (check_keys(f, "network", nkeys, 1, err) < 0)
-            goto fail;
-        json_t *m = json_object_get(f, "mode");
-        if (m) {
-            if (get_string(m, "network.mode", 16, &str, err) < 0)
-                goto fail;
-            if (strcmp(str, "allow") == 0 || strcmp(str, "full") == 0) {
-                crl_err_set(err, CRL_E_UNSUPPORTED,
-                            "network.mode '%s' is not available in this version; only 'none' "
-                            "(loopback only) is",
-                            str);
-                goto fail;
-            }
-            if (strcmp(str, "none") != 0) {
-                crl_err_set(err, CRL_E_INVALID,
-                            "network.mode '%s' is unknown; expected none, allow or full", str);
-                goto fail;
-            }
-        }
-    }
+    if ((f = json_object_get(root, "network")) && parse_network(f, s, err) < 0)
+        goto fail;
     if ((f = json_object_get(root, "ttl_s")) &&
         get_uint(f, "ttl_s", 0, 30 * 86400, &s->ttl_s, err) < 0)
         goto fail;
@@ -506,6 +499,15 @@ int crl_spec_from_json(json_t *root, struct crl_spec *s, struct crl_err *err)
         goto fail;
     if ((f = json_object_get(root, "trajectory")) && parse_trajectory(f, s, err) < 0)
         goto fail;
+    /* issue 12: until the backends wire the network.  Last, so that any
+     * malformed field (a bad rule included) is a 400 first. */
+    if (s->network) {
+        crl_err_set(err, CRL_E_UNSUPPORTED,
+                    "network.mode '%s' is not available in this version; only 'none' "
+                    "(loopback only) is",
+                    crl_net_mode_name(s->network->mode));
+        goto fail;
+    }
     return 0;
 fail:
     crl_spec_free(s);
@@ -536,10 +538,10 @@ json_t *crl_spec_to_json(const struct crl_spec *s)
             json_object_set_new(env, k, json_string(eq + 1));
         free(k);
     }
-    json_t *o = json_pack("{s:s, s:s, s:{s:f, s:i, s:i, s:i}, s:{s:s}, s:i, s:i, s:o, s:o}",
-                          "backend", s->backend, "image", s->image, "resources", "cpus", s->cpus,
-                          "memory_mb", (json_int_t)s->memory_mb, "pids", (json_int_t)s->pids,
-                          "disk_mb", (json_int_t)s->disk_mb, "network", "mode", s->network_mode,
+    json_t *o = json_pack("{s:s, s:s, s:{s:f, s:i, s:i, s:i}, s:o, s:i, s:i, s:o, s:o}", "backend",
+                          s->backend, "image", s->image, "resources", "cpus", s->cpus, "memory_mb",
+                          (json_int_t)s->memory_mb, "pids", (json_int_t)s->pids, "disk_mb",
+                          (json_int_t)s->disk_mb, "network", crl_net_policy_to_json(s->network),
                           "ttl_s", (json_int_t)s->ttl_s, "idle_ttl_s", (json_int_t)s->idle_ttl_s,
                           "labels", labels, "env", env);
     /* Only what was given: the spec a sandbox reports can be posted again. */

@@ -12,6 +12,7 @@
 
 #include "../image/store.h"
 #include "../util/err.h"
+#include "netpolicy.h"
 
 #define CRL_SPEC_MAX_LABELS 64
 #define CRL_SPEC_MAX_ENV 256
@@ -36,9 +37,9 @@ struct crl_spec {
     unsigned memory_mb;
     unsigned pids;
     unsigned disk_mb;
-    char network_mode[8];
-    unsigned ttl_s;      /* 0: none */
-    unsigned idle_ttl_s; /* 0: none */
+    struct crl_net_policy *network; /* NULL: mode none; owned, moves with the spec */
+    unsigned ttl_s;                 /* 0: none */
+    unsigned idle_ttl_s;            /* 0: none */
     struct crl_kv labels[CRL_SPEC_MAX_LABELS];
     size_t n_labels;
     char **env; /* "K=V", NULL-terminated; defaults for every exec */

@@ -31,7 +31,7 @@ cflags="-std=gnu11 -g -O1 -D_GNU_SOURCE -fno-omit-frame-pointer \
 echo "fuzz: building $out/fuzz_spec, $out/fuzz_router, $out/fuzz_image, $out/fuzz_journal and $out/fuzz_path"
 # shellcheck disable=SC2046,SC2086  # word splitting of flags is intended
 $cc $cflags $(pkg-config --cflags jansson libcrypto) -o "$out/fuzz_spec" tests/fuzz/fuzz_spec.c \
-    lib/core/spec.c lib/util/*.c $(pkg-config --libs jansson libcrypto)
+    lib/core/spec.c lib/core/netpolicy.c lib/util/*.c $(pkg-config --libs jansson libcrypto)
 # shellcheck disable=SC2086
 $cc $cflags -o "$out/fuzz_router" tests/fuzz/fuzz_router.c lib/api/router.c
 # the image reader and layer applier (it runs mkfs.erofs for inputs it accepts)

@@ -121,7 +121,7 @@ static void test_spec_defaults(void)
     is_int(s.memory_mb, 512, "default memory_mb is 512");
     is_int(s.pids, 512, "default pids is 512");
     is_int(s.disk_mb, 1024, "default disk_mb is 1024");
-    is_str(s.network_mode, "none", "default network mode is none");
+    ok(s.network == NULL, "default network mode is none (no policy)");
     is_int(s.ttl_s, 3600, "default ttl_s is 3600");
     is_int(s.idle_ttl_s, 0, "default idle_ttl_s is 0 (none)");
     is_int(s.n_labels, 0, "no labels by default");
@@ -175,7 +175,7 @@ static void test_spec_full(void)
     is_int(s.memory_mb, 2048, "resources.memory_mb");
     is_int(s.pids, 100, "resources.pids");
     is_int(s.disk_mb, 300, "resources.disk_mb");
-    is_str(s.network_mode, "none", "network.mode");
+    ok(s.network == NULL, "network.mode none: no policy");
     is_int(s.ttl_s, 600, "ttl_s");
     is_int(s.idle_ttl_s, 60, "idle_ttl_s");
     is_int(s.n_labels, 2, "two labels");
@@ -397,7 +397,7 @@ static void test_spec_unsupported(void)
     spec_bad("{\"network\": {\"mode\": \"\"}}", CRL_E_INVALID, "^network\\.mode '' is unknown");
     struct crl_spec s;
     if (spec_good("{\"network\": {\"mode\": \"none\"}}", &s)) {
-        is_str(s.network_mode, "none", "network.mode none is accepted");
+        ok(s.network == NULL, "network.mode none is accepted");
         crl_spec_free(&s);
     }
 }
@@ -616,11 +616,20 @@ static void test_spec_failure_cleanup(void)
     crl_spec_free(&s); /* safe on a spec a failed parse left */
 }
 
+static bool same_network(const struct crl_net_policy *a, const struct crl_net_policy *b)
+{
+    json_t *ja = crl_net_policy_to_json(a), *jb = crl_net_policy_to_json(b);
+    bool same = ja && jb && json_equal(ja, jb);
+    json_decref(ja);
+    json_decref(jb);
+    return same;
+}
+
 static bool specs_equal(const struct crl_spec *a, const struct crl_spec *b)
 {
     if (strcmp(a->backend, b->backend) || strcmp(a->image, b->image) || a->cpus != b->cpus ||
         a->memory_mb != b->memory_mb || a->pids != b->pids || a->disk_mb != b->disk_mb ||
-        strcmp(a->network_mode, b->network_mode) || a->ttl_s != b->ttl_s ||
+        !same_network(a->network, b->network) || a->ttl_s != b->ttl_s ||
         a->idle_ttl_s != b->idle_ttl_s || a->n_labels != b->n_labels ||
         crl_strv_len(a->env) != crl_strv_len(b->env) || (!a->cwd != !b->cwd) ||
         (a->cwd && strcmp(a->cwd, b->cwd)))
