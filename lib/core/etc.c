@@ -1,5 +1,6 @@
 #include "etc.h"
 
+#include <arpa/inet.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -23,7 +24,7 @@ int crl_etc_hosts(char *buf, size_t cap, const char *hostname)
                 cap);
 }
 
-int crl_etc_resolv_conf(char *buf, size_t cap, const char *network_mode)
+int crl_etc_resolv_conf(char *buf, size_t cap, const char *network_mode, const char *nameservers)
 {
     if (strcmp(network_mode, "none") == 0)
         return fits(
@@ -33,7 +34,39 @@ int crl_etc_resolv_conf(char *buf, size_t cap, const char *network_mode)
                      "# which refuses at once unless something in the sandbox serves there.\n"
                      "options attempts:1 timeout:1\n"),
             cap);
-    return fits(snprintf(buf, cap, "# Corral: network mode \"%s\"\n", network_mode), cap);
+    if (strcmp(network_mode, "full") != 0 || !nameservers || !*nameservers)
+        return fits(snprintf(buf, cap,
+                             "# Network mode \"%s\": rules by address, no resolver named.\n"
+                             "options attempts:1 timeout:1\n",
+                             network_mode),
+                    cap);
+    int off = snprintf(buf, cap, "# Network mode \"full\": the host's resolvers.\n");
+    char list[256];
+    snprintf(list, sizeof(list), "%s", nameservers);
+    char *save = NULL;
+    for (char *ns = strtok_r(list, " ", &save); ns && off >= 0 && (size_t)off < cap;
+         ns = strtok_r(NULL, " ", &save))
+        off += snprintf(buf + off, cap - (size_t)off, "nameserver %s\n", ns);
+    return off >= 0 && (size_t)off < cap ? off : -1;
+}
+
+int crl_etc_nameservers(const char *resolv_conf, char *buf, size_t cap)
+{
+    FILE *f = fopen(resolv_conf, "re");
+    if (!f)
+        return -1;
+    char line[512];
+    size_t off = 0;
+    buf[0] = '\0';
+    while (fgets(line, sizeof(line), f)) {
+        char addr[64];
+        struct in_addr in;
+        if (sscanf(line, " nameserver %63s", addr) == 1 && inet_pton(AF_INET, addr, &in) == 1 &&
+            off + strlen(addr) + 2 < cap)
+            off += (size_t)snprintf(buf + off, cap - off, "%s%s", off ? " " : "", addr);
+    }
+    fclose(f);
+    return (int)off;
 }
 
 int crl_etc_passwd(char *buf, size_t cap, const char *name, uid_t uid, gid_t gid, const char *home)

@@ -19,8 +19,13 @@ int crl_etc_hostname(char *buf, size_t cap, const char *hostname);
  * name without a fixed address). */
 int crl_etc_hosts(char *buf, size_t cap, const char *hostname);
 /* /etc/resolv.conf for a network mode: "none" names no resolver, so a
- * lookup of any name /etc/hosts lacks fails at once instead of waiting. */
-int crl_etc_resolv_conf(char *buf, size_t cap, const char *network_mode);
+ * lookup of any name /etc/hosts lacks fails at once instead of waiting;
+ * "full" names `nameservers` (space-separated addresses); "allow" names
+ * none (its rules are by address until corrald has a resolver). */
+int crl_etc_resolv_conf(char *buf, size_t cap, const char *network_mode, const char *nameservers);
+/* The IPv4 nameservers of a resolv.conf (the host's: /etc/resolv.conf),
+ * space-separated, into buf; "" if none.  -1 if it cannot be read. */
+int crl_etc_nameservers(const char *resolv_conf, char *buf, size_t cap);
 /* /etc/passwd and /etc/group with root, nobody and the sandbox's user
  * (`name`, uid, gid, home), for a sandbox whose processes run as an id no
  * image names (the function backend's). */

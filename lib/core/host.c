@@ -16,6 +16,7 @@
 #include "../util/cleanup.h"
 #include "../util/fdio.h"
 #include "../util/log.h"
+#include "etc.h"
 
 #define NS_PER_S 1000000000ull
 
@@ -488,6 +489,10 @@ int crl_host_open(const struct crl_host_config *cfg, struct crl_loop *loop, stru
     if (n > 0)
         crl_warn(NULL, "reconcile: removed %d leftover sandbox cgroup(s) and their processes", n);
     crl_vnet_reconcile(vnet_tag(h));
+    if (cfg->dns_upstream)
+        snprintf(h->nameservers, sizeof(h->nameservers), "%s", cfg->dns_upstream);
+    else
+        crl_etc_nameservers("/etc/resolv.conf", h->nameservers, sizeof(h->nameservers));
     if (crl_netns_pool_new(cfg->netns_pool, &h->netns, err) < 0)
         goto fail;
     h->mem_total_mb = mem_total_mb();

@@ -59,6 +59,9 @@ struct crl_host_config {
     /* Sandboxes with a network get a /30 each of this IPv4 range, behind
      * nftables rules of this daemon's (lib/os/vnet.h), made at the first. */
     const char *network_range;
+    /* The resolvers sandboxes of mode full are given (space-separated
+     * IPv4 addresses); NULL: the host's /etc/resolv.conf's. */
+    const char *dns_upstream;
     unsigned function_pool; /* keepers made ahead per function runtime */
     /* bookkeeping */
     double tombstone_s;
@@ -75,7 +78,8 @@ struct crl_host {
     struct crl_image_store *images;
     struct crl_cgroup_mgr *cgroups;
     struct crl_netns_pool *netns;
-    struct crl_vnet *vnet; /* NULL until a sandbox has a network */
+    struct crl_vnet *vnet;         /* NULL until a sandbox has a network */
+    char nameservers[256];         /* cfg.dns_upstream, or the host's */
     struct crl_sandbox *sandboxes; /* every known sandbox, live or tombstoned */
     size_t n_sandboxes;
     struct crl_sandbox **by_id;                /* CRL_HOST_BUCKETS chains */

@@ -499,15 +499,6 @@ int crl_spec_from_json(json_t *root, struct crl_spec *s, struct crl_err *err)
         goto fail;
     if ((f = json_object_get(root, "trajectory")) && parse_trajectory(f, s, err) < 0)
         goto fail;
-    /* issue 12: until the backends wire the network.  Last, so that any
-     * malformed field (a bad rule included) is a 400 first. */
-    if (s->network) {
-        crl_err_set(err, CRL_E_UNSUPPORTED,
-                    "network.mode '%s' is not available in this version; only 'none' "
-                    "(loopback only) is",
-                    crl_net_mode_name(s->network->mode));
-        goto fail;
-    }
     return 0;
 fail:
     crl_spec_free(s);

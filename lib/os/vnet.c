@@ -251,8 +251,7 @@ void crl_vnet_free(struct crl_vnet *v)
         return;
     if (v->sk && v->nft) {
         char script[96];
-        snprintf(script, sizeof(script), "add table inet %1$s\ndelete table inet %1$s\n",
-                 v->table);
+        snprintf(script, sizeof(script), "add table inet %1$s\ndelete table inet %1$s\n", v->table);
         struct crl_err e = CRL_ERR_INIT;
         if (crl_vnet_nft(v, script, &e) < 0)
             crl_warn(NULL, "network: %s", e.msg);
@@ -384,13 +383,13 @@ static int set_chain(struct crl_vnet *v, unsigned slot, const char *rules, bool 
     struct crl_buf b;
     crl_buf_init(&b, CRL_BUF_UNBOUNDED);
     int r = crl_buf_printf(&b,
-                   "add chain inet %1$s s%2$u\n"
-                   "flush chain inet %1$s s%2$u\n"
-                   "table inet %1$s {\n  chain s%2$u {\n%3$s\n  }\n}\n",
-                   v->table, slot, rules);
+                           "add chain inet %1$s s%2$u\n"
+                           "flush chain inet %1$s s%2$u\n"
+                           "table inet %1$s {\n  chain s%2$u {\n%3$s\n  }\n}\n",
+                           v->table, slot, rules);
     if (r == 0 && link)
-        r = crl_buf_printf(&b, "add element inet %s links { \"%s\" : jump s%u }\n", v->table,
-                           name, slot);
+        r = crl_buf_printf(&b, "add element inet %s links { \"%s\" : jump s%u }\n", v->table, name,
+                           slot);
     r = r == 0 ? crl_vnet_nft(v, b.data, err) : crl_err_sys(err, ENOMEM, "nftables script");
     crl_buf_free(&b);
     return r;
@@ -400,9 +399,8 @@ int crl_vnet_attach(struct crl_vnet *v, unsigned slot, int netns_fd, const char 
                     struct crl_err *err)
 {
     if (slot >= crl_vnet_slots(v))
-        return crl_err_set(err, CRL_E_CAPACITY,
-                           "network: slot %u is past the range's %u sandboxes", slot,
-                           crl_vnet_slots(v));
+        return crl_err_set(err, CRL_E_CAPACITY, "network: slot %u is past the range's %u sandboxes",
+                           slot, crl_vnet_slots(v));
     char name[IFNAMSIZ];
     crl_vnet_link_name(v, slot, name, sizeof(name));
     struct rtnl_link *veth = rtnl_link_veth_alloc();

@@ -23,6 +23,7 @@
 #ifndef CRL_OS_VNET_H
 #define CRL_OS_VNET_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,10 +32,10 @@
 struct crl_vnet;
 
 struct crl_vnet_config {
-    uint32_t tag;         /* 24 bits: names links and the table */
-    uint32_t range;       /* IPv4, host order: the first address of the range */
-    unsigned prefix;      /* the range's prefix length, 8-28 */
-    uint16_t dns_port;    /* 0: none; else sandboxes may reach this UDP+TCP port of their gateway */
+    uint32_t tag;      /* 24 bits: names links and the table */
+    uint32_t range;    /* IPv4, host order: the first address of the range */
+    unsigned prefix;   /* the range's prefix length, 8-28 */
+    uint16_t dns_port; /* 0: none; else sandboxes may reach this UDP+TCP port of their gateway */
 };
 
 /* Parse "A.B.C.D/N" into cfg's range and prefix (the range's host bits

@@ -1,5 +1,6 @@
 /* corrald: the Corral host daemon.  A thin front end over libcorral: parse
  * flags, open the host, serve the API on the host's loop until SIGTERM. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -49,6 +50,8 @@ static const char usage[] =
     "  --spawner PATH         corral-spawner binary (default: next to corrald)\n"
     "  --spawners N           spawner processes (default: CPUs, at most 4)\n"
     "  --network-range CIDR   sandboxes' addresses, a /30 each (default 10.213.0.0/16)\n"
+    "  --dns-upstream A[,B]   resolvers for sandboxes of network mode full (default: the\n"
+    "                         host's /etc/resolv.conf's)\n"
     "  --function-pool N      function sandboxes' keepers made ahead, per runtime: so many\n"
     "                         creates in a burst find their namespaces ready (default 4)\n"
     "  --tombstone-s N        keep destroyed sandboxes visible N seconds (default 600)\n"
@@ -143,6 +146,7 @@ int main(int argc, char **argv)
                                          {"spawners", required_argument, 0, 'X'},
                                          {"function-pool", required_argument, 0, 'K'},
                                          {"network-range", required_argument, 0, 'n'},
+                                         {"dns-upstream", required_argument, 0, 'D'},
                                          {"tombstone-s", required_argument, 0, 'T'},
                                          {"max-tombstones", required_argument, 0, 'M'},
                                          {"host-id", required_argument, 0, 'H'},
@@ -257,6 +261,24 @@ int main(int argc, char **argv)
                 return 2;
             }
             hc.network_range = optarg;
+            break;
+        }
+        case 'D': {
+            static char list[256];
+            snprintf(list, sizeof(list), "%s", optarg);
+            for (char *p = list; *p; p++)
+                if (*p == ',')
+                    *p = ' ';
+            char copy[256], *save = NULL;
+            snprintf(copy, sizeof(copy), "%s", list);
+            for (char *a = strtok_r(copy, " ", &save); a; a = strtok_r(NULL, " ", &save)) {
+                struct in_addr in;
+                if (inet_pton(AF_INET, a, &in) != 1) {
+                    fprintf(stderr, "corrald: --dns-upstream: '%s' is not an IPv4 address\n", a);
+                    return 2;
+                }
+            }
+            hc.dns_upstream = list;
             break;
         }
         case 'K':

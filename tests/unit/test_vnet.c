@@ -174,8 +174,8 @@ static void case_attach(void)
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (!is_int(r0, 0, "attach slot 0"))
         diag("%s", e.msg);
-    diag("attach took %.2f ms", (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
-                                    (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+    diag("attach took %.2f ms",
+         (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
     if (!is_int(crl_vnet_attach(v, 1, ns1, "accept", &e), 0, "attach slot 1"))
         diag("%s", e.msg);
     char name[IFNAMSIZ];
@@ -269,8 +269,8 @@ static void case_timing(void)
         unpark += now_ms() - t1;
     }
     is_int(fails, 0, "50 park and unpark");
-    diag("attach %.2f ms, detach %.2f ms, park %.2f ms, unpark %.2f ms (means of %d)",
-         attach / N, detach / N, park / N, unpark / N, N);
+    diag("attach %.2f ms, detach %.2f ms, park %.2f ms, unpark %.2f ms (means of %d)", attach / N,
+         detach / N, park / N, unpark / N, N);
     crl_vnet_free(v);
     crl_netns_put(pool, ns);
     crl_netns_pool_free(pool);

@@ -132,7 +132,6 @@ static void ctr_destroy(struct crl_sandbox *sb)
 static void undo_create(struct crl_sandbox *sb)
 {
     struct ctr_sandbox *c = sb->priv;
-    struct crl_host *h = sb->host;
     if (c->cg)
         crl_cgroup_release(c->cg, true, NULL);
     crl_backend_net_release(sb, c->netns_fd, false);
@@ -154,7 +153,8 @@ static size_t runtime_files(const struct crl_sandbox *sb, char *out, size_t cap)
     int n[3] = {crl_etc_hostname(text[0], sizeof(text[0]), sb->id),
                 crl_etc_hosts(text[1], sizeof(text[1]), sb->id),
                 crl_etc_resolv_conf(text[2], sizeof(text[2]),
-                                    crl_net_mode_name(crl_net_policy_mode(sb->spec.network)))};
+                                    crl_net_mode_name(crl_net_policy_mode(sb->spec.network)),
+                                    sb->host->nameservers)};
     size_t off = 0;
     for (int i = 0; i < 3; i++) {
         int w = n[i] < 0 ? -1 : snprintf(out + off, cap - off, "%s%c%s%c", names[i], 0, text[i], 0);

@@ -43,12 +43,7 @@ static void release(struct crl_sandbox *sb, bool quarantine)
         if (crl_cgroup_release(f->cg, failed_create && !quarantine, &err) < 0)
             crl_warn(sb->id, "%s", err.msg);
     }
-    if (f->netns_fd >= 0) {
-        if (quarantine)
-            close(f->netns_fd);
-        else
-            crl_netns_put(h->netns, f->netns_fd);
-    }
+    crl_backend_net_release(sb, f->netns_fd, quarantine);
     if (f->k) {
         f->k->sb = NULL;
         if (!f->k->w_pid.active)
@@ -188,6 +183,11 @@ static int fn_create(struct crl_sandbox *sb, struct crl_err *err)
         rt++;
     if (rt == N_RUNTIMES)
         return crl_err_set(err, CRL_E_INVALID, "runtime '%s' is unknown", sb->spec.runtime);
+    if (crl_net_policy_mode(sb->spec.network) != CRL_NET_NONE)
+        return crl_err_set(err, CRL_E_UNSUPPORTED,
+                           "network.mode '%s': function sandboxes are offline (loopback only) "
+                           "in this version; use the container backend for a network",
+                           crl_net_mode_name(crl_net_policy_mode(sb->spec.network)));
     struct zygote *z = &st->zy[rt];
     if (z->sock < 0 && !z->npool && !z->building && crl_fn_zygote_start(st, rt, err) < 0)
         return -1;
@@ -205,7 +205,7 @@ static int fn_create(struct crl_sandbox *sb, struct crl_err *err)
                                     .pids = sb->spec.pids,
                                     .cpus = sb->spec.cpus};
     if (crl_cgroup_create(h->cgroups, name, &lim, &f->cg, err) < 0 ||
-        (f->netns_fd = crl_netns_get(h->netns, err)) < 0) {
+        (f->netns_fd = crl_backend_net_claim(sb, err)) < 0) {
         if (f->cg)
             crl_cgroup_release(f->cg, true, NULL);
         free(f);

@@ -174,7 +174,7 @@ int crl_fnroot_claim(const struct crl_zyg_claim *c, const char **step)
     char t[1024];
     STEP("etc", etc_file("/etc/hostname", t, crl_etc_hostname(t, sizeof(t), c->hostname)));
     STEP("etc", etc_file("/etc/hosts", t, crl_etc_hosts(t, sizeof(t), c->hostname)));
-    STEP("etc", etc_file("/etc/resolv.conf", t, crl_etc_resolv_conf(t, sizeof(t), "none")));
+    STEP("etc", etc_file("/etc/resolv.conf", t, crl_etc_resolv_conf(t, sizeof(t), "none", NULL)));
     STEP("etc", etc_file("/etc/passwd", t,
                          crl_etc_passwd(t, sizeof(t), "sandbox", c->uid, c->gid, CRL_FN_SCRATCH)));
     STEP("etc", etc_file("/etc/group", t, crl_etc_group(t, sizeof(t), "sandbox", c->gid)));
