@@ -257,13 +257,15 @@ static int parse_ports(const char *s, size_t len, struct crl_net_rule *r, const 
 
 /* ---- rules ---- */
 
-/* The rule's text, normalised: what to_json writes and parses back. */
+/* The rule's text, normalised: what to_json writes and parses back.  It
+ * is never longer than the text it came from, or than an IPv6 CIDR and 16
+ * ranges (244 bytes), so it fits. */
 static void format_rule(struct crl_net_rule *r)
 {
-    char host[INET6_ADDRSTRLEN + 8];
+    int n = 0;
     switch (r->kind) {
-    case CRL_NET_RULE_NAME: snprintf(host, sizeof(host), "%s", r->name); break;
-    case CRL_NET_RULE_WILDCARD: host[0] = 0; break;
+    case CRL_NET_RULE_NAME: n = snprintf(r->text, sizeof(r->text), "%s", r->name); break;
+    case CRL_NET_RULE_WILDCARD: n = snprintf(r->text, sizeof(r->text), "*.%s", r->name); break;
     case CRL_NET_RULE_CIDR: {
         char a[INET6_ADDRSTRLEN];
         if (!inet_ntop(r->family, r->addr, a, sizeof(a)))
@@ -272,13 +274,11 @@ static void format_rule(struct crl_net_rule *r)
         char len[8] = "";
         if (!whole)
             snprintf(len, sizeof(len), "/%u", r->prefix);
-        snprintf(host, sizeof(host), "%s%s%s%s", v6 && r->nports ? "[" : "", a, len,
-                 v6 && r->nports ? "]" : "");
+        n = snprintf(r->text, sizeof(r->text), "%s%s%s%s", v6 && r->nports ? "[" : "", a, len,
+                     v6 && r->nports ? "]" : "");
         break;
     }
     }
-    int n = r->kind == CRL_NET_RULE_WILDCARD ? snprintf(r->text, sizeof(r->text), "*.%s", r->name)
-                                             : snprintf(r->text, sizeof(r->text), "%s", host);
     size_t off = n < 0 ? 0 : (size_t)n;
     for (unsigned i = 0; i < r->nports && off < sizeof(r->text); i++) {
         const struct crl_net_ports *p = &r->ports[i];

@@ -284,6 +284,16 @@ static void test_rule_forms(void)
     rule_good("[2001:db8::1]", CRL_NET_RULE_CIDR, "2001:db8::1", &r);
     rule_good("2001:0db8:0:0:0:0:0:1/128", CRL_NET_RULE_CIDR, "2001:db8::1", &r);
     rule_good("::/0", CRL_NET_RULE_CIDR, "::/0", &r);
+    /* the longest name there is, with ports: nothing of it is cut */
+    char label[64], name[300], text[300];
+    memset(label, 'a', 63);
+    label[63] = 0;
+    snprintf(name, sizeof(name), "%s.%s.%s.%.61s", label, label, label, label);
+    snprintf(text, sizeof(text), "%s:1-2,3", name);
+    if (rule_good(text, CRL_NET_RULE_NAME, text, &r))
+        ok(strlen(r.name) == 253 && crl_net_name_matches(&r, name), "a 253-byte name is whole");
+    snprintf(text, sizeof(text), "*.%.251s", name + 2);
+    rule_good(text, CRL_NET_RULE_WILDCARD, text, &r);
     rule_good("[::ffff:10.0.0.0/104]:22", CRL_NET_RULE_CIDR, "[::ffff:10.0.0.0/104]:22", &r);
 }
 
