@@ -20,13 +20,13 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "fuzz_netpolicy: %s:%d: check failed: %s\n", __FILE__, \
-                    __LINE__, #cond);                                                \
-            abort();                                                                 \
-        }                                                                            \
+#define CHECK(cond)                                                                          \
+    do {                                                                                     \
+        if (!(cond)) {                                                                       \
+            fprintf(stderr, "fuzz_netpolicy: %s:%d: check failed: %s\n", __FILE__, __LINE__, \
+                    #cond);                                                                  \
+            abort();                                                                         \
+        }                                                                                    \
     } while (0)
 
 static void check_refusal(const struct crl_err *e)
@@ -43,9 +43,7 @@ static void check_rule(const struct crl_net_rule *r)
         CHECK(r->ports[i].lo >= 1 && r->ports[i].lo <= r->ports[i].hi);
     CHECK(memchr(r->text, 0, sizeof(r->text)) && r->text[0]);
     switch (r->kind) {
-    case CRL_NET_RULE_NAME:
-        CHECK(crl_net_name_matches(r, r->name));
-        break;
+    case CRL_NET_RULE_NAME: CHECK(crl_net_name_matches(r, r->name)); break;
     case CRL_NET_RULE_WILDCARD: {
         CHECK(!crl_net_name_matches(r, r->name)); /* never the suffix itself */
         char sub[CRL_NET_NAME_MAX + 8];

@@ -514,12 +514,21 @@ static void test_spec(void)
              "network.allow[0] 'a.example:0': port 0");
     spec_bad("{\"network\": {\"mode\": \"none\", \"ports\": [80]}}", CRL_E_INVALID,
              "unknown field 'network.ports'");
-    /* valid rules: still 501 until the backends wire the network (issue 12) */
-    spec_bad("{\"network\": {\"mode\": \"allow\", \"allow\": [\"deb.example:443\"]}}",
-             CRL_E_UNSUPPORTED, "network.mode 'allow' is not available");
-    spec_bad("{\"network\": {\"mode\": \"full\"}}", CRL_E_UNSUPPORTED,
-             "network.mode 'full' is not available");
-    /* ... and only once everything else is valid */
+    /* valid rules: the spec holds them (a backend that cannot honour a
+     * mode refuses it at create) */
+    {
+        static const char body[] =
+            "{\"network\": {\"mode\": \"allow\", \"allow\": [\"deb.example:443\"]}}";
+        struct crl_spec s;
+        struct crl_err e = CRL_ERR_INIT;
+        if (is_int(crl_spec_parse(body, sizeof(body) - 1, &s, &e), 0, "a valid allow policy")) {
+            ok(s.network && s.network->mode == CRL_NET_ALLOW && s.network->nallow == 1 &&
+                   strcmp(s.network->allow[0].text, "deb.example:443") == 0,
+               "the spec holds it");
+            crl_spec_free(&s);
+        }
+    }
+    /* a valid mode never hides another field's error */
     spec_bad("{\"network\": {\"mode\": \"full\"}, \"ttl_s\": -1}", CRL_E_INVALID, "ttl_s");
     spec_bad("{\"network\": {\"mode\": \"full\"}, \"cwd\": \"rel\"}", CRL_E_INVALID, "cwd");
 

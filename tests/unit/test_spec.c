@@ -388,10 +388,6 @@ static void test_spec_trajectory(void)
 
 static void test_spec_unsupported(void)
 {
-    spec_bad("{\"network\": {\"mode\": \"allow\"}}", CRL_E_UNSUPPORTED,
-             "^network\\.mode 'allow' is not available");
-    spec_bad("{\"network\": {\"mode\": \"full\"}}", CRL_E_UNSUPPORTED,
-             "^network\\.mode 'full' is not available");
     spec_bad("{\"network\": {\"mode\": \"bridge\"}}", CRL_E_INVALID,
              "^network\\.mode 'bridge' is unknown");
     spec_bad("{\"network\": {\"mode\": \"\"}}", CRL_E_INVALID, "^network\\.mode '' is unknown");
