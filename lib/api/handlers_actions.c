@@ -1,7 +1,15 @@
 /* POST .../pause and .../resume: 200 with the sandbox as it is now.  A
  * pause also says what memory it gave back: the sandbox's charge before
- * and after it (0 released for a sandbox that was paused already). */
+ * and after it (0 released for a sandbox that was paused already).
+ * PATCH .../network: the sandbox under its new network policy. */
 #include "handlers_actions.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include "../core/backend.h"
+#include "../core/netpolicy.h"
+#include "../util/log.h"
 #include "request.h"
 
 static void pause_or_resume(struct crl_req *r, bool pause)
@@ -37,4 +45,42 @@ void crl_h_pause(struct crl_req *r)
 void crl_h_resume(struct crl_req *r)
 {
     pause_or_resume(r, false);
+}
+
+/* Parse the body as a network policy and put it in force. */
+static int set_network(struct crl_req *r, struct crl_err *err)
+{
+    if (crl_req_sandbox(r, err) < 0)
+        return -1;
+    json_error_t je;
+    json_t *body = json_loadb(r->body.data, r->body.len, 0, &je);
+    if (!body)
+        return crl_err_set(err, CRL_E_JSON, "the body is not JSON: %s", je.text);
+    struct crl_net_policy *p = calloc(1, sizeof(*p));
+    int rc = -1;
+    if (!p)
+        crl_err_sys(err, ENOMEM, "network policy");
+    else if (crl_net_policy_from_json(body, p, err) == 0 &&
+             (rc = crl_backend_net_set(r->sb, p, err)) < 0)
+        crl_net_policy_free(p);
+    if (rc < 0)
+        free(p);
+    json_decref(body);
+    return rc;
+}
+
+void crl_h_network(struct crl_req *r)
+{
+    struct crl_err err = CRL_ERR_INIT;
+    if (set_network(r, &err) < 0)
+        crl_req_error(r, &err);
+    else
+        crl_req_json(r, 200, crl_sandbox_json(r->sb));
+}
+
+void crl_h_network_replayed(struct crl_req *r)
+{
+    struct crl_err err = CRL_ERR_INIT;
+    if (set_network(r, &err) < 0)
+        crl_warn(r->sb ? r->sb->id : NULL, "replaying a network step: %s", err.msg);
 }

@@ -63,27 +63,23 @@ static const struct entry {
 #undef ROUTE
 };
 
-/* Allow lists the methods in one order (GET, DELETE, POST, PUT), as a bit
- * set of them picks it. */
-static const char *const methods[] = {"GET", "DELETE", "POST", "PUT"};
-static const char *const allow_lists[] = {
-    NULL,
-    "GET",
-    "DELETE",
-    "GET, DELETE",
-    "POST",
-    "GET, POST",
-    "DELETE, POST",
-    "GET, DELETE, POST",
-    "PUT",
-    "GET, PUT",
-    "DELETE, PUT",
-    "GET, DELETE, PUT",
-    "POST, PUT",
-    "GET, POST, PUT",
-    "DELETE, POST, PUT",
-    "GET, DELETE, POST, PUT",
-};
+/* Allow lists the methods in one order (GET, DELETE, POST, PUT, PATCH),
+ * as a bit set of them picks it: each list made once, at its first use. */
+static const char *const methods[] = {"GET", "DELETE", "POST", "PUT", "PATCH"};
+
+static const char *allow_list(unsigned bits)
+{
+    static char lists[1u << LEN(methods)][40];
+    char *l = lists[bits];
+    if (bits && !l[0]) {
+        size_t n = 0;
+        for (unsigned i = 0; i < LEN(methods); i++)
+            if (bits & (1u << i))
+                n += (size_t)snprintf(l + n, sizeof(lists[0]) - n, "%s%s", n ? ", " : "",
+                                      methods[i]);
+    }
+    return bits ? l : NULL;
+}
 
 static unsigned method_bit(const char *method)
 {
@@ -172,7 +168,7 @@ bool crl_route_find(const char *path, const char *method, struct crl_route *r)
             r->entry = i;
         found = true;
     }
-    r->allow = allow_lists[allowed];
+    r->allow = allow_list(allowed);
     return found;
 }
 

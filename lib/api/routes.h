@@ -31,6 +31,10 @@ struct crl_handler {
      * change the sandbox's state, so a checkpoint follows it. */
     const char *step;
     bool changes;
+    /* A step that sets how the sandbox runs rather than what is in it
+     * (its network): done again when the step is answered from the log,
+     * so that a sandbox that goes live after a replay runs as it did. */
+    void (*replayed)(struct crl_req *r);
     size_t body_max; /* a JSON body's limit, when tighter than the daemon's */
 };
 

@@ -315,6 +315,8 @@ static void replay(struct crl_req *r, struct crl_step *c, const struct crl_traj_
     s->cursor = m->n;
     s->replayed++;
     crl_trajs_counters(s->ts)->steps_replayed++;
+    if (status == 200 && r->h->replayed)
+        r->h->replayed(r);
     if (strcmp(c->kind, "file_read") == 0 && status == 200) {
         const char *mode = json_string_value(json_object_get(rec, "file_mode"));
         answer_file(r, blob.data, blob.len, mode, m->n, true);

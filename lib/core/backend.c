@@ -2,7 +2,10 @@
 
 #include <jansson.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "../util/buf.h"
@@ -10,6 +13,7 @@
 #include "../util/log.h"
 #include "host.h"
 #include "netrules.h"
+#include "resolver.h"
 #include "sandbox.h"
 
 int crl_restore_error(int code, const char *msg, bool live, struct crl_err *err)
@@ -54,23 +58,28 @@ static bool linked(const struct crl_sandbox *sb)
     return crl_net_policy_mode(sb->spec.network) != CRL_NET_NONE;
 }
 
+/* The policy's rules for the sandbox's chain, into *rules (freed by the caller). */
+static int render(const struct crl_sandbox *sb, const struct crl_net_policy *p,
+                  struct crl_buf *rules, struct crl_err *err)
+{
+    crl_buf_init(rules, CRL_BUF_UNBOUNDED);
+    if (crl_net_policy_nft(p, sb->slot, rules) < 0)
+        return crl_err_sys(err, ENOMEM, "network rules");
+    return 0;
+}
+
 int crl_backend_net_claim(struct crl_sandbox *sb, struct crl_err *err)
 {
     struct crl_host *h = sb->host;
     if (!linked(sb))
         return crl_netns_get(h->netns, err);
-    if (crl_net_policy_has_names(sb->spec.network))
-        return crl_err_set(err, CRL_E_UNSUPPORTED,
-                           "network rules by name need corrald's resolver, which this version "
-                           "does not have yet: give addresses (CIDRs) for now");
     struct crl_vnet *v = crl_host_vnet(h, err);
     if (!v)
         return -1;
     struct crl_buf rules;
-    crl_buf_init(&rules, CRL_BUF_UNBOUNDED);
     int fd = -1;
-    if (crl_net_policy_nft(sb->spec.network, &rules) < 0) {
-        crl_err_sys(err, ENOMEM, "network rules");
+    if (render(sb, sb->spec.network, &rules, err) < 0) {
+        fd = -1;
     } else if (crl_vnet_parked(v, sb->slot)) {
         fd = crl_vnet_unpark(v, sb->slot, rules.data, err);
     } else if ((fd = crl_netns_get(h->netns, err)) >= 0 &&
@@ -79,7 +88,76 @@ int crl_backend_net_claim(struct crl_sandbox *sb, struct crl_err *err)
         fd = -1;
     }
     crl_buf_free(&rules);
+    if (fd >= 0) {
+        sb->net_linked = true;
+        crl_resolver_attach(h->resolver, sb->slot, sb);
+    }
     return fd;
+}
+
+int crl_backend_net_set(struct crl_sandbox *sb, struct crl_net_policy *p, struct crl_err *err)
+{
+    struct crl_host *h = sb->host;
+    if (!sb->ops->netns)
+        return crl_err_set(err, CRL_E_UNSUPPORTED,
+                           "a %s sandbox has no network to change in this version", sb->ops->name);
+    if (sb->state != CRL_SB_READY && sb->state != CRL_SB_PAUSED)
+        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is %s", sb->id,
+                           crl_sb_state_name(sb->state));
+    int fd = sb->ops->netns(sb);
+    bool none = crl_net_policy_mode(p) == CRL_NET_NONE;
+    struct crl_buf rules;
+    int r = 0;
+    if (none && !sb->net_linked) {
+        r = 0; /* nothing to change: it has loopback only */
+        crl_buf_init(&rules, CRL_BUF_UNBOUNDED);
+    } else if (render(sb, p, &rules, err) < 0) {
+        r = -1;
+    } else if (sb->net_linked) {
+        r = crl_vnet_set_rules(h->vnet, sb->slot, rules.data, err);
+    } else if (fd < 0 || !crl_host_vnet(h, err)) {
+        r = fd < 0 ? crl_err_set(err, CRL_E_CONFLICT, "sandbox %s has no network namespace", sb->id)
+                   : -1;
+    } else if ((r = crl_vnet_attach(h->vnet, sb->slot, fd, rules.data, err)) == 0) {
+        sb->net_linked = true;
+        crl_resolver_attach(h->resolver, sb->slot, sb);
+    }
+    crl_buf_free(&rules);
+    if (r < 0)
+        return -1;
+    if (sb->spec.network) {
+        crl_net_policy_free(sb->spec.network);
+        free(sb->spec.network);
+    }
+    sb->spec.network = none ? (crl_net_policy_free(p), free(p), NULL) : p;
+    crl_info(sb->id, "network: policy now mode %s",
+             crl_net_mode_name(crl_net_policy_mode(sb->spec.network)));
+    return 0;
+}
+
+int crl_backend_net_nameserver(const struct crl_sandbox *sb, char *buf, size_t cap)
+{
+    const struct crl_host *h = sb->host;
+    if (!sb->net_linked || !h->vnet) {
+        snprintf(buf, cap, "%s", "");
+        return 0;
+    }
+    struct in_addr a = {.s_addr = htonl(crl_vnet_gateway(h->vnet, sb->slot))};
+    return inet_ntop(AF_INET, &a, buf, (socklen_t)cap) ? 0 : -1;
+}
+
+json_t *crl_backend_net_json(const struct crl_sandbox *sb)
+{
+    const struct crl_host *h = sb->host;
+    if (!sb->net_linked || !h->vnet)
+        return NULL;
+    char addr[INET_ADDRSTRLEN], gw[INET_ADDRSTRLEN];
+    struct in_addr a = {.s_addr = htonl(crl_vnet_address(h->vnet, sb->slot))};
+    inet_ntop(AF_INET, &a, addr, sizeof(addr));
+    a.s_addr = htonl(crl_vnet_gateway(h->vnet, sb->slot));
+    inet_ntop(AF_INET, &a, gw, sizeof(gw));
+    return json_pack("{s:s, s:s, s:o}", "address", addr, "gateway", gw, "dns",
+                     crl_resolver_slot_json(h->resolver, sb->slot));
 }
 
 void crl_backend_net_release(struct crl_sandbox *sb, int netns_fd, bool quarantine)
@@ -87,7 +165,9 @@ void crl_backend_net_release(struct crl_sandbox *sb, int netns_fd, bool quaranti
     struct crl_host *h = sb->host;
     if (netns_fd < 0)
         return;
-    if (!linked(sb) || !h->vnet) {
+    if (sb->net_linked && h->resolver)
+        crl_resolver_detach(h->resolver, sb->slot);
+    if (!sb->net_linked || !h->vnet) {
         if (quarantine)
             close(netns_fd);
         else
@@ -98,4 +178,5 @@ void crl_backend_net_release(struct crl_sandbox *sb, int netns_fd, bool quaranti
     } else {
         crl_vnet_park(h->vnet, sb->slot, netns_fd);
     }
+    sb->net_linked = false;
 }

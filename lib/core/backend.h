@@ -20,6 +20,7 @@
 
 struct crl_host;
 struct crl_sandbox;
+struct crl_net_policy;
 struct json_t;
 
 /* Resource use as a backend measures it. */
@@ -160,6 +161,18 @@ int crl_backend_net_claim(struct crl_sandbox *sb, struct crl_err *err);
 /* Give the namespace back once nothing of the sandbox runs in it; with
  * `quarantine` (something may still), it is only closed. */
 void crl_backend_net_release(struct crl_sandbox *sb, int netns_fd, bool quarantine);
+/* Replace a running sandbox's network policy (taking `p`, heap-allocated,
+ * on success): its rules are replaced in one transaction (in force for
+ * the next connection; those open go on), what its names resolved to is
+ * forgotten (asked again under the new rules), and a sandbox created with
+ * mode none gets its link now.  409 unless ready or paused; 501 for a
+ * backend without a network. */
+int crl_backend_net_set(struct crl_sandbox *sb, struct crl_net_policy *p, struct crl_err *err);
+/* The resolver a sandbox's /etc/resolv.conf names (its gateway: corrald's
+ * resolver answers there), into buf; "" without a network.  And its
+ * network's address, gateway and DNS counters for inspect (NULL: none). */
+int crl_backend_net_nameserver(const struct crl_sandbox *sb, char *buf, size_t cap);
+struct json_t *crl_backend_net_json(const struct crl_sandbox *sb);
 
 enum crl_kill_scope {
     CRL_KILL_PROC,        /* the process itself */
@@ -198,6 +211,10 @@ struct crl_backend_ops {
      * released; start them again.  Synchronous. */
     int (*pause)(struct crl_sandbox *sb, struct crl_err *err);
     int (*resume)(struct crl_sandbox *sb, struct crl_err *err);
+
+    /* The sandbox's network namespace (crl_backend_net_claim's), for a
+     * change of its network; NULL: the backend has no network to change. */
+    int (*netns)(struct crl_sandbox *sb);
 };
 
 #endif

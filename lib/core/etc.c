@@ -34,13 +34,12 @@ int crl_etc_resolv_conf(char *buf, size_t cap, const char *network_mode, const c
                      "# which refuses at once unless something in the sandbox serves there.\n"
                      "options attempts:1 timeout:1\n"),
             cap);
-    if (strcmp(network_mode, "full") != 0 || !nameservers || !*nameservers)
-        return fits(snprintf(buf, cap,
-                             "# Network mode \"%s\": rules by address, no resolver named.\n"
-                             "options attempts:1 timeout:1\n",
-                             network_mode),
-                    cap);
-    int off = snprintf(buf, cap, "# Network mode \"full\": the host's resolvers.\n");
+    if (!nameservers || !*nameservers)
+        return fits(snprintf(buf, cap, "# Network mode \"%s\": no resolver.\n", network_mode), cap);
+    int off = snprintf(buf, cap,
+                       "# Network mode \"%s\": corrald's resolver, which answers what the\n"
+                       "# sandbox's policy allows (every DNS packet of the sandbox goes there).\n",
+                       network_mode);
     char list[256];
     snprintf(list, sizeof(list), "%s", nameservers);
     char *save = NULL;

@@ -20,8 +20,8 @@ int crl_etc_hostname(char *buf, size_t cap, const char *hostname);
 int crl_etc_hosts(char *buf, size_t cap, const char *hostname);
 /* /etc/resolv.conf for a network mode: "none" names no resolver, so a
  * lookup of any name /etc/hosts lacks fails at once instead of waiting;
- * "full" names `nameservers` (space-separated addresses); "allow" names
- * none (its rules are by address until corrald has a resolver). */
+ * the others name `nameservers` (space-separated addresses: corrald's
+ * resolver, on the sandbox's gateway). */
 int crl_etc_resolv_conf(char *buf, size_t cap, const char *network_mode, const char *nameservers);
 /* The IPv4 nameservers of a resolv.conf (the host's: /etc/resolv.conf),
  * space-separated, into buf; "" if none.  -1 if it cannot be read. */

@@ -17,6 +17,7 @@
 #include "../util/fdio.h"
 #include "../util/log.h"
 #include "etc.h"
+#include "resolver.h"
 
 #define NS_PER_S 1000000000ull
 
@@ -44,6 +45,7 @@ void crl_host_config_defaults(struct crl_host_config *c)
     c->spawners = 0; /* one per CPU, at most 4 */
     c->netns_pool = 256;
     c->network_range = "10.213.0.0/16";
+    c->resolver_port = 10053;
     c->function_pool = 4;
     c->tombstone_s = 600;
     c->max_tombstones = 10000;
@@ -65,10 +67,16 @@ struct crl_vnet *crl_host_vnet(struct crl_host *h, struct crl_err *err)
 {
     if (h->vnet)
         return h->vnet;
-    struct crl_vnet_config vc = {.tag = vnet_tag(h)};
+    struct crl_vnet_config vc = {.tag = vnet_tag(h), .dns_port = h->cfg.resolver_port};
     if (crl_vnet_parse_range(h->cfg.network_range, &vc, err) < 0 ||
         crl_vnet_new(&vc, &h->vnet, err) < 0)
         return NULL;
+    if (crl_resolver_new(h->loop, h->vnet, h->cfg.resolver_port, h->nameservers, &h->resolver,
+                         err) < 0) {
+        crl_vnet_free(h->vnet);
+        h->vnet = NULL;
+        return NULL;
+    }
     crl_info(NULL, "network: range %s, nftables table inet %s", h->cfg.network_range,
              crl_vnet_table(h->vnet));
     return h->vnet;
@@ -577,6 +585,7 @@ void crl_host_close(struct crl_host *h)
             crl_warn(NULL, "shutdown: %s", e.msg);
         crl_cgroup_mgr_free(h->cgroups);
     }
+    crl_resolver_free(h->resolver);
     crl_vnet_free(h->vnet);
     crl_netns_pool_free(h->netns);
     crl_image_store_free(h->images);

@@ -20,6 +20,8 @@
 #include "../os/vnet.h"
 #include "sandbox.h"
 
+struct crl_resolver;
+
 struct crl_host_config {
     const char *state_dir;
     /* The backends this host serves (borrowed: they outlive the host); a
@@ -59,6 +61,7 @@ struct crl_host_config {
     /* Sandboxes with a network get a /30 each of this IPv4 range, behind
      * nftables rules of this daemon's (lib/os/vnet.h), made at the first. */
     const char *network_range;
+    uint16_t resolver_port; /* where the sandboxes' resolver listens (DNS is redirected there) */
     /* The resolvers sandboxes of mode full are given (space-separated
      * IPv4 addresses); NULL: the host's /etc/resolv.conf's. */
     const char *dns_upstream;
@@ -79,6 +82,7 @@ struct crl_host {
     struct crl_cgroup_mgr *cgroups;
     struct crl_netns_pool *netns;
     struct crl_vnet *vnet;         /* NULL until a sandbox has a network */
+    struct crl_resolver *resolver; /* with vnet */
     char nameservers[256];         /* cfg.dns_upstream, or the host's */
     struct crl_sandbox *sandboxes; /* every known sandbox, live or tombstoned */
     size_t n_sandboxes;

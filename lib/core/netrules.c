@@ -3,6 +3,8 @@
 #include <arpa/inet.h>
 #include <sys/socket.h>
 
+#include "../os/vnet.h"
+
 /* " meta l4proto { tcp, udp } th dport { 80, 443, 8000-8080 }", or "" for
  * a rule of every port. */
 static int ports(const struct crl_net_rule *r, struct crl_buf *out)
@@ -38,7 +40,15 @@ static int rule(const struct crl_net_rule *r, const char *verdict, struct crl_bu
     return e == 0 ? crl_buf_printf(out, " counter %s\n", verdict) : -1;
 }
 
-int crl_net_policy_nft(const struct crl_net_policy *p, struct crl_buf *out)
+static bool has_names(const struct crl_net_rule *rules, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (rules[i].kind != CRL_NET_RULE_CIDR)
+            return true;
+    return false;
+}
+
+int crl_net_policy_nft(const struct crl_net_policy *p, unsigned slot, struct crl_buf *out)
 {
     enum crl_net_mode m = crl_net_policy_mode(p);
     if (m == CRL_NET_NONE)
@@ -46,23 +56,21 @@ int crl_net_policy_nft(const struct crl_net_policy *p, struct crl_buf *out)
     for (size_t i = 0; i < p->ndeny; i++)
         if (rule(&p->deny[i], "drop", out) < 0)
             return -1;
+    /* the ports a deny rule by name refuses, of the addresses it resolved to */
+    if (has_names(p->deny, p->ndeny) &&
+        crl_buf_printf(out, "meta l4proto { tcp, udp } ip daddr . th dport @s%u%c counter drop\n",
+                       slot, CRL_VNET_SET_DENY) < 0)
+        return -1;
     if (m == CRL_NET_FULL)
         return crl_buf_printf(out, "counter accept\n");
     for (size_t i = 0; i < p->nallow; i++)
         if (rule(&p->allow[i], "accept", out) < 0)
             return -1;
+    if (has_names(p->allow, p->nallow) &&
+        crl_buf_printf(out,
+                       "meta l4proto { tcp, udp } ip daddr . th dport @s%1$u%2$c counter accept\n"
+                       "ip daddr @s%1$u%3$c icmp type echo-request counter accept\n",
+                       slot, CRL_VNET_SET_ALLOW, CRL_VNET_SET_HOSTS) < 0)
+        return -1;
     return crl_buf_printf(out, "counter drop\n");
-}
-
-bool crl_net_policy_has_names(const struct crl_net_policy *p)
-{
-    if (!p)
-        return false;
-    for (size_t i = 0; i < p->nallow; i++)
-        if (p->allow[i].kind != CRL_NET_RULE_CIDR)
-            return true;
-    for (size_t i = 0; i < p->ndeny; i++)
-        if (p->deny[i].kind != CRL_NET_RULE_CIDR)
-            return true;
-    return false;
 }

@@ -104,6 +104,7 @@ int crl_vnet_nft(struct crl_vnet *v, const char *script, struct crl_err *err)
     char msg[512];
     snprintf(msg, sizeof(msg), "%s", e && *e ? e : "failed");
     msg[strcspn(msg, "\n")] = '\0'; /* its first line names the error */
+    crl_debug(NULL, "network: nftables refused:\n%s\n%s", script, e ? e : "");
     return crl_err_set(err, CRL_E_INTERNAL, "nftables (table %s): %s", v->table, msg);
 }
 
@@ -133,11 +134,16 @@ static int write_sysctl(const char *path, const char *value, struct crl_err *err
 
 static int base_table(struct crl_vnet *v, struct crl_err *err)
 {
-    char range[INET_ADDRSTRLEN], dns[96] = "";
+    char range[INET_ADDRSTRLEN], dns[96] = "", redirect[160] = "";
     ip4(v->cfg.range, range, sizeof(range));
-    if (v->cfg.dns_port)
+    if (v->cfg.dns_port) {
         snprintf(dns, sizeof(dns), "iifname \"%s*\" meta l4proto { tcp, udp } th dport %u accept",
                  v->prefix, v->cfg.dns_port);
+        /* Whatever server a sandbox asks, corrald's resolver answers. */
+        snprintf(redirect, sizeof(redirect),
+                 "iifname \"%s*\" meta l4proto { tcp, udp } th dport 53 redirect to :%u", v->prefix,
+                 v->cfg.dns_port);
+    }
     struct crl_buf b;
     crl_buf_init(&b, CRL_BUF_UNBOUNDED);
     /* "add" then "delete": a table of a crashed run goes, a missing one is no error. */
@@ -159,8 +165,13 @@ static int base_table(struct crl_vnet *v, struct crl_err *err)
                    "    iifname vmap @links\n"
                    "    drop\n"
                    "  }\n"
+                   "  chain prerouting {\n"
+                   "    type nat hook prerouting priority dstnat; policy accept;\n"
+                   "    %6$s\n"
+                   "  }\n"
                    "  chain input {\n"
                    "    type filter hook input priority filter - 1; policy accept;\n"
+                   "    ip saddr %3$s/%4$u iifname != \"%2$s*\" drop\n"
                    "    iifname \"%2$s*\" ct state established,related accept\n"
                    "    iifname \"%2$s*\" icmp type echo-request accept\n"
                    "    %5$s\n"
@@ -171,7 +182,7 @@ static int base_table(struct crl_vnet *v, struct crl_err *err)
                    "    ip saddr %3$s/%4$u oifname != \"%2$s*\" masquerade\n"
                    "  }\n"
                    "}\n",
-                   v->table, v->prefix, range, v->cfg.prefix, dns);
+                   v->table, v->prefix, range, v->cfg.prefix, dns, redirect);
     int r = b.data ? crl_vnet_nft(v, b.data, err) : crl_err_sys(err, ENOMEM, "nftables script");
     crl_buf_free(&b);
     return r;
@@ -382,11 +393,20 @@ static int set_chain(struct crl_vnet *v, unsigned slot, const char *rules, bool 
     crl_vnet_link_name(v, slot, name, sizeof(name));
     struct crl_buf b;
     crl_buf_init(&b, CRL_BUF_UNBOUNDED);
-    int r = crl_buf_printf(&b,
-                           "add chain inet %1$s s%2$u\n"
-                           "flush chain inet %1$s s%2$u\n"
-                           "table inet %1$s {\n  chain s%2$u {\n%3$s\n  }\n}\n",
-                           v->table, slot, rules);
+    /* The sets first (the rules refer to them), emptied: what a name
+     * resolved to under the old rules is asked again under the new. */
+    int r = crl_buf_printf(
+        &b,
+        "add set inet %1$s s%2$ua { type ipv4_addr . inet_service; flags interval, timeout; }\n"
+        "add set inet %1$s s%2$uh { type ipv4_addr; flags timeout; }\n"
+        "add set inet %1$s s%2$ud { type ipv4_addr . inet_service; flags interval, timeout; }\n"
+        "flush set inet %1$s s%2$ua\n"
+        "flush set inet %1$s s%2$uh\n"
+        "flush set inet %1$s s%2$ud\n"
+        "add chain inet %1$s s%2$u\n"
+        "flush chain inet %1$s s%2$u\n"
+        "table inet %1$s {\n  chain s%2$u {\n%3$s\n  }\n}\n",
+        v->table, slot, rules);
     if (r == 0 && link)
         r = crl_buf_printf(&b, "add element inet %s links { \"%s\" : jump s%u }\n", v->table, name,
                            slot);
@@ -452,7 +472,7 @@ int crl_vnet_set_rules(struct crl_vnet *v, unsigned slot, const char *rules, str
 
 void crl_vnet_detach(struct crl_vnet *v, unsigned slot)
 {
-    char name[IFNAMSIZ], script[256];
+    char name[IFNAMSIZ], script[1024];
     crl_vnet_link_name(v, slot, name, sizeof(name));
     struct rtnl_link *l = rtnl_link_alloc();
     if (l) {
@@ -469,7 +489,22 @@ void crl_vnet_detach(struct crl_vnet *v, unsigned slot)
              v->table, slot, name);
     struct crl_err e = CRL_ERR_INIT;
     crl_vnet_nft(v, script, NULL); /* absent already: a failed attach's */
-    snprintf(script, sizeof(script), "delete chain inet %s s%u\n", v->table, slot);
+    /* Added first, so that a failed attach's missing pieces are no error. */
+    char sets[512];
+    snprintf(
+        sets, sizeof(sets),
+        "add set inet %1$s s%2$ua { type ipv4_addr . inet_service; flags interval, timeout; }\n"
+        "add set inet %1$s s%2$uh { type ipv4_addr; flags timeout; }\n"
+        "add set inet %1$s s%2$ud { type ipv4_addr . inet_service; flags interval, timeout; }\n"
+        "add chain inet %1$s s%2$u\n",
+        v->table, slot);
+    snprintf(script, sizeof(script),
+             "%3$s"
+             "delete chain inet %1$s s%2$u\n"
+             "delete set inet %1$s s%2$ua\n"
+             "delete set inet %1$s s%2$uh\n"
+             "delete set inet %1$s s%2$ud\n",
+             v->table, slot, sets);
     if (crl_vnet_nft(v, script, &e) < 0)
         crl_warn(NULL, "network: %s", e.msg);
 }
@@ -503,4 +538,33 @@ int crl_vnet_unpark(struct crl_vnet *v, unsigned slot, const char *rules, struct
     int fd = v->parked[slot];
     v->parked[slot] = -1;
     return fd;
+}
+
+int crl_vnet_add_elements(struct crl_vnet *v, unsigned slot, char kind, const char *elements,
+                          unsigned timeout_s, struct crl_err *err)
+{
+    /* nft's "add" keeps an element's old timeout: add (so that it is
+     * there), delete, add again with the new one, in one transaction.  Each
+     * element gets the timeout: rewrite "a, b" as "a timeout Ns, b timeout Ns". */
+    struct crl_buf with;
+    crl_buf_init(&with, CRL_BUF_UNBOUNDED);
+    int r = 0;
+    for (const char *e = elements; r == 0 && *e;) {
+        size_t n = strcspn(e, ",");
+        r = crl_buf_printf(&with, "%s%.*s timeout %us", with.len ? ", " : "", (int)n, e, timeout_s);
+        e += n;
+        e += strspn(e, ", ");
+    }
+    struct crl_buf b;
+    crl_buf_init(&b, CRL_BUF_UNBOUNDED);
+    if (r == 0)
+        r = crl_buf_printf(&b,
+                           "add element inet %1$s s%2$u%3$c { %4$s }\n"
+                           "delete element inet %1$s s%2$u%3$c { %5$s }\n"
+                           "add element inet %1$s s%2$u%3$c { %4$s }\n",
+                           v->table, slot, kind, with.data, elements);
+    r = r == 0 ? crl_vnet_nft(v, b.data, err) : crl_err_sys(err, ENOMEM, "nftables script");
+    crl_buf_free(&b);
+    crl_buf_free(&with);
+    return r;
 }

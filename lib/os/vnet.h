@@ -82,6 +82,17 @@ bool crl_vnet_parked(const struct crl_vnet *v, unsigned slot);
  * descriptor.  -1 if none is parked (errno ENOENT) or the rules failed. */
 int crl_vnet_unpark(struct crl_vnet *v, unsigned slot, const char *rules, struct crl_err *err);
 
+/* A slot's sets, which its rules refer to (lib/core/netrules.c) and the
+ * resolver fills: "s<slot><kind>". */
+#define CRL_VNET_SET_ALLOW 'a' /* ipv4_addr . inet_service ranges a name's rule allows */
+#define CRL_VNET_SET_HOSTS 'h' /* ipv4_addr: those addresses, for ICMP echo */
+#define CRL_VNET_SET_DENY 'd'  /* ipv4_addr . inet_service ranges a name's rule denies */
+/* Add `elements` (nft's syntax: "198.51.100.10 . 443-443, ...", or bare
+ * addresses for the hosts set) to a set of `slot` for timeout_s seconds,
+ * refreshing the timeout of those already there; one transaction. */
+int crl_vnet_add_elements(struct crl_vnet *v, unsigned slot, char kind, const char *elements,
+                          unsigned timeout_s, struct crl_err *err);
+
 /* Run an nft script (one transaction), e.g. to fill a set of the table. */
 int crl_vnet_nft(struct crl_vnet *v, const char *script, struct crl_err *err);
 /* The table's name ("corral_<tag>"). */

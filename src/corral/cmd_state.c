@@ -1,6 +1,7 @@
-/* corral snapshot | fork | pause | resume: a sandbox's state.  A snapshot
- * is a checkpoint of its writable filesystem; a fork a new sandbox on one;
- * pause freezes its processes and releases what memory it can. */
+/* corral snapshot | fork | pause | resume | net: a sandbox's state.  A
+ * snapshot is a checkpoint of its writable filesystem; a fork a new sandbox
+ * on one; pause freezes its processes and releases what memory it can; net
+ * replaces its network policy. */
 #include <stdio.h>
 #include <string.h>
 
@@ -44,9 +45,22 @@ static const char resume_help[] = "usage: corral resume [--json] ID\n"
                                   "\n"
                                   "  --json              print the sandbox as JSON\n";
 
-/* POST /v1/sandboxes/ID/ACTION with `body`; print the answer as JSON, or
+static const char net_help[] =
+    "usage: corral net [--allow RULE]... [--deny RULE]... [--json] ID none|allow|full\n"
+    "\n"
+    "Replace sandbox ID's network policy while it runs: in force for its next\n"
+    "connection (those open go on).  RULE: a name (deb.example), a wildcard\n"
+    "(*.example), an address or CIDR (10.1.2.0/24), each with :PORTS if\n"
+    "wanted (api.example:80,443); docs/api.md has the grammar.  Deny wins.\n"
+    "\n"
+    "  --allow RULE        what mode allow lets it reach (repeatable)\n"
+    "  --deny RULE         what it may not reach, in modes allow and full\n"
+    "  --json              print the sandbox as JSON\n";
+
+/* METHOD /v1/sandboxes/ID/ACTION with `body`; print the answer as JSON, or
  * its field `field`. */
-static int post(const char *id, const char *action, json_t *body, bool as_json, const char *field)
+static int call(const char *method, const char *id, const char *action, json_t *body, bool as_json,
+                const char *field)
 {
     struct crl_err err = CRL_ERR_INIT;
     cleanup_client struct crl_client *cl = NULL;
@@ -55,7 +69,7 @@ static int post(const char *id, const char *action, json_t *body, bool as_json, 
     snprintf(path, sizeof(path), "/v1/sandboxes/%s/%s", id, action);
     if (crl_cli_connect(&cl) != 0)
         return CRL_EXIT_FAIL;
-    if (crl_client_request(cl, "POST", path, body, &out, NULL, &err) < 0) {
+    if (crl_client_request(cl, method, path, body, &out, NULL, &err) < 0) {
         crl_err_prefix(&err, "%s", id);
         return crl_cli_fail(&err);
     }
@@ -64,6 +78,11 @@ static int post(const char *id, const char *action, json_t *body, bool as_json, 
     else
         printf("%s\n", crl_cli_str(out, field, "?"));
     return 0;
+}
+
+static int post(const char *id, const char *action, json_t *body, bool as_json, const char *field)
+{
+    return call("POST", id, action, body, as_json, field);
 }
 
 static int id_arg(int argc, char **argv)
@@ -166,4 +185,38 @@ int crl_cmd_pause(int argc, char **argv)
 int crl_cmd_resume(int argc, char **argv)
 {
     return pause_resume(argc, argv, "resume", resume_help);
+}
+
+int crl_cmd_net(int argc, char **argv)
+{
+    enum { OPT_ALLOW = CRL_CLI_OPT_OTHER, OPT_DENY, OPT_JSON };
+    static const struct option opts[] = {{"allow", required_argument, 0, OPT_ALLOW},
+                                         {"deny", required_argument, 0, OPT_DENY},
+                                         {"json", no_argument, 0, OPT_JSON},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    json_auto_t *allow = json_array(), *deny = json_array();
+    bool as_json = false;
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (c) {
+        case OPT_ALLOW: json_array_append_new(allow, json_string(optarg)); break;
+        case OPT_DENY: json_array_append_new(deny, json_string(optarg)); break;
+        case OPT_JSON: as_json = true; break;
+        case 'h': return crl_cli_help(net_help);
+        default: return crl_cli_bad_option(argv[0], argv, c);
+        }
+    }
+    if (argc - optind != 2)
+        return crl_cli_usage(argv[0], "needs a sandbox id and a mode (none, allow or full)");
+    const char *id = argv[optind], *mode = argv[optind + 1];
+    if (!crl_client_id_ok(id))
+        return crl_cli_usage(argv[0], "'%s' is not a sandbox id", id);
+    json_auto_t *body = json_pack("{s:s}", "mode", mode);
+    if (json_array_size(allow))
+        json_object_set(body, "allow", allow);
+    if (json_array_size(deny))
+        json_object_set(body, "deny", deny);
+    return call("PATCH", id, "network", body, as_json, "id");
 }

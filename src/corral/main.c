@@ -28,6 +28,7 @@ static const struct {
     {"fork", crl_cmd_fork, "a new sandbox from a sandbox's state, a step or a checkpoint"},
     {"pause", crl_cmd_pause, "freeze a sandbox's processes"},
     {"resume", crl_cmd_resume, "thaw a paused sandbox"},
+    {"net", crl_cmd_net, "change a sandbox's network policy while it runs"},
     {"bench", crl_cmd_bench, "measure sandbox cycles and exec against crun"},
 };
 

@@ -50,8 +50,10 @@ static const char usage[] =
     "  --spawner PATH         corral-spawner binary (default: next to corrald)\n"
     "  --spawners N           spawner processes (default: CPUs, at most 4)\n"
     "  --network-range CIDR   sandboxes' addresses, a /30 each (default 10.213.0.0/16)\n"
-    "  --dns-upstream A[,B]   resolvers for sandboxes of network mode full (default: the\n"
-    "                         host's /etc/resolv.conf's)\n"
+    "  --dns-upstream A[,B]   what the sandboxes' resolver asks (default: the IPv4\n"
+    "                         nameservers of the host's /etc/resolv.conf)\n"
+    "  --resolver-port N      UDP port of the sandboxes' resolver; their DNS is\n"
+    "                         redirected there (default 10053)\n"
     "  --function-pool N      function sandboxes' keepers made ahead, per runtime: so many\n"
     "                         creates in a burst find their namespaces ready (default 4)\n"
     "  --tombstone-s N        keep destroyed sandboxes visible N seconds (default 600)\n"
@@ -147,6 +149,7 @@ int main(int argc, char **argv)
                                          {"function-pool", required_argument, 0, 'K'},
                                          {"network-range", required_argument, 0, 'n'},
                                          {"dns-upstream", required_argument, 0, 'D'},
+                                         {"resolver-port", required_argument, 0, 'E'},
                                          {"tombstone-s", required_argument, 0, 'T'},
                                          {"max-tombstones", required_argument, 0, 'M'},
                                          {"host-id", required_argument, 0, 'H'},
@@ -263,6 +266,11 @@ int main(int argc, char **argv)
             hc.network_range = optarg;
             break;
         }
+        case 'E':
+            if (parse_uint("--resolver-port", optarg, 65535, &v) < 0 || v == 0)
+                return 2;
+            hc.resolver_port = (uint16_t)v;
+            break;
         case 'D': {
             static char list[256];
             snprintf(list, sizeof(list), "%s", optarg);

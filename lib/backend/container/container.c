@@ -149,12 +149,12 @@ static void undo_create(struct crl_sandbox *sb)
 static size_t runtime_files(const struct crl_sandbox *sb, char *out, size_t cap)
 {
     static const char *const names[3] = {"hostname", "hosts", "resolv.conf"};
-    char text[3][512];
+    char text[3][512], ns[64];
+    crl_backend_net_nameserver(sb, ns, sizeof(ns));
     int n[3] = {crl_etc_hostname(text[0], sizeof(text[0]), sb->id),
                 crl_etc_hosts(text[1], sizeof(text[1]), sb->id),
                 crl_etc_resolv_conf(text[2], sizeof(text[2]),
-                                    crl_net_mode_name(crl_net_policy_mode(sb->spec.network)),
-                                    sb->host->nameservers)};
+                                    crl_net_mode_name(crl_net_policy_mode(sb->spec.network)), ns)};
     size_t off = 0;
     for (int i = 0; i < 3; i++) {
         int w = n[i] < 0 ? -1 : snprintf(out + off, cap - off, "%s%c%s%c", names[i], 0, text[i], 0);
@@ -298,6 +298,12 @@ static int ctr_stats(struct crl_sandbox *sb, struct crl_usage *u)
     return 0;
 }
 
+static int ctr_netns(struct crl_sandbox *sb)
+{
+    struct ctr_sandbox *c = sb->priv;
+    return c ? c->netns_fd : -1;
+}
+
 static json_t *ctr_info(struct crl_sandbox *sb)
 {
     struct ctr_sandbox *c = sb->priv;
@@ -308,6 +314,9 @@ static json_t *ctr_info(struct crl_sandbox *sb)
                           (json_int_t)(h->cfg.uid_base + sb->slot * 65536u), "cgroup",
                           c->cg ? crl_cgroup_name(c->cg) : "", "spawner", (json_int_t)c->spawner);
     crl_backend_pause_info(o, &c->last_pause);
+    json_t *net = crl_backend_net_json(sb);
+    if (net)
+        json_object_set_new(o, "network", net);
     return o;
 }
 
@@ -403,5 +412,6 @@ const struct crl_backend_ops crl_container_backend = {
     .snapshot = crl_ctr_snapshot,
     .restore = crl_ctr_restore,
     .pause = ctr_pause,
+    .netns = ctr_netns,
     .resume = ctr_resume,
 };

@@ -170,6 +170,17 @@ def snapshot_body(name: str | None) -> JSONObject:
     return {} if name is None else {"name": name}
 
 
+def network_body(mode: str, allow: Sequence[str] | None = None,
+                 deny: Sequence[str] | None = None) -> JSONObject:
+    """A network object (docs/api.md, Network): mode and its rules."""
+    body: JSONObject = {"mode": mode}
+    if allow is not None:
+        body["allow"] = list(allow)
+    if deny is not None:
+        body["deny"] = list(deny)
+    return body
+
+
 def fork_body(step: int | None = None, checkpoint: str | None = None,
               trajectory: str | Mapping[str, Any] | None = None) -> JSONObject:
     """POST .../fork: from step N of the sandbox's trajectory, a checkpoint

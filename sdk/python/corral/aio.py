@@ -12,7 +12,7 @@ with`` on it destroys it on exit.
 import asyncio
 import contextlib
 import inspect
-from typing import Any, Callable, List, Mapping
+from typing import Any, Callable, List, Mapping, Sequence
 
 from . import _api, errors
 from ._aio_http import AsyncTransport
@@ -230,6 +230,13 @@ class AsyncSandbox:
     async def resume(self) -> JSONObject:
         """Thaw a paused sandbox; see Sandbox.resume()."""
         self.info = await self.client._json("POST", f"{self._path}/resume")
+        return self.info
+
+    async def set_network(self, mode: str, allow: Sequence[str] | None = None,
+                          deny: Sequence[str] | None = None) -> JSONObject:
+        """Replace the network policy; see Sandbox.set_network()."""
+        self.info = await self.client._json("PATCH", f"{self._path}/network",
+                                            _api.network_body(mode, allow, deny))
         return self.info
 
 

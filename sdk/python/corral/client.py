@@ -1,7 +1,7 @@
 """The blocking client: Client, Sandbox, Files, Session, Trajectory."""
 
 import contextlib
-from typing import Any, Callable, List, Mapping
+from typing import Any, Callable, List, Mapping, Sequence
 
 from . import _api, errors
 from ._api import (BinaryFile, Command, ExecResult, FileBytes, JSONList, JSONObject,
@@ -281,6 +281,16 @@ class Sandbox:
     def resume(self) -> JSONObject:
         """Thaw a paused sandbox.  Returns the sandbox's info."""
         self.info = self.client._json("POST", f"{self._path}/resume")
+        return self.info
+
+    def set_network(self, mode: str, allow: Sequence[str] | None = None,
+                    deny: Sequence[str] | None = None) -> JSONObject:
+        """Replace the sandbox's network policy while it runs: in force for
+        its next connection (those open go on), its names asked again under
+        the new rules.  ``set_network("allow", allow=["deb.example"])``;
+        mode "none" cuts it off.  Returns the sandbox's info."""
+        self.info = self.client._json("PATCH", f"{self._path}/network",
+                                      _api.network_body(mode, allow, deny))
         return self.info
 
 

@@ -1,0 +1,47 @@
+/* corrald's resolver for sandboxes with a network: the only one they have
+ * (lib/os/vnet.c redirects every DNS packet of theirs to it).  A name their
+ * policy refuses is answered REFUSED; an allowed one is asked upstream
+ * (--dns-upstream, or the host's resolvers), and each address of the
+ * answer is put in the sandbox's nftables sets for the answer's TTL (at
+ * least a minute) before the answer goes back, so the connection that
+ * follows is let through.  Addresses a sandbox may never reach by a name
+ * (private, loopback, link-local, this daemon's range: DNS rebinding) are
+ * dropped from answers unless an address rule allows them.  Each sandbox is
+ * rate-limited, and everything is counted per sandbox.
+ *
+ * Runs on corrald's event loop: a query costs a parse, a send, and at the
+ * answer a parse and an nftables transaction. */
+#ifndef CRL_CORE_RESOLVER_H
+#define CRL_CORE_RESOLVER_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "../os/vnet.h"
+#include "../util/err.h"
+#include "../util/loop.h"
+#include "sandbox.h"
+
+#define CRL_RESOLVER_QPS 100   /* a sandbox's queries per second, sustained */
+#define CRL_RESOLVER_BURST 200 /* and in a burst */
+
+struct crl_resolver;
+
+struct crl_dns_counters {
+    uint64_t queries, answered, refused, limited, malformed, failed;
+};
+
+/* Listen on UDP `port` of every address of this namespace (queries from
+ * outside the vnet's range are ignored) and ask `upstreams` (space-separated
+ * IPv4 addresses, port 53). */
+int crl_resolver_new(struct crl_loop *loop, struct crl_vnet *v, uint16_t port,
+                     const char *upstreams, struct crl_resolver **out, struct crl_err *err);
+void crl_resolver_free(struct crl_resolver *r);
+
+/* `sb` now holds `slot` (its counters start at 0); and no longer. */
+void crl_resolver_attach(struct crl_resolver *r, unsigned slot, struct crl_sandbox *sb);
+void crl_resolver_detach(struct crl_resolver *r, unsigned slot);
+
+json_t *crl_resolver_slot_json(const struct crl_resolver *r, unsigned slot);
+
+#endif
