@@ -1,0 +1,121 @@
+#!/usr/bin/python3
+"""Issue 12's network figures, in one run: sandboxes' create and destroy
+with network none, allow and full; a policy change; TCP connection setup,
+bulk download and DNS from inside an `allow` sandbox against the same
+probe in an unfiltered network namespace (the lab's host, where corrald
+runs).  Everything happens in the lab internet of tests/integration/
+netlab.py: nothing leaves this machine.
+
+    scripts/bench-network.py [--build build] [--iterations 40]
+
+Needs root, a build, and the debian image (`make images`)."""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "tests" / "integration"), str(ROOT / "sdk" / "python")]
+
+# What runs in the sandbox and in the peer namespace alike: prints JSON.
+PROBE = r"""
+import json, socket, statistics, sys, time
+web, n, size, gw = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+def ms(t0): return (time.perf_counter() - t0) * 1e3
+conn = []
+for _ in range(n):
+    t0 = time.perf_counter(); s = socket.create_connection((web, 80), 3); conn.append(ms(t0)); s.close()
+s = socket.create_connection((web, 80), 5)
+s.sendall(f"GET /bytes/{size} HTTP/1.0\r\n\r\n".encode())
+t0 = time.perf_counter(); got = 0
+while True:
+    b = s.recv(1 << 16)
+    if not b: break
+    got += len(b)
+bulk_s = (time.perf_counter() - t0)
+def query(name, i):
+    q = (i & 0xffff).to_bytes(2, "big") + b"\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00"
+    q += b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\x00\x00\x01\x00\x01"
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(3)
+    t0 = time.perf_counter(); u.sendto(q, (gw, 53)); u.recv(4096); u.close()
+    return ms(t0)
+m = min(n, 80)  # 2m queries stay within a sandbox's burst (200), not rate-limited
+dns_ok = [query("deb.example", i) for i in range(m)]
+dns_no = [query("other.example", i) for i in range(m)]
+print(json.dumps({"connect_ms": statistics.median(conn), "mb_per_s": got / bulk_s / 1e6,
+                  "bytes": got, "dns_allowed_ms": statistics.median(dns_ok),
+                  "dns_refused_ms": statistics.median(dns_no)}))
+"""
+
+
+def p50(xs):
+    return statistics.median(xs) * 1e3
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--iterations", type=int, default=40)
+    ap.add_argument("--bulk-mb", type=int, default=64)
+    a = ap.parse_args()
+    os.environ["CORRAL_BUILD"] = str(ROOT / a.build)
+    import conftest
+    import netlab
+    n = a.iterations
+    with netlab.NetLab() as lab:
+        base = Path(f"/tmp/bench-network-{os.getpid()}")
+        d = conftest.start_corrald(base, ["--dns-upstream", netlab.RESOLVER,
+                                          "--network-range", "10.213.0.0/22"],
+                                   netns=lab.host_netns)
+        try:
+            modes = {"none": None, "allow": {"mode": "allow", "allow": [netlab.WEB[0]]},
+                     "full": {"mode": "full"}}
+            cycle = {m: [] for m in modes}
+            with d.client() as c:
+                for _ in range(n):  # interleaved: the machine's drift hits all three alike
+                    for m, net in modes.items():
+                        spec = {"memory_mb": 64} | ({"network": net} if net else {})
+                        t0 = time.perf_counter()
+                        c.create(**spec).destroy()
+                        cycle[m].append(time.perf_counter() - t0)
+                patch = []
+                with c.create(memory_mb=64, network=modes["allow"]) as sb:
+                    for i in range(n):
+                        t0 = time.perf_counter()
+                        sb.set_network("allow", allow=[netlab.WEB[i % 2]])
+                        patch.append(time.perf_counter() - t0)
+                gw = None
+                with c.create(image="debian", memory_mb=256,
+                              network={"mode": "allow", "allow": [netlab.WEB[0], "deb.example"]}) as sb:
+                    gw = sb.inspect()["container"]["network"]["gateway"]
+                    r = sb.exec(["python3", "-c", PROBE, netlab.WEB[0], str(min(n * 5, 200)),
+                                 str(a.bulk_mb << 20), gw], timeout=300)
+                    if r.exit_code != 0:
+                        raise SystemExit(f"the probe failed in the sandbox: {r.stderr.decode()}")
+                    inside = json.loads(r.stdout)
+            peer = json.loads(lab.run_in_host(
+                ["python3", "-c", PROBE, netlab.WEB[0], str(min(n * 5, 200)), str(a.bulk_mb << 20),
+                 netlab.RESOLVER], stdout=subprocess.PIPE).communicate(timeout=300)[0])
+        finally:
+            d.stop()
+    print(f"corral network bench  {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}  "
+          f"load {os.getloadavg()[0]:.2f}  {n} iterations")
+    print(f"\n  {'create+destroy p50 ms':44} {'ms':>8} {'vs none':>8}")
+    for m in modes:
+        print(f"  {'network ' + m:44} {p50(cycle[m]):8.2f} {p50(cycle[m]) / p50(cycle['none']):7.2f}x")
+    print(f"  {'PATCH .../network p50 ms':44} {p50(patch):8.2f}")
+    print(f"\n  {'inside allow / unfiltered netns (peer)':44} {'sandbox':>8} {'peer':>8} {'ratio':>7}")
+    for k, label in (("connect_ms", "TCP connect p50 ms"), ("mb_per_s", "bulk download MB/s"),
+                     ("dns_allowed_ms", "DNS allowed name p50 ms (peer: upstream)"),
+                     ("dns_refused_ms", "DNS refused name p50 ms")):
+        print(f"  {label:44} {inside[k]:8.2f} {peer[k]:8.2f} {inside[k] / peer[k]:6.2f}x")
+    print(json.dumps({"cycle_p50_ms": {m: p50(v) for m, v in cycle.items()},
+                      "patch_p50_ms": p50(patch), "inside": inside, "peer": peer}))
+
+
+if __name__ == "__main__":
+    main()
