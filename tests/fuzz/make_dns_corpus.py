@@ -6,7 +6,7 @@ answer to www.example.com A IN, sent with id 0x5555) and a DNS packet, the
 shape real stub resolvers and recursive resolvers send: a query with and
 without EDNS, an answer of a CNAME and two A records with compressed names,
 an NXDOMAIN with the zone's SOA, an answer with AAAA, authority and
-additional records.  The output is deterministic.
+additional records; and one that found a bug (answer_expanding).  The output is deterministic.
 
     tests/fuzz/make_dns_corpus.py [OUT_DIR]
 """
@@ -71,6 +71,19 @@ SEEDS = {
     + rr(name("ns.example.com"), A, 3600, bytes([192, 0, 2, 53]))
     + EDNS,
 }
+
+# A CNAME whose rdata, read from each of its first 63 bytes, is a different
+# 193-byte name, and 62 CNAMEs pointing at them: 1.2 KiB that would rebuild
+# to 12 (refused).
+BLOB = (bytes([63] * 63) + b"z") * 3 + bytes(63)
+BLOB_AT = 12 + len(QUESTION) + 12
+SEEDS["answer_expanding"] = (
+    ANSWER
+    + header(0x5555, 0x8180, an=63)
+    + QUESTION
+    + rr(PTR_Q, CNAME, 60, BLOB)
+    + b"".join(rr(PTR_Q, CNAME, 60, struct.pack(">H", 0xC000 | (BLOB_AT + i))) for i in range(1, 63))
+)
 
 
 def main():

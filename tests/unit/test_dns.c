@@ -639,6 +639,49 @@ static void test_filter_refused(void)
     not_ours(&p, &q, "an answer's owner pointing at itself");
 }
 
+/* A CNAME whose rdata, read from each of its first 63 bytes, is a different
+ * name of 193 bytes (labels of 63 bytes 63 and one 'z', rotated), and 62
+ * CNAMEs pointing at those: 1.2 KiB that ldns would write out as 12. */
+static void test_filter_expanding(void)
+{
+    struct crl_dns_question q = the_question();
+    struct pkt p;
+    header(&p, UPSTREAM_ID, QR | RD | RA, 1, 63, 0, 0);
+    question(&p, "www.example.com", CRL_DNS_A, 1);
+    put16(&p, 0xc00c);
+    put16(&p, CRL_DNS_CNAME);
+    put16(&p, 1);
+    put32(&p, 60);
+    put16(&p, 3 * 64 + 63);
+    size_t blob = p.n;
+    for (int l = 0; l < 3; l++) {
+        for (int i = 0; i < 63; i++)
+            put8(&p, 63);
+        put8(&p, 'z');
+    }
+    for (int i = 0; i < 63; i++)
+        put8(&p, 0);
+    for (unsigned i = 1; i < 63; i++) {
+        put16(&p, 0xc00c);
+        put16(&p, CRL_DNS_CNAME);
+        put16(&p, 1);
+        put32(&p, 60);
+        put16(&p, 2);
+        put16(&p, 0xc000 | (unsigned)(blob + i));
+    }
+    ok(p.n < 1300, "the upstream's answer is %zu bytes", p.n);
+    struct kept k;
+    struct crl_err e = CRL_ERR_INIT;
+    uint8_t *out = NULL;
+    size_t n = 0;
+    int r = filter(&p, &q, &k, &out, &n, &e);
+    if (!ok(r < 0 && e.code == CRL_E_INVALID && strstr(e.msg, "too large"),
+            "refused: it would rebuild to over CRL_DNS_MAX_PACKET"))
+        diag("returned %d, %zu bytes, message '%s'", r, n, e.msg);
+    if (r == 0)
+        free(out);
+}
+
 int main(void)
 {
     TAP_RUN(test_parse_query, 10);
@@ -648,5 +691,6 @@ int main(void)
     TAP_RUN(test_build_query, 10);
     TAP_RUN(test_filter, 10);
     TAP_RUN(test_filter_refused, 10);
+    TAP_RUN(test_filter_expanding, 10);
     return done_testing();
 }
