@@ -167,5 +167,13 @@ int crl_dns_filter_answer(const uint8_t *pkt, size_t len, const struct crl_dns_q
     }
     if (to_wire(a, out, outlen) < 0)
         return crl_err_sys(err, ENOMEM, "DNS answer");
+    /* Names the upstream packed into one another (pointers into the middle
+     * of a name, each a different name) are each written out whole: a
+     * packet of 1 KiB can rebuild to 12. */
+    if (*outlen > CRL_DNS_MAX_PACKET) {
+        free(*out);
+        *out = NULL;
+        return invalid(err, "an answer too large once rebuilt");
+    }
     return 0;
 }

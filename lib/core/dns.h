@@ -46,7 +46,8 @@ typedef bool (*crl_dns_keep_fn)(const uint8_t addr[4], uint32_t ttl, void *ctx);
  * answer section's CNAME and A records of the right class, each A offered
  * to keep() and dropped unless kept; no AAAA (IPv6 is off in a sandbox), no
  * authority or additional records.  -1 (CRL_E_INVALID) if the packet is not
- * an answer to q: its id, QR, opcode or question differ. */
+ * an answer to q (its id, QR, opcode or question differ) or if the answer
+ * rebuilt would be over CRL_DNS_MAX_PACKET. */
 int crl_dns_filter_answer(const uint8_t *pkt, size_t len, const struct crl_dns_question *q,
                           uint16_t upstream_id, crl_dns_keep_fn keep, void *ctx, uint8_t **out,
                           size_t *outlen, struct crl_err *err);
