@@ -156,8 +156,10 @@ json_t *crl_backend_net_json(const struct crl_sandbox *sb)
     inet_ntop(AF_INET, &a, addr, sizeof(addr));
     a.s_addr = htonl(crl_vnet_gateway(h->vnet, sb->slot));
     inet_ntop(AF_INET, &a, gw, sizeof(gw));
-    return json_pack("{s:s, s:s, s:o}", "address", addr, "gateway", gw, "dns",
-                     crl_resolver_slot_json(h->resolver, sb->slot));
+    json_t *rules = crl_vnet_rule_counters(h->vnet, sb->slot);
+    return json_pack("{s:s, s:s, s:o, s:o}", "address", addr, "gateway", gw, "dns",
+                     crl_resolver_slot_json(h->resolver, sb->slot), "rules",
+                     rules ? rules : json_array());
 }
 
 void crl_backend_net_release(struct crl_sandbox *sb, int netns_fd, bool quarantine)

@@ -67,7 +67,9 @@ struct crl_vnet *crl_host_vnet(struct crl_host *h, struct crl_err *err)
 {
     if (h->vnet)
         return h->vnet;
-    struct crl_vnet_config vc = {.tag = vnet_tag(h), .dns_port = h->cfg.resolver_port};
+    struct crl_vnet_config vc = {.tag = vnet_tag(h),
+                                 .dns_port = h->cfg.resolver_port,
+                                 .max_conns = h->cfg.network_max_conns};
     if (crl_vnet_parse_range(h->cfg.network_range, &vc, err) < 0 ||
         crl_vnet_new(&vc, &h->vnet, err) < 0)
         return NULL;

@@ -20,9 +20,12 @@ static int ports(const struct crl_net_rule *r, struct crl_buf *out)
     return e == 0 ? crl_buf_printf(out, " }") : -1;
 }
 
-/* One rule's lines, ending in `verdict`.  Only IPv4 CIDRs: the table drops
- * IPv6, and names are the resolver's. */
-static int rule(const struct crl_net_rule *r, const char *verdict, struct crl_buf *out)
+/* One rule's lines, ending in `verdict`, with a comment naming it
+ * ("allow[2] 10.1.2.0/24:443": its list, index and normalised text, which
+ * holds no quote).  Only IPv4 CIDRs: the table drops IPv6, and names are
+ * the resolver's. */
+static int rule(const struct crl_net_rule *r, const char *list, size_t i, const char *verdict,
+                struct crl_buf *out)
 {
     if (r->kind != CRL_NET_RULE_CIDR || r->family != AF_INET)
         return 0;
@@ -31,13 +34,17 @@ static int rule(const struct crl_net_rule *r, const char *verdict, struct crl_bu
     int e = 0;
     /* An allowed destination answers ping, as on a normal machine, whatever its ports. */
     if (r->nports && verdict[0] == 'a')
-        e = crl_buf_printf(out, "ip daddr %s/%u icmp type echo-request counter accept\n", a,
-                           r->prefix);
+        e = crl_buf_printf(out,
+                           "ip daddr %s/%u icmp type echo-request counter accept"
+                           " comment \"%s[%zu] %s: ping\"\n",
+                           a, r->prefix, list, i, r->text);
     if (e == 0)
         e = crl_buf_printf(out, "ip daddr %s/%u", a, r->prefix);
     if (e == 0)
         e = ports(r, out);
-    return e == 0 ? crl_buf_printf(out, " counter %s\n", verdict) : -1;
+    return e == 0 ? crl_buf_printf(out, " counter %s comment \"%s[%zu] %s\"\n", verdict, list, i,
+                                   r->text)
+                  : -1;
 }
 
 static bool has_names(const struct crl_net_rule *rules, size_t n)
@@ -52,25 +59,29 @@ int crl_net_policy_nft(const struct crl_net_policy *p, unsigned slot, struct crl
 {
     enum crl_net_mode m = crl_net_policy_mode(p);
     if (m == CRL_NET_NONE)
-        return crl_buf_printf(out, "counter drop\n");
+        return crl_buf_printf(out, "counter drop comment \"mode none\"\n");
     for (size_t i = 0; i < p->ndeny; i++)
-        if (rule(&p->deny[i], "drop", out) < 0)
+        if (rule(&p->deny[i], "deny", i, "drop", out) < 0)
             return -1;
     /* the ports a deny rule by name refuses, of the addresses it resolved to */
     if (has_names(p->deny, p->ndeny) &&
-        crl_buf_printf(out, "meta l4proto { tcp, udp } ip daddr . th dport @s%u%c counter drop\n",
+        crl_buf_printf(out,
+                       "meta l4proto { tcp, udp } ip daddr . th dport @s%u%c counter drop"
+                       " comment \"deny: the ports of names\"\n",
                        slot, CRL_VNET_SET_DENY) < 0)
         return -1;
     if (m == CRL_NET_FULL)
-        return crl_buf_printf(out, "counter accept\n");
+        return crl_buf_printf(out, "counter accept comment \"mode full\"\n");
     for (size_t i = 0; i < p->nallow; i++)
-        if (rule(&p->allow[i], "accept", out) < 0)
+        if (rule(&p->allow[i], "allow", i, "accept", out) < 0)
             return -1;
     if (has_names(p->allow, p->nallow) &&
         crl_buf_printf(out,
-                       "meta l4proto { tcp, udp } ip daddr . th dport @s%1$u%2$c counter accept\n"
-                       "ip daddr @s%1$u%3$c icmp type echo-request counter accept\n",
+                       "meta l4proto { tcp, udp } ip daddr . th dport @s%1$u%2$c counter accept"
+                       " comment \"allow: names\"\n"
+                       "ip daddr @s%1$u%3$c icmp type echo-request counter accept"
+                       " comment \"allow: names: ping\"\n",
                        slot, CRL_VNET_SET_ALLOW, CRL_VNET_SET_HOSTS) < 0)
         return -1;
-    return crl_buf_printf(out, "counter drop\n");
+    return crl_buf_printf(out, "counter drop comment \"not allowed\"\n");
 }

@@ -9,6 +9,7 @@
 #include <netlink/route/link.h>
 #include <netlink/route/link/veth.h>
 #include <netlink/route/route.h>
+#include <jansson.h>
 #include <nftables/libnftables.h>
 #include <sched.h>
 #include <stdio.h>
@@ -152,6 +153,7 @@ static int base_table(struct crl_vnet *v, struct crl_err *err)
                    "delete table inet %1$s\n"
                    "table inet %1$s {\n"
                    "  map links { type ifname : verdict; }\n"
+                   "  set conns { type ipv4_addr; flags dynamic; size 65536; }\n"
                    "  chain forward {\n"
                    "    type filter hook forward priority filter - 1; policy accept;\n"
                    "    iifname \"%2$s*\" jump from_sandbox\n"
@@ -218,6 +220,8 @@ int crl_vnet_new(const struct crl_vnet_config *cfg, struct crl_vnet **out, struc
     if (!v)
         return crl_err_sys(err, ENOMEM, "vnet");
     v->cfg = *cfg;
+    if (!v->cfg.max_conns)
+        v->cfg.max_conns = 1024;
     v->host_netns = -1;
     if (!(v->parked = malloc(crl_vnet_slots(v) * sizeof(int)))) {
         free(v);
@@ -405,8 +409,11 @@ static int set_chain(struct crl_vnet *v, unsigned slot, const char *rules, bool 
         "flush set inet %1$s s%2$ud\n"
         "add chain inet %1$s s%2$u\n"
         "flush chain inet %1$s s%2$u\n"
-        "table inet %1$s {\n  chain s%2$u {\n%3$s\n  }\n}\n",
-        v->table, slot, rules);
+        "table inet %1$s {\n  chain s%2$u {\n"
+        "ct state new add @conns { ip saddr ct count over %4$u } counter drop"
+        " comment \"connections: over %4$u at once\"\n"
+        "%3$s\n  }\n}\n",
+        v->table, slot, rules, v->cfg.max_conns);
     if (r == 0 && link)
         r = crl_buf_printf(&b, "add element inet %s links { \"%s\" : jump s%u }\n", v->table, name,
                            slot);
@@ -567,4 +574,44 @@ int crl_vnet_add_elements(struct crl_vnet *v, unsigned slot, char kind, const ch
     crl_buf_free(&b);
     crl_buf_free(&with);
     return r;
+}
+
+json_t *crl_vnet_rule_counters(struct crl_vnet *v, unsigned slot)
+{
+    char cmd[96];
+    snprintf(cmd, sizeof(cmd), "list chain inet %s s%u", v->table, slot);
+    unsigned flags = nft_ctx_output_get_flags(v->nft);
+    nft_ctx_output_set_flags(v->nft, flags | NFT_CTX_OUTPUT_JSON);
+    int r = nft_run_cmd_from_buffer(v->nft, cmd);
+    nft_ctx_output_set_flags(v->nft, flags);
+    const char *out = nft_ctx_get_output_buffer(v->nft);
+    json_t *doc = r == 0 && out ? json_loads(out, 0, NULL) : NULL;
+    json_t *items = json_object_get(doc, "nftables"), *rules = doc ? json_array() : NULL;
+    size_t i;
+    json_t *it;
+    json_array_foreach(items, i, it)
+    {
+        json_t *rule = json_object_get(it, "rule"), *expr = json_object_get(rule, "expr"), *e;
+        const char *comment = json_string_value(json_object_get(rule, "comment"));
+        json_t *counter = NULL;
+        const char *verdict = NULL;
+        size_t k;
+        json_array_foreach(expr, k, e)
+        {
+            if (json_object_get(e, "counter"))
+                counter = json_object_get(e, "counter");
+            if (json_object_get(e, "accept"))
+                verdict = "accept";
+            if (json_object_get(e, "drop"))
+                verdict = "drop";
+        }
+        if (!comment || !counter || !verdict)
+            continue;
+        json_array_append_new(rules,
+                              json_pack("{s:s, s:s, s:O, s:O}", "rule", comment, "verdict", verdict,
+                                        "packets", json_object_get(counter, "packets"), "bytes",
+                                        json_object_get(counter, "bytes")));
+    }
+    json_decref(doc);
+    return rules;
 }

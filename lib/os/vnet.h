@@ -12,7 +12,9 @@
  *   - input: from a sandbox link only replies reach this host (and, when
  *     set, the resolver's port on the host end);
  *   - postrouting: masquerade of the range toward anywhere else.
- * A sandbox's chain holds what its policy allows (rendered by the caller);
+ * A sandbox's chain starts with a limit on the connections it has open at
+ * once (max_conns), then holds what its policy allows (rendered by the
+ * caller, each rule with a comment that names it);
  * it is replaced in one transaction, so a change is in force for the next
  * packet.
  *
@@ -32,10 +34,11 @@
 struct crl_vnet;
 
 struct crl_vnet_config {
-    uint32_t tag;      /* 24 bits: names links and the table */
-    uint32_t range;    /* IPv4, host order: the first address of the range */
-    unsigned prefix;   /* the range's prefix length, 8-28 */
-    uint16_t dns_port; /* 0: none; else sandboxes may reach this UDP+TCP port of their gateway */
+    uint32_t tag;       /* 24 bits: names links and the table */
+    uint32_t range;     /* IPv4, host order: the first address of the range */
+    unsigned prefix;    /* the range's prefix length, 8-28 */
+    uint16_t dns_port;  /* 0: none; else sandboxes may reach this UDP+TCP port of their gateway */
+    unsigned max_conns; /* connections a sandbox may have open at once (0: 1024) */
 };
 
 /* Parse "A.B.C.D/N" into cfg's range and prefix (the range's host bits
@@ -92,6 +95,10 @@ int crl_vnet_unpark(struct crl_vnet *v, unsigned slot, const char *rules, struct
  * refreshing the timeout of those already there; one transaction. */
 int crl_vnet_add_elements(struct crl_vnet *v, unsigned slot, char kind, const char *elements,
                           unsigned timeout_s, struct crl_err *err);
+
+/* The counters of `slot`'s rules, in order: [{"rule": its comment,
+ * "verdict": "accept"|"drop", "packets": N, "bytes": N}], or NULL. */
+struct json_t *crl_vnet_rule_counters(struct crl_vnet *v, unsigned slot);
 
 /* Run an nft script (one transaction), e.g. to fill a set of the table. */
 int crl_vnet_nft(struct crl_vnet *v, const char *script, struct crl_err *err);

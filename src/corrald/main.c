@@ -52,6 +52,7 @@ static const char usage[] =
     "  --network-range CIDR   sandboxes' addresses, a /30 each (default 10.213.0.0/16)\n"
     "  --dns-upstream A[,B]   what the sandboxes' resolver asks (default: the IPv4\n"
     "                         nameservers of the host's /etc/resolv.conf)\n"
+    "  --network-max-conns N  connections a sandbox may have open at once (default 1024)\n"
     "  --resolver-port N      UDP port of the sandboxes' resolver; their DNS is\n"
     "                         redirected there (default 10053)\n"
     "  --function-pool N      function sandboxes' keepers made ahead, per runtime: so many\n"
@@ -150,6 +151,7 @@ int main(int argc, char **argv)
                                          {"network-range", required_argument, 0, 'n'},
                                          {"dns-upstream", required_argument, 0, 'D'},
                                          {"resolver-port", required_argument, 0, 'E'},
+                                         {"network-max-conns", required_argument, 0, 'Q'},
                                          {"tombstone-s", required_argument, 0, 'T'},
                                          {"max-tombstones", required_argument, 0, 'M'},
                                          {"host-id", required_argument, 0, 'H'},
@@ -266,6 +268,11 @@ int main(int argc, char **argv)
             hc.network_range = optarg;
             break;
         }
+        case 'Q':
+            if (parse_uint("--network-max-conns", optarg, 1u << 20, &v) < 0 || v == 0)
+                return 2;
+            hc.network_max_conns = (unsigned)v;
+            break;
         case 'E':
             if (parse_uint("--resolver-port", optarg, 65535, &v) < 0 || v == 0)
                 return 2;

@@ -202,6 +202,62 @@ def test_a_dns_flood_is_limited_and_nobody_else_notices(lab_corrald):
         assert b.inspect()["container"]["network"]["dns"]["limited"] == 0
 
 
+def _rules(sb):
+    return {r["rule"]: r for r in sb.inspect()["container"]["network"]["rules"]}
+
+
+def test_each_decision_is_counted_by_the_rule_that_made_it(lab_corrald):
+    with lab_corrald.client() as c, \
+            make(c, {"mode": "allow", "allow": [WEB[0]], "deny": ["203.0.113.0/24"]}) as sb:
+        before = _rules(sb)
+        assert set(before) >= {f"allow[0] {WEB[0]}", "deny[0] 203.0.113.0/24", "not allowed",
+                               "connections: over 1024 at once"}, before
+        assert fetch(sb, WEB[0]) is not None
+        assert fetch(sb, WEB[2]) is None and fetch(sb, WEB[1]) is None
+        after = _rules(sb)
+        for rule in (f"allow[0] {WEB[0]}", "deny[0] 203.0.113.0/24", "not allowed"):
+            assert after[rule]["packets"] > before[rule]["packets"], (rule, after)
+        assert after["deny[0] 203.0.113.0/24"]["verdict"] == "drop"
+
+
+@need_debian
+def test_connections_at_once_are_limited(netlab, corrald_factory):
+    netlab.reset()
+    d = corrald_factory(["--dns-upstream", RESOLVER, "--network-max-conns", "20"],
+                        netns=netlab.host_netns)
+    hold = ("import socket\n"
+            "held, refused = [], 0\n"
+            "for _ in range(30):\n"
+            "    try:\n"
+            f"        held.append(socket.create_connection(('{WEB[0]}', 80), 1))\n"
+            "    except OSError:\n"
+            "        refused += 1\n"
+            "print(len(held), refused)\n")
+    with d.client() as c, make_debian(c, {"mode": "full"}) as sb:
+        r = sb.exec(["python3", "-c", hold], timeout=60)
+        held, refused = map(int, r.stdout.split())
+        # at most 20 (the kernel counts the connection being made with them)
+        assert 18 <= held <= 20 and held + refused == 30, r.stdout
+        assert _rules(sb)["connections: over 20 at once"]["packets"] > 0
+        # and once they are closed, it connects again
+        assert get(sb, f"http://{WEB[0]}/") == f"hello from {WEB[0]}\n"
+
+
+@need_debian
+def test_raw_and_packet_sockets_do_not_get_out(lab_corrald):
+    probe = ("import socket\n"
+             "for fam, typ, proto in ((socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP),\n"
+             "                        (socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW),\n"
+             "                        (socket.AF_PACKET, socket.SOCK_RAW, 0)):\n"
+             "    try:\n"
+             "        socket.socket(fam, typ, proto); print('OPENED')\n"
+             "    except PermissionError:\n"
+             "        print('refused')\n")
+    with lab_corrald.client() as c, make_debian(c, {"mode": "full"}) as sb:
+        r = sb.exec(["python3", "-c", probe], timeout=30)
+        assert r.stdout == b"refused\n" * 3, r.stdout + r.stderr
+
+
 # ---- a policy changed at run time ----
 
 def test_set_network_changes_what_the_next_connection_reaches(lab_corrald):
