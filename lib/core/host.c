@@ -669,6 +669,16 @@ char *crl_host_metrics(struct crl_host *h)
     GAUGE("reserved_cpus", "CPUs reserved by live sandboxes.", "%.2f", h->reserved_cpus);
     GAUGE("netns_pool_idle", "Idle network namespaces ready for reuse.", "%u",
           crl_netns_idle(h->netns));
+    static const struct crl_dns_counters none;
+    const struct crl_dns_counters *dns = h->resolver ? crl_resolver_totals(h->resolver) : &none;
+    COUNTER("dns_queries_total", "DNS queries from sandboxes to corrald's resolver.",
+            dns->queries);
+    COUNTER("dns_answered_total", "Queries for allowed names, answered.", dns->answered);
+    COUNTER("dns_refused_total", "Queries for names a sandbox's policy refuses.", dns->refused);
+    COUNTER("dns_limited_total", "Queries dropped over a sandbox's rate.", dns->limited);
+    COUNTER("dns_malformed_total", "Packets that were not a DNS query.", dns->malformed);
+    COUNTER("dns_failed_total", "Queries answered SERVFAIL (upstream silent or failing).",
+            dns->failed);
 #undef COUNTER
 #undef GAUGE
     return b.data;

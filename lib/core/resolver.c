@@ -45,7 +45,11 @@ struct slot_state {
     struct crl_dns_counters c;
 };
 
+/* A sandbox's counter and the resolver's total of it. */
+#define COUNT(r, s, f) ((s)->c.f++, (r)->total.f++)
+
 struct crl_resolver {
+    struct crl_dns_counters total;
     struct crl_loop *loop;
     struct crl_vnet *v;
     int fd; /* the sandboxes' queries */
@@ -169,7 +173,7 @@ static int ask(struct crl_resolver *r, struct pending *p)
 
 static void fail(struct crl_resolver *r, struct pending *p)
 {
-    r->slots[p->slot].c.failed++;
+    COUNT(r, &r->slots[p->slot], failed);
     answer_error(r, &p->from, &p->q, CRL_DNS_SERVFAIL);
     pending_end(r, p);
 }
@@ -189,14 +193,14 @@ static void on_query(struct crl_watch *w, uint32_t events)
         if (!slot_of(r, &from, &slot))
             continue; /* not one of our sandboxes: not a client of this resolver */
         struct slot_state *s = &r->slots[slot];
-        s->c.queries++;
+        COUNT(r, s, queries);
         if (!take_token(s)) {
-            s->c.limited++;
+            COUNT(r, s, limited);
             continue;
         }
         struct crl_dns_question q;
         if ((size_t)len > sizeof(buf) || crl_dns_parse_query(buf, (size_t)len, &q, NULL) < 0) {
-            s->c.malformed++;
+            COUNT(r, s, malformed);
             continue;
         }
         bool allowed = false;
@@ -204,19 +208,19 @@ static void on_query(struct crl_watch *w, uint32_t events)
             q.qclass == 1 ? crl_net_policy_decide_name(s->sb->spec.network, q.name, &allowed)
                           : NULL;
         if (!allowed) {
-            s->c.refused++;
+            COUNT(r, s, refused);
             log_refusal(s, &q, rule);
             answer_error(r, &from, &q, CRL_DNS_REFUSED);
             continue;
         }
         if (q.qtype == CRL_DNS_AAAA) { /* IPv6 is off: the name has no address of it */
-            s->c.answered++;
+            COUNT(r, s, answered);
             answer_error(r, &from, &q, CRL_DNS_NOERROR);
             continue;
         }
         struct pending *p = pending_new(r);
         if (!p) {
-            s->c.failed++;
+            COUNT(r, s, failed);
             answer_error(r, &from, &q, CRL_DNS_SERVFAIL);
             continue;
         }
@@ -361,7 +365,7 @@ static void on_upstream(struct crl_watch *w, uint32_t events)
             crl_warn(s->sb->id, "network: DNS %s: %s", p->q.name, e.msg);
             fail(r, p);
         } else {
-            s->c.answered++;
+            COUNT(r, s, answered);
             reply(r, &p->from, out, outlen);
             pending_end(r, p);
         }
@@ -488,4 +492,9 @@ json_t *crl_resolver_slot_json(const struct crl_resolver *r, unsigned slot)
                      "answered", (json_int_t)c->answered, "refused", (json_int_t)c->refused,
                      "limited", (json_int_t)c->limited, "malformed", (json_int_t)c->malformed,
                      "failed", (json_int_t)c->failed);
+}
+
+const struct crl_dns_counters *crl_resolver_totals(const struct crl_resolver *r)
+{
+    return &r->total;
 }

@@ -43,5 +43,7 @@ void crl_resolver_attach(struct crl_resolver *r, unsigned slot, struct crl_sandb
 void crl_resolver_detach(struct crl_resolver *r, unsigned slot);
 
 json_t *crl_resolver_slot_json(const struct crl_resolver *r, unsigned slot);
+/* Every sandbox's, since the resolver started. */
+const struct crl_dns_counters *crl_resolver_totals(const struct crl_resolver *r);
 
 #endif

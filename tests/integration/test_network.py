@@ -156,6 +156,9 @@ def test_names_allowed_exactly_and_by_wildcard(lab_corrald, netlab):
         assert "other.example" not in queried and "b.registry.example" not in queried
         dns = sb.inspect()["container"]["network"]["dns"]
         assert dns["answered"] >= 2 and dns["refused"] >= 2, dns
+        metrics = lab_corrald.request("GET", "/metrics").body.decode()
+        refused = re.search(r"^corral_dns_refused_total (\d+)$", metrics, re.M)
+        assert refused and int(refused.group(1)) >= dns["refused"], metrics
     log = lab_corrald.log()
     assert f"{sb.id} network: DNS other.example refused" in log, log[-2000:]
 
