@@ -375,7 +375,29 @@ static void fn_shutdown(struct crl_host *h, void *state)
             continue;
         crl_watch_stop(st->host->loop, &z->w);
         setpriority(PRIO_PROCESS, z->pid, 0); /* so that it sees the EOF now, not when idle */
-        close_fd(&z->sock); /* it exits on EOF; keepers it was building see theirs close */
+        /* It exits at the EOF.  A keeper it made meanwhile is in a reply
+         * not read yet: our child (CLONE_PARENT) that we know nothing of.
+         * Read them all, to the zygote's end, and end each here, so that
+         * nothing of ours outlives the shutdown. */
+        shutdown(z->sock, SHUT_WR);
+        for (;;) {
+            struct crl_zyg_reply r;
+            int fds[2], nfds = 2;
+            struct pollfd pf = {z->sock, POLLIN, 0};
+            if (poll(&pf, 1, 5000) <= 0)
+                break;
+            ssize_t n = crl_recv_fds(z->sock, &r, sizeof(r), fds, &nfds);
+            if (n <= 0)
+                break;
+            if (n == (ssize_t)sizeof(r) && nfds == 2) {
+                siginfo_t si;
+                setpriority(PRIO_PROCESS, r.pid, 0);
+                syscall(SYS_pidfd_send_signal, fds[1], SIGKILL, NULL, 0);
+                waitid((idtype_t)P_PIDFD, (id_t)fds[1], &si, WEXITED | __WALL);
+            }
+            close_fds(fds, nfds);
+        }
+        close_fd(&z->sock);
         if (z->pid > 0) {
             int status;
             if (waitpid(z->pid, &status, 0) < 0)
