@@ -58,6 +58,7 @@ struct crl_req {
     struct MHD_Connection *conn;
     const char *method;
     char url[128];               /* for logs */
+    const char *path;            /* the whole path (MHD's, for the request's life) */
     struct crl_route route;      /* the ids in its path */
     const struct crl_handler *h; /* its entry in the route table; NULL before */
     bool tcp;

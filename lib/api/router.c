@@ -122,6 +122,8 @@ static bool match(const char *pattern, const char *path, struct crl_route *r)
         const char *f = p + 1, *end = strchr(f, '}');
         const char *eq = memchr(f, '=', (size_t)(end - f));
         size_t flen = (size_t)((eq ? eq : end) - f), cap;
+        if (flen == 4 && strncmp(f, "rest", 4) == 0) /* the rest, "" or "/...": not captured */
+            return end[1] == 0 && (*s == 0 || *s == '/');
         char *out = field(r, f, flen, &cap);
         if (!out)
             return false;

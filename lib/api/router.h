@@ -24,6 +24,7 @@ enum crl_endpoint {
     CRL_EP_SESSION_RUN,      /* POST */
     CRL_EP_FILES,            /* GET read, PUT write */
     CRL_EP_SANDBOX_ACTION,   /* POST pause|resume|snapshot|fork */
+    CRL_EP_PORT,             /* any method: a request to a port in the sandbox */
     CRL_EP_FUNCTIONS,        /* GET list */
     CRL_EP_FUNCTION,         /* GET inspect */
     CRL_EP_FUNCTION_CALL,    /* POST */

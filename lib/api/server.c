@@ -129,6 +129,7 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
         r->conn = conn;
         r->method = method;
         snprintf(r->url, sizeof(r->url), "%s", url);
+        r->path = url;
         r->body_limit = api->cfg.max_body ? api->cfg.max_body : DEFAULT_MAX_BODY;
         crl_buf_init(&r->body, CRL_BUF_UNBOUNDED);
         crl_buf_init(&r->out, CRL_BUF_UNBOUNDED);

@@ -671,8 +671,7 @@ char *crl_host_metrics(struct crl_host *h)
           crl_netns_idle(h->netns));
     static const struct crl_dns_counters none;
     const struct crl_dns_counters *dns = h->resolver ? crl_resolver_totals(h->resolver) : &none;
-    COUNTER("dns_queries_total", "DNS queries from sandboxes to corrald's resolver.",
-            dns->queries);
+    COUNTER("dns_queries_total", "DNS queries from sandboxes to corrald's resolver.", dns->queries);
     COUNTER("dns_answered_total", "Queries for allowed names, answered.", dns->answered);
     COUNTER("dns_refused_total", "Queries for names a sandbox's policy refuses.", dns->refused);
     COUNTER("dns_limited_total", "Queries dropped over a sandbox's rate.", dns->limited);

@@ -120,3 +120,18 @@ unsigned crl_netns_idle(const struct crl_netns_pool *p)
 {
     return p->n_idle;
 }
+
+int crl_netns_socket(struct crl_netns_pool *p, int netns_fd, int type)
+{
+    if (setns(netns_fd, CLONE_NEWNET) < 0)
+        return -1;
+    int fd = socket(AF_INET, type | SOCK_CLOEXEC, 0);
+    int e = errno;
+    if (setns(p->host_fd, CLONE_NEWNET) < 0) {
+        /* Every later socket of corrald's would live in the sandbox's namespace. */
+        crl_log_syscall(NULL, errno, "setns(host netns)");
+        abort();
+    }
+    errno = e;
+    return fd;
+}

@@ -1,0 +1,147 @@
+"""The port proxy (issue 12): a request to /v1/sandboxes/{id}/ports/{port}/...
+reaches the server on that port of the sandbox (on its loopback: corrald
+connects inside its network namespace), and its answer comes back.  No
+network is needed, so these run on the shared daemon."""
+import hashlib
+import http.client
+import json
+import socket
+import time
+
+import pytest
+
+from conftest import SMALL, need_debian, wait_for
+
+# A server that answers with what it was sent, as JSON.
+ECHO_SERVER = r"""
+import json, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+class H(BaseHTTPRequestHandler):
+    def answer(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n).decode()
+        out = json.dumps({"method": self.command, "path": self.path, "body": body,
+                          "headers": {k.lower(): v for k, v in self.headers.items()}}).encode()
+        self.send_response(201 if self.command == "POST" else 200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("X-Echo", "yes")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = answer
+    def log_message(self, *a): pass
+HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def serving(d, sb, port, path="/"):
+    wait_for(lambda: d.request("GET", f"/v1/sandboxes/{sb.id}/ports/{port}{path}").status != 503,
+             timeout=10, what=f"the server on port {port}")
+
+
+@pytest.fixture(scope="module")
+def busybox_web(client, corrald):
+    with client.create(**SMALL) as sb:
+        sb.exec("mkdir -p /www && echo hello > /www/index.html && "
+                "head -c 20000000 /dev/urandom > /www/big && httpd -p 8080 -h /www")
+        serving(corrald, sb, 8080, "/index.html")
+        yield sb
+
+
+def test_a_get_reaches_a_server_on_the_sandboxs_loopback(corrald, busybox_web):
+    sb = busybox_web
+    r = corrald.request("GET", f"/v1/sandboxes/{sb.id}/ports/8080/index.html")
+    assert (r.status, r.body) == (200, b"hello\n")
+    assert r.headers["content-type"].startswith("text/html")
+    r = corrald.request("GET", f"/v1/sandboxes/{sb.id}/ports/8080/nope")
+    assert r.status == 404, "the server's own status comes back"
+
+
+def test_a_long_download_streams_whole(corrald, busybox_web):
+    sb = busybox_web
+    want = sb.exec("sha256sum /www/big").stdout.split()[0].decode()
+    r = corrald.request("GET", f"/v1/sandboxes/{sb.id}/ports/8080/big", timeout=60)
+    assert r.status == 200 and len(r.body) == 20000000
+    assert hashlib.sha256(r.body).hexdigest() == want
+
+
+def test_a_slow_reader_holds_the_server_back_and_loses_nothing(corrald, busybox_web):
+    sb = busybox_web
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(str(corrald.socket_path))
+    s.sendall(f"GET /v1/sandboxes/{sb.id}/ports/8080/big HTTP/1.1\r\nHost: x\r\n"
+              "Connection: close\r\n\r\n".encode())
+    got = b""
+    s.settimeout(30)
+    while len(got) < 200000:
+        got += s.recv(65536)
+        time.sleep(0.01)
+    while True:
+        b = s.recv(1 << 20)
+        if not b:
+            break
+        got += b
+    s.close()
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    assert b"transfer-encoding: chunked" in head.lower()
+    data, rest = b"", body
+    while True:  # de-chunk
+        size, _, rest = rest.partition(b"\r\n")
+        n = int(size, 16)
+        if n == 0:
+            break
+        data, rest = data + rest[:n], rest[n + 2:]
+    assert len(data) == 20000000
+
+
+@need_debian
+def test_methods_bodies_headers_and_queries_pass(corrald, client):
+    with client.create(image="debian", memory_mb=256) as sb:
+        sb.exec(["sh", "-c", f"python3 -c '{ECHO_SERVER}' 9000 >/dev/null 2>&1 &"])
+        serving(corrald, sb, 9000)
+        base = f"/v1/sandboxes/{sb.id}/ports/9000"
+        r = corrald.request("POST", f"{base}/a/b?x=1&y=two%20words", body=b'{"k": 1}',
+                            headers={"Content-Type": "application/json", "X-Mine": "m"})
+        assert r.status == 201 and r.headers["x-echo"] == "yes"
+        seen = json.loads(r.body)
+        assert seen["method"] == "POST" and seen["body"] == '{"k": 1}'
+        assert seen["path"] in ("/a/b?x=1&y=two%20words", "/a/b?y=two%20words&x=1"), seen
+        assert seen["headers"]["x-mine"] == "m"
+        assert seen["headers"]["host"] == "localhost:9000"
+        for method in ("PUT", "PATCH", "DELETE", "GET"):
+            r = corrald.request(method, f"{base}/")
+            assert r.status == 200 and json.loads(r.body)["method"] == method
+        # over TCP: corrald's token is needed, and it is not passed on
+        conn = http.client.HTTPConnection("127.0.0.1", corrald.tcp_port, timeout=10)
+        conn.request("GET", f"{base}/t")
+        assert conn.getresponse().status == 401
+        conn.close()
+        conn = http.client.HTTPConnection("127.0.0.1", corrald.tcp_port, timeout=10)
+        conn.request("GET", f"{base}/t", headers={"Authorization": f"Bearer {corrald.token}"})
+        resp = conn.getresponse()
+        seen = json.loads(resp.read())
+        assert resp.status == 200 and "authorization" not in seen["headers"]
+        conn.close()
+        assert sb.url(9000, "/x").endswith(f"{base}/x")
+
+
+def test_errors_name_what_is_wrong(corrald, client, sandbox):
+    r = corrald.request("GET", f"/v1/sandboxes/{sandbox.id}/ports/9999/")
+    assert r.status == 503 and "port 9999" in r.json()["error"]["message"]
+    for bad in ("0", "65536", "http"):
+        r = corrald.request("GET", f"/v1/sandboxes/{sandbox.id}/ports/{bad}/")
+        assert r.status == 400 and bad in r.json()["error"]["message"], bad
+    r = corrald.request("GET", "/v1/sandboxes/sb-nosuch-000000000000/ports/80/")
+    assert r.status == 404
+    with client.create(backend="function", runtime="shell") as fn:
+        r = corrald.request("GET", f"/v1/sandboxes/{fn.id}/ports/80/")
+        assert r.status == 501
+    # a server that answers garbage
+    sandbox.exec("(while true; do printf 'garbage\\r\\n\\r\\n' | nc -l -p 7000 >/dev/null; done) "
+                 ">/dev/null 2>&1 &")
+    wait_for(lambda: "not an HTTP/1 answer" in corrald.request(
+        "GET", f"/v1/sandboxes/{sandbox.id}/ports/7000/").body.decode(), timeout=10,
+        what="a garbage answer refused")
+    with pytest.raises(ValueError):
+        sandbox.url(0)
