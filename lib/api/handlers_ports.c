@@ -38,6 +38,21 @@ struct proxy {
     struct crl_buf head; /* the answer until its blank line */
     bool answered;       /* the response (status, headers) is the client's */
     bool paused;
+    bool upgrade;         /* the client asked to switch protocols (a WebSocket) */
+    bool raw;             /* ... to "corral-tcp": a byte stream, no request sent */
+    struct crl_buf early; /* what the server sent after its 101, for the tunnel */
+};
+
+/* An upgraded connection: bytes between the client's socket (MHD's, closed
+ * through urh) and the server's in the sandbox, until either side ends. */
+struct crl_tunnel {
+    struct crl_api *api;
+    int fd[2]; /* 0: the client, 1: the server */
+    struct crl_watch w[2];
+    struct crl_buf to[2]; /* bytes for fd[i], read from the other */
+    bool eof[2];          /* fd[i] sent all it will */
+    struct MHD_UpgradeResponseHandle *urh;
+    struct crl_tunnel *next;
 };
 
 /* A header the proxy does not pass on: hop by hop (RFC 9110 7.6.1), or
@@ -88,6 +103,134 @@ static enum MHD_Result add_header(void *cls, enum MHD_ValueKind kind, const char
     return MHD_YES;
 }
 
+/* ---- tunnels ---- */
+
+static void tunnel_close(struct crl_tunnel *t)
+{
+    struct crl_loop *loop = t->api->host->loop;
+    for (struct crl_tunnel **p = &t->api->tunnels; *p; p = &(*p)->next)
+        if (*p == t) {
+            *p = t->next;
+            break;
+        }
+    for (int i = 0; i < 2; i++) {
+        crl_watch_stop(loop, &t->w[i]);
+        crl_buf_free(&t->to[i]);
+    }
+    close_fd(&t->fd[1]);
+    MHD_upgrade_action(t->urh, MHD_UPGRADE_ACTION_CLOSE); /* MHD's socket, fd[0] */
+    free(t);
+}
+
+/* What each side waits for: room to read into the other's buffer, or
+ * bytes of its own buffer to write. */
+static void tunnel_arm(struct crl_tunnel *t)
+{
+    for (int i = 0; i < 2; i++) {
+        uint32_t ev = 0;
+        if (!t->eof[i] && t->to[1 - i].len < STREAM_HIGH)
+            ev |= EPOLLIN;
+        if (t->to[i].len)
+            ev |= EPOLLOUT;
+        crl_watch_modify(t->api->host->loop, &t->w[i], ev);
+    }
+}
+
+static void tunnel_io(struct crl_watch *w, uint32_t events)
+{
+    struct crl_tunnel *t = w->data;
+    int i = w == &t->w[0] ? 0 : 1;
+    if (t->to[i].len) {
+        ssize_t n = send(t->fd[i], t->to[i].data, t->to[i].len, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n < 0 && errno != EAGAIN) {
+            tunnel_close(t);
+            return;
+        }
+        if (n > 0)
+            crl_buf_consume(&t->to[i], (size_t)n);
+        if (!t->to[i].len && t->eof[1 - i])
+            shutdown(t->fd[i], SHUT_WR); /* the other side's end, passed on */
+    }
+    if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && !t->eof[i]) {
+        char buf[64 * 1024];
+        ssize_t n = recv(t->fd[i], buf, sizeof(buf), MSG_DONTWAIT);
+        if (n < 0 && errno != EAGAIN) {
+            tunnel_close(t);
+            return;
+        }
+        if (n == 0) {
+            t->eof[i] = true;
+            if (!t->to[1 - i].len)
+                shutdown(t->fd[1 - i], SHUT_WR);
+        } else if (n > 0 && crl_buf_append(&t->to[1 - i], buf, (size_t)n) < 0) {
+            tunnel_close(t);
+            return;
+        }
+    }
+    if (t->eof[0] && t->eof[1] && !t->to[0].len && !t->to[1].len) {
+        tunnel_close(t);
+        return;
+    }
+    tunnel_arm(t);
+}
+
+static void on_upgraded(void *cls, struct MHD_Connection *conn, void *req_cls, const char *extra_in,
+                        size_t extra_in_size, MHD_socket sock,
+                        struct MHD_UpgradeResponseHandle *urh)
+{
+    struct crl_req *r = cls;
+    struct proxy *x = r->state;
+    struct crl_tunnel *t = calloc(1, sizeof(*t));
+    crl_watch_stop(r->api->host->loop, &x->w);
+    if (!t) {
+        MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+        close_fd(&x->fd);
+        crl_req_pending_done(r);
+        return;
+    }
+    t->api = r->api;
+    t->urh = urh;
+    t->fd[0] = sock;
+    t->fd[1] = x->fd;
+    x->fd = -1;
+    for (int i = 0; i < 2; i++)
+        crl_buf_init(&t->to[i], CRL_BUF_UNBOUNDED);
+    crl_buf_append(&t->to[0], x->early.data ? x->early.data : "", x->early.len);
+    crl_buf_append(&t->to[1], extra_in ? extra_in : "", extra_in_size);
+    t->next = t->api->tunnels;
+    t->api->tunnels = t;
+    crl_req_pending_done(r);
+    if (crl_watch_start(t->api->host->loop, &t->w[0], t->fd[0], 0, tunnel_io, t) < 0 ||
+        crl_watch_start(t->api->host->loop, &t->w[1], t->fd[1], 0, tunnel_io, t) < 0) {
+        tunnel_close(t);
+        return;
+    }
+    tunnel_arm(t);
+}
+
+void crl_h_ports_stop(struct crl_api *a)
+{
+    while (a->tunnels)
+        tunnel_close(a->tunnels);
+}
+
+/* 101 to the client: its connection becomes a tunnel (on_upgraded). */
+static void switch_protocols(struct crl_req *r, struct proxy *x, const char **names,
+                             const char **values, size_t n)
+{
+    struct MHD_Response *resp = MHD_create_response_for_upgrade(on_upgraded, r);
+    bool has_upgrade = false;
+    for (size_t i = 0; i < n; i++) {
+        MHD_add_response_header(resp, names[i], values[i]);
+        has_upgrade |= strcasecmp(names[i], "upgrade") == 0;
+    }
+    if (!has_upgrade)
+        MHD_add_response_header(resp, "Upgrade", "corral-tcp");
+    x->answered = true;
+    crl_watch_modify(r->api->host->loop, &x->w, 0); /* the tunnel reads from here on */
+    crl_req_respond(r, 101, resp);
+}
+
 static void percent(struct crl_buf *b, const char *s)
 {
     for (; *s; s++) {
@@ -123,9 +266,9 @@ static int build_request(struct crl_req *r, struct proxy *x, const char *target,
     for (const char *c = t.data; c && *c; c++)
         if ((unsigned char)*c <= 0x20 || *c == 0x7f) /* MHD decoded the path: encode it again */
             e = -1;
-    if (e == 0)
-        e = crl_buf_printf(b, "%s %s HTTP/1.0\r\nHost: localhost:%u\r\n", r->method, t.data,
-                           x->port);
+    if (e == 0) /* a WebSocket's handshake is HTTP/1.1's */
+        e = crl_buf_printf(b, "%s %s HTTP/1.%d\r\nHost: localhost:%u\r\n", r->method, t.data,
+                           x->upgrade ? 1 : 0, x->port);
     crl_buf_free(&t);
     if (e < 0)
         return crl_err_set(err, CRL_E_INVALID,
@@ -134,7 +277,11 @@ static int build_request(struct crl_req *r, struct proxy *x, const char *target,
     MHD_get_connection_values(r->conn, MHD_HEADER_KIND, add_header, b);
     if (r->body.len)
         crl_buf_printf(b, "Content-Length: %zu\r\n", r->body.len);
-    crl_buf_printf(b, "Connection: close\r\n\r\n");
+    const char *up = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Upgrade");
+    if (x->upgrade && up && value_ok(up))
+        crl_buf_printf(b, "Connection: Upgrade\r\nUpgrade: %s\r\n\r\n", up);
+    else
+        crl_buf_printf(b, "Connection: close\r\n\r\n");
     if (crl_buf_append(b, r->body.data ? r->body.data : "", r->body.len) < 0)
         return crl_err_sys(err, ENOMEM, "the request to pass on");
     return 0;
@@ -168,7 +315,8 @@ static int start_answer(struct crl_req *r, struct proxy *x, size_t end)
     char *h = x->head.data;
     h[end] = '\0';
     unsigned status = 0;
-    if (sscanf(h, "HTTP/1.%*1[01] %3u", &status) != 1 || status < 200 || status > 599)
+    if (sscanf(h, "HTTP/1.%*1[01] %3u", &status) != 1 || status < 100 || status > 599 ||
+        (status < 200 && !(status == 101 && x->upgrade)))
         return -1;
     enum { MAX_HEADERS = 100 };
     const char *names[MAX_HEADERS], *values[MAX_HEADERS];
@@ -188,13 +336,17 @@ static int start_answer(struct crl_req *r, struct proxy *x, size_t end)
             if (token_ok(l) && value_ok(v)) {
                 if (strcasecmp(l, "content-type") == 0)
                     ctype = v;
-                else if (!hop_header(l)) {
+                else if (!hop_header(l) || (status == 101 && strcasecmp(l, "upgrade") == 0)) {
                     names[n] = l;
                     values[n++] = v;
                 }
             }
         }
         l = next; /* at the NUL that ended the line, and its '\n' */
+    }
+    if (status == 101) {
+        switch_protocols(r, x, names, values, n);
+        return 0;
     }
     struct MHD_Response *resp = crl_req_stream_response(r, ctype);
     for (size_t i = 0; i < n; i++)
@@ -225,6 +377,16 @@ static void on_io(struct crl_watch *w, uint32_t events)
             x->sent += (size_t)n;
         if (x->sent == x->send.len)
             crl_watch_modify(r->api->host->loop, &x->w, EPOLLIN);
+        return;
+    }
+    if (x->raw && !x->answered) { /* connected: nothing to send, the stream is the client's */
+        int e = 0;
+        socklen_t l = sizeof(e);
+        if (getsockopt(x->fd, SOL_SOCKET, SO_ERROR, &e, &l) == 0 && e) {
+            fail(r, x, strerror(e));
+            return;
+        }
+        switch_protocols(r, x, NULL, NULL, 0);
         return;
     }
     char buf[64 * 1024];
@@ -265,9 +427,13 @@ static void on_io(struct crl_watch *w, uint32_t events)
             fail(r, x, "its answer is not an HTTP/1 answer");
             return;
         }
-        if (tail)
+        if (tail && x->upgrade && !r->streaming)
+            crl_buf_append(&x->early, tail, rest);
+        else if (tail)
             crl_req_stream_append(r, tail, rest);
         free(tail);
+        if (x->upgrade && !r->streaming)
+            return; /* switched: the tunnel takes it from here */
     }
     if (r->out.len > STREAM_HIGH && !x->paused) {
         x->paused = true;
@@ -298,6 +464,7 @@ void crl_h_port_free(struct crl_req *r)
         return;
     crl_buf_free(&x->send);
     crl_buf_free(&x->head);
+    crl_buf_free(&x->early);
     free(x);
     r->state = NULL;
 }
@@ -335,10 +502,14 @@ void crl_h_port(struct crl_req *r)
     x->port = (unsigned)port;
     crl_buf_init(&x->send, CRL_BUF_UNBOUNDED);
     crl_buf_init(&x->head, CRL_BUF_UNBOUNDED);
+    const char *up = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Upgrade");
+    x->upgrade = up != NULL;
+    x->raw = up && strcasecmp(up, "corral-tcp") == 0;
+    crl_buf_init(&x->early, CRL_BUF_UNBOUNDED);
     /* The path after /ports/{port}: MHD decoded it; it carries no query. */
     const char *prefix = strstr(r->path, "/ports/");
     const char *target = prefix ? prefix + 7 + strlen(r->route.sub) : "";
-    if (build_request(r, x, target, &err) < 0) {
+    if (!x->raw && build_request(r, x, target, &err) < 0) {
         crl_req_error(r, &err);
         return;
     }

@@ -50,6 +50,7 @@ struct crl_api {
     unsigned n_imports;
     char importer_path[4096];
     struct crl_functions *functions; /* <state>/functions, read when asked */
+    struct crl_tunnel *tunnels;      /* upgraded port-proxy connections (handlers_ports.c) */
     struct crl_trajs *trajs;         /* <state>/trajectories */
 };
 

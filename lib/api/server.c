@@ -21,6 +21,7 @@
 #include "../traj/traj.h"
 #include "api.h"
 #include "handlers_images.h"
+#include "handlers_ports.h"
 #include "request.h"
 #include "routes.h"
 #include "traj_step.h"
@@ -225,10 +226,11 @@ static struct MHD_Daemon *start_daemon(struct crl_api *a, int fd, struct crl_wat
                                        struct crl_err *err)
 {
     struct MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO | MHD_USE_ERROR_LOG, 0, NULL, NULL,
-        access_handler, a, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, a, MHD_OPTION_LISTEN_SOCKET, fd,
-        MHD_OPTION_NOTIFY_COMPLETED, request_completed, a, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)600, MHD_OPTION_CONNECTION_LIMIT, (unsigned)16384,
+        MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE | MHD_USE_TURBO |
+            MHD_USE_ERROR_LOG,
+        0, NULL, NULL, access_handler, a, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, a,
+        MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_COMPLETED, request_completed, a,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600, MHD_OPTION_CONNECTION_LIMIT, (unsigned)16384,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024), MHD_OPTION_END);
     if (!d) {
         crl_err_set(err, CRL_E_INTERNAL, "libmicrohttpd would not start");
@@ -380,6 +382,7 @@ void crl_api_stop(struct crl_api *a)
     /* MHD must not be stopped with connections suspended. */
     for (struct crl_req *r = a->reqs; r; r = r->next)
         crl_req_resume(r);
+    crl_h_ports_stop(a); /* MHD stops with no upgraded connection open */
     if (a->unix_d) {
         crl_watch_stop(a->host->loop, &a->unix_w);
         MHD_stop_daemon(a->unix_d);

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <netdb.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
@@ -13,6 +14,7 @@
 
 #include "../util/buf.h"
 #include "../util/cleanup.h"
+#include "../util/fdio.h"
 
 #define ERROR_BODY_MAX (64u << 10) /* an error answer is a small JSON object */
 #define LINE_MAX_BYTES (64u << 20)
@@ -968,4 +970,93 @@ int crl_client_download(struct crl_client *c, const char *path, int fd, struct c
     int rc = perform(&x, "GET", path, NULL, NULL, 0, -1, err);
     crl_buf_free(&x.body);
     return rc;
+}
+
+/* ---- a tunnel ---- */
+
+static int connect_corrald(struct crl_client *c, struct crl_err *err)
+{
+    if (c->unix_path) {
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", c->unix_path);
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+            int e = errno;
+            if (fd >= 0)
+                close(fd);
+            return crl_err_sys(err, e, "connecting to %s", c->url);
+        }
+        return fd;
+    }
+    char host[256];
+    const char *hp = c->base + 7, *colon = strrchr(hp, ':');
+    if (!colon || (size_t)(colon - hp) >= sizeof(host))
+        return crl_err_set(err, CRL_E_INVALID, "'%s': expected http://HOST:PORT", c->url);
+    snprintf(host, sizeof(host), "%.*s", (int)(colon - hp), hp);
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+    int rc = getaddrinfo(host, colon + 1, &hints, &ai);
+    if (rc)
+        return crl_err_set(err, CRL_E_UNAVAILABLE, "%s: %s", c->url, gai_strerror(rc));
+    int fd = -1, e = 0;
+    for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) < 0) {
+            e = errno;
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(ai);
+    return fd >= 0 ? fd : crl_err_sys(err, e ? e : ECONNREFUSED, "connecting to %s", c->url);
+}
+
+int crl_client_tunnel(struct crl_client *c, const char *path, const char *protocol,
+                      struct crl_err *err)
+{
+    int fd = connect_corrald(c, err);
+    if (fd < 0)
+        return -1;
+    struct xfer x;
+    xfer_init(&x, c);
+    cleanup_free char *rq = NULL;
+    if (asprintf(&rq,
+                 "GET %s HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\n"
+                 "Upgrade: %s\r\n%s%s\r\n",
+                 path, protocol, c->auth ? c->auth : "", c->auth ? "\r\n" : "") < 0) {
+        rq = NULL;
+        close(fd);
+        return crl_err_sys(err, ENOMEM, "a request");
+    }
+    /* The head a byte at a time: what follows it is the protocol's. */
+    char head[8192];
+    size_t n = 0;
+    bool ok = crl_write_full(fd, rq, strlen(rq)) == 0;
+    while (ok && n + 1 < sizeof(head) && !(n >= 4 && memcmp(head + n - 4, "\r\n\r\n", 4) == 0))
+        ok = read(fd, head + n++, 1) == 1;
+    head[n] = '\0';
+    long status = 0, len = 0;
+    if (!ok || sscanf(head, "HTTP/1.%*1[01] %ld", &status) != 1) {
+        close(fd);
+        return crl_err_set(err, CRL_E_UNAVAILABLE, "%s: no HTTP answer to the tunnel", c->url);
+    }
+    if (status == 101)
+        return fd;
+    for (char *l = strcasestr(head, "\r\ncontent-length:"); l; l = NULL)
+        len = strtol(l + 17, NULL, 10);
+    char body[4096];
+    ssize_t got = 0;
+    while (len > 0 && got < len && got < (ssize_t)sizeof(body)) {
+        ssize_t r = read(
+            fd, body + got,
+            (size_t)(len - got < (long)sizeof(body) - got ? len - got : (long)sizeof(body) - got));
+        if (r <= 0)
+            break;
+        got += r;
+    }
+    close(fd);
+    x.status = status;
+    crl_buf_append(&x.body, body, (size_t)got);
+    answer_error(&x, err);
+    crl_buf_free(&x.body);
+    return -1;
 }

@@ -75,6 +75,13 @@ int crl_client_stream(struct crl_client *c, const char *method, const char *path
  * refuse other ids with CRL_E_INVALID before sending anything. */
 bool crl_client_id_ok(const char *id);
 
+/* A connection of its own to corrald, switched by `GET path` (Upgrade:
+ * `protocol`) to that protocol: its socket, whose bytes are the protocol's
+ * from here on (corral-tcp: the stream of a sandbox's port).  -1 with
+ * *err as corrald answered (the 503 of a port nothing listens on, say). */
+int crl_client_tunnel(struct crl_client *c, const char *path, const char *protocol,
+                      struct crl_err *err);
+
 /* POST /v1/sandboxes with `spec` (borrowed, NULL for the defaults); *out
  * is the ready sandbox. */
 int crl_client_create(struct crl_client *c, json_t *spec, json_t **out, struct crl_err *err);

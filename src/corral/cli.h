@@ -42,6 +42,7 @@ int crl_cmd_fork(int argc, char **argv);
 int crl_cmd_pause(int argc, char **argv);
 int crl_cmd_resume(int argc, char **argv);
 int crl_cmd_net(int argc, char **argv);
+int crl_cmd_forward(int argc, char **argv);
 
 /* ---- reporting ---- */
 

@@ -29,6 +29,7 @@ static const struct {
     {"pause", crl_cmd_pause, "freeze a sandbox's processes"},
     {"resume", crl_cmd_resume, "thaw a paused sandbox"},
     {"net", crl_cmd_net, "change a sandbox's network policy while it runs"},
+    {"forward", crl_cmd_forward, "a local port that reaches a port of a sandbox"},
     {"bench", crl_cmd_bench, "measure sandbox cycles and exec against crun"},
 };
 

@@ -5,7 +5,10 @@ network is needed, so these run on the shared daemon."""
 import hashlib
 import http.client
 import json
+import os
 import socket
+import subprocess
+import threading
 import time
 
 import pytest
@@ -145,3 +148,134 @@ def test_errors_name_what_is_wrong(corrald, client, sandbox):
         what="a garbage answer refused")
     with pytest.raises(ValueError):
         sandbox.url(0)
+
+
+# A WebSocket server's handshake, then an echo of whatever comes: enough to
+# prove the proxy hands the upgraded connection through untouched.
+WS_SERVER = r"""
+import base64, hashlib, socket, sys, threading
+srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("127.0.0.1", int(sys.argv[1]))); srv.listen()
+def serve(c):
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += c.recv(4096)
+    hdrs = dict(l.split(": ", 1) for l in head.decode().split("\r\n")[1:] if ": " in l)
+    key = hdrs.get("Sec-WebSocket-Key", "")
+    accept = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode()
+    c.sendall(("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+               f"Sec-WebSocket-Accept: {accept}\r\n\r\nhello-first").encode())
+    while True:
+        b = c.recv(65536)
+        if not b: break
+        c.sendall(b)
+    c.close()
+while True:
+    c, _ = srv.accept(); threading.Thread(target=serve, args=(c,), daemon=True).start()
+"""
+
+ECHO_TCP = r"""
+import socket, sys, threading
+srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("127.0.0.1", int(sys.argv[1]))); srv.listen()
+def serve(c):
+    while True:
+        b = c.recv(65536)
+        if not b: break
+        c.sendall(b)
+    c.close()
+while True:
+    c, _ = srv.accept(); threading.Thread(target=serve, args=(c,), daemon=True).start()
+"""
+
+
+def upgrade(corrald, target, protocol, extra=""):
+    """A raw connection to corrald asking to switch `target` to `protocol`:
+    the socket and the answer's head."""
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(str(corrald.socket_path))
+    s.settimeout(10)
+    s.sendall(f"GET {target} HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\n"
+              f"Upgrade: {protocol}\r\n{extra}\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        b = s.recv(1)
+        assert b, head
+        head += b
+    return s, head.decode()
+
+
+def recv_exactly(s, n):
+    got = b""
+    while len(got) < n:
+        b = s.recv(n - len(got))
+        assert b, got
+        got += b
+    return got
+
+
+@need_debian
+def test_a_websocket_passes_through(corrald, client):
+    with client.create(image="debian", memory_mb=256) as sb:
+        sb.exec(["sh", "-c", f"python3 -c '{WS_SERVER}' 9001 >/dev/null 2>&1 &"])
+        wait_for(lambda: sb.exec("python3 -c 'import socket; socket.create_connection"
+                                 "((\"127.0.0.1\", 9001))'").exit_code == 0, timeout=10)
+        s, head = upgrade(corrald, f"/v1/sandboxes/{sb.id}/ports/9001/chat", "websocket",
+                          "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                          "Sec-WebSocket-Version: 13\r\n")
+        assert head.startswith("HTTP/1.1 101"), head
+        assert "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" in head  # the server's answer to the key
+        assert recv_exactly(s, 11) == b"hello-first", "what the server sent with its 101"
+        frame = bytes([0x81, 0x85, 1, 2, 3, 4]) + bytes(b ^ k for b, k in zip(b"hello", b"\1\2\3\4\1"))
+        for _ in range(3):
+            s.sendall(frame)
+            assert recv_exactly(s, len(frame)) == frame
+        big = os.urandom(3 << 20)
+        threading.Thread(target=s.sendall, args=(big,), daemon=True).start()
+        assert recv_exactly(s, len(big)) == big
+        s.close()
+
+
+@need_debian
+def test_a_raw_tcp_stream_passes_through(corrald, client):
+    with client.create(image="debian", memory_mb=256) as sb:
+        sb.exec(["sh", "-c", f"python3 -c '{ECHO_TCP}' 9002 >/dev/null 2>&1 &"])
+        wait_for(lambda: sb.exec("python3 -c 'import socket; socket.create_connection"
+                                 "((\"127.0.0.1\", 9002))'").exit_code == 0, timeout=10)
+        s, head = upgrade(corrald, f"/v1/sandboxes/{sb.id}/ports/9002", "corral-tcp")
+        assert head.startswith("HTTP/1.1 101") and "corral-tcp" in head.lower(), head
+        s.sendall(b"ping\n")
+        assert recv_exactly(s, 5) == b"ping\n"
+        s.shutdown(socket.SHUT_WR)
+        assert s.recv(10) == b"", "the server's end comes back as the end of the stream"
+        s.close()
+        s, head = upgrade(corrald, f"/v1/sandboxes/{sb.id}/ports/9003", "corral-tcp")
+        assert head.startswith("HTTP/1.1 503"), head
+
+
+@need_debian
+def test_corral_forward(corrald, client):
+    from test_cli import corral as cli, spawn
+    with client.create(image="debian", memory_mb=256) as sb:
+        sb.exec(["sh", "-c", f"python3 -c '{ECHO_TCP}' 9004 >/dev/null 2>&1 &"])
+        wait_for(lambda: sb.exec("python3 -c 'import socket; socket.create_connection"
+                                 "((\"127.0.0.1\", 9004))'").exit_code == 0, timeout=10)
+        p = spawn(corrald, "forward", sb.id, "0:9004", stdout=subprocess.PIPE,
+                  stderr=subprocess.PIPE)
+        try:
+            line = p.stdout.readline().decode()
+            assert line.startswith("forwarding 127.0.0.1:") and "9004" in line, line
+            port = int(line.split()[1].split(":")[1])
+            conns = [socket.create_connection(("127.0.0.1", port), 10) for _ in range(3)]
+            for i, c in enumerate(conns):  # each its own stream, at once
+                c.sendall(f"hello {i}\n".encode())
+            for i, c in enumerate(conns):
+                assert recv_exactly(c, 8) == f"hello {i}\n".encode()
+                c.close()
+        finally:
+            p.terminate()
+            p.wait(10)
+        r = cli(corrald, "forward", sb.id, "0:9005")
+        assert r.returncode != 0 and b"port 9005" in r.stderr, r.stderr
+        r = cli(corrald, "forward", sb.id, "nope")
+        assert r.returncode == 2 and b"LOCAL:REMOTE" in r.stderr
