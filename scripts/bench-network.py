@@ -3,7 +3,7 @@
 with network none, allow and full; a policy change; TCP connection setup,
 bulk download and DNS from inside an `allow` sandbox against the same
 probe in an unfiltered network namespace (the lab's host, where corrald
-runs).  Everything happens in the lab internet of tests/integration/
+runs); the port proxy's latency and rate against a direct connection.  Everything happens in the lab internet of tests/integration/
 netlab.py: nothing leaves this machine.
 
     scripts/bench-network.py [--build build] [--iterations 40]
@@ -56,6 +56,25 @@ def p50(xs):
     return statistics.median(xs) * 1e3
 
 
+# GET `path` n times, a new connection each time: prints p50 ms and req/s.
+HTTP_PROBE = r"""
+import http.client, json, socket, statistics, sys, time
+kind, where, path, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+class U(http.client.HTTPConnection):
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX); self.sock.connect(where)
+lat = []
+t_all = time.perf_counter()
+for _ in range(n):
+    t0 = time.perf_counter()
+    c = U("x") if kind == "unix" else http.client.HTTPConnection(where, timeout=5)
+    c.request("GET", path); r = c.getresponse(); body = r.read(); c.close()
+    assert r.status == 200 and body == b"hello\n", (r.status, body)
+    lat.append((time.perf_counter() - t0) * 1e3)
+print(json.dumps({"p50_ms": statistics.median(lat), "per_s": n / (time.perf_counter() - t_all)}))
+"""
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default="build")
@@ -97,6 +116,18 @@ def main():
                     if r.exit_code != 0:
                         raise SystemExit(f"the probe failed in the sandbox: {r.stderr.decode()}")
                     inside = json.loads(r.stdout)
+            with d.client() as c, c.create(memory_mb=64, network={"mode": "full"}) as sb:
+                sb.exec("mkdir -p /www && echo hello > /www/index.html && httpd -p 8080 -h /www")
+                addr = sb.inspect()["container"]["network"]["address"]
+                m = str(max(n * 5, 100))
+                time.sleep(0.2)
+                direct = json.loads(lab.run_in_host(
+                    ["python3", "-c", HTTP_PROBE, "tcp", f"{addr}:8080", "/index.html", m],
+                    stdout=subprocess.PIPE).communicate(timeout=300)[0])
+                proxied = json.loads(subprocess.run(
+                    ["python3", "-c", HTTP_PROBE, "unix", str(d.socket_path),
+                     f"/v1/sandboxes/{sb.id}/ports/8080/index.html", m],
+                    stdout=subprocess.PIPE, check=True).stdout)
             peer = json.loads(lab.run_in_host(
                 ["python3", "-c", PROBE, netlab.WEB[0], str(min(n * 5, 200)), str(a.bulk_mb << 20),
                  netlab.RESOLVER], stdout=subprocess.PIPE).communicate(timeout=300)[0])
@@ -113,8 +144,15 @@ def main():
                      ("dns_allowed_ms", "DNS allowed name p50 ms (peer: upstream)"),
                      ("dns_refused_ms", "DNS refused name p50 ms")):
         print(f"  {label:44} {inside[k]:8.2f} {peer[k]:8.2f} {inside[k] / peer[k]:6.2f}x")
+    print(f"\n  {'port proxy (busybox httpd, new connection each)':44} {'p50 ms':>8} {'req/s':>8}")
+    print(f"  {'direct, lab host netns -> sandbox address':44} {direct['p50_ms']:8.2f} "
+          f"{direct['per_s']:8.0f}")
+    print(f"  {'through corrald /v1/sandboxes/ID/ports/8080':44} {proxied['p50_ms']:8.2f} "
+          f"{proxied['per_s']:8.0f}   +{proxied['p50_ms'] - direct['p50_ms']:.2f} ms, "
+          f"{proxied['per_s'] / direct['per_s']:.2f}x the rate")
     print(json.dumps({"cycle_p50_ms": {m: p50(v) for m, v in cycle.items()},
-                      "patch_p50_ms": p50(patch), "inside": inside, "peer": peer}))
+                      "patch_p50_ms": p50(patch), "inside": inside, "peer": peer,
+                      "proxy_direct": direct, "proxy": proxied}))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,12 @@
  * mode, reaches a server bound to its loopback, and only through corrald's
  * listeners and their auth; nothing else of the host can reach in.
  *
+ * A request with an Upgrade header (a WebSocket's handshake) goes as
+ * HTTP/1.1 with it; a 101 from the server makes both connections a tunnel
+ * (struct crl_tunnel), bytes both ways until each side has ended.
+ * "Upgrade: corral-tcp" is corrald's own: 101 once the port accepts, then
+ * its raw stream (what `corral forward` uses).
+ *
  * What the server answers is hostile: its header block is parsed with
  * limits and only well-formed headers are passed on; its body is passed
  * through as bytes, held back while the client reads slowly. */
