@@ -150,21 +150,26 @@ def test_errors_name_what_is_wrong(corrald, client, sandbox):
         sandbox.url(0)
 
 
-# A WebSocket server's handshake, then an echo of whatever comes: enough to
-# prove the proxy hands the upgraded connection through untouched.
-WS_SERVER = r"""
+# An echo server on port argv[1]; with "ws", a WebSocket server's handshake
+# first (and a greeting with it): enough to prove the proxy hands the
+# upgraded connection through untouched.
+ECHO_TCP = r"""
 import base64, hashlib, socket, sys, threading
 srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 srv.bind(("127.0.0.1", int(sys.argv[1]))); srv.listen()
-def serve(c):
+def handshake(c):
     head = b""
     while b"\r\n\r\n" not in head:
         head += c.recv(4096)
     hdrs = dict(l.split(": ", 1) for l in head.decode().split("\r\n")[1:] if ": " in l)
-    key = hdrs.get("Sec-WebSocket-Key", "")
-    accept = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode()
-    c.sendall(("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-               f"Sec-WebSocket-Accept: {accept}\r\n\r\nhello-first").encode())
+    key = hdrs.get("Sec-WebSocket-Key", "") + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+    accept = base64.b64encode(hashlib.sha1(key.encode()).digest()).decode()
+    c.sendall(("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+               f"Connection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
+               "hello-first").encode())
+def serve(c):
+    if sys.argv[2:] == ["ws"]:
+        handshake(c)
     while True:
         b = c.recv(65536)
         if not b: break
@@ -174,19 +179,12 @@ while True:
     c, _ = srv.accept(); threading.Thread(target=serve, args=(c,), daemon=True).start()
 """
 
-ECHO_TCP = r"""
-import socket, sys, threading
-srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-srv.bind(("127.0.0.1", int(sys.argv[1]))); srv.listen()
-def serve(c):
-    while True:
-        b = c.recv(65536)
-        if not b: break
-        c.sendall(b)
-    c.close()
-while True:
-    c, _ = srv.accept(); threading.Thread(target=serve, args=(c,), daemon=True).start()
-"""
+
+def start_echo(sb, port, *args):
+    sb.exec(["sh", "-c", f"python3 -c '{ECHO_TCP}' {port} {' '.join(args)} >/dev/null 2>&1 &"])
+    wait_for(lambda: sb.exec(["python3", "-c", "import socket; socket.create_connection("
+                              f"('127.0.0.1', {port}))"]).exit_code == 0, timeout=10,
+             what=f"the echo server on {port}")
 
 
 def upgrade(corrald, target, protocol, extra=""):
@@ -217,9 +215,7 @@ def recv_exactly(s, n):
 @need_debian
 def test_a_websocket_passes_through(corrald, client):
     with client.create(image="debian", memory_mb=256) as sb:
-        sb.exec(["sh", "-c", f"python3 -c '{WS_SERVER}' 9001 >/dev/null 2>&1 &"])
-        wait_for(lambda: sb.exec("python3 -c 'import socket; socket.create_connection"
-                                 "((\"127.0.0.1\", 9001))'").exit_code == 0, timeout=10)
+        start_echo(sb, 9001, "ws")
         s, head = upgrade(corrald, f"/v1/sandboxes/{sb.id}/ports/9001/chat", "websocket",
                           "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
                           "Sec-WebSocket-Version: 13\r\n")
@@ -239,9 +235,7 @@ def test_a_websocket_passes_through(corrald, client):
 @need_debian
 def test_a_raw_tcp_stream_passes_through(corrald, client):
     with client.create(image="debian", memory_mb=256) as sb:
-        sb.exec(["sh", "-c", f"python3 -c '{ECHO_TCP}' 9002 >/dev/null 2>&1 &"])
-        wait_for(lambda: sb.exec("python3 -c 'import socket; socket.create_connection"
-                                 "((\"127.0.0.1\", 9002))'").exit_code == 0, timeout=10)
+        start_echo(sb, 9002)
         s, head = upgrade(corrald, f"/v1/sandboxes/{sb.id}/ports/9002", "corral-tcp")
         assert head.startswith("HTTP/1.1 101") and "corral-tcp" in head.lower(), head
         s.sendall(b"ping\n")
@@ -257,9 +251,7 @@ def test_a_raw_tcp_stream_passes_through(corrald, client):
 def test_corral_forward(corrald, client):
     from test_cli import corral as cli, spawn
     with client.create(image="debian", memory_mb=256) as sb:
-        sb.exec(["sh", "-c", f"python3 -c '{ECHO_TCP}' 9004 >/dev/null 2>&1 &"])
-        wait_for(lambda: sb.exec("python3 -c 'import socket; socket.create_connection"
-                                 "((\"127.0.0.1\", 9004))'").exit_code == 0, timeout=10)
+        start_echo(sb, 9004)
         p = spawn(corrald, "forward", sb.id, "0:9004", stdout=subprocess.PIPE,
                   stderr=subprocess.PIPE)
         try:

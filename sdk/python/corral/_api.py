@@ -170,6 +170,15 @@ def snapshot_body(name: str | None) -> JSONObject:
     return {} if name is None else {"name": name}
 
 
+def port_url(base: str, sandbox_id: str, port: int, path: str) -> str:
+    """The port proxy's URL of a sandbox's port (docs/api.md)."""
+    if not 0 < int(port) < 65536:
+        raise ValueError(f"port {port!r} is not 1-65535")
+    if not path.startswith("/"):
+        raise ValueError(f"path {path!r} does not start with /")
+    return f"{base}/v1/sandboxes/{sandbox_id}/ports/{int(port)}{path}"
+
+
 def network_body(mode: str, allow: Sequence[str] | None = None,
                  deny: Sequence[str] | None = None) -> JSONObject:
     """A network object (docs/api.md, Network): mode and its rules."""

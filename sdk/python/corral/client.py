@@ -288,11 +288,7 @@ class Sandbox:
         port proxy: ``{client url}/v1/sandboxes/{id}/ports/{port}{path}``.
         Over TCP the request needs the client's token, as every call does.
         The server may listen on the sandbox's loopback."""
-        if not 0 < int(port) < 65536:
-            raise ValueError(f"port {port!r} is not 1-65535")
-        if not path.startswith("/"):
-            raise ValueError(f"path {path!r} does not start with /")
-        return f"{self.client.url}/v1/sandboxes/{self.id}/ports/{int(port)}{path}"
+        return _api.port_url(self.client.url, self.id, port, path)
 
     def set_network(self, mode: str, allow: Sequence[str] | None = None,
                     deny: Sequence[str] | None = None) -> JSONObject:
