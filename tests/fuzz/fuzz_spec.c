@@ -77,8 +77,8 @@ static void fuzz_spec(const char *buf, size_t len)
     CHECK(s.pids >= 8 && s.pids <= (1u << 22));
     CHECK(s.disk_mb >= 1 && s.disk_mb <= (1u << 20));
     CHECK(s.ttl_s <= 30 * 86400 && s.idle_ttl_s <= 30 * 86400);
-    /* allow and full are refused (501) until the backends wire them */
-    CHECK(s.network == NULL);
+    /* none is no policy at all; allow and full hold theirs */
+    CHECK(!s.network || s.network->mode != CRL_NET_NONE);
     CHECK(s.n_labels <= CRL_SPEC_MAX_LABELS);
     CHECK(!s.cwd || s.cwd[0] == '/');
     check_env(s.env);

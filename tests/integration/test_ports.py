@@ -271,3 +271,25 @@ def test_corral_forward(corrald, client):
         assert r.returncode != 0 and b"port 9005" in r.stderr, r.stderr
         r = cli(corrald, "forward", sb.id, "nope")
         assert r.returncode == 2 and b"LOCAL:REMOTE" in r.stderr
+
+
+@need_debian
+def test_tunnels_end_with_their_sandbox_and_with_corrald(corrald_factory):
+    d = corrald_factory()
+    with d.client() as c:
+        sb = c.create(image="debian", memory_mb=256)
+        start_echo(sb, 9006)
+        s, head = upgrade(d, f"/v1/sandboxes/{sb.id}/ports/9006", "corral-tcp")
+        assert head.startswith("HTTP/1.1 101")
+        s.sendall(b"x")
+        assert recv_exactly(s, 1) == b"x"
+        sb.destroy()
+        assert s.recv(10) == b"", "the sandbox's end ends the stream"
+        s.close()
+        sb = c.create(image="debian", memory_mb=256)
+        start_echo(sb, 9007)
+        s, head = upgrade(d, f"/v1/sandboxes/{sb.id}/ports/9007", "corral-tcp")
+        assert head.startswith("HTTP/1.1 101")
+    d.shutdown_and_check()  # with a tunnel open: a clean exit, nothing left
+    assert s.recv(10) == b""
+    s.close()
