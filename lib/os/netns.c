@@ -52,6 +52,15 @@ void crl_netns_pool_free(struct crl_netns_pool *p)
     free(p);
 }
 
+void crl_netns_return(int host_fd)
+{
+    if (setns(host_fd, CLONE_NEWNET) < 0) {
+        /* Every later socket of corrald's would live in the sandbox's namespace. */
+        crl_log_syscall(NULL, errno, "setns(host netns)");
+        abort();
+    }
+}
+
 static int loopback_up(struct crl_err *err)
 {
     cleanup_close int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -78,11 +87,7 @@ static int make_netns(struct crl_netns_pool *p, struct crl_err *err)
         if (fd < 0)
             crl_err_sys(err, errno, "open the new netns");
     }
-    if (setns(p->host_fd, CLONE_NEWNET) < 0) {
-        /* Every later socket of corrald's would live in the sandbox's namespace. */
-        crl_log_syscall(NULL, errno, "setns(host netns)");
-        abort();
-    }
+    crl_netns_return(p->host_fd);
     return fd;
 }
 
@@ -127,11 +132,7 @@ int crl_netns_socket(struct crl_netns_pool *p, int netns_fd, int type)
         return -1;
     int fd = socket(AF_INET, type | SOCK_CLOEXEC, 0);
     int e = errno;
-    if (setns(p->host_fd, CLONE_NEWNET) < 0) {
-        /* Every later socket of corrald's would live in the sandbox's namespace. */
-        crl_log_syscall(NULL, errno, "setns(host netns)");
-        abort();
-    }
+    crl_netns_return(p->host_fd);
     errno = e;
     return fd;
 }

@@ -23,6 +23,9 @@ void crl_netns_put(struct crl_netns_pool *p, int fd);
 /* Fill the pool to `target` idle namespaces (idle-time work). */
 int crl_netns_fill(struct crl_netns_pool *p, unsigned target, struct crl_err *err);
 unsigned crl_netns_idle(const struct crl_netns_pool *p);
+/* Back to corrald's own namespace (host_fd) after a moment in a
+ * sandbox's; aborts if that fails, rather than run on in the sandbox's. */
+void crl_netns_return(int host_fd);
 /* An AF_INET socket (`type`, with SOCK_CLOEXEC added) of the namespace
  * netns_fd: corrald enters it for the call only.  -1 with errno. */
 int crl_netns_socket(struct crl_netns_pool *p, int netns_fd, int type);

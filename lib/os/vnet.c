@@ -23,8 +23,16 @@
 #include "../util/cleanup.h"
 #include "../util/fdio.h"
 #include "../util/log.h"
+#include "netns.h"
 
 #define VNET_LINK_PREFIX "cr%06x"
+
+/* A slot's sets (vnet.h), declared: "add" makes them if absent.  Formats
+ * with the table (%1$s) and the slot (%2$u) as its first two arguments. */
+#define SLOT_SETS                                                                            \
+    "add set inet %1$s s%2$ua { type ipv4_addr . inet_service; flags interval, timeout; }\n" \
+    "add set inet %1$s s%2$uh { type ipv4_addr; flags timeout; }\n"                          \
+    "add set inet %1$s s%2$ud { type ipv4_addr . inet_service; flags interval, timeout; }\n"
 
 struct crl_vnet {
     struct crl_vnet_config cfg;
@@ -380,11 +388,7 @@ static int enter(struct crl_vnet *v, int netns_fd, struct inside *in, struct crl
         r = crl_err_sys(err, errno, "a socket or sysctl in the sandbox's netns");
     else if (!(in->sk = nl_socket_alloc()) || nl_connect(in->sk, NETLINK_ROUTE) < 0)
         r = crl_err_set(err, CRL_E_INTERNAL, "netlink in the sandbox's netns");
-    if (setns(v->host_netns, CLONE_NEWNET) < 0) {
-        /* Every later socket of corrald's would be the sandbox's. */
-        crl_log_syscall(NULL, errno, "setns(host netns)");
-        abort();
-    }
+    crl_netns_return(v->host_netns);
     if (r < 0)
         inside_close(in);
     return r;
@@ -399,21 +403,18 @@ static int set_chain(struct crl_vnet *v, unsigned slot, const char *rules, bool 
     crl_buf_init(&b, CRL_BUF_UNBOUNDED);
     /* The sets first (the rules refer to them), emptied: what a name
      * resolved to under the old rules is asked again under the new. */
-    int r = crl_buf_printf(
-        &b,
-        "add set inet %1$s s%2$ua { type ipv4_addr . inet_service; flags interval, timeout; }\n"
-        "add set inet %1$s s%2$uh { type ipv4_addr; flags timeout; }\n"
-        "add set inet %1$s s%2$ud { type ipv4_addr . inet_service; flags interval, timeout; }\n"
-        "flush set inet %1$s s%2$ua\n"
-        "flush set inet %1$s s%2$uh\n"
-        "flush set inet %1$s s%2$ud\n"
-        "add chain inet %1$s s%2$u\n"
-        "flush chain inet %1$s s%2$u\n"
-        "table inet %1$s {\n  chain s%2$u {\n"
-        "ct state new add @conns { ip saddr ct count over %4$u } counter drop"
-        " comment \"connections: over %4$u at once\"\n"
-        "%3$s\n  }\n}\n",
-        v->table, slot, rules, v->cfg.max_conns);
+    int r = crl_buf_printf(&b,
+                           SLOT_SETS
+                           "flush set inet %1$s s%2$ua\n"
+                           "flush set inet %1$s s%2$uh\n"
+                           "flush set inet %1$s s%2$ud\n"
+                           "add chain inet %1$s s%2$u\n"
+                           "flush chain inet %1$s s%2$u\n"
+                           "table inet %1$s {\n  chain s%2$u {\n"
+                           "ct state new add @conns { ip saddr ct count over %4$u } counter drop"
+                           " comment \"connections: over %4$u at once\"\n"
+                           "%3$s\n  }\n}\n",
+                           v->table, slot, rules, v->cfg.max_conns);
     if (r == 0 && link)
         r = crl_buf_printf(&b, "add element inet %s links { \"%s\" : jump s%u }\n", v->table, name,
                            slot);
@@ -498,13 +499,7 @@ void crl_vnet_detach(struct crl_vnet *v, unsigned slot)
     crl_vnet_nft(v, script, NULL); /* absent already: a failed attach's */
     /* Added first, so that a failed attach's missing pieces are no error. */
     char sets[512];
-    snprintf(
-        sets, sizeof(sets),
-        "add set inet %1$s s%2$ua { type ipv4_addr . inet_service; flags interval, timeout; }\n"
-        "add set inet %1$s s%2$uh { type ipv4_addr; flags timeout; }\n"
-        "add set inet %1$s s%2$ud { type ipv4_addr . inet_service; flags interval, timeout; }\n"
-        "add chain inet %1$s s%2$u\n",
-        v->table, slot);
+    snprintf(sets, sizeof(sets), SLOT_SETS "add chain inet %1$s s%2$u\n", v->table, slot);
     snprintf(script, sizeof(script),
              "%3$s"
              "delete chain inet %1$s s%2$u\n"
