@@ -10,6 +10,8 @@
 #include <netlink/route/link/veth.h>
 #include <netlink/route/route.h>
 #include <jansson.h>
+#include <linux/ethtool.h>
+#include <linux/sockios.h>
 #include <nftables/libnftables.h>
 #include <sched.h>
 #include <stdio.h>
@@ -17,6 +19,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../util/buf.h"
@@ -327,6 +330,31 @@ static int link_up(int sock, const char *name, int *ifindex, struct crl_err *err
     return 0;
 }
 
+/* Up, a veth pair has its carrier at once but the kernel's link watch
+ * readies its queue later, from a work queue: a packet sent before that is
+ * dropped (a first SYN, sent again a second later). ETHTOOL_GLINK runs the
+ * device's pending link-watch event now (linkwatch_sync_dev); IFF_RUNNING
+ * says it ran, on a kernel that lacks that too. */
+static int link_settle(int sock, const char *name, struct crl_err *err)
+{
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof(ifr));
+    snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", name);
+    struct ethtool_value ev = {.cmd = ETHTOOL_GLINK};
+    ifr.ifr_data = (void *)&ev;
+    (void)ioctl(sock, SIOCETHTOOL, &ifr);
+    for (int ms = 0; ms < 2000; ms++) {
+        if (ioctl(sock, SIOCGIFFLAGS, &ifr) < 0)
+            return crl_err_sys(err, errno, "SIOCGIFFLAGS %s", name);
+        if (ifr.ifr_flags & IFF_RUNNING)
+            return 0;
+        struct timespec t = {0, 1000000};
+        nanosleep(&t, NULL);
+    }
+    return crl_err_set(err, CRL_E_INTERNAL, "network: %s was not running 2 s after it was up",
+                       name);
+}
+
 static int default_route(struct nl_sock *sk, int ifindex, uint32_t gw, struct crl_err *err)
 {
     uint32_t zero = 0, be = htonl(gw);
@@ -460,6 +488,10 @@ int crl_vnet_attach(struct crl_vnet *v, unsigned slot, int netns_fd, const char 
             : crl_err_sys(err, errno, "a sysctl of the sandbox's netns");
     if (r == 0)
         r = link_up(in.sock, "eth0", &sb_ifindex, err);
+    if (r == 0)
+        r = link_settle(in.sock, "eth0", err);
+    if (r == 0)
+        r = link_settle(sock, name, err);
     if (r == 0)
         r = add_address(in.sk, sb_ifindex, crl_vnet_address(v, slot), 30, "eth0", err);
     if (r == 0)

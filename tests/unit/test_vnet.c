@@ -132,6 +132,19 @@ static bool link_exists(int ns, const char *name)
     return r;
 }
 
+/* Is the link's queue ready (IFF_RUNNING: the kernel's link watch ran)? */
+static bool running(int ns, const char *name)
+{
+    int s = socket_in(ns, SOCK_DGRAM, 0);
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof(ifr));
+    snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", name);
+    bool r = s >= 0 && ioctl(s, SIOCGIFFLAGS, &ifr) == 0 && (ifr.ifr_flags & IFF_RUNNING);
+    if (s >= 0)
+        close(s);
+    return r;
+}
+
 static bool table_exists(const char *table)
 {
     char cmd[128];
@@ -207,6 +220,7 @@ static void case_attach(void)
     ok(!link_exists(-1, name) && !link_exists(ns0, "eth0"), "detach removes both ends");
     if (!is_int(crl_vnet_attach(v, 0, ns0, "accept", &e), 0, "the namespace is attached again"))
         diag("%s", e.msg);
+    ok(running(ns0, "eth0") && running(-1, name), "with both ends running when attach returns");
     ok(connects(ns0, gw0, DNS_PORT), "and works");
     like(crl_vnet_attach(v, 64, ns0, "accept", &e) < 0 ? e.msg : "", "past the range",
          "a slot past the range is refused");
