@@ -30,6 +30,7 @@
 #include "../core/host.h"
 #include "../util/cleanup.h"
 #include "../util/log.h"
+#include "../util/pump.h"
 #include "request.h"
 
 #define HEAD_MAX (64u << 10)   /* the answer's status line and headers */
@@ -50,13 +51,11 @@ struct proxy {
 };
 
 /* An upgraded connection: bytes between the client's socket (MHD's, closed
- * through urh) and the server's in the sandbox, until either side ends. */
+ * through urh: pump.fd[0]) and the server's in the sandbox (pump.fd[1]),
+ * until either side ends. */
 struct crl_tunnel {
     struct crl_api *api;
-    int fd[2]; /* 0: the client, 1: the server */
-    struct crl_watch w[2];
-    struct crl_buf to[2]; /* bytes for fd[i], read from the other */
-    bool eof[2];          /* fd[i] sent all it will */
+    struct crl_pump pump;
     struct MHD_UpgradeResponseHandle *urh;
     struct crl_tunnel *next;
 };
@@ -83,101 +82,28 @@ static bool hop_header(const char *k)
     return false;
 }
 
-static bool token_ok(const char *s)
-{
-    if (!*s)
-        return false;
-    for (; *s; s++)
-        if (!isalnum((unsigned char)*s) && !strchr("!#$%&'*+-.^_`|~", *s))
-            return false;
-    return true;
-}
-
-static bool value_ok(const char *s)
-{
-    for (; *s; s++)
-        if ((unsigned char)*s < 0x20 && *s != '\t')
-            return false;
-    return true;
-}
-
 static enum MHD_Result add_header(void *cls, enum MHD_ValueKind kind, const char *k, const char *v)
 {
     struct crl_buf *b = cls;
-    if (k && v && token_ok(k) && value_ok(v) && !hop_header(k))
+    if (k && v && crl_http_token_ok(k) && crl_http_value_ok(v) && !hop_header(k))
         crl_buf_printf(b, "%s: %s\r\n", k, v);
     return MHD_YES;
 }
 
 /* ---- tunnels ---- */
 
-static void tunnel_close(struct crl_tunnel *t)
+static void tunnel_close(struct crl_pump *p)
 {
-    struct crl_loop *loop = t->api->host->loop;
-    for (struct crl_tunnel **p = &t->api->tunnels; *p; p = &(*p)->next)
-        if (*p == t) {
-            *p = t->next;
+    struct crl_tunnel *t = p->data;
+    for (struct crl_tunnel **pp = &t->api->tunnels; *pp; pp = &(*pp)->next)
+        if (*pp == t) {
+            *pp = t->next;
             break;
         }
-    for (int i = 0; i < 2; i++) {
-        crl_watch_stop(loop, &t->w[i]);
-        crl_buf_free(&t->to[i]);
-    }
-    close_fd(&t->fd[1]);
+    crl_pump_stop(&t->pump);
+    close_fd(&t->pump.fd[1]);
     MHD_upgrade_action(t->urh, MHD_UPGRADE_ACTION_CLOSE); /* MHD's socket, fd[0] */
     free(t);
-}
-
-/* What each side waits for: room to read into the other's buffer, or
- * bytes of its own buffer to write. */
-static void tunnel_arm(struct crl_tunnel *t)
-{
-    for (int i = 0; i < 2; i++) {
-        uint32_t ev = 0;
-        if (!t->eof[i] && t->to[1 - i].len < STREAM_HIGH)
-            ev |= EPOLLIN;
-        if (t->to[i].len)
-            ev |= EPOLLOUT;
-        crl_watch_modify(t->api->host->loop, &t->w[i], ev);
-    }
-}
-
-static void tunnel_io(struct crl_watch *w, uint32_t events)
-{
-    struct crl_tunnel *t = w->data;
-    int i = w == &t->w[0] ? 0 : 1;
-    if (t->to[i].len) {
-        ssize_t n = send(t->fd[i], t->to[i].data, t->to[i].len, MSG_DONTWAIT | MSG_NOSIGNAL);
-        if (n < 0 && errno != EAGAIN) {
-            tunnel_close(t);
-            return;
-        }
-        if (n > 0)
-            crl_buf_consume(&t->to[i], (size_t)n);
-        if (!t->to[i].len && t->eof[1 - i])
-            shutdown(t->fd[i], SHUT_WR); /* the other side's end, passed on */
-    }
-    if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && !t->eof[i]) {
-        char buf[64 * 1024];
-        ssize_t n = recv(t->fd[i], buf, sizeof(buf), MSG_DONTWAIT);
-        if (n < 0 && errno != EAGAIN) {
-            tunnel_close(t);
-            return;
-        }
-        if (n == 0) {
-            t->eof[i] = true;
-            if (!t->to[1 - i].len)
-                shutdown(t->fd[1 - i], SHUT_WR);
-        } else if (n > 0 && crl_buf_append(&t->to[1 - i], buf, (size_t)n) < 0) {
-            tunnel_close(t);
-            return;
-        }
-    }
-    if (t->eof[0] && t->eof[1] && !t->to[0].len && !t->to[1].len) {
-        tunnel_close(t);
-        return;
-    }
-    tunnel_arm(t);
 }
 
 static void on_upgraded(void *cls, struct MHD_Connection *conn, void *req_cls, const char *extra_in,
@@ -196,28 +122,20 @@ static void on_upgraded(void *cls, struct MHD_Connection *conn, void *req_cls, c
     }
     t->api = r->api;
     t->urh = urh;
-    t->fd[0] = sock;
-    t->fd[1] = x->fd;
+    crl_pump_init(&t->pump, r->api->host->loop, sock, x->fd, tunnel_close, t);
     x->fd = -1;
-    for (int i = 0; i < 2; i++)
-        crl_buf_init(&t->to[i], CRL_BUF_UNBOUNDED);
-    crl_buf_append(&t->to[0], x->early.data ? x->early.data : "", x->early.len);
-    crl_buf_append(&t->to[1], extra_in ? extra_in : "", extra_in_size);
     t->next = t->api->tunnels;
     t->api->tunnels = t;
     crl_req_pending_done(r);
-    if (crl_watch_start(t->api->host->loop, &t->w[0], t->fd[0], 0, tunnel_io, t) < 0 ||
-        crl_watch_start(t->api->host->loop, &t->w[1], t->fd[1], 0, tunnel_io, t) < 0) {
-        tunnel_close(t);
-        return;
-    }
-    tunnel_arm(t);
+    if (crl_pump_queue(&t->pump, 0, x->early.data, x->early.len) < 0 ||
+        crl_pump_queue(&t->pump, 1, extra_in, extra_in_size) < 0 || crl_pump_start(&t->pump) < 0)
+        tunnel_close(&t->pump);
 }
 
 void crl_h_ports_stop(struct crl_api *a)
 {
     while (a->tunnels)
-        tunnel_close(a->tunnels);
+        tunnel_close(&a->tunnels->pump);
 }
 
 /* 101 to the client: its connection becomes a tunnel (on_upgraded). */
@@ -284,7 +202,7 @@ static int build_request(struct crl_req *r, struct proxy *x, const char *target,
     if (r->body.len)
         crl_buf_printf(b, "Content-Length: %zu\r\n", r->body.len);
     const char *up = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Upgrade");
-    if (x->upgrade && up && value_ok(up))
+    if (x->upgrade && up && crl_http_value_ok(up))
         crl_buf_printf(b, "Connection: Upgrade\r\nUpgrade: %s\r\n\r\n", up);
     else
         crl_buf_printf(b, "Connection: close\r\n\r\n");
@@ -339,7 +257,7 @@ static int start_answer(struct crl_req *r, struct proxy *x, size_t end)
         if (colon) {
             *colon = '\0';
             char *v = colon + 1 + strspn(colon + 1, " \t");
-            if (token_ok(l) && value_ok(v)) {
+            if (crl_http_token_ok(l) && crl_http_value_ok(v)) {
                 if (strcasecmp(l, "content-type") == 0)
                     ctype = v;
                 else if (!hop_header(l) || (status == 101 && strcasecmp(l, "upgrade") == 0)) {

@@ -1,5 +1,6 @@
 #include "buf.h"
 
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -246,4 +247,22 @@ int crl_base64_decode(const char *s, size_t len, char **out, size_t *out_len)
     *out = o;
     *out_len = n;
     return 0;
+}
+
+bool crl_http_token_ok(const char *s)
+{
+    if (!*s)
+        return false;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && !strchr("!#$%&'*+-.^_`|~", *s))
+            return false;
+    return true;
+}
+
+bool crl_http_value_ok(const char *s)
+{
+    for (; *s; s++)
+        if (((unsigned char)*s < 0x20 && *s != '\t') || *s == 0x7f)
+            return false;
+    return true;
 }

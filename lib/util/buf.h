@@ -34,6 +34,10 @@ bool crl_utf8_valid(const char *s, size_t len);
 void crl_utf8_sanitize(char *s);
 /* Longest prefix of s[0..len) that does not end inside a UTF-8 sequence. */
 size_t crl_utf8_complete_prefix(const char *s, size_t len);
+/* HTTP (RFC 9110): a token (a method, a header's name), and a field value
+ * with no control character but HTAB (no CR or LF to split a header). */
+bool crl_http_token_ok(const char *s);
+bool crl_http_value_ok(const char *s);
 char *crl_base64_encode(const void *data, size_t len, size_t *out_len);
 /* Returns -1 on malformed input. */
 int crl_base64_decode(const char *s, size_t len, char **out, size_t *out_len);
