@@ -98,6 +98,11 @@ static int norm_name(const char *s, size_t len, char *out, const char **why)
     return 0;
 }
 
+int crl_net_name_norm(const char *name, char *out, const char **why)
+{
+    return norm_name(name, strlen(name), out, why);
+}
+
 /* ---- addresses ---- */
 
 static size_t addr_len(int family)

@@ -74,6 +74,10 @@ json_t *crl_net_policy_to_json(const struct crl_net_policy *p);
 /* Frees the lists (not *p itself) and leaves *p as mode none.  NULL is fine. */
 void crl_net_policy_free(struct crl_net_policy *p);
 
+/* A host name as rules hold it: lowercased into out (CRL_NET_NAME_MAX + 1
+ * bytes), a trailing dot dropped; -1 with *why saying what is wrong. */
+int crl_net_name_norm(const char *name, char *out, const char **why);
+
 /* Parse one rule (`where` names it in messages, e.g. "network.allow[3]"). */
 int crl_net_rule_parse(const char *text, const char *where, struct crl_net_rule *r,
                        struct crl_err *err);

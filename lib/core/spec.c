@@ -9,6 +9,7 @@
 
 #include "../util/buf.h"
 #include "../util/cleanup.h"
+#include "services.h"
 
 #define MAX_BODY_DEPTH 16
 
@@ -65,8 +66,8 @@ const char *crl_json_type_name(const json_t *v)
 }
 
 /* Every key of `obj` must be in `allowed`: a misspelt field is an error, not a silent default. */
-static int check_keys(json_t *obj, const char *where, const char *const *allowed, size_t n,
-                      struct crl_err *err)
+int crl_json_check_keys(json_t *obj, const char *where, const char *const *allowed, size_t n,
+                        struct crl_err *err)
 {
     const char *key;
     json_t *v;
@@ -82,8 +83,8 @@ static int check_keys(json_t *obj, const char *where, const char *const *allowed
     return 0;
 }
 
-static int get_uint(json_t *v, const char *name, long long lo, long long hi, unsigned *out,
-                    struct crl_err *err)
+int crl_json_get_uint(json_t *v, const char *name, long long lo, long long hi, unsigned *out,
+                      struct crl_err *err)
 {
     if (!json_is_integer(v))
         return crl_err_set(err, CRL_E_INVALID,
@@ -111,8 +112,8 @@ static int get_number(json_t *v, const char *name, double lo, double hi, double 
     return 0;
 }
 
-static int get_string(json_t *v, const char *name, size_t maxlen, const char **out,
-                      struct crl_err *err)
+int crl_json_get_string(json_t *v, const char *name, size_t maxlen, const char **out,
+                        struct crl_err *err)
 {
     if (!json_is_string(v))
         return crl_err_set(err, CRL_E_INVALID, "%s must be a string, not %s", name,
@@ -161,7 +162,7 @@ static bool env_key_ok(const char *k)
 static int get_abs_path(json_t *v, const char *name, char **out, struct crl_err *err)
 {
     const char *s;
-    if (get_string(v, name, PATH_MAX, &s, err) < 0)
+    if (crl_json_get_string(v, name, PATH_MAX, &s, err) < 0)
         return -1;
     if (s[0] != '/')
         return crl_err_set(err, CRL_E_INVALID, "%s must be an absolute path, not '%s'", name, s);
@@ -198,7 +199,7 @@ static int parse_env(json_t *v, const char *name, char ***out, struct crl_err *e
                                "%s: '%s' is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)",
                                name, key);
         }
-        if (get_string(val, field, 128 * 1024, &s, err) < 0) {
+        if (crl_json_get_string(val, field, 128 * 1024, &s, err) < 0) {
             crl_strv_free(env);
             return -1;
         }
@@ -244,6 +245,9 @@ void crl_spec_free(struct crl_spec *s)
     crl_net_policy_free(s->network);
     free(s->network);
     s->network = NULL;
+    crl_services_free(s->services);
+    free(s->services);
+    s->services = NULL;
 }
 
 static bool image_name_ok(const char *s)
@@ -262,20 +266,20 @@ static int parse_resources(json_t *v, struct crl_spec *s, struct crl_err *err)
     if (!json_is_object(v))
         return crl_err_set(err, CRL_E_INVALID, "resources must be an object, not %s",
                            crl_json_type_name(v));
-    if (check_keys(v, "resources", keys, CRL_ARRAY_SIZE(keys), err) < 0)
+    if (crl_json_check_keys(v, "resources", keys, CRL_ARRAY_SIZE(keys), err) < 0)
         return -1;
     json_t *f;
     if ((f = json_object_get(v, "cpus")) &&
         get_number(f, "resources.cpus", 0.01, 1024, &s->cpus, err) < 0)
         return -1;
     if ((f = json_object_get(v, "memory_mb")) &&
-        get_uint(f, "resources.memory_mb", 16, 1 << 20, &s->memory_mb, err) < 0)
+        crl_json_get_uint(f, "resources.memory_mb", 16, 1 << 20, &s->memory_mb, err) < 0)
         return -1;
     if ((f = json_object_get(v, "pids")) &&
-        get_uint(f, "resources.pids", 8, 1 << 22, &s->pids, err) < 0)
+        crl_json_get_uint(f, "resources.pids", 8, 1 << 22, &s->pids, err) < 0)
         return -1;
     if ((f = json_object_get(v, "disk_mb")) &&
-        get_uint(f, "resources.disk_mb", 1, 1 << 20, &s->disk_mb, err) < 0)
+        crl_json_get_uint(f, "resources.disk_mb", 1, 1 << 20, &s->disk_mb, err) < 0)
         return -1;
     return 0;
 }
@@ -322,7 +326,7 @@ static int parse_labels(json_t *v, struct crl_spec *s, struct crl_err *err)
         if (!label_key_ok(key))
             return crl_err_set(err, CRL_E_INVALID,
                                "labels: key '%.200s' is not valid (1-63 of [A-Za-z0-9._/-])", key);
-        if (get_string(val, field, 255, &sv, err) < 0)
+        if (crl_json_get_string(val, field, 255, &sv, err) < 0)
             return -1;
         if (!printable(sv))
             return crl_err_set(err, CRL_E_INVALID, "%s must be printable", field);
@@ -367,7 +371,7 @@ static int parse_trajectory(json_t *f, struct crl_spec *s, struct crl_err *err)
     static const char *const keys[] = {"id", "checkpoint"};
     json_t *idv = f;
     if (json_is_object(f)) {
-        if (check_keys(f, "trajectory", keys, CRL_ARRAY_SIZE(keys), err) < 0)
+        if (crl_json_check_keys(f, "trajectory", keys, CRL_ARRAY_SIZE(keys), err) < 0)
             return -1;
         idv = json_object_get(f, "id");
         if (!idv)
@@ -375,7 +379,7 @@ static int parse_trajectory(json_t *f, struct crl_spec *s, struct crl_err *err)
         json_t *m = json_object_get(f, "checkpoint");
         if (m) {
             const char *str;
-            if (get_string(m, "trajectory.checkpoint", 16, &str, err) < 0)
+            if (crl_json_get_string(m, "trajectory.checkpoint", 16, &str, err) < 0)
                 return -1;
             size_t i = 0;
             while (i < CRL_ARRAY_SIZE(checkpoint_modes) && strcmp(str, checkpoint_modes[i]) != 0)
@@ -393,7 +397,7 @@ static int parse_trajectory(json_t *f, struct crl_spec *s, struct crl_err *err)
                            crl_json_type_name(f));
     }
     const char *id;
-    if (get_string(idv, "trajectory.id", CRL_TRAJ_ID_MAX * 4, &id, err) < 0)
+    if (crl_json_get_string(idv, "trajectory.id", CRL_TRAJ_ID_MAX * 4, &id, err) < 0)
         return -1;
     if (!crl_traj_id_ok(id))
         return crl_err_set(err, CRL_E_INVALID,
@@ -420,20 +424,35 @@ static int parse_network(json_t *v, struct crl_spec *s, struct crl_err *err)
     return 0;
 }
 
+static int parse_services(json_t *v, struct crl_spec *s, struct crl_err *err)
+{
+    struct crl_services svc;
+    if (crl_services_from_json(v, &svc, err) < 0)
+        return -1;
+    if (svc.n == 0)
+        return 0;
+    if (!(s->services = malloc(sizeof(*s->services)))) {
+        crl_services_free(&svc);
+        return crl_err_sys(err, ENOMEM, "parsing services");
+    }
+    *s->services = svc;
+    return 0;
+}
+
 int crl_spec_from_json(json_t *root, struct crl_spec *s, struct crl_err *err)
 {
     static const char *const keys[] = {"backend", "runtime", "image",      "resources",
                                        "network", "ttl_s",   "idle_ttl_s", "labels",
-                                       "env",     "cwd",     "trajectory"};
+                                       "env",     "cwd",     "trajectory", "services"};
     crl_spec_init(s);
     if (!json_is_object(root))
         return crl_err_set(err, CRL_E_INVALID, "the sandbox spec must be a JSON object");
-    if (check_keys(root, "", keys, CRL_ARRAY_SIZE(keys), err) < 0)
+    if (crl_json_check_keys(root, "", keys, CRL_ARRAY_SIZE(keys), err) < 0)
         goto fail;
     json_t *f;
     const char *str;
     if ((f = json_object_get(root, "backend"))) {
-        if (get_string(f, "backend", sizeof(s->backend) - 1, &str, err) < 0)
+        if (crl_json_get_string(f, "backend", sizeof(s->backend) - 1, &str, err) < 0)
             goto fail;
         bool known = false;
         for (size_t i = 0; i < CRL_ARRAY_SIZE(known_backends) && !known; i++)
@@ -450,7 +469,7 @@ int crl_spec_from_json(json_t *root, struct crl_spec *s, struct crl_err *err)
     }
     bool function = strcmp(s->backend, "function") == 0;
     if ((f = json_object_get(root, "runtime"))) {
-        if (get_string(f, "runtime", sizeof(s->runtime) - 1, &str, err) < 0)
+        if (crl_json_get_string(f, "runtime", sizeof(s->runtime) - 1, &str, err) < 0)
             goto fail;
         if (!function) {
             crl_err_set(err, CRL_E_INVALID,
@@ -468,7 +487,7 @@ int crl_spec_from_json(json_t *root, struct crl_spec *s, struct crl_err *err)
         snprintf(s->runtime, sizeof(s->runtime), "shell");
     }
     if ((f = json_object_get(root, "image"))) {
-        if (get_string(f, "image", sizeof(s->image) - 1, &str, err) < 0)
+        if (crl_json_get_string(f, "image", sizeof(s->image) - 1, &str, err) < 0)
             goto fail;
         if (!image_name_ok(str)) {
             crl_err_set(err, CRL_E_INVALID,
@@ -485,11 +504,13 @@ int crl_spec_from_json(json_t *root, struct crl_spec *s, struct crl_err *err)
         goto fail;
     if ((f = json_object_get(root, "network")) && parse_network(f, s, err) < 0)
         goto fail;
+    if ((f = json_object_get(root, "services")) && parse_services(f, s, err) < 0)
+        goto fail;
     if ((f = json_object_get(root, "ttl_s")) &&
-        get_uint(f, "ttl_s", 0, 30 * 86400, &s->ttl_s, err) < 0)
+        crl_json_get_uint(f, "ttl_s", 0, 30 * 86400, &s->ttl_s, err) < 0)
         goto fail;
     if ((f = json_object_get(root, "idle_ttl_s")) &&
-        get_uint(f, "idle_ttl_s", 0, 30 * 86400, &s->idle_ttl_s, err) < 0)
+        crl_json_get_uint(f, "idle_ttl_s", 0, 30 * 86400, &s->idle_ttl_s, err) < 0)
         goto fail;
     if ((f = json_object_get(root, "labels")) && parse_labels(f, s, err) < 0)
         goto fail;
@@ -538,6 +559,8 @@ json_t *crl_spec_to_json(const struct crl_spec *s)
     /* Only what was given: the spec a sandbox reports can be posted again. */
     if (o && s->cwd)
         json_object_set_new(o, "cwd", json_string(s->cwd));
+    if (o && s->services)
+        json_object_set_new(o, "services", crl_services_to_json(s->services));
     if (o && s->runtime[0])
         json_object_set_new(o, "runtime", json_string(s->runtime));
     if (o && s->trajectory[0])
@@ -617,7 +640,7 @@ static int parse_cmd(json_t *v, bool session, struct crl_exec_req *r, struct crl
         if (json_string_length(v) > CRL_EXEC_MAX_ARGS_BYTES)
             return crl_err_set(err, CRL_E_TOO_LARGE, "cmd is larger than %u bytes",
                                CRL_EXEC_MAX_ARGS_BYTES);
-        if (get_string(v, "cmd", CRL_EXEC_MAX_ARGS_BYTES, &s, err) < 0)
+        if (crl_json_get_string(v, "cmd", CRL_EXEC_MAX_ARGS_BYTES, &s, err) < 0)
             return -1;
         if (!*s)
             return crl_err_set(err, CRL_E_INVALID, "cmd must not be empty");
@@ -652,7 +675,7 @@ static int parse_cmd(json_t *v, bool session, struct crl_exec_req *r, struct crl
         const char *s;
         char name[32];
         snprintf(name, sizeof(name), "cmd[%zu]", i);
-        if (get_string(json_array_get(v, i), name, CRL_EXEC_MAX_ARGS_BYTES, &s, err) < 0)
+        if (crl_json_get_string(json_array_get(v, i), name, CRL_EXEC_MAX_ARGS_BYTES, &s, err) < 0)
             return -1;
         total += strlen(s) + 1;
         if (total > CRL_EXEC_MAX_ARGS_BYTES)
@@ -680,8 +703,8 @@ int crl_exec_req_parse(const char *json, size_t len, bool session, struct crl_ex
         return -1;
     json_t *f;
     const char *s;
-    if (session ? check_keys(root, "", session_keys, CRL_ARRAY_SIZE(session_keys), err)
-                : check_keys(root, "", exec_keys, CRL_ARRAY_SIZE(exec_keys), err))
+    if (session ? crl_json_check_keys(root, "", session_keys, CRL_ARRAY_SIZE(session_keys), err)
+                : crl_json_check_keys(root, "", exec_keys, CRL_ARRAY_SIZE(exec_keys), err))
         goto fail;
     /* An exec without cmd runs the image's entrypoint and cmd. */
     if (!(f = json_object_get(root, "cmd")) && session) {
@@ -709,7 +732,7 @@ int crl_exec_req_parse(const char *json, size_t len, bool session, struct crl_ex
         }
         memcpy(r->stdin_data, json_string_value(in), r->stdin_len + 1);
     } else if (in64) {
-        if (get_string(in64, "stdin_b64", 64u << 20, &s, err) < 0)
+        if (crl_json_get_string(in64, "stdin_b64", 64u << 20, &s, err) < 0)
             goto fail;
         if (crl_base64_decode(s, strlen(s), &r->stdin_data, &r->stdin_len) < 0) {
             crl_err_set(err, CRL_E_INVALID, "stdin_b64 is not valid base64");
@@ -721,7 +744,7 @@ int crl_exec_req_parse(const char *json, size_t len, bool session, struct crl_ex
     if ((f = json_object_get(root, "cwd")) && get_abs_path(f, "cwd", &r->cwd, err) < 0)
         goto fail;
     if ((f = json_object_get(root, "user"))) {
-        if (get_string(f, "user", 32, &s, err) < 0 || crl_user_parse(s, &r->user, err) < 0)
+        if (crl_json_get_string(f, "user", 32, &s, err) < 0 || crl_user_parse(s, &r->user, err) < 0)
             goto fail;
     }
     if ((f = json_object_get(root, "timeout_s")) &&
@@ -729,7 +752,7 @@ int crl_exec_req_parse(const char *json, size_t len, bool session, struct crl_ex
         goto fail;
     if ((f = json_object_get(root, "max_output_bytes"))) {
         unsigned v;
-        if (get_uint(f, "max_output_bytes", 0, CRL_EXEC_MAX_OUTPUT, &v, err) < 0)
+        if (crl_json_get_uint(f, "max_output_bytes", 0, CRL_EXEC_MAX_OUTPUT, &v, err) < 0)
             goto fail;
         r->max_output = v;
     }
@@ -770,7 +793,7 @@ int crl_session_req_parse(const char *json, size_t len, struct crl_session_req *
         return -1;
     json_t *f;
     const char *s;
-    if (check_keys(root, "", keys, CRL_ARRAY_SIZE(keys), err) < 0)
+    if (crl_json_check_keys(root, "", keys, CRL_ARRAY_SIZE(keys), err) < 0)
         goto fail;
     if ((f = json_object_get(root, "env")) && parse_env(f, "env", &r->env, err) < 0)
         goto fail;
@@ -779,7 +802,7 @@ int crl_session_req_parse(const char *json, size_t len, struct crl_session_req *
     if ((f = json_object_get(root, "shell")) && get_abs_path(f, "shell", &r->shell, err) < 0)
         goto fail;
     if ((f = json_object_get(root, "user"))) {
-        if (get_string(f, "user", 32, &s, err) < 0 || crl_user_parse(s, &r->user, err) < 0)
+        if (crl_json_get_string(f, "user", 32, &s, err) < 0 || crl_user_parse(s, &r->user, err) < 0)
             goto fail;
     }
     if (!r->shell && !(r->shell = strdup("/bin/sh")))

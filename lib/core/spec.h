@@ -13,6 +13,7 @@
 #include "../image/store.h"
 #include "../util/err.h"
 #include "netpolicy.h"
+#include "services.h"
 
 #define CRL_SPEC_MAX_LABELS 64
 #define CRL_SPEC_MAX_ENV 256
@@ -38,6 +39,7 @@ struct crl_spec {
     unsigned pids;
     unsigned disk_mb;
     struct crl_net_policy *network; /* NULL: mode none; owned, moves with the spec */
+    struct crl_services *services;  /* NULL: none; owned, moves with the spec */
     unsigned ttl_s;                 /* 0: none */
     unsigned idle_ttl_s;            /* 0: none */
     struct crl_kv labels[CRL_SPEC_MAX_LABELS];
@@ -109,6 +111,16 @@ int crl_session_req_parse(const char *json, size_t len, struct crl_session_req *
 int crl_json_load(const char *json, size_t len, json_t **out, struct crl_err *err);
 /* "an object", "a string", ...: a JSON value's type, for messages. */
 const char *crl_json_type_name(const json_t *v);
+/* Every key of `obj` must be in `allowed` (else CRL_E_INVALID naming
+ * where.key): a misspelt field is an error, not a silent default. */
+int crl_json_check_keys(json_t *obj, const char *where, const char *const *allowed, size_t n,
+                        struct crl_err *err);
+/* An integer in [lo, hi], or a string of at most maxlen bytes without NUL;
+ * `name` names the field in the message. */
+int crl_json_get_uint(json_t *v, const char *name, long long lo, long long hi, unsigned *out,
+                      struct crl_err *err);
+int crl_json_get_string(json_t *v, const char *name, size_t maxlen, const char **out,
+                        struct crl_err *err);
 void crl_strv_free(char **v);
 size_t crl_strv_len(char *const *v);
 

@@ -51,12 +51,23 @@ static bool same_network(const struct crl_net_policy *a, const struct crl_net_po
     return same;
 }
 
+static bool same_services(const struct crl_services *a, const struct crl_services *b)
+{
+    if (!a || !b)
+        return !a && !b;
+    json_t *ja = crl_services_to_json(a), *jb = crl_services_to_json(b);
+    bool same = ja && jb && json_equal(ja, jb);
+    json_decref(ja);
+    json_decref(jb);
+    return same;
+}
+
 static bool same_spec(const struct crl_spec *a, const struct crl_spec *b)
 {
     if (strcmp(a->backend, b->backend) || strcmp(a->image, b->image) || a->cpus != b->cpus ||
         a->memory_mb != b->memory_mb || a->pids != b->pids || a->disk_mb != b->disk_mb ||
-        !same_network(a->network, b->network) || a->ttl_s != b->ttl_s ||
-        a->idle_ttl_s != b->idle_ttl_s || a->n_labels != b->n_labels ||
+        !same_network(a->network, b->network) || !same_services(a->services, b->services) ||
+        a->ttl_s != b->ttl_s || a->idle_ttl_s != b->idle_ttl_s || a->n_labels != b->n_labels ||
         crl_strv_len(a->env) != crl_strv_len(b->env) || !a->cwd != !b->cwd ||
         (a->cwd && strcmp(a->cwd, b->cwd)))
         return false;

@@ -32,7 +32,7 @@ echo "fuzz: building $out/fuzz_spec, $out/fuzz_router, $out/fuzz_image, $out/fuz
     "$out/fuzz_path, $out/fuzz_netpolicy and $out/fuzz_dns"
 # shellcheck disable=SC2046,SC2086  # word splitting of flags is intended
 $cc $cflags $(pkg-config --cflags jansson libcrypto) -o "$out/fuzz_spec" tests/fuzz/fuzz_spec.c \
-    lib/core/spec.c lib/core/netpolicy.c lib/util/*.c $(pkg-config --libs jansson libcrypto)
+    lib/core/spec.c lib/core/netpolicy.c lib/core/services.c lib/util/*.c $(pkg-config --libs jansson libcrypto)
 # shellcheck disable=SC2086
 $cc $cflags -o "$out/fuzz_router" tests/fuzz/fuzz_router.c lib/api/router.c
 # the image reader and layer applier (it runs mkfs.erofs for inputs it accepts)
@@ -51,7 +51,7 @@ $cc $cflags -o "$out/fuzz_path" tests/fuzz/fuzz_path.c lib/util/path.c lib/util/
 # a sandbox's network policy: the network object, one rule, the matchers
 # shellcheck disable=SC2046,SC2086
 $cc $cflags $(pkg-config --cflags jansson libcrypto) -o "$out/fuzz_netpolicy" \
-    tests/fuzz/fuzz_netpolicy.c lib/core/netpolicy.c lib/core/spec.c lib/util/*.c \
+    tests/fuzz/fuzz_netpolicy.c lib/core/netpolicy.c lib/core/spec.c lib/core/services.c lib/util/*.c \
     $(pkg-config --libs jansson libcrypto)
 # the resolver's packets: a sandbox's queries and an upstream's answers
 # shellcheck disable=SC2046,SC2086
