@@ -53,9 +53,10 @@ void crl_backend_pause_info(json_t *o, const struct crl_cgroup_reclaim *last)
 
 /* ---- the network namespace ---- */
 
+/* A link for a policy that reaches out, or for services to reach. */
 static bool linked(const struct crl_sandbox *sb)
 {
-    return crl_net_policy_mode(sb->spec.network) != CRL_NET_NONE;
+    return crl_net_policy_mode(sb->spec.network) != CRL_NET_NONE || sb->spec.services;
 }
 
 /* The policy's rules for the sandbox's chain, into *rules (freed by the caller). */

@@ -114,6 +114,29 @@ int crl_dns_error_answer(const struct crl_dns_question *q, unsigned rcode, uint8
     return to_wire(with_question(q, q->id, true, rcode), out, outlen);
 }
 
+int crl_dns_a_answer(const struct crl_dns_question *q, const uint8_t addr[4], uint32_t ttl,
+                     uint8_t **out, size_t *outlen)
+{
+    ldns_pkt *p = with_question(q, q->id, true, CRL_DNS_NOERROR);
+    ldns_rr *rr = p ? ldns_rr_clone(ldns_rr_list_rr(ldns_pkt_question(p), 0)) : NULL;
+    ldns_rdf *a = rr ? ldns_rdf_new_frm_data(LDNS_RDF_TYPE_A, 4, addr) : NULL;
+    if (!a || !ldns_rr_push_rdf(rr, a)) {
+        ldns_rdf_deep_free(a);
+        ldns_rr_free(rr);
+        ldns_pkt_free(p);
+        return -1;
+    }
+    ldns_rr_set_question(rr, false);
+    ldns_rr_set_type(rr, LDNS_RR_TYPE_A);
+    ldns_rr_set_ttl(rr, ttl);
+    if (!ldns_pkt_push_rr(p, LDNS_SECTION_ANSWER, rr)) {
+        ldns_rr_free(rr);
+        ldns_pkt_free(p);
+        return -1;
+    }
+    return to_wire(p, out, outlen);
+}
+
 int crl_dns_build_query(const struct crl_dns_question *q, uint16_t id, uint8_t **out,
                         size_t *outlen)
 {

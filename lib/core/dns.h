@@ -37,6 +37,11 @@ int crl_dns_parse_query(const uint8_t *pkt, size_t len, struct crl_dns_question 
 int crl_dns_error_answer(const struct crl_dns_question *q, unsigned rcode, uint8_t **out,
                          size_t *outlen);
 
+/* An answer to q (an A question) with one A record: addr (network order)
+ * for ttl seconds, into out (malloc'd). */
+int crl_dns_a_answer(const struct crl_dns_question *q, const uint8_t addr[4], uint32_t ttl,
+                     uint8_t **out, size_t *outlen);
+
 /* For crl_dns_filter_answer: keep this A record's address (4 bytes,
  * network order), which the answer gives for `ttl` seconds? */
 typedef bool (*crl_dns_keep_fn)(const uint8_t addr[4], uint32_t ttl, void *ctx);

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <stdio.h>
+#include <stdbool.h>
 #include <string.h>
 
 static int fits(int n, size_t cap)
@@ -26,7 +27,8 @@ int crl_etc_hosts(char *buf, size_t cap, const char *hostname)
 
 int crl_etc_resolv_conf(char *buf, size_t cap, const char *network_mode, const char *nameservers)
 {
-    if (strcmp(network_mode, "none") == 0)
+    bool none = strcmp(network_mode, "none") == 0;
+    if (none && (!nameservers || !*nameservers))
         return fits(
             snprintf(buf, cap,
                      "# Network mode \"none\": loopback only, so no nameserver is named here.\n"
@@ -37,9 +39,11 @@ int crl_etc_resolv_conf(char *buf, size_t cap, const char *network_mode, const c
     if (!nameservers || !*nameservers)
         return fits(snprintf(buf, cap, "# Network mode \"%s\": no resolver.\n", network_mode), cap);
     int off = snprintf(buf, cap,
-                       "# Network mode \"%s\": corrald's resolver, which answers what the\n"
-                       "# sandbox's policy allows (every DNS packet of the sandbox goes there).\n",
-                       network_mode);
+                       "# Network mode \"%s\": corrald's resolver, which answers %s\n"
+                       "# (every DNS packet of the sandbox goes there).\n",
+                       network_mode,
+                       none ? "the names of the sandbox's services only"
+                            : "what the sandbox's policy allows and its services' names");
     char list[256];
     snprintf(list, sizeof(list), "%s", nameservers);
     char *save = NULL;

@@ -18,10 +18,11 @@ int crl_etc_hostname(char *buf, size_t cap, const char *hostname);
  * loopback only is 127.0.1.1 (Debian's convention for a machine's own
  * name without a fixed address). */
 int crl_etc_hosts(char *buf, size_t cap, const char *hostname);
-/* /etc/resolv.conf for a network mode: "none" names no resolver, so a
- * lookup of any name /etc/hosts lacks fails at once instead of waiting;
- * the others name `nameservers` (space-separated addresses: corrald's
- * resolver, on the sandbox's gateway). */
+/* /etc/resolv.conf for a network mode: "none" without `nameservers` names
+ * no resolver, so a lookup of any name /etc/hosts lacks fails at once
+ * instead of waiting; else it names `nameservers` (space-separated
+ * addresses: corrald's resolver, on the sandbox's gateway; a sandbox of
+ * mode none has one when it has services). */
 int crl_etc_resolv_conf(char *buf, size_t cap, const char *network_mode, const char *nameservers);
 /* The IPv4 nameservers of a resolv.conf (the host's: /etc/resolv.conf),
  * space-separated, into buf; "" if none.  -1 if it cannot be read. */

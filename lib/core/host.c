@@ -18,6 +18,7 @@
 #include "../util/log.h"
 #include "etc.h"
 #include "resolver.h"
+#include "services.h"
 
 #define NS_PER_S 1000000000ull
 
@@ -46,6 +47,7 @@ void crl_host_config_defaults(struct crl_host_config *c)
     c->netns_pool = 256;
     c->network_range = "10.213.0.0/16";
     c->resolver_port = 10053;
+    c->service_port = 10054;
     c->function_pool = 4;
     c->tombstone_s = 600;
     c->max_tombstones = 10000;
@@ -69,6 +71,8 @@ struct crl_vnet *crl_host_vnet(struct crl_host *h, struct crl_err *err)
         return h->vnet;
     struct crl_vnet_config vc = {.tag = vnet_tag(h),
                                  .dns_port = h->cfg.resolver_port,
+                                 .service_port = h->cfg.service_port,
+                                 .service_net = CRL_SERVICE_NET,
                                  .max_conns = h->cfg.network_max_conns};
     if (crl_vnet_parse_range(h->cfg.network_range, &vc, err) < 0 ||
         crl_vnet_new(&vc, &h->vnet, err) < 0)
@@ -288,9 +292,35 @@ static void backend_names(struct crl_host *h, char *out, size_t cap)
             (size_t)snprintf(out + off, cap - off, "%s%s", i ? ", " : "", h->cfg.backends[i]->name);
 }
 
+/* A sandbox service must name a sandbox of this host that can take
+ * connections.  (One owner per host for now: tenants will compare theirs.) */
+static int check_services(struct crl_host *h, const struct crl_spec *spec, struct crl_err *err)
+{
+    for (size_t i = 0; spec->services && i < spec->services->n; i++) {
+        const struct crl_service *svc = &spec->services->v[i];
+        if (svc->kind != CRL_SERVICE_SANDBOX)
+            continue;
+        struct crl_err e = CRL_ERR_INIT;
+        struct crl_sandbox *t = crl_host_find(h, svc->sandbox, &e);
+        if (!t)
+            return crl_err_set(err, CRL_E_INVALID, "services[%zu] (%s): %s", i, svc->name, e.msg);
+        if (t->state > CRL_SB_PAUSED)
+            return crl_err_set(err, CRL_E_INVALID, "services[%zu] (%s): sandbox %s is %s", i,
+                               svc->name, t->id, crl_sb_state_name(t->state));
+        if (!t->ops->netns)
+            return crl_err_set(err, CRL_E_UNSUPPORTED,
+                               "services[%zu] (%s): sandbox %s is a %s sandbox, which has no "
+                               "port another can reach in this version",
+                               i, svc->name, t->id, t->ops->name);
+    }
+    return 0;
+}
+
 int crl_host_create(struct crl_host *h, struct crl_spec *spec, crl_sandbox_cb cb, void *ctx,
                     struct crl_err *err)
 {
+    if (check_services(h, spec, err) < 0)
+        return -1;
     const struct crl_backend_ops *ops = backend_find(h, spec->backend);
     if (!ops) {
         char names[256];

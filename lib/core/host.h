@@ -62,6 +62,7 @@ struct crl_host_config {
      * nftables rules of this daemon's (lib/os/vnet.h), made at the first. */
     const char *network_range;
     uint16_t resolver_port; /* where the sandboxes' resolver listens (DNS is redirected there) */
+    uint16_t service_port;  /* where corrald answers their services (lib/api/services.c) */
     unsigned network_max_conns; /* connections a sandbox may have open at once (0: 1024) */
     /* The resolvers sandboxes of mode full are given (space-separated
      * IPv4 addresses); NULL: the host's /etc/resolv.conf's. */

@@ -8,7 +8,6 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "../util/buf.h"
@@ -17,6 +16,7 @@
 #include "../util/log.h"
 #include "dns.h"
 #include "netpolicy.h"
+#include "services.h"
 
 #define MAX_PENDING 1024
 #define MAX_UPSTREAMS 3
@@ -76,6 +76,13 @@ static bool slot_of(const struct crl_resolver *r, const struct sockaddr_in *from
     return crl_vnet_address(r->v, *slot) == a && r->slots[*slot].sb;
 }
 
+struct crl_sandbox *crl_resolver_sandbox_at(const struct crl_resolver *r, uint32_t addr)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(addr)};
+    unsigned slot;
+    return slot_of(r, &sa, &slot) ? r->slots[slot].sb : NULL;
+}
+
 static bool take_token(struct slot_state *s)
 {
     uint64_t now = crl_now_ns();
@@ -102,6 +109,22 @@ static void answer_error(struct crl_resolver *r, const struct sockaddr_in *to,
     uint8_t *pkt = NULL;
     size_t len;
     if (crl_dns_error_answer(q, rcode, &pkt, &len) == 0)
+        reply(r, to, pkt, len);
+    free(pkt);
+}
+
+/* A service's name: its address, whatever the policy (the spec named it). */
+static void answer_service(struct crl_resolver *r, const struct sockaddr_in *to,
+                           const struct crl_dns_question *q, size_t index)
+{
+    if (q->qtype != CRL_DNS_A) {
+        answer_error(r, to, q, CRL_DNS_NOERROR);
+        return;
+    }
+    uint32_t be = htonl(crl_service_address(index));
+    uint8_t *pkt = NULL;
+    size_t len;
+    if (crl_dns_a_answer(q, (const uint8_t *)&be, MIN_TTL_S, &pkt, &len) == 0)
         reply(r, to, pkt, len);
     free(pkt);
 }
@@ -201,6 +224,12 @@ static void on_query(struct crl_watch *w, uint32_t events)
         struct crl_dns_question q;
         if ((size_t)len > sizeof(buf) || crl_dns_parse_query(buf, (size_t)len, &q, NULL) < 0) {
             COUNT(r, s, malformed);
+            continue;
+        }
+        size_t k;
+        if (q.qclass == 1 && crl_services_find(s->sb->spec.services, q.name, &k)) {
+            COUNT(r, s, answered);
+            answer_service(r, &from, &q, k);
             continue;
         }
         bool allowed = false;

@@ -42,6 +42,10 @@ void crl_resolver_free(struct crl_resolver *r);
 void crl_resolver_attach(struct crl_resolver *r, unsigned slot, struct crl_sandbox *sb);
 void crl_resolver_detach(struct crl_resolver *r, unsigned slot);
 
+/* The sandbox that holds this address of the range (host order) now, or
+ * NULL: who a packet or connection from the sandboxes' network is from. */
+struct crl_sandbox *crl_resolver_sandbox_at(const struct crl_resolver *r, uint32_t addr);
+
 json_t *crl_resolver_slot_json(const struct crl_resolver *r, unsigned slot);
 /* Every sandbox's, since the resolver started. */
 const struct crl_dns_counters *crl_resolver_totals(const struct crl_resolver *r);

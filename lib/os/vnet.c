@@ -146,8 +146,21 @@ static int write_sysctl(const char *path, const char *value, struct crl_err *err
 
 static int base_table(struct crl_vnet *v, struct crl_err *err)
 {
-    char range[INET_ADDRSTRLEN], dns[96] = "", redirect[160] = "";
+    char range[INET_ADDRSTRLEN], dns[96] = "", redirect[160] = "", svc_net[INET_ADDRSTRLEN],
+                                 svc_in[256] = "", svc_redirect[160] = "";
     ip4(v->cfg.range, range, sizeof(range));
+    ip4(v->cfg.service_net, svc_net, sizeof(svc_net));
+    if (v->cfg.service_port) {
+        /* Its services' connections count toward its limit as others do. */
+        snprintf(svc_in, sizeof(svc_in),
+                 "iifname \"%1$s*\" tcp dport %2$u ct state new"
+                 " add @conns { ip saddr ct count over %3$u } drop\n"
+                 "    iifname \"%1$s*\" tcp dport %2$u accept",
+                 v->prefix, v->cfg.service_port, v->cfg.max_conns);
+        snprintf(svc_redirect, sizeof(svc_redirect),
+                 "iifname \"%s*\" ip daddr %s/24 tcp dport 1-65535 redirect to :%u", v->prefix,
+                 svc_net, v->cfg.service_port);
+    }
     if (v->cfg.dns_port) {
         snprintf(dns, sizeof(dns), "iifname \"%s*\" meta l4proto { tcp, udp } th dport %u accept",
                  v->prefix, v->cfg.dns_port);
@@ -159,43 +172,47 @@ static int base_table(struct crl_vnet *v, struct crl_err *err)
     struct crl_buf b;
     crl_buf_init(&b, CRL_BUF_UNBOUNDED);
     /* "add" then "delete": a table of a crashed run goes, a missing one is no error. */
-    crl_buf_printf(&b,
-                   "add table inet %1$s\n"
-                   "delete table inet %1$s\n"
-                   "table inet %1$s {\n"
-                   "  map links { type ifname : verdict; }\n"
-                   "  set conns { type ipv4_addr; flags dynamic; size 65536; }\n"
-                   "  chain forward {\n"
-                   "    type filter hook forward priority filter - 1; policy accept;\n"
-                   "    iifname \"%2$s*\" jump from_sandbox\n"
-                   "    oifname \"%2$s*\" ct state established,related accept\n"
-                   "    oifname \"%2$s*\" drop\n"
-                   "  }\n"
-                   "  chain from_sandbox {\n"
-                   "    ct state established,related accept\n"
-                   "    meta nfproto ipv6 drop\n"
-                   "    ip daddr { %3$s/%4$u, 169.254.0.0/16, 224.0.0.0/4, 255.255.255.255 } drop\n"
-                   "    iifname vmap @links\n"
-                   "    drop\n"
-                   "  }\n"
-                   "  chain prerouting {\n"
-                   "    type nat hook prerouting priority dstnat; policy accept;\n"
-                   "    %6$s\n"
-                   "  }\n"
-                   "  chain input {\n"
-                   "    type filter hook input priority filter - 1; policy accept;\n"
-                   "    ip saddr %3$s/%4$u iifname != \"%2$s*\" drop\n"
-                   "    iifname \"%2$s*\" ct state established,related accept\n"
-                   "    iifname \"%2$s*\" icmp type echo-request accept\n"
-                   "    %5$s\n"
-                   "    iifname \"%2$s*\" drop\n"
-                   "  }\n"
-                   "  chain postrouting {\n"
-                   "    type nat hook postrouting priority srcnat; policy accept;\n"
-                   "    ip saddr %3$s/%4$u oifname != \"%2$s*\" masquerade\n"
-                   "  }\n"
-                   "}\n",
-                   v->table, v->prefix, range, v->cfg.prefix, dns, redirect);
+    crl_buf_printf(
+        &b,
+        "add table inet %1$s\n"
+        "delete table inet %1$s\n"
+        "table inet %1$s {\n"
+        "  map links { type ifname : verdict; }\n"
+        "  set conns { type ipv4_addr; flags dynamic; size 65536; }\n"
+        "  chain forward {\n"
+        "    type filter hook forward priority filter - 1; policy accept;\n"
+        "    iifname \"%2$s*\" jump from_sandbox\n"
+        "    oifname \"%2$s*\" ct state established,related accept\n"
+        "    oifname \"%2$s*\" drop\n"
+        "  }\n"
+        "  chain from_sandbox {\n"
+        "    ct state established,related accept\n"
+        "    meta nfproto ipv6 drop\n"
+        "    ip daddr { %3$s/%4$u, %7$s/24, 169.254.0.0/16, 224.0.0.0/4, 255.255.255.255 }"
+        " drop\n"
+        "    iifname vmap @links\n"
+        "    drop\n"
+        "  }\n"
+        "  chain prerouting {\n"
+        "    type nat hook prerouting priority dstnat; policy accept;\n"
+        "    %6$s\n"
+        "    %8$s\n"
+        "  }\n"
+        "  chain input {\n"
+        "    type filter hook input priority filter - 1; policy accept;\n"
+        "    ip saddr %3$s/%4$u iifname != \"%2$s*\" drop\n"
+        "    iifname \"%2$s*\" ct state established,related accept\n"
+        "    iifname \"%2$s*\" icmp type echo-request accept\n"
+        "    %5$s\n"
+        "    %9$s\n"
+        "    iifname \"%2$s*\" drop\n"
+        "  }\n"
+        "  chain postrouting {\n"
+        "    type nat hook postrouting priority srcnat; policy accept;\n"
+        "    ip saddr %3$s/%4$u oifname != \"%2$s*\" masquerade\n"
+        "  }\n"
+        "}\n",
+        v->table, v->prefix, range, v->cfg.prefix, dns, redirect, svc_net, svc_redirect, svc_in);
     int r = b.data ? crl_vnet_nft(v, b.data, err) : crl_err_sys(err, ENOMEM, "nftables script");
     crl_buf_free(&b);
     return r;

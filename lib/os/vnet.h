@@ -11,6 +11,9 @@
  *     that it did not start, is dropped;
  *   - input: from a sandbox link only replies reach this host (and, when
  *     set, the resolver's port on the host end);
+ *   - prerouting: a sandbox's DNS (any server) to the resolver's port, and
+ *     its TCP to the services' /24 to the services' port (corrald answers
+ *     there, lib/api/services.c); nothing else reaches that /24;
  *   - postrouting: masquerade of the range toward anywhere else.
  * A sandbox's chain starts with a limit on the connections it has open at
  * once (max_conns), then holds what its policy allows (rendered by the
@@ -34,11 +37,13 @@
 struct crl_vnet;
 
 struct crl_vnet_config {
-    uint32_t tag;       /* 24 bits: names links and the table */
-    uint32_t range;     /* IPv4, host order: the first address of the range */
-    unsigned prefix;    /* the range's prefix length, 8-28 */
-    uint16_t dns_port;  /* 0: none; else sandboxes may reach this UDP+TCP port of their gateway */
-    unsigned max_conns; /* connections a sandbox may have open at once (0: 1024) */
+    uint32_t tag;      /* 24 bits: names links and the table */
+    uint32_t range;    /* IPv4, host order: the first address of the range */
+    unsigned prefix;   /* the range's prefix length, 8-28 */
+    uint16_t dns_port; /* 0: none; else sandboxes may reach this UDP+TCP port of their gateway */
+    uint16_t service_port; /* 0: none; else TCP to service_net goes to this port of the host */
+    uint32_t service_net;  /* a /24, host order: services' addresses (lib/core/services.h) */
+    unsigned max_conns;    /* connections a sandbox may have open at once (0: 1024) */
 };
 
 /* Parse "A.B.C.D/N" into cfg's range and prefix (the range's host bits

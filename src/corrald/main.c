@@ -55,6 +55,9 @@ static const char usage[] =
     "  --network-max-conns N  connections a sandbox may have open at once (default 1024)\n"
     "  --resolver-port N      UDP port of the sandboxes' resolver; their DNS is\n"
     "                         redirected there (default 10053)\n"
+    "  --service-port N       TCP port where corrald answers the sandboxes' services;\n"
+    "                         their connections to a service are redirected there\n"
+    "                         (default 10054)\n"
     "  --function-pool N      function sandboxes' keepers made ahead, per runtime: so many\n"
     "                         creates in a burst find their namespaces ready (default 4)\n"
     "  --tombstone-s N        keep destroyed sandboxes visible N seconds (default 600)\n"
@@ -151,6 +154,7 @@ int main(int argc, char **argv)
                                          {"network-range", required_argument, 0, 'n'},
                                          {"dns-upstream", required_argument, 0, 'D'},
                                          {"resolver-port", required_argument, 0, 'E'},
+                                         {"service-port", required_argument, 0, 'J'},
                                          {"network-max-conns", required_argument, 0, 'Q'},
                                          {"tombstone-s", required_argument, 0, 'T'},
                                          {"max-tombstones", required_argument, 0, 'M'},
@@ -277,6 +281,11 @@ int main(int argc, char **argv)
             if (parse_uint("--resolver-port", optarg, 65535, &v) < 0 || v == 0)
                 return 2;
             hc.resolver_port = (uint16_t)v;
+            break;
+        case 'J':
+            if (parse_uint("--service-port", optarg, 65535, &v) < 0 || v == 0)
+                return 2;
+            hc.service_port = (uint16_t)v;
             break;
         case 'D': {
             static char list[256];

@@ -188,6 +188,10 @@ static int fn_create(struct crl_sandbox *sb, struct crl_err *err)
                            "network.mode '%s': function sandboxes are offline (loopback only) "
                            "in this version; use the container backend for a network",
                            crl_net_mode_name(crl_net_policy_mode(sb->spec.network)));
+    if (sb->spec.services)
+        return crl_err_set(err, CRL_E_UNSUPPORTED,
+                           "services: function sandboxes are offline (loopback only) in this "
+                           "version; use the container backend for services");
     struct zygote *z = &st->zy[rt];
     if (z->sock < 0 && !z->npool && !z->building && crl_fn_zygote_start(st, rt, err) < 0)
         return -1;
