@@ -7,6 +7,7 @@
 #include "handlers_sandboxes.h"
 #include "handlers_traj.h"
 #include "request.h"
+#include "service_server.h"
 
 void crl_h_healthz(struct crl_req *r)
 {
@@ -127,6 +128,12 @@ void crl_h_sandbox_create(struct crl_req *r)
     struct crl_err err = CRL_ERR_INIT;
     struct crl_spec spec;
     if (crl_spec_parse(r->body.data, r->body.len, &spec, &err) < 0) {
+        crl_req_error(r, &err);
+        return;
+    }
+    /* Its services are answered by corrald: listening from the first. */
+    if (spec.services && crl_service_server_start(r->api, &err) < 0) {
+        crl_spec_free(&spec);
         crl_req_error(r, &err);
         return;
     }

@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 #include <microhttpd.h>
+#include <stdarg.h>
 #include <stdbool.h>
 
 #include "../core/host.h"
@@ -52,7 +53,13 @@ struct crl_api {
     struct crl_functions *functions; /* <state>/functions, read when asked */
     struct crl_tunnel *tunnels;      /* upgraded port-proxy connections (handlers_ports.c) */
     struct crl_trajs *trajs;         /* <state>/trajectories */
+    struct crl_svc_server *svc;      /* the sandboxes' services, once one has any */
 };
+
+/* libmicrohttpd on corrald's loop, for each daemon of the API's: its
+ * epoll descriptor's watch runs it, and its log goes to corrald's. */
+void crl_api_mhd_run(struct crl_watch *w, uint32_t ev);
+void crl_api_mhd_log(void *cls, const char *fmt, va_list ap);
 
 struct crl_req {
     struct crl_api *api;

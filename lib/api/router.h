@@ -23,7 +23,7 @@ enum crl_endpoint {
     CRL_EP_SESSION,          /* DELETE close */
     CRL_EP_SESSION_RUN,      /* POST */
     CRL_EP_FILES,            /* GET read, PUT write */
-    CRL_EP_SANDBOX_ACTION,   /* POST pause|resume|snapshot|fork */
+    CRL_EP_SANDBOX_ACTION,   /* POST pause|resume|snapshot|fork, PATCH network, GET services */
     CRL_EP_PORT,             /* any method: a request to a port in the sandbox */
     CRL_EP_FUNCTIONS,        /* GET list */
     CRL_EP_FUNCTION,         /* GET inspect */

@@ -11,6 +11,7 @@
 #include "handlers_images.h"
 #include "handlers_sandboxes.h"
 #include "handlers_traj.h"
+#include "service_server.h"
 #include "request.h"
 
 static const struct crl_handler handlers[] = {

@@ -22,6 +22,7 @@
 #include "api.h"
 #include "handlers_images.h"
 #include "handlers_ports.h"
+#include "service_server.h"
 #include "request.h"
 #include "routes.h"
 #include "traj_step.h"
@@ -190,7 +191,7 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
 
 /* ---- listeners ---- */
 
-static void on_daemon(struct crl_watch *w, uint32_t ev)
+void crl_api_mhd_run(struct crl_watch *w, uint32_t ev)
 {
     MHD_run(w->data);
 }
@@ -199,8 +200,8 @@ static int prepare(struct crl_loop *loop, void *data)
 {
     struct crl_api *a = data;
     int wait = -1;
-    struct MHD_Daemon *ds[2] = {a->unix_d, a->tcp_d};
-    for (int i = 0; i < 2; i++) {
+    struct MHD_Daemon *ds[3] = {a->unix_d, a->tcp_d, crl_service_server_daemon(a)};
+    for (int i = 0; i < 3; i++) {
         if (!ds[i])
             continue;
         /* Resumed connections are processed here, not by an event. */
@@ -212,7 +213,7 @@ static int prepare(struct crl_loop *loop, void *data)
     return wait;
 }
 
-static void mhd_log(void *cls, const char *fmt, va_list ap)
+void crl_api_mhd_log(void *cls, const char *fmt, va_list ap)
 {
     char msg[512];
     vsnprintf(msg, sizeof(msg), fmt, ap);
@@ -228,7 +229,7 @@ static struct MHD_Daemon *start_daemon(struct crl_api *a, int fd, struct crl_wat
     struct MHD_Daemon *d = MHD_start_daemon(
         MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE | MHD_USE_TURBO |
             MHD_USE_ERROR_LOG,
-        0, NULL, NULL, access_handler, a, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, a,
+        0, NULL, NULL, access_handler, a, MHD_OPTION_EXTERNAL_LOGGER, crl_api_mhd_log, a,
         MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_COMPLETED, request_completed, a,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600, MHD_OPTION_CONNECTION_LIMIT, (unsigned)16384,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024), MHD_OPTION_END);
@@ -237,7 +238,8 @@ static struct MHD_Daemon *start_daemon(struct crl_api *a, int fd, struct crl_wat
         return NULL;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_EPOLL_FD);
-    if (!info || crl_watch_start(a->host->loop, w, info->epoll_fd, EPOLLIN, on_daemon, d) < 0) {
+    if (!info ||
+        crl_watch_start(a->host->loop, w, info->epoll_fd, EPOLLIN, crl_api_mhd_run, d) < 0) {
         MHD_stop_daemon(d);
         crl_err_set(err, CRL_E_INTERNAL, "watching libmicrohttpd's epoll descriptor");
         return NULL;
@@ -383,6 +385,7 @@ void crl_api_stop(struct crl_api *a)
     for (struct crl_req *r = a->reqs; r; r = r->next)
         crl_req_resume(r);
     crl_h_ports_stop(a); /* MHD stops with no upgraded connection open */
+    crl_service_server_stop(a);
     if (a->unix_d) {
         crl_watch_stop(a->host->loop, &a->unix_w);
         MHD_stop_daemon(a->unix_d);

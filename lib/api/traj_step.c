@@ -27,6 +27,7 @@
 #include "../util/log.h"
 #include "request.h"
 #include "routes.h"
+#include "service_server.h"
 #include "traj_step.h"
 
 #define TRAJ_MAX_UPLOAD (64u << 20) /* a file written in a step is held whole, to hash it */
@@ -428,6 +429,14 @@ static bool capture(struct crl_req *r, unsigned status, json_t *body)
             json_object_set_new(rj->rec, "response", json_deep_copy(body));
         }
     }
+    /* What its sandbox's services were asked meanwhile: part of this step. */
+    uint64_t dropped;
+    json_t *exchanges = crl_service_take_pending(s->sb, &dropped);
+    if (json_array_size(exchanges))
+        json_object_set(rj->rec, "services", exchanges);
+    if (dropped)
+        json_object_set_new(rj->rec, "services_dropped", json_integer((json_int_t)dropped));
+    json_decref(exchanges);
     if (strcmp(c->kind, "snapshot") == 0 && status == 200)
         snprintf(rj->ckpt_given, sizeof(rj->ckpt_given), "%s",
                  json_string_value(json_object_get(body, "checkpoint")));

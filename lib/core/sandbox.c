@@ -32,6 +32,8 @@ void crl_sandbox_ref(struct crl_sandbox *sb)
 void crl_sandbox_unref(struct crl_sandbox *sb)
 {
     if (--sb->refs == 0) {
+        json_decref(sb->svc_log);
+        json_decref(sb->svc_pending);
         crl_spec_free(&sb->spec);
         free(sb);
     }

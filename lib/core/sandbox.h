@@ -106,6 +106,10 @@ struct crl_sandbox {
      * above the host; on_gone runs once, when the backend has torn it down. */
     struct crl_traj_sb *traj;
     void (*on_gone)(struct crl_sandbox *sb);
+    /* Its services' exchanges (lib/api/service_server.c): the newest, and
+     * those no trajectory step holds yet. */
+    json_t *svc_log, *svc_pending;
+    uint64_t svc_seq, svc_dropped;
     struct crl_sandbox *next, *prev;           /* the host's list, in creation order reversed */
     struct crl_sandbox *next_hash;             /* the host's id index */
     struct crl_sandbox *tomb_next, *tomb_prev; /* the host's ended sandboxes, oldest first */

@@ -43,6 +43,7 @@ int crl_cmd_pause(int argc, char **argv);
 int crl_cmd_resume(int argc, char **argv);
 int crl_cmd_net(int argc, char **argv);
 int crl_cmd_forward(int argc, char **argv);
+int crl_cmd_services(int argc, char **argv);
 
 /* ---- reporting ---- */
 

@@ -30,6 +30,7 @@ static const struct {
     {"resume", crl_cmd_resume, "thaw a paused sandbox"},
     {"net", crl_cmd_net, "change a sandbox's network policy while it runs"},
     {"forward", crl_cmd_forward, "a local port that reaches a port of a sandbox"},
+    {"services", crl_cmd_services, "a sandbox's services and their newest exchanges"},
     {"bench", crl_cmd_bench, "measure sandbox cycles and exec against crun"},
 };
 

@@ -99,13 +99,15 @@ def build_spec(spec: Mapping[str, Any] | None = None, *, backend: str | None = N
                ttl_s: int | None = None, idle_ttl_s: int | None = None,
                labels: Mapping[str, str] | None = None, env: Mapping[str, str] | None = None,
                cwd: str | None = None, network: str | Mapping[str, Any] | None = None,
+               services: Sequence[Mapping[str, Any]] | None = None,
                trajectory: str | Mapping[str, Any] | None = None) -> JSONObject:
     """The sandbox spec of docs/api.md: ``spec`` with the keyword fields over it."""
     out: JSONObject = json.loads(json.dumps(spec or {}))  # a deep copy
     value: Any
     for key, value in (("backend", backend), ("runtime", runtime), ("image", image),
                        ("ttl_s", ttl_s), ("idle_ttl_s", idle_ttl_s), ("labels", labels),
-                       ("env", env), ("cwd", cwd), ("trajectory", trajectory)):
+                       ("env", env), ("cwd", cwd), ("trajectory", trajectory),
+                       ("services", services)):
         if value is not None:
             out[key] = value
     for key, value in (("memory_mb", memory_mb), ("cpus", cpus), ("pids", pids),

@@ -246,6 +246,10 @@ class AsyncSandbox:
                                             _api.network_body(mode, allow, deny))
         return self.info
 
+    async def services(self) -> JSONObject:
+        """Its services and their exchanges; see Sandbox.services()."""
+        return await self.client._json("GET", f"{self._path}/services")
+
 
 class AsyncFiles:
     """A sandbox's files; see Files."""

@@ -54,7 +54,7 @@ class Client:
 
         Keyword fields: backend, runtime (the function backend's: "shell" or
         "python"), image, memory_mb, cpus, pids, disk_mb, ttl_s,
-        idle_ttl_s, labels, env, cwd, network, trajectory; they go over
+        idle_ttl_s, labels, env, cwd, network, services, trajectory; they go over
         ``spec``, a dict in the form of docs/api.md.  Use the Sandbox as a
         context manager to destroy it when done.
 
@@ -299,6 +299,14 @@ class Sandbox:
         self.info = self.client._json("PATCH", f"{self._path}/network",
                                       _api.network_body(mode, allow, deny))
         return self.info
+
+    def services(self) -> JSONObject:
+        """The sandbox's services (``services`` of its spec, each with the
+        address its name resolves to inside) and their newest exchanges:
+        ``{"services": [...], "exchanges": [...], "exchanges_total": n}``.
+        Each exchange with a mock is its request and the route's answer;
+        each connection to a sandbox service is one entry."""
+        return self.client._json("GET", f"{self._path}/services")
 
 
 class Files:
