@@ -3,7 +3,10 @@
 with network none, allow and full; a policy change; TCP connection setup,
 bulk download and DNS from inside an `allow` sandbox against the same
 probe in an unfiltered network namespace (the lab's host, where corrald
-runs); the port proxy's latency and rate against a direct connection.  Everything happens in the lab internet of tests/integration/
+runs); the port proxy's latency and rate against a direct connection;
+requests from inside a sandbox to a mock service and, through corrald's
+relay, to another sandbox's server, against the same server reached
+directly.  Everything happens in the lab internet of tests/integration/
 netlab.py: nothing leaves this machine.
 
     scripts/bench-network.py [--build build] [--iterations 40]
@@ -91,18 +94,20 @@ def main():
                                           "--network-range", "10.213.0.0/22"],
                                    netns=lab.host_netns)
         try:
-            modes = {"none": None, "allow": {"mode": "allow", "allow": [netlab.WEB[0]]},
-                     "full": {"mode": "full"}}
+            allow = {"mode": "allow", "allow": [netlab.WEB[0]]}
+            mock = {"name": "shop", "routes": [{"path": "/index.html", "body": "hello\n"}]}
+            modes = {"none": {}, "allow": {"network": allow}, "full": {"network": {"mode": "full"}},
+                     "none + a mock service": {"services": [mock]}}
             cycle = {m: [] for m in modes}
             with d.client() as c:
-                for _ in range(n):  # interleaved: the machine's drift hits all three alike
-                    for m, net in modes.items():
-                        spec = {"memory_mb": 64} | ({"network": net} if net else {})
+                for _ in range(n):  # interleaved: the machine's drift hits them all alike
+                    for m, extra in modes.items():
+                        spec = {"memory_mb": 64} | extra
                         t0 = time.perf_counter()
                         c.create(**spec).destroy()
                         cycle[m].append(time.perf_counter() - t0)
                 patch = []
-                with c.create(memory_mb=64, network=modes["allow"]) as sb:
+                with c.create(memory_mb=64, network=allow) as sb:
                     for i in range(n):
                         t0 = time.perf_counter()
                         sb.set_network("allow", allow=[netlab.WEB[i % 2]])
@@ -128,6 +133,15 @@ def main():
                     ["python3", "-c", HTTP_PROBE, "unix", str(d.socket_path),
                      f"/v1/sandboxes/{sb.id}/ports/8080/index.html", m],
                     stdout=subprocess.PIPE, check=True).stdout)
+                svcs = [mock, {"name": "db", "sandbox": sb.id, "port": 8080}]
+                with c.create(image="debian", memory_mb=256, services=svcs) as app:
+                    def inside_get(where):
+                        r = app.exec(["python3", "-c", HTTP_PROBE, "tcp", where, "/index.html", m],
+                                     timeout=300)
+                        if r.exit_code != 0:
+                            raise SystemExit(f"the probe failed in the sandbox: {r.stderr.decode()}")
+                        return json.loads(r.stdout)
+                    to_mock, to_db = inside_get("shop:80"), inside_get("db:8080")
             peer = json.loads(lab.run_in_host(
                 ["python3", "-c", PROBE, netlab.WEB[0], str(min(n * 5, 200)), str(a.bulk_mb << 20),
                  netlab.RESOLVER], stdout=subprocess.PIPE).communicate(timeout=300)[0])
@@ -137,7 +151,8 @@ def main():
           f"load {os.getloadavg()[0]:.2f}  {n} iterations")
     print(f"\n  {'create+destroy p50 ms':44} {'ms':>8} {'vs none':>8}")
     for m in modes:
-        print(f"  {'network ' + m:44} {p50(cycle[m]):8.2f} {p50(cycle[m]) / p50(cycle['none']):7.2f}x")
+        print(f"  {'network ' + m:44} {p50(cycle[m]):8.2f} "
+              f"{p50(cycle[m]) / p50(cycle['none']):7.2f}x")
     print(f"  {'PATCH .../network p50 ms':44} {p50(patch):8.2f}")
     print(f"\n  {'inside allow / unfiltered netns (peer)':44} {'sandbox':>8} {'peer':>8} {'ratio':>7}")
     for k, label in (("connect_ms", "TCP connect p50 ms"), ("mb_per_s", "bulk download MB/s"),
@@ -150,9 +165,16 @@ def main():
     print(f"  {'through corrald /v1/sandboxes/ID/ports/8080':44} {proxied['p50_ms']:8.2f} "
           f"{proxied['per_s']:8.0f}   +{proxied['p50_ms'] - direct['p50_ms']:.2f} ms, "
           f"{proxied['per_s'] / direct['per_s']:.2f}x the rate")
+    print(f"\n  {'services, from inside a sandbox (new conn. each)':44} {'p50 ms':>8} {'req/s':>8}")
+    print(f"  {'a mock, answered by corrald':44} {to_mock['p50_ms']:8.2f} {to_mock['per_s']:8.0f}"
+          f"   {to_mock['per_s'] / direct['per_s']:.2f}x the direct rate")
+    print(f"  {'a sandbox service: httpd, relayed by corrald':44} {to_db['p50_ms']:8.2f} "
+          f"{to_db['per_s']:8.0f}   +{to_db['p50_ms'] - direct['p50_ms']:.2f} ms, "
+          f"{to_db['per_s'] / direct['per_s']:.2f}x the direct rate")
     print(json.dumps({"cycle_p50_ms": {m: p50(v) for m, v in cycle.items()},
                       "patch_p50_ms": p50(patch), "inside": inside, "peer": peer,
-                      "proxy_direct": direct, "proxy": proxied}))
+                      "proxy_direct": direct, "proxy": proxied, "mock": to_mock,
+                      "relay": to_db}))
 
 
 if __name__ == "__main__":

@@ -213,8 +213,8 @@ static enum MHD_Result on_mock(void *cls, struct MHD_Connection *conn, const cha
         return MHD_YES;
     }
     if (*upload_size) {
-        m->too_big |= crl_buf_append(&m->body, upload, *upload_size) < 0 ||
-                      crl_buf_truncated(&m->body);
+        m->too_big |=
+            crl_buf_append(&m->body, upload, *upload_size) < 0 || crl_buf_truncated(&m->body);
         *upload_size = 0;
         return MHD_YES;
     }
@@ -232,8 +232,7 @@ static enum MHD_Result on_mock(void *cls, struct MHD_Connection *conn, const cha
     if (!sb)
         return MHD_NO; /* its sandbox is gone: so is the connection */
     size_t ri = 0;
-    const struct crl_mock_route *rt =
-        m->too_big ? NULL : crl_mock_match(svc, method, url, &ri);
+    const struct crl_mock_route *rt = m->too_big ? NULL : crl_mock_match(svc, method, url, &ri);
     unsigned status;
     struct MHD_Response *resp = mock_answer(svc, rt, method, url, &status);
     if (m->too_big) {
@@ -327,8 +326,8 @@ static void relay_start(struct crl_svc_server *s, struct crl_sandbox *sb,
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     struct relay *rl = NULL;
     const char *why = !t ? "it is gone" : netns < 0 ? crl_sb_state_name(t->state) : NULL;
-    if (!why && (to < 0 || (connect(to, (struct sockaddr *)&sa, sizeof(sa)) < 0 &&
-                            errno != EINPROGRESS)))
+    if (!why &&
+        (to < 0 || (connect(to, (struct sockaddr *)&sa, sizeof(sa)) < 0 && errno != EINPROGRESS)))
         why = strerror(errno);
     if (!why && !(rl = calloc(1, sizeof(*rl))))
         why = "out of memory";
@@ -336,8 +335,8 @@ static void relay_start(struct crl_svc_server *s, struct crl_sandbox *sb,
                           "sandbox", svc->sandbox, "port", (json_int_t)svc->port);
     if (x && why)
         json_object_set_new(x, "error", json_string(why));
-    crl_info(sb->id, "service %s: a connection to port %u of sandbox %s%s%s", svc->name,
-             svc->port, svc->sandbox, why ? " failed: " : "", why ? why : "");
+    crl_info(sb->id, "service %s: a connection to port %u of sandbox %s%s%s", svc->name, svc->port,
+             svc->sandbox, why ? " failed: " : "", why ? why : "");
     record(sb, x);
     if (why) {
         if (to >= 0)
@@ -395,14 +394,13 @@ int crl_service_server_start(struct crl_api *a, struct crl_err *err)
         crl_err_sys(err, errno, "services: listen on TCP port %u (--service-port)", port);
         goto fail;
     }
-    s->d = MHD_start_daemon(MHD_USE_NO_LISTEN_SOCKET | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
-                                MHD_USE_TURBO | MHD_USE_ERROR_LOG,
-                            0, NULL, NULL, on_mock, s, MHD_OPTION_EXTERNAL_LOGGER, crl_api_mhd_log, s,
-                            MHD_OPTION_NOTIFY_COMPLETED, mock_done, s,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)8192,
-                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
-                            MHD_OPTION_END);
+    s->d =
+        MHD_start_daemon(MHD_USE_NO_LISTEN_SOCKET | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+                             MHD_USE_TURBO | MHD_USE_ERROR_LOG,
+                         0, NULL, NULL, on_mock, s, MHD_OPTION_EXTERNAL_LOGGER, crl_api_mhd_log, s,
+                         MHD_OPTION_NOTIFY_COMPLETED, mock_done, s, MHD_OPTION_CONNECTION_TIMEOUT,
+                         (unsigned)120, MHD_OPTION_CONNECTION_LIMIT, (unsigned)8192,
+                         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024), MHD_OPTION_END);
     const union MHD_DaemonInfo *info =
         s->d ? MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_EPOLL_FD) : NULL;
     if (!info || crl_watch_start(a->host->loop, &s->dw, info->epoll_fd, EPOLLIN, crl_api_mhd_run,

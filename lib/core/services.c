@@ -85,12 +85,11 @@ static int body(json_t *v, const char *where, struct crl_mock_route *r, size_t *
         return crl_err_sys(err, ENOMEM, "%s.body", where);
     if (len > CRL_SERVICE_BODY_MAX || (*total += len) > CRL_SERVICE_BODIES_MAX) {
         free(text);
-        return crl_err_set(err, CRL_E_INVALID,
-                           len > CRL_SERVICE_BODY_MAX
-                               ? "%s.body is over %u bytes"
-                               : "%s.body: the services' bodies are over %u bytes in all",
-                           where, len > CRL_SERVICE_BODY_MAX ? CRL_SERVICE_BODY_MAX
-                                                             : CRL_SERVICE_BODIES_MAX);
+        return crl_err_set(
+            err, CRL_E_INVALID,
+            len > CRL_SERVICE_BODY_MAX ? "%s.body is over %u bytes"
+                                       : "%s.body: the services' bodies are over %u bytes in all",
+            where, len > CRL_SERVICE_BODY_MAX ? CRL_SERVICE_BODY_MAX : CRL_SERVICE_BODIES_MAX);
     }
     r->body = text;
     r->body_len = len;
@@ -118,8 +117,8 @@ static int route(json_t *v, const char *where, struct crl_mock_route *r, size_t 
         if (crl_json_get_string(f, name, sizeof(r->method) - 1, &s, err) < 0)
             return -1;
         if (strcmp(s, "*") != 0 && !crl_http_token_ok(s))
-            return crl_err_set(err, CRL_E_INVALID, "%s '%s' is not an HTTP method (or \"*\")",
-                               name, s);
+            return crl_err_set(err, CRL_E_INVALID, "%s '%s' is not an HTTP method (or \"*\")", name,
+                               s);
         snprintf(r->method, sizeof(r->method), "%s", strcmp(s, "*") ? s : "");
     }
     snprintf(name, sizeof(name), "%s.path", where);

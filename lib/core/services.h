@@ -36,8 +36,8 @@
 #define CRL_SERVICE_NET 0xc6120000u /* 198.18.0.0/24, host order */
 #define CRL_SERVICES_MAX 32
 #define CRL_SERVICE_ROUTES_MAX 128
-#define CRL_SERVICE_BODY_MAX (1u << 20)       /* a route's body */
-#define CRL_SERVICE_BODIES_MAX (4u << 20)     /* every body of a sandbox's services */
+#define CRL_SERVICE_BODY_MAX (1u << 20)   /* a route's body */
+#define CRL_SERVICE_BODIES_MAX (4u << 20) /* every body of a sandbox's services */
 #define CRL_SERVICE_DELAY_MAX_MS 60000u
 
 enum crl_service_kind { CRL_SERVICE_MOCK, CRL_SERVICE_SANDBOX };

@@ -28,8 +28,8 @@ static void show(json_t *a)
     {
         const char *svc = crl_cli_str(s, "service", "?");
         if (json_object_get(s, "method"))
-            printf("%6lld  %s: %s %s -> %lld\n", json_integer_value(json_object_get(s, "seq")),
-                   svc, crl_cli_str(s, "method", "?"), crl_cli_str(s, "path", "?"),
+            printf("%6lld  %s: %s %s -> %lld\n", json_integer_value(json_object_get(s, "seq")), svc,
+                   crl_cli_str(s, "method", "?"), crl_cli_str(s, "path", "?"),
                    json_integer_value(json_object_get(s, "status")));
         else
             printf("%6lld  %s: a connection to port %lld of %s%s%s\n",

@@ -36,7 +36,8 @@ static void test_errors(void)
     bad("[1]", "services[0] must be an object");
     bad("[{\"routes\": []}]", "services[0].name is missing");
     bad("[{\"name\": \"a..b\", \"routes\": []}]", "services[0].name 'a..b' is not a host name");
-    bad("[{\"name\": \"shop\", \"routes\": [], \"color\": 1}]", "unknown field 'services[0].color'");
+    bad("[{\"name\": \"shop\", \"routes\": [], \"color\": 1}]",
+        "unknown field 'services[0].color'");
     bad("[{\"name\": \"shop\", \"routes\": []}, {\"name\": \"Shop.\", \"routes\": []}]",
         "services[1].name 'shop' is services[0]'s already");
     bad("[{\"name\": \"shop\"}]", "services[0].routes is missing");
@@ -65,7 +66,8 @@ static void test_errors(void)
     char *big = malloc(n + 200);
     if (!big)
         bail_out("malloc");
-    int off = snprintf(big, 200, "[{\"name\": \"shop\", \"routes\": [{\"path\": \"/\", \"body\": \"");
+    int off =
+        snprintf(big, 200, "[{\"name\": \"shop\", \"routes\": [{\"path\": \"/\", \"body\": \"");
     memset(big + off, 'x', n);
     strcpy(big + off + n, "\"}]}]");
     bad(big, "services[0].routes[0].body is over");
@@ -76,11 +78,10 @@ static void test_lookups(void)
 {
     struct crl_services s;
     struct crl_err e = CRL_ERR_INIT;
-    const char *text =
-        "[{\"name\": \"Shop\", \"routes\": ["
-        "  {\"method\": \"GET\", \"path\": \"/items/*\", \"body\": {\"id\": 1}},"
-        "  {\"path\": \"/any\", \"status\": 204, \"delay_ms\": 5}]},"
-        " {\"name\": \"db.internal\", \"sandbox\": \"sb-h-1\", \"port\": 5432}]";
+    const char *text = "[{\"name\": \"Shop\", \"routes\": ["
+                       "  {\"method\": \"GET\", \"path\": \"/items/*\", \"body\": {\"id\": 1}},"
+                       "  {\"path\": \"/any\", \"status\": 204, \"delay_ms\": 5}]},"
+                       " {\"name\": \"db.internal\", \"sandbox\": \"sb-h-1\", \"port\": 5432}]";
     if (!is_int(parse(text, &s, &e), 0, "a mock and a sandbox service"))
         diag("%s", e.msg);
     size_t i = 9;
@@ -95,7 +96,8 @@ static void test_lookups(void)
        "a service with a sandbox is a sandbox service");
     ok(crl_services_at(&s, CRL_SERVICE_NET + 1, 80) == &s.v[0], "the first at .1, its port");
     ok(crl_services_at(&s, CRL_SERVICE_NET + 2, 5432) == &s.v[1], "the second at .2");
-    ok(!crl_services_at(&s, CRL_SERVICE_NET + 1, 81) && !crl_services_at(&s, CRL_SERVICE_NET + 3, 80) &&
+    ok(!crl_services_at(&s, CRL_SERVICE_NET + 1, 81) &&
+           !crl_services_at(&s, CRL_SERVICE_NET + 3, 80) &&
            !crl_services_at(&s, CRL_SERVICE_NET, 80),
        "another port or address is none");
 
@@ -126,8 +128,7 @@ static void test_spec(void)
     struct crl_spec spec;
     struct crl_err e = CRL_ERR_INIT;
     const char *text = "{\"services\": [{\"name\": \"shop\", \"routes\": [{\"path\": \"/\"}]}]}";
-    ok(crl_spec_parse(text, strlen(text), &spec, &e) == 0 && spec.services &&
-           spec.services->n == 1,
+    ok(crl_spec_parse(text, strlen(text), &spec, &e) == 0 && spec.services && spec.services->n == 1,
        "a spec holds its services");
     json_t *j = crl_spec_to_json(&spec);
     ok(json_array_size(json_object_get(j, "services")) == 1, "and reports them");
