@@ -69,7 +69,7 @@ static void test_errors(void)
     int off =
         snprintf(big, 200, "[{\"name\": \"shop\", \"routes\": [{\"path\": \"/\", \"body\": \"");
     memset(big + off, 'x', n);
-    strcpy(big + off + n, "\"}]}]");
+    snprintf(big + off + n, 200, "\"}]}]");
     bad(big, "services[0].routes[0].body is over");
     free(big);
 }
