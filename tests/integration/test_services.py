@@ -11,7 +11,7 @@ import pytest
 import corral
 from conftest import SMALL, need_debian, wait_for
 from netlab import WEB
-from test_cli import corral
+from test_cli import corral as run_cli
 from test_network import lab_corrald  # noqa: F401 (a fixture)
 
 # An HTTP call from inside the sandbox through the standard library (which
@@ -74,11 +74,11 @@ def test_a_mock_answers_by_name_and_logs_every_exchange(lab_corrald):
         log = lab_corrald.log()
         assert f"service shop: POST /orders -> 201" in log
         # the CLI shows the same
-        out = corral(lab_corrald, "services", sb.id)
+        out = run_cli(lab_corrald, "services", sb.id)
         assert out.returncode == 0, out.stderr
         text = out.stdout.decode()
         assert "shop" in text and "198.18.0.1" in text and "POST /orders -> 201" in text
-        assert json.loads(corral(lab_corrald, "services", "--json", sb.id).stdout) == \
+        assert json.loads(run_cli(lab_corrald, "services", "--json", sb.id).stdout) == \
             sb.services()
         # mode none: the service, and nothing else
         assert "error" in http(sb, "GET", f"http://{WEB[0]}/")
