@@ -59,12 +59,16 @@ static bool linked(const struct crl_sandbox *sb)
     return crl_net_policy_mode(sb->spec.network) != CRL_NET_NONE || sb->spec.services;
 }
 
-/* The policy's rules for the sandbox's chain, into *rules (freed by the caller). */
+/* The policy's rules for the sandbox's chain, into *rules (freed by the
+ * caller); the network is made if it is not yet (the rules log to its group). */
 static int render(const struct crl_sandbox *sb, const struct crl_net_policy *p,
                   struct crl_buf *rules, struct crl_err *err)
 {
     crl_buf_init(rules, CRL_BUF_UNBOUNDED);
-    if (crl_net_policy_nft(p, sb->slot, rules) < 0)
+    struct crl_vnet *v = crl_host_vnet(sb->host, err);
+    if (!v)
+        return -1;
+    if (crl_net_policy_nft(p, sb->slot, crl_vnet_log_group(v), rules) < 0)
         return crl_err_sys(err, ENOMEM, "network rules");
     return 0;
 }
