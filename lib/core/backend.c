@@ -12,6 +12,7 @@
 #include "../util/err.h"
 #include "../util/log.h"
 #include "host.h"
+#include "netlog.h"
 #include "netrules.h"
 #include "resolver.h"
 #include "sandbox.h"
@@ -162,9 +163,14 @@ json_t *crl_backend_net_json(const struct crl_sandbox *sb)
     a.s_addr = htonl(crl_vnet_gateway(h->vnet, sb->slot));
     inet_ntop(AF_INET, &a, gw, sizeof(gw));
     json_t *rules = crl_vnet_rule_counters(h->vnet, sb->slot);
-    return json_pack("{s:s, s:s, s:o, s:o}", "address", addr, "gateway", gw, "dns",
-                     crl_resolver_slot_json(h->resolver, sb->slot), "rules",
-                     rules ? rules : json_array());
+    json_t *o = json_pack("{s:s, s:s, s:o, s:o}", "address", addr, "gateway", gw, "dns",
+                          crl_resolver_slot_json(h->resolver, sb->slot), "rules",
+                          rules ? rules : json_array());
+    json_t *denied = crl_netlog_json(h->netlog, sb);
+    if (o && denied)
+        json_object_update(o, denied);
+    json_decref(denied);
+    return o;
 }
 
 void crl_backend_net_release(struct crl_sandbox *sb, int netns_fd, bool quarantine)
