@@ -42,6 +42,8 @@ struct crl_netlog {
     struct crl_resolver *res;
     struct ring **rings; /* by slot, made at a slot's first denial */
     unsigned nslots;
+    uint64_t lost_told;    /* of crl_nflog_lost, what was warned of */
+    uint64_t lost_told_ns; /* and when */
 };
 
 /* The ring of sb's slot, emptied if it was another sandbox's; NULL if out of memory. */
@@ -197,6 +199,15 @@ static void on_readable(struct crl_watch *w, uint32_t events)
 {
     struct crl_netlog *n = w->data;
     crl_nflog_read(n->nf, READ_BUDGET);
+    /* Reports the socket had no room for are lost to every sandbox: said
+     * at most once a minute. */
+    uint64_t lost = crl_nflog_lost(n->nf), now = crl_now_ns();
+    if (lost != n->lost_told && now - n->lost_told_ns >= 60000000000ull) {
+        crl_warn(NULL, "network: the NFLOG socket overflowed %llu times: denials went unreported",
+                 (unsigned long long)lost);
+        n->lost_told = lost;
+        n->lost_told_ns = now;
+    }
 }
 
 int crl_netlog_new(struct crl_loop *loop, uint16_t first_group, struct crl_netlog **out,
