@@ -21,7 +21,7 @@ OPT := -O2
 endif
 
 PKGS := libmicrohttpd jansson libseccomp libarchive libcurl libcrypto zlib libzstd \
-        libnl-route-3.0 libnftables ldns
+        libnl-route-3.0 libnftables ldns libnetfilter_log
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 

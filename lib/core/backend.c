@@ -12,6 +12,7 @@
 #include "../util/err.h"
 #include "../util/log.h"
 #include "host.h"
+#include "netlog.h"
 #include "netrules.h"
 #include "resolver.h"
 #include "sandbox.h"
@@ -59,12 +60,16 @@ static bool linked(const struct crl_sandbox *sb)
     return crl_net_policy_mode(sb->spec.network) != CRL_NET_NONE || sb->spec.services;
 }
 
-/* The policy's rules for the sandbox's chain, into *rules (freed by the caller). */
+/* The policy's rules for the sandbox's chain, into *rules (freed by the
+ * caller); the network is made if it is not yet (the rules log to its group). */
 static int render(const struct crl_sandbox *sb, const struct crl_net_policy *p,
                   struct crl_buf *rules, struct crl_err *err)
 {
     crl_buf_init(rules, CRL_BUF_UNBOUNDED);
-    if (crl_net_policy_nft(p, sb->slot, rules) < 0)
+    struct crl_vnet *v = crl_host_vnet(sb->host, err);
+    if (!v)
+        return -1;
+    if (crl_net_policy_nft(p, sb->slot, crl_vnet_log_group(v), rules) < 0)
         return crl_err_sys(err, ENOMEM, "network rules");
     return 0;
 }
@@ -158,9 +163,14 @@ json_t *crl_backend_net_json(const struct crl_sandbox *sb)
     a.s_addr = htonl(crl_vnet_gateway(h->vnet, sb->slot));
     inet_ntop(AF_INET, &a, gw, sizeof(gw));
     json_t *rules = crl_vnet_rule_counters(h->vnet, sb->slot);
-    return json_pack("{s:s, s:s, s:o, s:o}", "address", addr, "gateway", gw, "dns",
-                     crl_resolver_slot_json(h->resolver, sb->slot), "rules",
-                     rules ? rules : json_array());
+    json_t *o = json_pack("{s:s, s:s, s:o, s:o}", "address", addr, "gateway", gw, "dns",
+                          crl_resolver_slot_json(h->resolver, sb->slot), "rules",
+                          rules ? rules : json_array());
+    json_t *denied = crl_netlog_json(h->netlog, sb);
+    if (o && denied)
+        json_object_update(o, denied);
+    json_decref(denied);
+    return o;
 }
 
 void crl_backend_net_release(struct crl_sandbox *sb, int netns_fd, bool quarantine)

@@ -17,6 +17,7 @@
 #include "../util/fdio.h"
 #include "../util/log.h"
 #include "etc.h"
+#include "netlog.h"
 #include "resolver.h"
 #include "services.h"
 
@@ -74,13 +75,23 @@ struct crl_vnet *crl_host_vnet(struct crl_host *h, struct crl_err *err)
                                  .service_port = h->cfg.service_port,
                                  .service_net = CRL_SERVICE_NET,
                                  .max_conns = h->cfg.network_max_conns};
-    if (crl_vnet_parse_range(h->cfg.network_range, &vc, err) < 0 ||
-        crl_vnet_new(&vc, &h->vnet, err) < 0)
+    /* The denials' NFLOG group: from the tag, so that two daemons in one
+     * network namespace seldom ask for the same one; the next free is
+     * taken if another holds it (lib/os/nflog.c). */
+    if (crl_netlog_new(h->loop, (uint16_t)(1024 + vc.tag % 64000), &h->netlog, err) < 0)
         return NULL;
-    if (crl_resolver_new(h->loop, h->vnet, h->cfg.resolver_port, h->nameservers, &h->resolver,
-                         err) < 0) {
+    vc.log_group = crl_netlog_group(h->netlog);
+    if (crl_vnet_parse_range(h->cfg.network_range, &vc, err) < 0 ||
+        crl_vnet_new(&vc, &h->vnet, err) < 0 ||
+        crl_resolver_new(h->loop, h->vnet, h->cfg.resolver_port, h->nameservers, &h->resolver,
+                         err) < 0 ||
+        crl_netlog_bind(h->netlog, h->vnet, h->resolver, err) < 0) {
+        crl_resolver_free(h->resolver);
+        h->resolver = NULL;
         crl_vnet_free(h->vnet);
         h->vnet = NULL;
+        crl_netlog_free(h->netlog);
+        h->netlog = NULL;
         return NULL;
     }
     crl_info(NULL, "network: range %s, nftables table inet %s", h->cfg.network_range,
@@ -617,6 +628,7 @@ void crl_host_close(struct crl_host *h)
             crl_warn(NULL, "shutdown: %s", e.msg);
         crl_cgroup_mgr_free(h->cgroups);
     }
+    crl_netlog_free(h->netlog);
     crl_resolver_free(h->resolver);
     crl_vnet_free(h->vnet);
     crl_netns_pool_free(h->netns);

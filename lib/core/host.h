@@ -21,6 +21,7 @@
 #include "sandbox.h"
 
 struct crl_resolver;
+struct crl_netlog;
 
 struct crl_host_config {
     const char *state_dir;
@@ -85,6 +86,7 @@ struct crl_host {
     struct crl_netns_pool *netns;
     struct crl_vnet *vnet;         /* NULL until a sandbox has a network */
     struct crl_resolver *resolver; /* with vnet */
+    struct crl_netlog *netlog;     /* with vnet: what sandboxes were refused */
     char nameservers[256];         /* cfg.dns_upstream, or the host's */
     struct crl_sandbox *sandboxes; /* every known sandbox, live or tombstoned */
     size_t n_sandboxes;

@@ -36,8 +36,17 @@ struct pending {
     uint64_t deadline_ns;
 };
 
+/* The last addresses answered to a slot, and the names asked for them. */
+struct names {
+    uint8_t addr[CRL_RESOLVER_NAMES][4];
+    char name[CRL_RESOLVER_NAMES][CRL_NET_NAME_MAX + 1];
+    unsigned next, n;
+};
+
 struct slot_state {
+    struct crl_resolver *r;
     struct crl_sandbox *sb;
+    struct names *names; /* made at the first answer */
     double tokens;
     uint64_t refill_ns;
     uint64_t log_second;
@@ -62,6 +71,8 @@ struct crl_resolver {
     unsigned npend;
     struct slot_state *slots;
     unsigned nslots;
+    crl_resolver_refusal_cb on_refusal;
+    void *refusal_ctx;
 };
 
 /* ---- which sandbox asked ---- */
@@ -137,7 +148,10 @@ static void log_refusal(struct slot_state *s, const struct crl_dns_question *q,
         s->log_second = second;
         s->logged = 0;
     }
-    if (s->logged++ >= LOGS_PER_S)
+    bool logged = s->logged++ < LOGS_PER_S;
+    if (s->r->on_refusal)
+        s->r->on_refusal(s->r->refusal_ctx, s->sb, q->name[0] ? q->name : ".", rule, logged);
+    if (!logged)
         return;
     crl_info(s->sb->id, "network: DNS %s refused (%s)", q->name[0] ? q->name : ".",
              rule ? rule->text : "not allowed");
@@ -280,6 +294,7 @@ struct keep_ctx {
     const struct crl_net_policy *p;
     const struct crl_net_rule *allow; /* the rule that admitted the name, NULL in mode full */
     const struct crl_net_rule *deny;  /* a deny rule of the name's with ports */
+    const char *name;                 /* asked for */
     struct crl_buf a, h, d;           /* elements for the sets */
     uint32_t ttl;
     bool oom;
@@ -295,6 +310,30 @@ static void elements(struct crl_buf *b, const char *addr, const struct crl_net_r
     for (unsigned i = 0; i < rule->nports; i++)
         *oom |= crl_buf_printf(b, "%s%s . %u-%u", b->len ? ", " : "", addr, rule->ports[i].lo,
                                rule->ports[i].hi) < 0;
+}
+
+/* The name `addr` was an answer for: the oldest remembered gives way. */
+static void remember(struct slot_state *s, const uint8_t addr[4], const char *name)
+{
+    if (!s->names && !(s->names = calloc(1, sizeof(*s->names))))
+        return; /* a denial then goes without its name */
+    struct names *m = s->names;
+    memcpy(m->addr[m->next], addr, 4);
+    snprintf(m->name[m->next], sizeof(m->name[0]), "%s", name);
+    m->next = (m->next + 1) % CRL_RESOLVER_NAMES;
+    if (m->n < CRL_RESOLVER_NAMES)
+        m->n++;
+}
+
+const char *crl_resolver_name_of(const struct crl_resolver *r, unsigned slot, const uint8_t addr[4])
+{
+    const struct names *m = slot < r->nslots ? r->slots[slot].names : NULL;
+    for (unsigned i = 1; m && i <= m->n; i++) {
+        unsigned at = (m->next + CRL_RESOLVER_NAMES - i) % CRL_RESOLVER_NAMES;
+        if (memcmp(m->addr[at], addr, 4) == 0)
+            return m->name[at];
+    }
+    return NULL;
 }
 
 static bool keep(const uint8_t addr[4], uint32_t ttl, void *ctx)
@@ -324,6 +363,7 @@ static bool keep(const uint8_t addr[4], uint32_t ttl, void *ctx)
     }
     if (k->deny)
         elements(&k->d, s, k->deny, &k->oom);
+    remember(&k->r->slots[k->slot], addr, k->name);
     if (ttl < k->ttl)
         k->ttl = ttl;
     return true;
@@ -365,7 +405,8 @@ static void on_upstream(struct crl_watch *w, uint32_t events)
         struct slot_state *s = &r->slots[p->slot];
         const struct crl_net_policy *pol = s->sb->spec.network;
         bool allowed;
-        struct keep_ctx k = {.r = r, .slot = p->slot, .p = pol, .ttl = MAX_TTL_S};
+        struct keep_ctx k = {
+            .r = r, .slot = p->slot, .p = pol, .ttl = MAX_TTL_S, .name = p->q.name};
         const struct crl_net_rule *by = crl_net_policy_decide_name(pol, p->q.name, &allowed);
         k.allow = crl_net_policy_mode(pol) == CRL_NET_ALLOW ? by : NULL;
         k.deny = port_deny(pol, p->q.name);
@@ -487,6 +528,8 @@ void crl_resolver_free(struct crl_resolver *r)
     crl_timer_stop(r->loop, &r->tick);
     close_fd(&r->fd);
     close_fd(&r->up);
+    for (unsigned i = 0; r->slots && i < r->nslots; i++)
+        free(r->slots[i].names);
     free(r->slots);
     free(r);
 }
@@ -496,7 +539,9 @@ void crl_resolver_attach(struct crl_resolver *r, unsigned slot, struct crl_sandb
     if (slot >= r->nslots)
         return;
     struct slot_state *s = &r->slots[slot];
+    free(s->names);
     memset(s, 0, sizeof(*s));
+    s->r = r;
     s->sb = sb;
     s->tokens = CRL_RESOLVER_BURST;
     s->refill_ns = crl_now_ns();
@@ -510,6 +555,19 @@ void crl_resolver_detach(struct crl_resolver *r, unsigned slot)
         if (r->pend[i].used && r->pend[i].slot == slot)
             pending_end(r, &r->pend[i]);
     r->slots[slot].sb = NULL;
+    free(r->slots[slot].names);
+    r->slots[slot].names = NULL;
+}
+
+struct crl_sandbox *crl_resolver_sandbox(const struct crl_resolver *r, unsigned slot)
+{
+    return slot < r->nslots ? r->slots[slot].sb : NULL;
+}
+
+void crl_resolver_on_refusal(struct crl_resolver *r, crl_resolver_refusal_cb cb, void *ctx)
+{
+    r->on_refusal = cb;
+    r->refusal_ctx = ctx;
 }
 
 json_t *crl_resolver_slot_json(const struct crl_resolver *r, unsigned slot)

@@ -15,11 +15,13 @@
 #define CRL_CORE_RESOLVER_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "../os/vnet.h"
 #include "../util/err.h"
 #include "../util/loop.h"
+#include "netpolicy.h"
 #include "sandbox.h"
 
 #define CRL_RESOLVER_QPS 100   /* a sandbox's queries per second, sustained */
@@ -45,6 +47,23 @@ void crl_resolver_detach(struct crl_resolver *r, unsigned slot);
 /* The sandbox that holds this address of the range (host order) now, or
  * NULL: who a packet or connection from the sandboxes' network is from. */
 struct crl_sandbox *crl_resolver_sandbox_at(const struct crl_resolver *r, uint32_t addr);
+
+/* The sandbox that holds `slot`, or NULL. */
+struct crl_sandbox *crl_resolver_sandbox(const struct crl_resolver *r, unsigned slot);
+
+/* The name an answer to `slot`'s sandbox gave `addr` (IPv4, network order)
+ * as an address of, among the last CRL_RESOLVER_NAMES addresses answered
+ * (the newest if several), or NULL.  Valid until the next answer. */
+#define CRL_RESOLVER_NAMES 64
+const char *crl_resolver_name_of(const struct crl_resolver *r, unsigned slot,
+                                 const uint8_t addr[4]);
+
+/* Called for every name refused to a sandbox, with the rule that refused
+ * it (NULL: its mode) and whether the refusal was logged or over the log's
+ * rate. */
+typedef void (*crl_resolver_refusal_cb)(void *ctx, struct crl_sandbox *sb, const char *name,
+                                        const struct crl_net_rule *rule, bool logged);
+void crl_resolver_on_refusal(struct crl_resolver *r, crl_resolver_refusal_cb cb, void *ctx);
 
 json_t *crl_resolver_slot_json(const struct crl_resolver *r, unsigned slot);
 /* Every sandbox's, since the resolver started. */

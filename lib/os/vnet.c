@@ -35,7 +35,8 @@
 #define SLOT_SETS                                                                            \
     "add set inet %1$s s%2$ua { type ipv4_addr . inet_service; flags interval, timeout; }\n" \
     "add set inet %1$s s%2$uh { type ipv4_addr; flags timeout; }\n"                          \
-    "add set inet %1$s s%2$ud { type ipv4_addr . inet_service; flags interval, timeout; }\n"
+    "add set inet %1$s s%2$ud { type ipv4_addr . inet_service; flags interval, timeout; }\n" \
+    "add limit inet %1$s s%2$ul { rate " CRL_VNET_LOG_RATE "; }\n"
 
 struct crl_vnet {
     struct crl_vnet_config cfg;
@@ -439,6 +440,55 @@ static int enter(struct crl_vnet *v, int netns_fd, struct inside *in, struct crl
     return r;
 }
 
+int crl_vnet_log_rule(uint16_t group, unsigned slot, const char *what, struct crl_buf *out)
+{
+    if (!group)
+        return 0;
+    return crl_buf_printf(out,
+                          " ct state new limit name \"s%u%c\" log group %u prefix \"s%u %.100s\"\n",
+                          slot, CRL_VNET_LOG_LIMIT, group, slot, what);
+}
+
+uint16_t crl_vnet_log_group(const struct crl_vnet *v)
+{
+    return v->cfg.log_group;
+}
+
+/* The limit on connections open at once, and its log.  Not a log rule of
+ * the same match before it, as for the other drops: that would add the
+ * connection to @conns twice (the kernel counts an unconfirmed one again),
+ * halving the limit.  The rule goes to a chain of the slot's ("s<slot>c")
+ * that logs and drops; its counter and comment stay in the slot's chain. */
+static int conn_limit(struct crl_vnet *v, unsigned slot, struct crl_buf *b)
+{
+    char what[64];
+    snprintf(what, sizeof(what), "connections: over %u at once", v->cfg.max_conns);
+    if (!v->cfg.log_group)
+        return crl_buf_printf(b,
+                              "ct state new add @conns { ip saddr ct count over %u } counter drop"
+                              " comment \"%s\"\n",
+                              v->cfg.max_conns, what);
+    return crl_buf_printf(b,
+                          "ct state new add @conns { ip saddr ct count over %u } counter"
+                          " goto s%uc comment \"%s\"\n",
+                          v->cfg.max_conns, slot, what);
+}
+
+/* The chain conn_limit goes to (made, or emptied, whether or not it is used). */
+static int conn_limit_chain(struct crl_vnet *v, unsigned slot, struct crl_buf *b)
+{
+    char what[64];
+    snprintf(what, sizeof(what), "connections: over %u at once", v->cfg.max_conns);
+    int r = crl_buf_printf(b,
+                           "add chain inet %1$s s%2$uc\n"
+                           "flush chain inet %1$s s%2$uc\n"
+                           "table inet %1$s {\n  chain s%2$uc {\n",
+                           v->table, slot);
+    if (r == 0)
+        r = crl_vnet_log_rule(v->cfg.log_group, slot, what, b);
+    return r == 0 ? crl_buf_printf(b, "drop\n  }\n}\n") : -1;
+}
+
 static int set_chain(struct crl_vnet *v, unsigned slot, const char *rules, bool link,
                      struct crl_err *err)
 {
@@ -449,17 +499,22 @@ static int set_chain(struct crl_vnet *v, unsigned slot, const char *rules, bool 
     /* The sets first (the rules refer to them), emptied: what a name
      * resolved to under the old rules is asked again under the new. */
     int r = crl_buf_printf(&b,
-                           SLOT_SETS
-                           "flush set inet %1$s s%2$ua\n"
-                           "flush set inet %1$s s%2$uh\n"
-                           "flush set inet %1$s s%2$ud\n"
+                           SLOT_SETS "flush set inet %1$s s%2$ua\n"
+                                     "flush set inet %1$s s%2$uh\n"
+                                     "flush set inet %1$s s%2$ud\n",
+                           v->table, slot);
+    if (r == 0)
+        r = conn_limit_chain(v, slot, &b);
+    if (r == 0)
+        r = crl_buf_printf(&b,
                            "add chain inet %1$s s%2$u\n"
                            "flush chain inet %1$s s%2$u\n"
-                           "table inet %1$s {\n  chain s%2$u {\n"
-                           "ct state new add @conns { ip saddr ct count over %4$u } counter drop"
-                           " comment \"connections: over %4$u at once\"\n"
-                           "%3$s\n  }\n}\n",
-                           v->table, slot, rules, v->cfg.max_conns);
+                           "table inet %1$s {\n  chain s%2$u {\n",
+                           v->table, slot);
+    if (r == 0)
+        r = conn_limit(v, slot, &b);
+    if (r == 0)
+        r = crl_buf_printf(&b, "%s\n  }\n}\n", rules);
     if (r == 0 && link)
         r = crl_buf_printf(&b, "add element inet %s links { \"%s\" : jump s%u }\n", v->table, name,
                            slot);
@@ -529,7 +584,7 @@ int crl_vnet_set_rules(struct crl_vnet *v, unsigned slot, const char *rules, str
 
 void crl_vnet_detach(struct crl_vnet *v, unsigned slot)
 {
-    char name[IFNAMSIZ], script[1024];
+    char name[IFNAMSIZ], script[1536];
     crl_vnet_link_name(v, slot, name, sizeof(name));
     struct rtnl_link *l = rtnl_link_alloc();
     if (l) {
@@ -547,14 +602,17 @@ void crl_vnet_detach(struct crl_vnet *v, unsigned slot)
     struct crl_err e = CRL_ERR_INIT;
     crl_vnet_nft(v, script, NULL); /* absent already: a failed attach's */
     /* Added first, so that a failed attach's missing pieces are no error. */
-    char sets[512];
-    snprintf(sets, sizeof(sets), SLOT_SETS "add chain inet %1$s s%2$u\n", v->table, slot);
+    char sets[768];
+    snprintf(sets, sizeof(sets),
+             SLOT_SETS "add chain inet %1$s s%2$u\nadd chain inet %1$s s%2$uc\n", v->table, slot);
     snprintf(script, sizeof(script),
              "%3$s"
              "delete chain inet %1$s s%2$u\n"
+             "delete chain inet %1$s s%2$uc\n"
              "delete set inet %1$s s%2$ua\n"
              "delete set inet %1$s s%2$uh\n"
-             "delete set inet %1$s s%2$ud\n",
+             "delete set inet %1$s s%2$ud\n"
+             "delete limit inet %1$s s%2$ul\n",
              v->table, slot, sets);
     if (crl_vnet_nft(v, script, &e) < 0)
         crl_warn(NULL, "network: %s", e.msg);
@@ -646,7 +704,8 @@ json_t *crl_vnet_rule_counters(struct crl_vnet *v, unsigned slot)
                 counter = json_object_get(e, "counter");
             if (json_object_get(e, "accept"))
                 verdict = "accept";
-            if (json_object_get(e, "drop"))
+            /* the only goto is the connection limit's, to a chain that drops */
+            if (json_object_get(e, "drop") || json_object_get(e, "goto"))
                 verdict = "drop";
         }
         if (!comment || !counter || !verdict)

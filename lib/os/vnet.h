@@ -32,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../util/buf.h"
 #include "../util/err.h"
 
 struct crl_vnet;
@@ -44,6 +45,7 @@ struct crl_vnet_config {
     uint16_t service_port; /* 0: none; else TCP to service_net goes to this port of the host */
     uint32_t service_net;  /* a /24, host order: services' addresses (lib/core/services.h) */
     unsigned max_conns;    /* connections a sandbox may have open at once (0: 1024) */
+    uint16_t log_group;    /* NFLOG group of the chains' drops (lib/os/nflog.h); 0: none */
 };
 
 /* Parse "A.B.C.D/N" into cfg's range and prefix (the range's host bits
@@ -95,6 +97,21 @@ int crl_vnet_unpark(struct crl_vnet *v, unsigned slot, const char *rules, struct
 #define CRL_VNET_SET_ALLOW 'a' /* ipv4_addr . inet_service ranges a name's rule allows */
 #define CRL_VNET_SET_HOSTS 'h' /* ipv4_addr: those addresses, for ICMP echo */
 #define CRL_VNET_SET_DENY 'd'  /* ipv4_addr . inet_service ranges a name's rule denies */
+#define CRL_VNET_LOG_LIMIT 'l' /* a limit object: the rate of the slot's drops logged */
+#define CRL_VNET_LOG_RATE "50/second burst 100 packets"
+
+/* Each drop of a slot's chain is told to corrald: the rule before it, of
+ * the same match, logs a new connection's packet to the NFLOG group,
+ * within the slot's rate (a `limit` that does not match would let a rule
+ * with both fall through past its drop, so they are two rules).  Append
+ * " ct state new limit name ... log group G prefix \"s<slot> <what>\"\n" to
+ * out, where the caller wrote the match (or nothing, for every packet);
+ * `what` (at most 100 bytes, no quote) names the rule for corrald.
+ * Nothing if group is 0.  -1 if out of memory. */
+int crl_vnet_log_rule(uint16_t group, unsigned slot, const char *what, struct crl_buf *out);
+/* The config's log_group. */
+uint16_t crl_vnet_log_group(const struct crl_vnet *v);
+
 /* Add `elements` (nft's syntax: "198.51.100.10 . 443-443, ...", or bare
  * addresses for the hosts set) to a set of `slot` for timeout_s seconds,
  * refreshing the timeout of those already there; one transaction. */

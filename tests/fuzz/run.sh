@@ -22,14 +22,14 @@ if ! command -v "$cc" >/dev/null 2>&1; then
 fi
 
 mkdir -p "$out/corpus/spec" "$out/corpus/router" "$out/corpus/image" "$out/corpus/journal" \
-    "$out/corpus/path" "$out/corpus/netpolicy" "$out/corpus/dns"
+    "$out/corpus/path" "$out/corpus/netpolicy" "$out/corpus/dns" "$out/corpus/nflog"
 cflags="-std=gnu11 -g -O1 -D_GNU_SOURCE -fno-omit-frame-pointer \
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
     -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla \
     -Wno-unused-parameter"
 
 echo "fuzz: building $out/fuzz_spec, $out/fuzz_router, $out/fuzz_image, $out/fuzz_journal," \
-    "$out/fuzz_path, $out/fuzz_netpolicy and $out/fuzz_dns"
+    "$out/fuzz_path, $out/fuzz_netpolicy, $out/fuzz_dns and $out/fuzz_nflog"
 # shellcheck disable=SC2046,SC2086  # word splitting of flags is intended
 $cc $cflags $(pkg-config --cflags jansson libcrypto) -o "$out/fuzz_spec" tests/fuzz/fuzz_spec.c \
     lib/core/spec.c lib/core/netpolicy.c lib/core/services.c lib/util/*.c $(pkg-config --libs jansson libcrypto)
@@ -57,9 +57,13 @@ $cc $cflags $(pkg-config --cflags jansson libcrypto) -o "$out/fuzz_netpolicy" \
 # shellcheck disable=SC2046,SC2086
 $cc $cflags $(pkg-config --cflags ldns) -o "$out/fuzz_dns" tests/fuzz/fuzz_dns.c lib/core/dns.c \
     lib/util/err.c $(pkg-config --libs ldns)
+# the start of a packet a sandbox's chain dropped, as the kernel reports it
+# shellcheck disable=SC2046,SC2086
+$cc $cflags -o "$out/fuzz_nflog" tests/fuzz/fuzz_nflog.c lib/os/nflog.c lib/util/err.c \
+    lib/util/fdio.c $(pkg-config --libs libnetfilter_log)
 
 status=0
-for t in spec router image journal path netpolicy dns; do
+for t in spec router image journal path netpolicy dns nflog; do
     bin=$out/fuzz_$t
     corpus=tests/fuzz/corpus/$t
     dict=tests/fuzz/$t.dict

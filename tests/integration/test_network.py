@@ -4,6 +4,7 @@ network namespace (netlab.py), so a sandbox's traffic leads into the lab's
 internet and nowhere else on this machine."""
 import re
 import subprocess
+import time
 import uuid
 
 import pytest
@@ -259,6 +260,119 @@ def test_raw_and_packet_sockets_do_not_get_out(lab_corrald):
     with lab_corrald.client() as c, make_debian(c, {"mode": "full"}) as sb:
         r = sb.exec(["python3", "-c", probe], timeout=30)
         assert r.stdout == b"refused\n" * 3, r.stdout + r.stderr
+
+
+# ---- the denial log: what a sandbox was refused, and by which rule ----
+
+def _net(sb):
+    return sb.inspect()["container"]["network"]
+
+
+def _denied(sb, **want):
+    """The sandbox's denials that have every field of `want`."""
+    return [d for d in _net(sb)["denied"] if all(d.get(k) == v for k, v in want.items())]
+
+
+def test_a_denied_connection_is_told_with_the_rule_that_dropped_it(lab_corrald):
+    net = {"mode": "allow", "allow": [WEB[0]], "deny": [f"{WEB[2]}:80"]}
+    with lab_corrald.client() as c, make(c, net) as sb:
+        assert _net(sb)["denied"] == [] and _net(sb)["denied_total"] == 0
+        assert fetch(sb, WEB[0]) is not None          # allowed: not a denial
+        assert fetch(sb, WEB[1]) is None              # not listed
+        assert fetch(sb, WEB[2]) is None              # denied by deny[0]
+        d = wait_for(lambda: _denied(sb, protocol="tcp", address=WEB[1]), what="the denial")[0]
+        assert d["port"] == 80 and d["rule"] == "not allowed" and "name" not in d, d
+        assert isinstance(d["time"], float) and abs(d["time"] - time.time()) < 60, d
+        d = wait_for(lambda: _denied(sb, protocol="tcp", address=WEB[2]), what="the denial")[0]
+        assert d["port"] == 80 and d["rule"] == f"deny[0] {WEB[2]}:80", d
+        assert not _denied(sb, address=WEB[0]), _net(sb)["denied"]
+        net = _net(sb)
+        assert net["denied_total"] >= 2 and net["denied_unlogged"] == 0, net
+        # the denial's rule still counts it, and the log rule is not a rule of its own
+        assert _rules(sb)["not allowed"]["packets"] > 0
+        assert len([r for r in net["rules"] if r["rule"] == "not allowed"]) == 1
+        sb_id = sb.id
+    log = lab_corrald.log()
+    assert f"{sb_id} network: denied tcp {WEB[1]}:80 by not allowed" in log, log[-2000:]
+    assert f"{sb_id} network: denied tcp {WEB[2]}:80 by deny[0] {WEB[2]}:80" in log
+    # the slot's next sandbox starts from nothing
+    with lab_corrald.client() as c, make(c, {"mode": "allow", "allow": []}) as sb:
+        net = _net(sb)
+        assert net["denied"] == [] and net["denied_total"] == 0, net
+
+
+@need_debian
+def test_udp_and_icmp_denials(lab_corrald):
+    send = ("import socket\n"
+            "u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+            f"u.sendto(b'hi', ('{WEB[1]}', 9))\n"
+            "i = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP)\n"
+            f"i.sendto(bytes([8, 0, 0, 0, 0, 0, 0, 1]), ('{WEB[1]}', 0))\n")
+    with lab_corrald.client() as c, make_debian(c, {"mode": "allow", "allow": [WEB[0]]}) as sb:
+        r = sb.exec(["python3", "-c", send], timeout=30)
+        assert r.exit_code == 0, r.stderr
+        d = wait_for(lambda: _denied(sb, protocol="udp", address=WEB[1]), what="the denial")[0]
+        assert d["port"] == 9 and d["rule"] == "not allowed", d
+        d = wait_for(lambda: _denied(sb, protocol="icmp", address=WEB[1]), what="the denial")[0]
+        assert "port" not in d and d["rule"] == "not allowed", d
+
+
+def test_mode_none_set_at_run_time_is_told_as_such(lab_corrald):
+    with lab_corrald.client() as c, make(c, {"mode": "full"}) as sb:
+        sb.set_network("none")
+        assert fetch(sb, WEB[0]) is None
+        wait_for(lambda: _denied(sb, address=WEB[0], rule="mode none"), what="the denial")
+
+
+@need_debian
+def test_a_denied_address_is_told_with_the_name_it_was_resolved_from(lab_corrald):
+    with lab_corrald.client() as c, \
+            make_debian(c, {"mode": "full", "deny": ["deb.example:80"]}) as sb:
+        assert get(sb, "http://deb.example/").startswith("ERR")
+        d = wait_for(lambda: _denied(sb, protocol="tcp", address=WEB[0]), what="the denial")[0]
+        assert d == dict(d, port=80, name="deb.example", rule="deny[0] deb.example:80"), d
+    log = lab_corrald.log()
+    assert (f"{sb.id} network: denied tcp {WEB[0]}:80 (deb.example) by deny[0] deb.example:80"
+            in log), log[-2000:]
+
+
+def test_a_refused_name_is_a_denial_too(lab_corrald):
+    with lab_corrald.client() as c, \
+            make(c, {"mode": "full", "deny": ["other.example"]}) as sb:
+        sb.exec("nslookup other.example", timeout=15)
+        d = wait_for(lambda: _denied(sb, protocol="dns"), what="the denial")[0]
+        assert d["name"] == "other.example" and d["rule"] == "deny[0] other.example", d
+        assert "address" not in d and "port" not in d, d
+
+
+@need_debian
+def test_a_flood_of_denials_is_rate_limited(lab_corrald):
+    """500 connection attempts: the kernel logs at most its burst and rate,
+    corrald keeps the last 32 and writes at most 5 lines a second, and goes
+    on answering everyone meanwhile."""
+    flood = ("import socket, time\n"
+             "held = []\n"
+             "for i in range(500):\n"
+             "    s = socket.socket(); s.setblocking(False)\n"
+             f"    s.connect_ex(('{WEB[1]}', 1000 + i)); held.append(s)\n"
+             "time.sleep(1)\n")
+    with lab_corrald.client() as c, make_debian(c, {"mode": "allow", "allow": [WEB[0]]}) as a, \
+            make(c, {"mode": "allow", "allow": [WEB[0]]}) as b:
+        t0 = time.monotonic()
+        a.exec(["python3", "-c", flood], timeout=60)
+        net = wait_for(lambda: (lambda n: n if n["denied_total"] >= 100 else None)(_net(a)),
+                       what="the burst's denials")
+        elapsed = time.monotonic() - t0
+        assert len(net["denied"]) == 32, net["denied"]
+        assert net["denied_unlogged"] > 0, net
+        assert net["denied_total"] <= 500 + 50 * (elapsed + 1), net  # the kernel's rate
+        assert all(d["rule"] == "not allowed" and d["address"] == WEB[1] for d in net["denied"])
+        t1 = time.monotonic()
+        assert fetch(b, WEB[0]) is not None
+        assert time.monotonic() - t1 < 5
+        assert _net(b)["denied_total"] == 0
+        lines = lab_corrald.log().count(f"{a.id} network: denied ")
+        assert 0 < lines <= 5 * (int(time.monotonic() - t0) + 2), lines
 
 
 # ---- a policy changed at run time ----
