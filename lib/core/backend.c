@@ -11,6 +11,7 @@
 #include "../util/buf.h"
 #include "../util/err.h"
 #include "../util/log.h"
+#include "../util/worker.h"
 #include "host.h"
 #include "netlog.h"
 #include "netrules.h"
@@ -74,31 +75,81 @@ static int render(const struct crl_sandbox *sb, const struct crl_net_policy *p,
     return 0;
 }
 
-int crl_backend_net_claim(struct crl_sandbox *sb, struct crl_err *err)
+/* A link being made for a sandbox, on the network's worker. */
+struct net_job {
+    struct crl_worker_job job;
+    struct crl_sandbox *sb; /* a reference is held */
+    struct crl_vnet *v;
+    unsigned slot;
+    int fd;        /* a namespace of the pool to link; -1: the slot's parked one */
+    bool parked;
+    char *rules;
+    crl_net_claimed_fn done;
+};
+
+static int net_work(struct crl_worker_job *j, struct crl_err *err)
+{
+    struct net_job *n = (struct net_job *)j;
+    if (n->parked)
+        return (n->fd = crl_vnet_unpark(n->v, n->slot, n->rules, err)) < 0 ? -1 : 0;
+    return crl_vnet_attach(n->v, n->slot, n->fd, n->rules, err);
+}
+
+static void net_done(struct crl_worker_job *j, const struct crl_err *err)
+{
+    struct net_job *n = (struct net_job *)j;
+    struct crl_sandbox *sb = n->sb;
+    struct crl_host *h = sb->host;
+    int fd = n->fd;
+    if (err && !n->parked && fd >= 0)
+        crl_netns_put(h->netns, fd); /* attach undid its link: the namespace is as it was */
+    if (!err) {
+        sb->net_linked = true;
+        crl_resolver_attach(h->resolver, sb->slot, sb);
+    }
+    crl_net_claimed_fn done = n->done;
+    free(n->rules);
+    free(n);
+    done(sb, err ? -1 : fd, err);
+    crl_sandbox_unref(sb);
+}
+
+int crl_backend_net_claim(struct crl_sandbox *sb, crl_net_claimed_fn done, struct crl_err *err)
 {
     struct crl_host *h = sb->host;
     if (!linked(sb))
         return crl_netns_get(h->netns, err);
+    if (!done)
+        return crl_err_set(err, CRL_E_UNSUPPORTED, "a %s sandbox has no network link",
+                           sb->ops->name);
     struct crl_vnet *v = crl_host_vnet(h, err);
     if (!v)
         return -1;
+    struct net_job *n = calloc(1, sizeof(*n));
     struct crl_buf rules;
-    int fd = -1;
+    if (!n)
+        return crl_err_sys(err, ENOMEM, "network");
     if (render(sb, sb->spec.network, &rules, err) < 0) {
-        fd = -1;
-    } else if (crl_vnet_parked(v, sb->slot)) {
-        fd = crl_vnet_unpark(v, sb->slot, rules.data, err);
-    } else if ((fd = crl_netns_get(h->netns, err)) >= 0 &&
-               crl_vnet_attach(v, sb->slot, fd, rules.data, err) < 0) {
-        crl_netns_put(h->netns, fd); /* attach undid its link: the namespace is as it was */
-        fd = -1;
+        free(n);
+        return -1;
     }
-    crl_buf_free(&rules);
-    if (fd >= 0) {
-        sb->net_linked = true;
-        crl_resolver_attach(h->resolver, sb->slot, sb);
+    n->parked = crl_vnet_parked(v, sb->slot);
+    n->fd = n->parked ? -1 : crl_netns_get(h->netns, err);
+    if (!n->parked && n->fd < 0) {
+        crl_buf_free(&rules);
+        free(n);
+        return -1;
     }
-    return fd;
+    n->rules = rules.data; /* the buffer's, now the job's */
+    n->sb = sb;
+    n->v = v;
+    n->slot = sb->slot;
+    n->done = done;
+    n->job.work = net_work;
+    n->job.done = net_done;
+    crl_sandbox_ref(sb);
+    crl_worker_submit(h->net_worker, &n->job);
+    return CRL_NET_PENDING;
 }
 
 int crl_backend_net_set(struct crl_sandbox *sb, struct crl_net_policy *p, struct crl_err *err)

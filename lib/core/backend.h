@@ -152,12 +152,18 @@ int crl_backend_pause_cgroup(struct crl_sandbox *sb, struct crl_cgroup *cg, bool
  * a backend's info, once it has paused. */
 void crl_backend_pause_info(struct json_t *o, const struct crl_cgroup_reclaim *last);
 
-/* The network namespace of a new sandbox of any backend: for mode none one
- * of the host's pool (loopback only); else one linked to the sandboxes'
- * network with the spec's policy as its rules (lib/os/vnet.h), the slot's
- * parked one if it has one.  Returns the descriptor, which
- * crl_backend_net_release takes back. */
-int crl_backend_net_claim(struct crl_sandbox *sb, struct crl_err *err);
+/* The network namespace of a new sandbox of any backend: for mode none
+ * without services one of the host's pool (loopback only), returned at
+ * once; else one linked to the sandboxes' network with the spec's policy
+ * as its rules (lib/os/vnet.h), the slot's parked one if it has one.  The
+ * link is made on the network's worker thread, off the loop: then claim
+ * returns CRL_NET_PENDING and `done` runs on the loop later with the
+ * descriptor or an error (a backend that passes no `done` gets an error
+ * instead of a link).  crl_backend_net_release takes the descriptor back. */
+#define CRL_NET_PENDING (-2)
+typedef void (*crl_net_claimed_fn)(struct crl_sandbox *sb, int netns_fd,
+                                   const struct crl_err *err);
+int crl_backend_net_claim(struct crl_sandbox *sb, crl_net_claimed_fn done, struct crl_err *err);
 /* Give the namespace back once nothing of the sandbox runs in it; with
  * `quarantine` (something may still), it is only closed. */
 void crl_backend_net_release(struct crl_sandbox *sb, int netns_fd, bool quarantine);

@@ -16,6 +16,7 @@
 #include "../util/cleanup.h"
 #include "../util/fdio.h"
 #include "../util/log.h"
+#include "../util/worker.h"
 #include "etc.h"
 #include "netlog.h"
 #include "resolver.h"
@@ -82,12 +83,15 @@ struct crl_vnet *crl_host_vnet(struct crl_host *h, struct crl_err *err)
         return NULL;
     vc.log_group = crl_netlog_group(h->netlog);
     if (crl_vnet_parse_range(h->cfg.network_range, &vc, err) < 0 ||
+        crl_worker_new(h->loop, "corrald-net", &h->net_worker, err) < 0 ||
         crl_vnet_new(&vc, &h->vnet, err) < 0 ||
         crl_resolver_new(h->loop, h->vnet, h->cfg.resolver_port, h->nameservers, &h->resolver,
                          err) < 0 ||
         crl_netlog_bind(h->netlog, h->vnet, h->resolver, err) < 0) {
         crl_resolver_free(h->resolver);
         h->resolver = NULL;
+        crl_worker_free(h->net_worker);
+        h->net_worker = NULL;
         crl_vnet_free(h->vnet);
         h->vnet = NULL;
         crl_netlog_free(h->netlog);
@@ -612,6 +616,9 @@ void crl_host_close(struct crl_host *h)
     uint64_t deadline = crl_now_ns() + 30 * NS_PER_S;
     while ((pending || tearing_down(h)) && crl_now_ns() < deadline)
         crl_loop_once(h->loop, 100);
+    /* Links being made: done now, while the backends can still take them. */
+    crl_worker_free(h->net_worker);
+    h->net_worker = NULL;
     for (size_t i = 0; h->backend_state && i < h->cfg.n_backends; i++)
         if (h->backend_state[i])
             h->cfg.backends[i]->shutdown(h, h->backend_state[i]);

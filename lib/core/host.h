@@ -22,6 +22,7 @@
 
 struct crl_resolver;
 struct crl_netlog;
+struct crl_worker;
 
 struct crl_host_config {
     const char *state_dir;
@@ -87,6 +88,7 @@ struct crl_host {
     struct crl_vnet *vnet;         /* NULL until a sandbox has a network */
     struct crl_resolver *resolver; /* with vnet */
     struct crl_netlog *netlog;     /* with vnet: what sandboxes were refused */
+    struct crl_worker *net_worker; /* with vnet: sandboxes' links are made there */
     char nameservers[256];         /* cfg.dns_upstream, or the host's */
     struct crl_sandbox *sandboxes; /* every known sandbox, live or tombstoned */
     size_t n_sandboxes;

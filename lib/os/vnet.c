@@ -13,6 +13,7 @@
 #include <linux/ethtool.h>
 #include <linux/sockios.h>
 #include <nftables/libnftables.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,12 +39,20 @@
     "add set inet %1$s s%2$ud { type ipv4_addr . inet_service; flags interval, timeout; }\n" \
     "add limit inet %1$s s%2$ul { rate " CRL_VNET_LOG_RATE "; }\n"
 
+/* A netlink socket and an nftables context: neither may be used by two
+ * threads at once, so the loop and the set-up each have their own. */
+struct vnet_io {
+    struct nl_sock *sk;
+    struct nft_ctx *nft;
+};
+
 struct crl_vnet {
     struct crl_vnet_config cfg;
     char table[32];  /* corral_<tag> */
     char prefix[16]; /* cr<tag>: every link of this daemon's starts so */
-    struct nl_sock *sk;
-    struct nft_ctx *nft;
+    struct vnet_io io;    /* the loop's */
+    struct vnet_io setup; /* attach, unpark and detach's (crl_vnet_attach) */
+    pthread_mutex_t setup_lock; /* held around each use of setup */
     int host_netns; /* corrald's own, to come back to */
     int *parked;    /* by slot: a namespace kept with its link, or -1 */
 };
@@ -109,11 +118,12 @@ static void ip4(uint32_t a, char *buf, size_t cap)
     inet_ntop(AF_INET, &in, buf, (socklen_t)cap);
 }
 
-int crl_vnet_nft(struct crl_vnet *v, const char *script, struct crl_err *err)
+static int run_nft(struct crl_vnet *v, struct vnet_io *io, const char *script,
+                   struct crl_err *err)
 {
-    if (nft_run_cmd_from_buffer(v->nft, script) == 0)
+    if (nft_run_cmd_from_buffer(io->nft, script) == 0)
         return 0;
-    const char *e = nft_ctx_get_error_buffer(v->nft);
+    const char *e = nft_ctx_get_error_buffer(io->nft);
     char msg[512];
     snprintf(msg, sizeof(msg), "%s", e && *e ? e : "failed");
     msg[strcspn(msg, "\n")] = '\0'; /* its first line names the error */
@@ -121,19 +131,24 @@ int crl_vnet_nft(struct crl_vnet *v, const char *script, struct crl_err *err)
     return crl_err_set(err, CRL_E_INTERNAL, "nftables (table %s): %s", v->table, msg);
 }
 
+int crl_vnet_nft(struct crl_vnet *v, const char *script, struct crl_err *err)
+{
+    return run_nft(v, &v->io, script, err);
+}
+
 /* Delete every link whose name starts with this daemon's prefix (a
  * crashed run's; the sandbox end of each pair goes with it). */
 static void delete_links(struct crl_vnet *v)
 {
     struct nl_cache *cache = NULL;
-    if (rtnl_link_alloc_cache(v->sk, AF_UNSPEC, &cache) < 0)
+    if (rtnl_link_alloc_cache(v->io.sk, AF_UNSPEC, &cache) < 0)
         return;
     size_t plen = strlen(v->prefix);
     for (struct nl_object *o = nl_cache_get_first(cache); o; o = nl_cache_get_next(o)) {
         struct rtnl_link *l = (struct rtnl_link *)o;
         const char *name = rtnl_link_get_name(l);
         if (name && strncmp(name, v->prefix, plen) == 0)
-            rtnl_link_delete(v->sk, l);
+            rtnl_link_delete(v->io.sk, l);
     }
     nl_cache_free(cache);
 }
@@ -225,7 +240,7 @@ void crl_vnet_reconcile(uint32_t tag)
     struct nl_sock *sk = nl_socket_alloc();
     if (nft && sk && nl_connect(sk, NETLINK_ROUTE) == 0 && nft_ctx_buffer_output(nft) == 0 &&
         nft_ctx_buffer_error(nft) == 0) {
-        struct crl_vnet v = {.sk = sk, .nft = nft};
+        struct crl_vnet v = {.io = {.sk = sk, .nft = nft}};
         snprintf(v.table, sizeof(v.table), "corral_%06x", tag & 0xffffff);
         snprintf(v.prefix, sizeof(v.prefix), VNET_LINK_PREFIX, tag & 0xffffff);
         char script[96];
@@ -243,6 +258,26 @@ void crl_vnet_reconcile(uint32_t tag)
         nft_ctx_free(nft);
 }
 
+static int io_open(struct vnet_io *io, struct crl_err *err)
+{
+    int r;
+    if (!(io->sk = nl_socket_alloc()) || !(io->nft = nft_ctx_new(NFT_CTX_DEFAULT)))
+        return crl_err_sys(err, ENOMEM, "netlink or nftables context");
+    if ((r = nl_connect(io->sk, NETLINK_ROUTE)) < 0)
+        return nl_failed(err, r, "netlink", "connect");
+    if (nft_ctx_buffer_output(io->nft) < 0 || nft_ctx_buffer_error(io->nft) < 0)
+        return crl_err_sys(err, ENOMEM, "nftables buffers");
+    return 0;
+}
+
+static void io_close(struct vnet_io *io)
+{
+    if (io->nft)
+        nft_ctx_free(io->nft);
+    if (io->sk)
+        nl_socket_free(io->sk);
+}
+
 int crl_vnet_new(const struct crl_vnet_config *cfg, struct crl_vnet **out, struct crl_err *err)
 {
     struct crl_vnet *v = calloc(1, sizeof(*v));
@@ -252,6 +287,7 @@ int crl_vnet_new(const struct crl_vnet_config *cfg, struct crl_vnet **out, struc
     if (!v->cfg.max_conns)
         v->cfg.max_conns = 1024;
     v->host_netns = -1;
+    pthread_mutex_init(&v->setup_lock, NULL);
     if (!(v->parked = malloc(crl_vnet_slots(v) * sizeof(int)))) {
         free(v);
         return crl_err_sys(err, ENOMEM, "vnet");
@@ -260,19 +296,8 @@ int crl_vnet_new(const struct crl_vnet_config *cfg, struct crl_vnet **out, struc
         v->parked[i] = -1;
     snprintf(v->table, sizeof(v->table), "corral_%06x", cfg->tag & 0xffffff);
     snprintf(v->prefix, sizeof(v->prefix), VNET_LINK_PREFIX, cfg->tag & 0xffffff);
-    int r;
-    if (!(v->sk = nl_socket_alloc()) || !(v->nft = nft_ctx_new(NFT_CTX_DEFAULT))) {
-        crl_err_sys(err, ENOMEM, "netlink or nftables context");
+    if (io_open(&v->io, err) < 0 || io_open(&v->setup, err) < 0)
         goto fail;
-    }
-    if ((r = nl_connect(v->sk, NETLINK_ROUTE)) < 0) {
-        nl_failed(err, r, "netlink", "connect");
-        goto fail;
-    }
-    if (nft_ctx_buffer_output(v->nft) < 0 || nft_ctx_buffer_error(v->nft) < 0) {
-        crl_err_sys(err, ENOMEM, "nftables buffers");
-        goto fail;
-    }
     v->host_netns = crl_openat(AT_FDCWD, "/proc/thread-self/ns/net", O_RDONLY, 0);
     if (v->host_netns < 0) {
         crl_err_sys(err, errno, "open /proc/thread-self/ns/net");
@@ -293,7 +318,7 @@ void crl_vnet_free(struct crl_vnet *v)
 {
     if (!v)
         return;
-    if (v->sk && v->nft) {
+    if (v->io.sk && v->io.nft) {
         char script[96];
         snprintf(script, sizeof(script), "add table inet %1$s\ndelete table inet %1$s\n", v->table);
         struct crl_err e = CRL_ERR_INIT;
@@ -303,10 +328,9 @@ void crl_vnet_free(struct crl_vnet *v)
     for (unsigned i = 0; v->parked && i < crl_vnet_slots(v); i++)
         close_fd(&v->parked[i]);
     free(v->parked);
-    if (v->nft)
-        nft_ctx_free(v->nft);
-    if (v->sk)
-        nl_socket_free(v->sk);
+    io_close(&v->io);
+    io_close(&v->setup);
+    pthread_mutex_destroy(&v->setup_lock);
     if (v->host_netns >= 0)
         close(v->host_netns);
     free(v);
@@ -489,8 +513,8 @@ static int conn_limit_chain(struct crl_vnet *v, unsigned slot, struct crl_buf *b
     return r == 0 ? crl_buf_printf(b, "drop\n  }\n}\n") : -1;
 }
 
-static int set_chain(struct crl_vnet *v, unsigned slot, const char *rules, bool link,
-                     struct crl_err *err)
+static int set_chain(struct crl_vnet *v, struct vnet_io *io, unsigned slot, const char *rules,
+                     bool link, struct crl_err *err)
 {
     char name[IFNAMSIZ];
     crl_vnet_link_name(v, slot, name, sizeof(name));
@@ -518,13 +542,15 @@ static int set_chain(struct crl_vnet *v, unsigned slot, const char *rules, bool 
     if (r == 0 && link)
         r = crl_buf_printf(&b, "add element inet %s links { \"%s\" : jump s%u }\n", v->table, name,
                            slot);
-    r = r == 0 ? crl_vnet_nft(v, b.data, err) : crl_err_sys(err, ENOMEM, "nftables script");
+    r = r == 0 ? run_nft(v, io, b.data, err) : crl_err_sys(err, ENOMEM, "nftables script");
     crl_buf_free(&b);
     return r;
 }
 
-int crl_vnet_attach(struct crl_vnet *v, unsigned slot, int netns_fd, const char *rules,
-                    struct crl_err *err)
+static void detach(struct crl_vnet *v, struct vnet_io *io, unsigned slot);
+
+static int attach(struct crl_vnet *v, unsigned slot, int netns_fd, const char *rules,
+                  struct crl_err *err)
 {
     if (slot >= crl_vnet_slots(v))
         return crl_err_set(err, CRL_E_CAPACITY, "network: slot %u is past the range's %u sandboxes",
@@ -539,7 +565,7 @@ int crl_vnet_attach(struct crl_vnet *v, unsigned slot, int netns_fd, const char 
     rtnl_link_set_name(peer, "eth0");
     rtnl_link_set_ns_fd(peer, netns_fd);
     rtnl_link_put(peer);
-    int r = rtnl_link_add(v->sk, veth, NLM_F_CREATE | NLM_F_EXCL);
+    int r = rtnl_link_add(v->setup.sk, veth, NLM_F_CREATE | NLM_F_EXCL);
     rtnl_link_veth_release(veth);
     if (r < 0)
         return nl_failed(err, r, "create the veth pair", name);
@@ -552,7 +578,7 @@ int crl_vnet_attach(struct crl_vnet *v, unsigned slot, int netns_fd, const char 
         goto undo;
     }
     if (link_up(sock, name, &ifindex, err) < 0 ||
-        add_address(v->sk, ifindex, crl_vnet_gateway(v, slot), 30, name, err) < 0 ||
+        add_address(v->setup.sk, ifindex, crl_vnet_gateway(v, slot), 30, name, err) < 0 ||
         enter(v, netns_fd, &in, err) < 0)
         goto undo;
     r = write(in.no_ipv6, "1", 1) == 1 && write(in.ping, "0 2147483647", 12) == 12
@@ -569,27 +595,43 @@ int crl_vnet_attach(struct crl_vnet *v, unsigned slot, int netns_fd, const char 
     if (r == 0)
         r = default_route(in.sk, sb_ifindex, crl_vnet_gateway(v, slot), err);
     inside_close(&in);
-    if (r < 0 || set_chain(v, slot, rules, true, err) < 0)
+    if (r < 0 || set_chain(v, &v->setup, slot, rules, true, err) < 0)
         goto undo;
     return 0;
 undo:
-    crl_vnet_detach(v, slot);
+    detach(v, &v->setup, slot);
     return -1;
+}
+
+int crl_vnet_attach(struct crl_vnet *v, unsigned slot, int netns_fd, const char *rules,
+                    struct crl_err *err)
+{
+    pthread_mutex_lock(&v->setup_lock);
+    int r = attach(v, slot, netns_fd, rules, err);
+    pthread_mutex_unlock(&v->setup_lock);
+    return r;
 }
 
 int crl_vnet_set_rules(struct crl_vnet *v, unsigned slot, const char *rules, struct crl_err *err)
 {
-    return set_chain(v, slot, rules, false, err);
+    return set_chain(v, &v->io, slot, rules, false, err);
 }
 
 void crl_vnet_detach(struct crl_vnet *v, unsigned slot)
+{
+    pthread_mutex_lock(&v->setup_lock);
+    detach(v, &v->setup, slot);
+    pthread_mutex_unlock(&v->setup_lock);
+}
+
+static void detach(struct crl_vnet *v, struct vnet_io *io, unsigned slot)
 {
     char name[IFNAMSIZ], script[1536];
     crl_vnet_link_name(v, slot, name, sizeof(name));
     struct rtnl_link *l = rtnl_link_alloc();
     if (l) {
         rtnl_link_set_name(l, name);
-        int r = rtnl_link_delete(v->sk, l);
+        int r = rtnl_link_delete(io->sk, l);
         if (r < 0 && r != -NLE_NODEV && r != -NLE_OBJ_NOTFOUND)
             crl_warn(NULL, "network: delete %s: %s", name, nl_geterror(r));
         rtnl_link_put(l);
@@ -600,7 +642,7 @@ void crl_vnet_detach(struct crl_vnet *v, unsigned slot)
              "delete element inet %1$s links { \"%3$s\" }\n",
              v->table, slot, name);
     struct crl_err e = CRL_ERR_INIT;
-    crl_vnet_nft(v, script, NULL); /* absent already: a failed attach's */
+    run_nft(v, io, script, NULL); /* absent already: a failed attach's */
     /* Added first, so that a failed attach's missing pieces are no error. */
     char sets[768];
     snprintf(sets, sizeof(sets),
@@ -614,16 +656,16 @@ void crl_vnet_detach(struct crl_vnet *v, unsigned slot)
              "delete set inet %1$s s%2$ud\n"
              "delete limit inet %1$s s%2$ul\n",
              v->table, slot, sets);
-    if (crl_vnet_nft(v, script, &e) < 0)
+    if (run_nft(v, io, script, &e) < 0)
         crl_warn(NULL, "network: %s", e.msg);
 }
 
 void crl_vnet_park(struct crl_vnet *v, unsigned slot, int netns_fd)
 {
     struct crl_err e = CRL_ERR_INIT;
-    if (slot >= crl_vnet_slots(v) || set_chain(v, slot, "drop", false, &e) < 0) {
+    if (slot >= crl_vnet_slots(v) || set_chain(v, &v->io, slot, "drop", false, &e) < 0) {
         crl_warn(NULL, "network: slot %u: %s: its link goes", slot, e.msg);
-        crl_vnet_detach(v, slot);
+        detach(v, &v->io, slot);
         close(netns_fd);
         return;
     }
@@ -642,7 +684,10 @@ int crl_vnet_unpark(struct crl_vnet *v, unsigned slot, const char *rules, struct
         errno = ENOENT;
         return -1;
     }
-    if (set_chain(v, slot, rules, false, err) < 0)
+    pthread_mutex_lock(&v->setup_lock);
+    int r = set_chain(v, &v->setup, slot, rules, false, err);
+    pthread_mutex_unlock(&v->setup_lock);
+    if (r < 0)
         return -1;
     int fd = v->parked[slot];
     v->parked[slot] = -1;
@@ -682,11 +727,11 @@ json_t *crl_vnet_rule_counters(struct crl_vnet *v, unsigned slot)
 {
     char cmd[96];
     snprintf(cmd, sizeof(cmd), "list chain inet %s s%u", v->table, slot);
-    unsigned flags = nft_ctx_output_get_flags(v->nft);
-    nft_ctx_output_set_flags(v->nft, flags | NFT_CTX_OUTPUT_JSON);
-    int r = nft_run_cmd_from_buffer(v->nft, cmd);
-    nft_ctx_output_set_flags(v->nft, flags);
-    const char *out = nft_ctx_get_output_buffer(v->nft);
+    unsigned flags = nft_ctx_output_get_flags(v->io.nft);
+    nft_ctx_output_set_flags(v->io.nft, flags | NFT_CTX_OUTPUT_JSON);
+    int r = nft_run_cmd_from_buffer(v->io.nft, cmd);
+    nft_ctx_output_set_flags(v->io.nft, flags);
+    const char *out = nft_ctx_get_output_buffer(v->io.nft);
     json_t *doc = r == 0 && out ? json_loads(out, 0, NULL) : NULL;
     json_t *items = json_object_get(doc, "nftables"), *rules = doc ? json_array() : NULL;
     size_t i;

@@ -23,8 +23,15 @@
  *
  * The tag names this daemon's links and table (two daemons on one host
  * keep apart); everything of a tag is removed by crl_vnet_new (a previous
- * run's, after a crash) and by crl_vnet_free.  All calls are from corrald's
- * single event thread: attach enters the sandbox's namespace for a moment. */
+ * run's, after a crash) and by crl_vnet_free.
+ *
+ * Threads: the set-up of a slot (crl_vnet_attach, crl_vnet_unpark,
+ * crl_vnet_detach) has a netlink socket and an nftables context of its own,
+ * used under a lock, and touches only its slot, so it may run on a thread
+ * other than the loop's (corrald runs it on the network's worker,
+ * lib/core/backend.c) while the loop makes every other call, for other
+ * slots.  Attach enters the sandbox's namespace for a moment, on the
+ * calling thread only. */
 #ifndef CRL_OS_VNET_H
 #define CRL_OS_VNET_H
 

@@ -192,37 +192,18 @@ void crl_ctr_create_done(struct crl_sandbox *sb, const struct crl_spawn_reply *r
     crl_sandbox_created(sb, NULL);
 }
 
-static int ctr_create(struct crl_sandbox *sb, struct crl_err *err)
+/* The sandbox has its network namespace: ask a spawner to make it. */
+static int spawn(struct crl_sandbox *sb, struct crl_err *err)
 {
     struct ctr_state *st = crl_ctr_state;
     struct crl_host *h = sb->host;
-    struct ctr_sandbox *c = calloc(1, sizeof(*c));
-    if (!c)
-        return crl_err_sys(err, ENOMEM, "sandbox");
-    c->netns_fd = c->pidfd = c->root_fd = c->tmpfs_fd = -1;
-    sb->priv = c;
-    char name[32];
-    snprintf(name, sizeof(name), "s%u", sb->slot);
-    struct crl_cgroup_limits lim = {.memory_bytes = (uint64_t)sb->spec.memory_mb << 20,
-                                    .pids = sb->spec.pids,
-                                    .cpus = sb->spec.cpus};
+    struct ctr_sandbox *c = sb->priv;
     int fds[CRL_SPAWN_MAX_FDS];
     int ncg = 0;
     size_t nl = sb->image->n_layers;
-    if (nl == 0 || nl > CRL_SPAWN_MAX_LAYERS) {
-        crl_err_set(err, CRL_E_INVALID, "image %s has %zu layers: 1 to %d are supported",
-                    sb->image->name, nl, CRL_SPAWN_MAX_LAYERS);
-        goto fail;
-    }
     struct spawner *s = crl_ctr_pick_spawner(st, err);
-    if (!s)
-        goto fail;
-    if (crl_cgroup_create(h->cgroups, name, &lim, &c->cg, err) < 0)
-        goto fail;
-    if ((c->netns_fd = crl_backend_net_claim(sb, err)) < 0)
-        goto fail;
-    if (crl_cgroup_attach_fds(c->cg, ".", fds + nl + 1, &ncg, err) < 0)
-        goto fail;
+    if (!s || crl_cgroup_attach_fds(c->cg, ".", fds + nl + 1, &ncg, err) < 0)
+        return -1;
     memcpy(fds, sb->image->layer_fds, nl * sizeof(int));
     fds[nl] = c->netns_fd;
     crl_timens_from_now(&c->timens); /* its clocks start now, in every process of it */
@@ -246,9 +227,53 @@ static int ctr_create(struct crl_sandbox *sb, struct crl_err *err)
                              sb, NULL, NULL, err);
     for (int i = 0; i < ncg; i++)
         close(fds[nl + 1 + i]);
-    if (r < 0)
+    if (r == 0)
+        c->spawner = s->idx;
+    return r;
+}
+
+/* The link was made off the loop (crl_backend_net_claim): go on, or fail
+ * the create with nothing of it left. */
+static void net_claimed(struct crl_sandbox *sb, int netns_fd, const struct crl_err *err)
+{
+    struct ctr_sandbox *c = sb->priv;
+    struct crl_err e = CRL_ERR_INIT;
+    c->netns_fd = netns_fd;
+    if (err)
+        e = *err;
+    if (err || spawn(sb, &e) < 0) {
+        undo_create(sb);
+        crl_sandbox_created(sb, &e);
+    }
+}
+
+static int ctr_create(struct crl_sandbox *sb, struct crl_err *err)
+{
+    struct crl_host *h = sb->host;
+    struct ctr_sandbox *c = calloc(1, sizeof(*c));
+    if (!c)
+        return crl_err_sys(err, ENOMEM, "sandbox");
+    c->netns_fd = c->pidfd = c->root_fd = c->tmpfs_fd = -1;
+    sb->priv = c;
+    char name[32];
+    snprintf(name, sizeof(name), "s%u", sb->slot);
+    struct crl_cgroup_limits lim = {.memory_bytes = (uint64_t)sb->spec.memory_mb << 20,
+                                    .pids = sb->spec.pids,
+                                    .cpus = sb->spec.cpus};
+    size_t nl = sb->image->n_layers;
+    if (nl == 0 || nl > CRL_SPAWN_MAX_LAYERS) {
+        crl_err_set(err, CRL_E_INVALID, "image %s has %zu layers: 1 to %d are supported",
+                    sb->image->name, nl, CRL_SPAWN_MAX_LAYERS);
         goto fail;
-    c->spawner = s->idx;
+    }
+    if (!crl_ctr_pick_spawner(crl_ctr_state, err) ||
+        crl_cgroup_create(h->cgroups, name, &lim, &c->cg, err) < 0)
+        goto fail;
+    int fd = crl_backend_net_claim(sb, net_claimed, err);
+    if (fd == CRL_NET_PENDING)
+        return 0; /* net_claimed goes on */
+    if ((c->netns_fd = fd) < 0 || spawn(sb, err) < 0)
+        goto fail;
     return 0;
 fail:
     undo_create(sb);

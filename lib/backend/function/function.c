@@ -209,7 +209,7 @@ static int fn_create(struct crl_sandbox *sb, struct crl_err *err)
                                     .pids = sb->spec.pids,
                                     .cpus = sb->spec.cpus};
     if (crl_cgroup_create(h->cgroups, name, &lim, &f->cg, err) < 0 ||
-        (f->netns_fd = crl_backend_net_claim(sb, err)) < 0) {
+        (f->netns_fd = crl_backend_net_claim(sb, NULL, err)) < 0) {
         if (f->cg)
             crl_cgroup_release(f->cg, true, NULL);
         free(f);
