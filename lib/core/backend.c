@@ -81,7 +81,7 @@ struct net_job {
     struct crl_sandbox *sb; /* a reference is held */
     struct crl_vnet *v;
     unsigned slot;
-    int fd;        /* a namespace of the pool to link; -1: the slot's parked one */
+    int fd; /* a namespace of the pool to link; -1: the slot's parked one */
     bool parked;
     char *rules;
     crl_net_claimed_fn done;

@@ -161,8 +161,7 @@ void crl_backend_pause_info(struct json_t *o, const struct crl_cgroup_reclaim *l
  * descriptor or an error (a backend that passes no `done` gets an error
  * instead of a link).  crl_backend_net_release takes the descriptor back. */
 #define CRL_NET_PENDING (-2)
-typedef void (*crl_net_claimed_fn)(struct crl_sandbox *sb, int netns_fd,
-                                   const struct crl_err *err);
+typedef void (*crl_net_claimed_fn)(struct crl_sandbox *sb, int netns_fd, const struct crl_err *err);
 int crl_backend_net_claim(struct crl_sandbox *sb, crl_net_claimed_fn done, struct crl_err *err);
 /* Give the namespace back once nothing of the sandbox runs in it; with
  * `quarantine` (something may still), it is only closed. */

@@ -48,13 +48,13 @@ struct vnet_io {
 
 struct crl_vnet {
     struct crl_vnet_config cfg;
-    char table[32];  /* corral_<tag> */
-    char prefix[16]; /* cr<tag>: every link of this daemon's starts so */
-    struct vnet_io io;    /* the loop's */
-    struct vnet_io setup; /* attach, unpark and detach's (crl_vnet_attach) */
+    char table[32];             /* corral_<tag> */
+    char prefix[16];            /* cr<tag>: every link of this daemon's starts so */
+    struct vnet_io io;          /* the loop's */
+    struct vnet_io setup;       /* attach, unpark and detach's (crl_vnet_attach) */
     pthread_mutex_t setup_lock; /* held around each use of setup */
-    int host_netns; /* corrald's own, to come back to */
-    int *parked;    /* by slot: a namespace kept with its link, or -1 */
+    int host_netns;             /* corrald's own, to come back to */
+    int *parked;                /* by slot: a namespace kept with its link, or -1 */
 };
 
 static int nl_failed(struct crl_err *err, int nle, const char *what, const char *name)
@@ -118,8 +118,7 @@ static void ip4(uint32_t a, char *buf, size_t cap)
     inet_ntop(AF_INET, &in, buf, (socklen_t)cap);
 }
 
-static int run_nft(struct crl_vnet *v, struct vnet_io *io, const char *script,
-                   struct crl_err *err)
+static int run_nft(struct crl_vnet *v, struct vnet_io *io, const char *script, struct crl_err *err)
 {
     if (nft_run_cmd_from_buffer(io->nft, script) == 0)
         return 0;
