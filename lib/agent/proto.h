@@ -152,7 +152,8 @@ uint64_t crl_agent_frame_u64(const struct crl_agent_frame *f);
 /* An incremental decoder for a hostile peer.  It buffers at most one frame
  * of the largest size plus its header (1 MiB + 12 bytes, allocated at init)
  * and checks each header as soon as it is complete, so an oversized or
- * forbidden frame is refused before its payload arrives. */
+ * forbidden frame is refused before its payload arrives.  The caller owns
+ * the struct; its fields are the decoder's own. */
 struct crl_agent_dec {
     enum crl_agent_side side; /* the end that decodes */
     uint8_t *buf;
