@@ -5,6 +5,7 @@
 #
 #   FUZZ_TIME=20   seconds of fuzzing per target (0: replay only)
 #   FUZZ_CC=clang  the compiler (needs libFuzzer: libclang-rt-*-dev)
+#   FUZZ_TARGETS="dns agent_proto"   replay and fuzz only these (all are built)
 #
 # New inputs found while fuzzing go to build-fuzz/corpus/<target>/, not into
 # the tree; a crash leaves build-fuzz/crash-* to reproduce with
@@ -22,14 +23,15 @@ if ! command -v "$cc" >/dev/null 2>&1; then
 fi
 
 mkdir -p "$out/corpus/spec" "$out/corpus/router" "$out/corpus/image" "$out/corpus/journal" \
-    "$out/corpus/path" "$out/corpus/netpolicy" "$out/corpus/dns" "$out/corpus/nflog"
+    "$out/corpus/path" "$out/corpus/netpolicy" "$out/corpus/dns" "$out/corpus/nflog" \
+    "$out/corpus/agent_proto"
 cflags="-std=gnu11 -g -O1 -D_GNU_SOURCE -fno-omit-frame-pointer \
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
     -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla \
     -Wno-unused-parameter"
 
 echo "fuzz: building $out/fuzz_spec, $out/fuzz_router, $out/fuzz_image, $out/fuzz_journal," \
-    "$out/fuzz_path, $out/fuzz_netpolicy, $out/fuzz_dns and $out/fuzz_nflog"
+    "$out/fuzz_path, $out/fuzz_netpolicy, $out/fuzz_dns, $out/fuzz_nflog and $out/fuzz_agent_proto"
 # shellcheck disable=SC2046,SC2086  # word splitting of flags is intended
 $cc $cflags $(pkg-config --cflags jansson libcrypto) -o "$out/fuzz_spec" tests/fuzz/fuzz_spec.c \
     lib/core/spec.c lib/core/netpolicy.c lib/core/services.c lib/util/*.c $(pkg-config --libs jansson libcrypto)
@@ -61,9 +63,15 @@ $cc $cflags $(pkg-config --cflags ldns) -o "$out/fuzz_dns" tests/fuzz/fuzz_dns.c
 # shellcheck disable=SC2046,SC2086
 $cc $cflags -o "$out/fuzz_nflog" tests/fuzz/fuzz_nflog.c lib/os/nflog.c lib/util/err.c \
     lib/util/fdio.c $(pkg-config --libs libnetfilter_log)
+# the agent protocol: a hostile guest's frames on the host's decoder (and the
+# host's on the guest's), and every JSON message's parser
+# shellcheck disable=SC2046,SC2086
+$cc $cflags $(pkg-config --cflags jansson) -o "$out/fuzz_agent_proto" tests/fuzz/fuzz_agent_proto.c \
+    lib/agent/proto.c lib/agent/msg.c lib/util/err.c lib/util/buf.c $(pkg-config --libs jansson)
 
 status=0
-for t in spec router image journal path netpolicy dns nflog; do
+# shellcheck disable=SC2086  # a list of names
+for t in ${FUZZ_TARGETS:-spec router image journal path netpolicy dns nflog agent_proto}; do
     bin=$out/fuzz_$t
     corpus=tests/fuzz/corpus/$t
     dict=tests/fuzz/$t.dict
