@@ -74,19 +74,28 @@ static void mount_one(const char *src, const char *dst, const char *type)
 }
 
 /* The kernel gives init /dev/console as fds 0-2 only when the initramfs has
- * that node; this one need not: reopen it from devtmpfs. */
-static void console(void)
+ * that node and a console is registered.  This initramfs has no node, and a
+ * console on hvc0 registers only once virtio_console is loaded: reopen
+ * /dev/console from devtmpfs, waiting up to wait_ms for it.  Returns 0 when
+ * fds 0-2 are the console. */
+static int console(int wait_ms)
 {
     if (fcntl(STDOUT_FILENO, F_GETFD) >= 0)
-        return;
-    int fd = open("/dev/console", O_RDWR | O_NOCTTY);
-    if (fd < 0)
-        power_off();
-    for (int i = 0; i < 3; i++)
-        if (fd != i)
-            dup2(fd, i);
-    if (fd > 2)
-        close(fd);
+        return 0;
+    for (int waited = 0;; waited += 5) {
+        int fd = open("/dev/console", O_RDWR | O_NOCTTY);
+        if (fd >= 0) {
+            for (int i = 0; i < 3; i++)
+                if (fd != i)
+                    dup2(fd, i);
+            if (fd > 2)
+                close(fd);
+            return 0;
+        }
+        if (waited >= wait_ms)
+            return -1;
+        usleep(5000);
+    }
 }
 
 /* Loads each module of the list in order; returns how many loaded (or were
@@ -233,8 +242,8 @@ static void __attribute__((noreturn)) serve(int fd)
             memmove(line, line + len, have - len);
             have -= len;
         }
-        if (have == sizeof(line)) /* a line longer than the buffer: echo it in parts */
-        {
+        if (have == sizeof(line)) {
+            /* a line longer than the buffer: echo it in parts */
             write_all(fd, line, have);
             have = 0;
         }
@@ -244,12 +253,14 @@ static void __attribute__((noreturn)) serve(int fd)
 int main(void)
 {
     mount_one("devtmpfs", "/dev", "devtmpfs");
-    console();
+    console(0);
     mount_one("proc", "/proc", "proc");
     mount_one("sysfs", "/sys", "sysfs");
 
     int listed;
     int loaded = load_modules(&listed);
+    if (console(5000) < 0)
+        power_off(); /* nowhere to say why: the host sees no marker */
     struct utsname u;
     if (uname(&u) < 0)
         die("uname");
