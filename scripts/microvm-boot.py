@@ -28,6 +28,7 @@ and the QEMU command lines used.  Exit 1 when a mode fails twice in a row.
 """
 
 import argparse
+import ctypes
 import json
 import os
 import select
@@ -43,6 +44,14 @@ import threading
 import time
 
 MARKER = b"corral-boot-probe ready "
+PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _die_with_us():
+    """In QEMU's child before exec: SIGKILL when this script dies, so a
+    killed run leaves no guest behind."""
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 PORT = "corral.agent"
 
 
@@ -69,7 +78,7 @@ class Failed(Exception):
 class Guest:
     """One QEMU process, its console, its QMP and agent sockets."""
 
-    def __init__(self, argv, run_dir, pass_fds=()):
+    def __init__(self, argv, run_dir):
         self.argv = argv
         self.run_dir = run_dir
         self.lines = []  # (monotonic time, console line)
@@ -77,7 +86,7 @@ class Guest:
         self.t0 = time.monotonic()
         self.proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            pass_fds=pass_fds, start_new_session=True)
+            start_new_session=True, preexec_fn=_die_with_us)
         self.reader = threading.Thread(target=self._read_console, daemon=True)
         self.reader.start()
         self.qmp = None
@@ -418,7 +427,6 @@ class Runner:
         argv = self.argv(rd, ram=ram and "private", incoming=True)
         self.cmdlines.setdefault("restore-shared" if ram else "restore", argv)
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        os.set_inheritable(fd, False)
         g = Guest(argv, rd)
         try:
             dl = g.t0 + self.args.restore_deadline

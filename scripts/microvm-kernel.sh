@@ -159,6 +159,11 @@ fi
     echo "builtin=${builtin# }"
 } >"$tmp/out/manifest"
 chmod -R a+rX "$tmp/out"
-rm -rf "$dir"
-mv "$tmp/out" "$dir"
+# A directory without a manifest is an interrupted run's; one with a manifest
+# is another run's that finished first, and as good as this one.
+[ -s "$dir/manifest" ] || rm -rf "$dir"
+mv -T "$tmp/out" "$dir" 2>/dev/null || [ -s "$dir/manifest" ] || {
+    echo "microvm-kernel: cannot move the kernel into $dir" >&2
+    exit 1
+}
 echo "$dir"
