@@ -15,13 +15,15 @@ a hang and retried once):
   boot            Corral's tuned boot: exec -> marker, and -> first echo reply
   save            boot, then QMP stop + migrate to a file: time and size
   restore         -incoming from that file, cont -> echo reply
+  save-shared     boot with guest RAM in a memory-backend-file (share=on) in
+                  /dev/shm, then save with x-ignore-shared: device state only
   restore-shared  guest RAM in a memory-backend-file saved with x-ignore-shared:
                   the restored guest maps that file copy-on-write (share=off), so
                   one saved template serves any number of restores
   all             each of the above in turn, N times
 
   microvm-boot.py --kernel-dir DIR --initrd FILE [--mode all] [--iterations N]
-                  [--console serial|hvc] [--mem MB] [--json FILE] [--keep-dir DIR]
+                  [--console serial|hvc] [--mem MB] [--rss-wait S] [--json FILE]
 
 Prints one line per attempt, then p50/min/max per figure, the load average
 and the QEMU command lines used.  Exit 1 when a mode fails twice in a row.
@@ -44,6 +46,7 @@ import threading
 import time
 
 MARKER = b"corral-boot-probe ready "
+PORT = "corral.agent"
 PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -52,7 +55,6 @@ def _die_with_us():
     """In QEMU's child before exec: SIGKILL when this script dies, so a
     killed run leaves no guest behind."""
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-PORT = "corral.agent"
 
 
 def accelerator():

@@ -63,7 +63,7 @@ done
 # QEMU of Corral's microVMs (their sockets and RAM files are under
 # corral-microvm-* paths): another user's QEMU on a shared host is not ours.
 for p in $(pgrep -x qemu-system-x86 || true); do
-    cmd=$(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null) || continue
+    cmd=$(tr '\0' ' ' 2>/dev/null </proc/"$p"/cmdline) || continue
     case "$cmd" in *corral*) leak "process qemu pid $p" "$cmd" ;; esac
 done
 for f in /dev/shm/corral-microvm-*; do [ ! -e "$f" ] || leak "file $f" ""; done
