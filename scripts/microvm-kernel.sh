@@ -42,6 +42,13 @@ if [ -z "$pkg" ]; then
     pkg=$(resolve || true)
 fi
 if [ -z "$pkg" ]; then
+    # Offline with a kernel cached already: use the newest one.
+    last=$(ls -d "$cache"/kernel-*/manifest 2>/dev/null | sort -V | tail -n 1)
+    if [ -n "$last" ]; then
+        echo "microvm-kernel: apt cannot resolve linux-image-cloud-amd64: using the cached ${last%/manifest}" >&2
+        echo "${last%/manifest}"
+        exit 0
+    fi
     echo "microvm-kernel: cannot resolve linux-image-cloud-amd64 (no apt mirror?)" >&2
     exit 2
 fi
