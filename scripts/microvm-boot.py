@@ -21,6 +21,9 @@ a hang and retried once):
                   the restored guest maps that file copy-on-write (share=off), so
                   one saved template serves any number of restores
   all             each of the above in turn, N times
+  density[-shared]  --density guests restored (from the file, or with the
+                  shared RAM file) and left idle together: PSS each, the
+                  host's MemAvailable drop each, idle CPU each (not in all)
 
   microvm-boot.py --kernel-dir DIR --initrd FILE [--mode all] [--iterations N]
                   [--console serial|hvc] [--mem MB] [--rss-wait S] [--json FILE]
@@ -67,6 +70,14 @@ def accelerator():
         return "tcg"
     hw = " vmx" in flags or " svm" in flags
     return "kvm" if hw and os.access("/dev/kvm", os.R_OK | os.W_OK) else "tcg"
+
+
+def mem_available_kb():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1])
+    return 0
 
 
 class Hang(Exception):
@@ -228,6 +239,15 @@ class Guest:
         with open(f"/proc/{self.proc.pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def pss_kb(self):
+        """Proportional set size: pages shared with other QEMUs (the RAM
+        file, libraries) counted in shares."""
+        with open(f"/proc/{self.proc.pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+        return 0
 
     def rss_kb(self):
         """VmRSS, RssAnon, RssFile, RssShmem of QEMU, in kB."""
@@ -421,7 +441,9 @@ class Runner:
             g.agent = None
             g.stop()
 
-    def restore(self, ram=None):
+    def restore(self, ram=None, keep=False):
+        """One restore to an answering guest; with keep, the guest is left
+        running and returned with the figures."""
         path = self.shared_state if ram else self.state
         if not os.path.exists(path):
             raise Failed(f"no saved state {path}: run save first")
@@ -452,16 +474,48 @@ class Runner:
             fig = {"qmp_s": t_qmp - g.t0, "incoming_s": t_in - g.t0, "echo_s": t_echo - g.t0,
                    "cpu_s": cpu,
                    "roundtrip_ms": (time.monotonic() - t_rt0) * 1e3}
+            if keep:
+                return g, fig
             if self.args.rss_wait > 0:
                 time.sleep(self.args.rss_wait)
                 fig["rss_kb"] = g.rss_kb()
             # the probe must still work after a restore: one more line.
             g.echo("after-restore", dl + self.args.rss_wait)
             return fig
+        except BaseException:
+            keep = False
+            raise
         finally:
             if fd >= 0:
                 os.close(fd)
-            g.stop()
+            if not keep:
+                g.stop()
+
+    def density(self, ram=None):
+        """--density guests restored one after another and left idle: what
+        each costs the host in memory (PSS, and MemAvailable's drop) and in
+        CPU while idle."""
+        n = self.args.density
+        avail0 = mem_available_kb()
+        guests = []
+        try:
+            for _ in range(n):
+                g, _ = self.restore(ram, keep=True)
+                guests.append(g)
+            time.sleep(max(self.args.rss_wait, 1.0))
+            cpu0, t0 = sum(g.cpu_s() for g in guests), time.monotonic()
+            time.sleep(5.0)
+            cpu1, t1 = sum(g.cpu_s() for g in guests), time.monotonic()
+            pss = [g.pss_kb() for g in guests]
+            avail1 = mem_available_kb()
+            for g in guests:  # all still answer
+                g.echo("still-here", time.monotonic() + self.args.restore_deadline)
+            return {"guests": n, "pss_kb_each": statistics.median(pss),
+                    "mem_available_drop_kb_each": (avail0 - avail1) / n,
+                    "idle_cpu_pct_each": 100 * (cpu1 - cpu0) / (t1 - t0) / n}
+        finally:
+            for g in guests:
+                g.stop()
 
     def attempt(self, mode, fn, *a):
         """fn with one retry after a hang or a failure; counts them."""
@@ -496,6 +550,12 @@ class Runner:
                     self.record(m, self.attempt(m, self.restore))
                 elif m == "save-shared":
                     self.record(m, self.attempt(m, self.save, "shared"))
+                elif m in ("density", "density-shared"):
+                    ram = "shared" if m == "density-shared" else None
+                    if not os.path.exists(self.shared_state if ram else self.state):
+                        name = "save-shared" if ram else "save"
+                        self.record(name, self.attempt(name, self.save, ram))
+                    self.record(m, self.attempt(m, self.density, ram))
                 elif m == "restore-shared":
                     if not os.path.exists(self.shared_state):
                         self.record("save-shared", self.attempt("save-shared", self.save, "shared"))
@@ -536,14 +596,20 @@ def main():
     p.add_argument("--bzimage", action="store_true",
                    help="boot the compressed vmlinuz rather than the PVH vmlinux")
     p.add_argument("--mode", default="all",
-                   choices=["plain", "boot", "save", "restore", "save-shared", "restore-shared", "all"])
+                   choices=["density", "density-shared", "plain", "boot", "save", "restore", "save-shared", "restore-shared", "all"])
     p.add_argument("--iterations", type=int, default=1)
+    p.add_argument("--density", type=int, default=8,
+                   help="guests the density modes restore and keep idle at once")
     # serial: built into the kernel, so a guest that hangs or panics before
     # virtio_console loads still says why; hvc0 costs no less here
     # (docs/benchmarks.md).
     p.add_argument("--console", choices=["serial", "hvc"], default="serial")
     p.add_argument("--mem", type=int, default=96, help="guest RAM, MiB")
-    p.add_argument("--cpu", default="qemu64", help="guest CPU model under TCG")
+    # +arat (an always-running APIC timer): without it the guest's LAPIC
+    # timer may stop in idle, and with no HPET or broadcast PIT on microvm the
+    # kernel never leaves the periodic 250 Hz tick (nohz_mode 0): an idle
+    # guest cost ~4% of a core instead of ~0.5% (docs/benchmarks.md).
+    p.add_argument("--cpu", default="qemu64,+arat", help="guest CPU model under TCG")
     p.add_argument("--tb-size", type=int, default=0, help="TCG translation cache, MiB (0: QEMU's)")
     p.add_argument("--legacy", default="pit=off,pic=off,rtc=on",
                    help="microvm's legacy devices (isa-serial follows --console)")
