@@ -60,6 +60,14 @@ for name in corrald corral-spawner corral-zygote; do
     done
 done
 
+# QEMU of Corral's microVMs (their sockets and RAM files are under
+# corral-microvm-* paths): another user's QEMU on a shared host is not ours.
+for p in $(pgrep -x qemu-system-x86 || true); do
+    cmd=$(tr '\0' ' ' 2>/dev/null </proc/"$p"/cmdline) || continue
+    case "$cmd" in *corral*) leak "process qemu pid $p" "$cmd" ;; esac
+done
+for f in /dev/shm/corral-microvm-*; do [ ! -e "$f" ] || leak "file $f" ""; done
+
 # Sandbox processes run as uids from 2^30 up (corrald's default --uid-base).
 for s in /proc/[0-9]*/status; do
     uid=$(awk '/^Uid:/ {print $2; exit}' "$s" 2>/dev/null) || continue
@@ -109,4 +117,4 @@ if [ "$leaks" -gt 0 ]; then
     echo "leakcheck: $leaks leak(s)"
     exit 1
 fi
-echo "leakcheck: nothing of Corral's left${file:+ by this run} (mounts, cgroups, processes, netns, SysV IPC, links, nftables)"
+echo "leakcheck: nothing of Corral's left${file:+ by this run} (mounts, cgroups, processes, QEMU, netns, SysV IPC, links, nftables)"
