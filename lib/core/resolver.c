@@ -231,19 +231,21 @@ static void on_query(struct crl_watch *w, uint32_t events)
             continue; /* not one of our sandboxes: not a client of this resolver */
         struct slot_state *s = &r->slots[slot];
         COUNT(r, s, queries);
-        if (!take_token(s)) {
-            COUNT(r, s, limited);
-            continue;
-        }
         struct crl_dns_question q;
         if ((size_t)len > sizeof(buf) || crl_dns_parse_query(buf, (size_t)len, &q, NULL) < 0) {
             COUNT(r, s, malformed);
             continue;
         }
+        /* A service's name is answered here, at the cost of the parse: no
+         * limit (an agent's client may resolve it for every request). */
         size_t k;
         if (q.qclass == 1 && crl_services_find(s->sb->spec.services, q.name, &k)) {
             COUNT(r, s, answered);
             answer_service(r, &from, &q, k);
+            continue;
+        }
+        if (!take_token(s)) {
+            COUNT(r, s, limited);
             continue;
         }
         bool allowed = false;

@@ -6,8 +6,10 @@
  * least a minute) before the answer goes back, so the connection that
  * follows is let through.  Addresses a sandbox may never reach by a name
  * (private, loopback, link-local, this daemon's range: DNS rebinding) are
- * dropped from answers unless an address rule allows them.  Each sandbox is
- * rate-limited, and everything is counted per sandbox.
+ * dropped from answers unless an address rule allows them.  The names of
+ * a sandbox's services are answered with their addresses (services.h).
+ * Each sandbox is rate-limited (its services' names excepted: they are
+ * answered at once), and everything is counted per sandbox.
  *
  * Runs on corrald's event loop: a query costs a parse, a send, and at the
  * answer a parse and an nftables transaction. */

@@ -88,6 +88,21 @@ def test_a_mock_answers_by_name_and_logs_every_exchange(lab_corrald):
 
 
 @need_debian
+def test_a_service_name_resolves_as_often_as_a_client_asks(lab_corrald):
+    """A client may resolve a service's name for every request: the
+    resolver's per-sandbox limit (100 a second) is for names it asks
+    upstream, not for its services'."""
+    many = ("import socket\n"
+            "for i in range(400):\n"
+            "    socket.getaddrinfo('shop', 80, proto=socket.IPPROTO_TCP)\n"
+            "print('ok')\n")
+    with lab_corrald.client() as c, debian(c, services=[SHOP]) as sb:
+        assert sb.exec(["python3", "-c", many], timeout=60).stdout == b"ok\n"
+        dns = sb.inspect()["container"]["network"]["dns"]
+        assert dns["answered"] >= 400 and dns["limited"] == 0, dns
+
+
+@need_debian
 def test_a_route_delays_its_answer_and_other_ports_are_closed(lab_corrald):
     with lab_corrald.client() as c, debian(c, services=[SHOP]) as sb:
         r = http(sb, "GET", "http://shop/slow")
