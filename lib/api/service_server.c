@@ -63,7 +63,7 @@ struct crl_svc_server {
 /* The sandbox a connection is from and the service it was made to, or
  * NULL: from no sandbox of ours, or to nothing its spec names. */
 static struct crl_sandbox *identify(struct crl_svc_server *s, int fd,
-                                    const struct crl_service **svc, size_t *index)
+                                    const struct crl_service **svc)
 {
     struct crl_host *h = s->api->host;
     struct sockaddr_in peer, dst;
@@ -76,7 +76,6 @@ static struct crl_sandbox *identify(struct crl_svc_server *s, int fd,
         return NULL;
     uint32_t a = ntohl(dst.sin_addr.s_addr);
     *svc = crl_services_at(sb->spec.services, a, ntohs(dst.sin_port));
-    *index = a - CRL_SERVICE_NET - 1;
     return *svc ? sb : NULL;
 }
 
@@ -148,8 +147,7 @@ static enum MHD_Result add_value(void *cls, enum MHD_ValueKind kind, const char 
 /* ---- http-mock ---- */
 
 static struct MHD_Response *mock_answer(const struct crl_service *svc,
-                                        const struct crl_mock_route *rt, const char *method,
-                                        const char *path, unsigned *status)
+                                        const struct crl_mock_route *rt, unsigned *status)
 {
     struct MHD_Response *resp;
     if (!rt) {
@@ -227,14 +225,13 @@ static enum MHD_Result on_mock(void *cls, struct MHD_Connection *conn, const cha
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     const struct crl_service *svc = NULL;
-    size_t index;
-    struct crl_sandbox *sb = ci ? identify(s, ci->connect_fd, &svc, &index) : NULL;
+    struct crl_sandbox *sb = ci ? identify(s, ci->connect_fd, &svc) : NULL;
     if (!sb)
         return MHD_NO; /* its sandbox is gone: so is the connection */
     size_t ri = 0;
     const struct crl_mock_route *rt = m->too_big ? NULL : crl_mock_match(svc, method, url, &ri);
     unsigned status;
-    struct MHD_Response *resp = mock_answer(svc, rt, method, url, &status);
+    struct MHD_Response *resp = mock_answer(svc, rt, &status);
     if (m->too_big) {
         if (resp)
             MHD_destroy_response(resp);
@@ -364,8 +361,7 @@ static void on_accept(struct crl_watch *w, uint32_t events)
         if (fd < 0)
             return;
         const struct crl_service *svc;
-        size_t index;
-        struct crl_sandbox *sb = identify(s, fd, &svc, &index);
+        struct crl_sandbox *sb = identify(s, fd, &svc);
         if (!sb)
             close(fd); /* not a sandbox's, or to no service of its */
         else if (svc->kind == CRL_SERVICE_SANDBOX)
