@@ -106,10 +106,10 @@ $(B)/corral-init: src/corral-init/main.c lib/util/rawsys.h lib/backend/container
 # cached outside the tree; a boot probe as a test guest's /init (static,
 # never sanitized); the initramfs Corral builds around it.
 MICROVM_CACHE ?= $(HOME)/.cache/corral/microvm
-$(B)/microvm-boot-probe: tests/microvm/boot_probe.c
+$(B)/microvm-boot-probe: tests/microvm/boot_probe.c lib/guest/boot.c lib/guest/boot.h
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@ (static)")
-	$(Q)$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -static -o $@ $<
+	$(Q)$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -static -o $@ $(filter %.c,$^)
 
 # Exit 2 from the script: apt cannot fetch the kernel (no mirror).  That is
 # not a build failure: the microvm tests skip and say so.

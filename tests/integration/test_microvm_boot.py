@@ -44,7 +44,8 @@ def guest(tmp_path_factory):
     d = tmp_path_factory.mktemp("microvm")
     probe = d / "boot_probe"
     subprocess.run(["gcc", "-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-D_GNU_SOURCE",
-                    "-static", "-o", probe, REPO / "tests" / "microvm" / "boot_probe.c"],
+                    "-static", "-o", probe, REPO / "tests" / "microvm" / "boot_probe.c",
+                    REPO / "lib" / "guest" / "boot.c"],
                    check=True)
     initrd = d / "initramfs.cpio"
     subprocess.run([SCRIPTS / "microvm-initramfs.sh", "--kernel-dir", kdir, "--init", probe,
