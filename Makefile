@@ -50,7 +50,7 @@ UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 
 BINS := $(B)/corrald $(B)/corral $(B)/corral-bench $(B)/corral-spawner $(B)/corral-import $(B)/corral-zygote \
-        $(B)/corral-init $(B)/corral-probe
+        $(B)/corral-init $(B)/corral-probe $(B)/corral-agent
 
 .PHONY: all clean check check-unit check-integration check-san check-style deps images \
         demo bench leakcheck fuzz microvm-kernel microvm-initramfs microvm-bench
@@ -102,6 +102,18 @@ $(B)/corral-init: src/corral-init/main.c lib/util/rawsys.h lib/backend/container
 	$(Q)$(CC) -std=gnu11 -Os -Wall -Wextra -Werror -D_GNU_SOURCE -static -nostdlib \
 	    -fno-stack-protector -fno-asynchronous-unwind-tables -fno-builtin -o $@ $<
 
+# A microVM guest's PID 1 (issue 13): static, and linked from lib/agent and
+# the libc-only parts of lib/util and lib/guest, never from libcorral.a (its
+# daemon's libraries have no place in a guest).  jansson from libjansson.a.
+AGENT_SRC := $(wildcard src/corral-agent/*.c) lib/agent/proto.c lib/agent/msg.c lib/util/err.c \
+             lib/util/buf.c lib/util/fdio.c lib/util/log.c lib/util/path.c lib/guest/boot.c
+# The sanitizer build links it dynamically (ASan has no static runtime) for
+# the tests that run it on the host; guests get the plain build's.
+AGENT_STATIC := $(if $(filter 1,$(SAN)),,-static)
+$(B)/corral-agent: $(AGENT_SRC:%.c=$(B)/obj/%.o)
+	@$(if $(Q),echo "  LD      $@ $(AGENT_STATIC)")
+	$(Q)$(CC) $(LDFLAGS) $(AGENT_STATIC) -o $@ $^ -l:libjansson.a
+
 # The microvm groundwork (issue 13): Debian's cloud kernel and its modules,
 # cached outside the tree; a boot probe as a test guest's /init (static,
 # never sanitized); the initramfs Corral builds around it.
@@ -136,6 +148,8 @@ $(B)/tests/test_%: tests/unit/test_%.c tests/unit/tap.h $(LIB)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC+LD   $@")
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+# test_agent drives the agent binary over a socketpair.
+$(B)/tests/test_agent: $(B)/corral-agent
 # The checkpoint store's tests share a header of helpers.
 $(filter $(B)/tests/test_ckpt_%,$(UNIT_BIN)): tests/unit/ckpt_fixture.h
 

@@ -1,0 +1,191 @@
+/* PID 1's duties in a microVM guest: the kernel's file systems, the
+ * initramfs's modules, and a CONFIG's identity and root. */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/random.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/reboot.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../lib/guest/boot.h"
+#include "../../lib/util/log.h"
+#include "agent.h"
+
+/* Where the root is assembled, in the initramfs (a tmpfs of its own). */
+#define RUN "/run/corral"
+#define LAYERS RUN "/layers"
+#define RW RUN "/rw"
+#define NEWROOT RUN "/root"
+
+void crl_agent_power_off(void)
+{
+    sync();
+    reboot(RB_POWER_OFF);
+    /* Without a way to power off (no ACPI), stop here: the host kills QEMU. */
+    for (;;)
+        pause();
+}
+
+static void module_failed(const char *path, int errnum)
+{
+    crl_warn(NULL, "finit_module %s: %s", path, strerror(errnum));
+}
+
+int crl_agent_init_boot(struct crl_err *err)
+{
+    if (crl_guest_mount("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755") < 0)
+        return crl_err_sys(err, errno, "mount devtmpfs on /dev");
+    crl_guest_console(0);
+    if (crl_guest_mount("proc", "/proc", "proc", MS_NOSUID | MS_NOEXEC | MS_NODEV, NULL) < 0)
+        return crl_err_sys(err, errno, "mount proc on /proc");
+    if (crl_guest_mount("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NOEXEC | MS_NODEV, NULL) < 0)
+        return crl_err_sys(err, errno, "mount sysfs on /sys");
+    /* cgroup2 only where the kernel has it: a guest can do without. */
+    if (crl_guest_mount("cgroup2", "/sys/fs/cgroup", "cgroup2", MS_NOSUID | MS_NOEXEC | MS_NODEV,
+                        NULL) < 0)
+        crl_info(NULL, "no cgroup2 in the guest: mount on /sys/fs/cgroup: %s", strerror(errno));
+    int listed;
+    int loaded = crl_guest_load_modules(CRL_GUEST_MODULES, &listed, module_failed);
+    if (crl_guest_console(5000) < 0)
+        return crl_err_sys(err, ENODEV, "no /dev/console after 5 s");
+    crl_info(NULL, "modules %d/%d loaded", loaded, listed);
+    char name[128];
+    crl_guest_port_name(name, sizeof(name));
+    int fd = crl_guest_open_port(name, 10000);
+    if (fd < 0)
+        return crl_err_sys(err, errno, "virtio-serial port %s not found after 10 s", name);
+    return fd;
+}
+
+static int set_identity(const struct crl_agent_config *c, struct crl_err *err)
+{
+    if (sethostname(c->hostname, strlen(c->hostname)) < 0)
+        return crl_err_sys(err, errno, "sethostname %s", c->hostname);
+    struct timespec ts = {.tv_sec = (time_t)(c->realtime_ns / 1000000000),
+                          .tv_nsec = (long)(c->realtime_ns % 1000000000)};
+    if (clock_settime(CLOCK_REALTIME, &ts) < 0)
+        return crl_err_sys(err, errno, "clock_settime to %lld ns", (long long)c->realtime_ns);
+    /* The seed is credited: a restored template would otherwise hand every
+     * sandbox the same RNG state. */
+    struct {
+        struct rand_pool_info info;
+        unsigned char buf[CRL_AGENT_MAX_SEED];
+    } pool;
+    pool.info.entropy_count = (int)(c->seed_len * 8);
+    pool.info.buf_size = (int)c->seed_len;
+    memcpy(pool.buf, c->seed, c->seed_len);
+    int fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return crl_err_sys(err, errno, "open /dev/urandom");
+    int r = ioctl(fd, RNDADDENTROPY, &pool);
+    int e = errno;
+    close(fd);
+    explicit_bzero(&pool, sizeof(pool));
+    if (r < 0)
+        return crl_err_sys(err, e, "RNDADDENTROPY of %zu bytes", c->seed_len);
+    return 0;
+}
+
+static int mkdirs(const char *path, struct crl_err *err)
+{
+    char p[256];
+    snprintf(p, sizeof(p), "%s", path);
+    for (char *s = p + 1;; s++) {
+        if (*s == '/' || *s == '\0') {
+            char c = *s;
+            *s = '\0';
+            if (mkdir(p, 0755) < 0 && errno != EEXIST)
+                return crl_err_sys(err, errno, "mkdir %s", p);
+            *s = c;
+            if (!c)
+                return 0;
+        }
+    }
+}
+
+/* The layers read-only (top first, as overlayfs lists them too), the
+ * writable layer (ext4 on the disk, else a tmpfs) as the upper dir, the
+ * overlay at NEWROOT. */
+static int build_root(const struct crl_agent_config *c, struct crl_err *err)
+{
+    if (mkdirs(RW, err) < 0 || mkdirs(NEWROOT, err) < 0)
+        return -1;
+    if (c->disk[0]) {
+        if (mount(c->disk, RW, "ext4", MS_NOSUID | MS_NODEV, NULL) < 0)
+            return crl_err_sys(err, errno, "mount the writable disk %s (ext4) on %s", c->disk, RW);
+    } else if (mount("tmpfs", RW, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") < 0) {
+        return crl_err_sys(err, errno, "mount a tmpfs on %s", RW);
+    }
+    if (mkdirs(RW "/upper", err) < 0 || mkdirs(RW "/work", err) < 0)
+        return -1;
+    if (c->n_layers == 0) {
+        /* Nothing to stack: the writable layer alone is the root. */
+        if (mount(RW "/upper", NEWROOT, NULL, MS_BIND, NULL) < 0)
+            return crl_err_sys(err, errno, "bind %s/upper on %s", RW, NEWROOT);
+        return 0;
+    }
+    char lower[CRL_AGENT_MAX_LAYERS * 32 + 64];
+    size_t off = 0;
+    for (size_t i = 0; i < c->n_layers; i++) {
+        char dir[64];
+        snprintf(dir, sizeof(dir), LAYERS "/%zu", i);
+        if (mkdirs(dir, err) < 0)
+            return -1;
+        if (mount(c->layers[i], dir, "erofs", MS_RDONLY | MS_NODEV, NULL) < 0)
+            return crl_err_sys(err, errno, "mount layer %zu (%s, erofs) on %s", i, c->layers[i],
+                               dir);
+        off += (size_t)snprintf(lower + off, sizeof(lower) - off, "%s%s", i ? ":" : "", dir);
+    }
+    char data[sizeof(lower) + 128];
+    snprintf(data, sizeof(data), "lowerdir=%s,upperdir=%s/upper,workdir=%s/work", lower, RW, RW);
+    if (mount("overlay", NEWROOT, "overlay", MS_NODEV, data) < 0)
+        return crl_err_sys(err, errno, "mount overlay on %s (%s)", NEWROOT, data);
+    return 0;
+}
+
+/* Move the kernel's file systems into the new root and make it "/".  Not
+ * pivot_root(2): it refuses to move the initramfs (rootfs cannot be
+ * unmounted), so this is switch_root's way: MS_MOVE onto "/" and chroot.
+ * The initramfs stays beneath, holding only this program and the modules. */
+static int switch_root(struct crl_err *err)
+{
+    static const char *const moved[] = {"/dev", "/proc", "/sys"};
+    for (size_t i = 0; i < sizeof(moved) / sizeof(moved[0]); i++) {
+        char dst[128];
+        snprintf(dst, sizeof(dst), NEWROOT "%s", moved[i]);
+        if (mkdir(dst, 0755) < 0 && errno != EEXIST)
+            return crl_err_sys(err, errno, "mkdir %s in the new root", moved[i]);
+        if (mount(moved[i], dst, NULL, MS_MOVE, NULL) < 0)
+            return crl_err_sys(err, errno, "move %s into the new root", moved[i]);
+    }
+    if (chdir(NEWROOT) < 0)
+        return crl_err_sys(err, errno, "chdir %s", NEWROOT);
+    if (mount(NEWROOT, "/", NULL, MS_MOVE, NULL) < 0)
+        return crl_err_sys(err, errno, "move %s onto /", NEWROOT);
+    if (chroot(".") < 0 || chdir("/") < 0)
+        return crl_err_sys(err, errno, "chroot into the new root");
+    /* What programs expect besides: ptys and POSIX shared memory. */
+    if (crl_guest_mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+                        "newinstance,ptmxmode=0666,mode=0620") < 0)
+        crl_warn(NULL, "mount devpts on /dev/pts: %s", strerror(errno));
+    if (crl_guest_mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") < 0)
+        crl_warn(NULL, "mount tmpfs on /dev/shm: %s", strerror(errno));
+    return 0;
+}
+
+int crl_agent_init_config(const struct crl_agent_config *c, bool first, struct crl_err *err)
+{
+    if (set_identity(c, err) < 0)
+        return -1;
+    if (!first)
+        return 0;
+    if (build_root(c, err) < 0 || switch_root(err) < 0)
+        return crl_err_prefix(err, "the guest's root");
+    return 0;
+}
