@@ -10,7 +10,11 @@
  *         failed with its message and keeps nothing.  Windowed frames are
  *         counted against per-stream windows (of 4 KiB, so that inputs
  *         overrun them), whose counters never exceed 16 MiB.  Each JSON payload goes to its type's
- * parser. mode >= 0x80: the rest is one JSON payload, given to every parser.
+ * parser.  The same stream, fed in chunks to the host's session (host.c:
+ * an exec, a FILE_GET and a FILE_PUT open, one CONFIG sent), gives a
+ * subset of the decoder's frames, each on stream 0 or on a stream open
+ * until then, and a failed session stays failed with its message. mode >= 0x80: the rest is one
+ * JSON payload, given to every parser.
  *
  * Whatever a parser accepts, its builder writes back, and that text parses
  * to the same message (and is at most 64 KiB).  A refusal is a
@@ -24,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../lib/agent/host.h"
 #include "../../lib/agent/msg.h"
 #include "../../lib/agent/proto.h"
 
@@ -272,6 +277,48 @@ static void decode(enum crl_agent_side side, const uint8_t *s, size_t n, uint32_
     crl_agent_dec_free(&d);
 }
 
+/* The host's session over the stream s (n bytes), in chunks from seed;
+ * how many frames it passed. */
+static unsigned session(const uint8_t *s, size_t n, uint32_t seed)
+{
+    struct crl_agent_host h;
+    struct crl_err e = CRL_ERR_INIT;
+    CHECK(crl_agent_host_init(&h, &e) == 0);
+    uint32_t ids[3];
+    CHECK(crl_agent_host_open(&h, CRL_AGENT_STREAM_EXEC, &ids[0], &e) == 0);
+    CHECK(crl_agent_host_open(&h, CRL_AGENT_STREAM_GET, &ids[1], &e) == 0);
+    CHECK(crl_agent_host_open(&h, CRL_AGENT_STREAM_PUT, &ids[2], &e) == 0);
+    crl_agent_host_config_sent(&h);
+    size_t fed = 0;
+    uint32_t rng = seed | 1;
+    unsigned frames = 0;
+    int r = 0;
+    while (r >= 0) {
+        size_t chunk = n - fed;
+        if (chunk > 0)
+            chunk = 1 + next_rand(&rng) % (chunk < 64 ? chunk : 64);
+        fed += crl_agent_host_feed(&h, s + fed, chunk);
+        struct crl_agent_frame f;
+        size_t open_before = h.n_streams;
+        while ((r = crl_agent_host_next(&h, &f, &e)) == 1) {
+            frames++;
+            CHECK(f.stream == 0 || f.stream < h.next_id);
+            CHECK(h.n_streams <= open_before);
+            open_before = h.n_streams;
+        }
+        if (r == 0 && fed == n)
+            break;
+    }
+    if (r < 0) {
+        check_refusal(&e);
+        struct crl_err again = CRL_ERR_INIT;
+        struct crl_agent_frame f;
+        CHECK(crl_agent_host_next(&h, &f, &again) == -1 && strcmp(again.msg, e.msg) == 0);
+    }
+    crl_agent_host_free(&h);
+    return frames;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 2)
@@ -293,6 +340,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             decode((enum crl_agent_side)s, p, len, 0, false, &whole);
             CHECK(chunked.frames == whole.frames && chunked.digest == whole.digest);
             CHECK(chunked.last == whole.last && strcmp(chunked.msg, whole.msg) == 0);
+            if (s == CRL_AGENT_SIDE_HOST)
+                CHECK(session(p, len, seed) <= whole.frames);
         }
     }
     free(p);

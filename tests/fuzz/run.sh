@@ -63,11 +63,12 @@ $cc $cflags $(pkg-config --cflags ldns) -o "$out/fuzz_dns" tests/fuzz/fuzz_dns.c
 # shellcheck disable=SC2046,SC2086
 $cc $cflags -o "$out/fuzz_nflog" tests/fuzz/fuzz_nflog.c lib/os/nflog.c lib/util/err.c \
     lib/util/fdio.c $(pkg-config --libs libnetfilter_log)
-# the agent protocol: a hostile guest's frames on the host's decoder (and the
-# host's on the guest's), and every JSON message's parser
+# the agent protocol: a hostile guest's frames on the host's decoder and its
+# session (and the host's on the guest's decoder), and every JSON message's parser
 # shellcheck disable=SC2046,SC2086
 $cc $cflags $(pkg-config --cflags jansson) -o "$out/fuzz_agent_proto" tests/fuzz/fuzz_agent_proto.c \
-    lib/agent/proto.c lib/agent/msg.c lib/util/err.c lib/util/buf.c $(pkg-config --libs jansson)
+    lib/agent/proto.c lib/agent/msg.c lib/agent/host.c lib/util/err.c lib/util/buf.c \
+    $(pkg-config --libs jansson)
 
 status=0
 # shellcheck disable=SC2086  # a list of names
