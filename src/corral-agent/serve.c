@@ -1,5 +1,6 @@
 /* The agent's one event loop: the host's byte stream, every exec's pipes,
- * a signalfd for SIGCHLD, and the files being transferred.
+ * a signalfd for SIGCHLD (and SIGIO: the host came or went), and the files
+ * being transferred.
  *
  * Output to the host is queued in one buffer (`out`) written as the port
  * takes it; nothing is read from a pipe or a file while that buffer is
@@ -68,6 +69,7 @@ struct agent {
     struct stream *streams;
     size_t n_streams;
     bool connected;  /* PID 1: the host's end of the port is open */
+    bool sigio;      /* PID 1: the port raises SIGIO when the host comes or goes */
     bool configured; /* a CONFIG was applied */
     bool done;       /* BYE: flush and end */
 };
@@ -720,12 +722,25 @@ static bool host_connected(int port)
     return poll(&p, 1, 0) >= 0 && !(p.revents & POLLHUP);
 }
 
+/* virtio_console sends SIGIO to the port's owner when the host opens or
+ * closes its end (and when data comes: so only while the host is away), so
+ * a guest waiting for its host need not poll. */
+static void port_async(struct agent *a, bool on)
+{
+    int fl = fcntl(a->port, F_GETFL);
+    a->sigio = on && fl >= 0 && fcntl(a->port, F_SETOWN, getpid()) == 0 &&
+               fcntl(a->port, F_SETFL, fl | O_ASYNC) == 0;
+    if (!on && fl >= 0)
+        fcntl(a->port, F_SETFL, fl & ~O_ASYNC);
+}
+
 /* The host went away (PID 1): what it opened is over; a new host gets a
  * new HELLO. */
 static int disconnected(struct agent *a, struct crl_err *err)
 {
     crl_info(NULL, "the host closed the port");
     a->connected = false;
+    port_async(a, true);
     drop_all(a);
     crl_buf_consume(&a->out, a->out.len);
     crl_agent_dec_free(&a->dec);
@@ -740,6 +755,7 @@ static int loop(struct agent *a, struct crl_err *err)
     for (;;) {
         if (a->o->pid1 && !a->connected && host_connected(a->port)) {
             a->connected = true;
+            port_async(a, false);
             crl_info(NULL, "the host opened the port");
             if (send_hello(a, err) < 0)
                 goto out;
@@ -767,7 +783,9 @@ static int loop(struct agent *a, struct crl_err *err)
                 .fd = a->port,
                 .events = (short)((a->done ? 0 : POLLIN) | (a->out.len ? POLLOUT : 0))};
         else
-            timeout = 20; /* look for the host again */
+            /* Look for the host again: at SIGIO, or now and then in case
+             * the signal is lost (and often without it). */
+            timeout = a->sigio ? 1000 : 20;
         for (struct stream *s = a->streams; s; s = s->next) {
             if (s->kind == K_EXEC) {
                 for (int i = 0; i < 2; i++)
@@ -888,6 +906,7 @@ int crl_agent_serve(const struct crl_agent_opts *o, struct crl_err *err)
     sigset_t mask;
     sigemptyset(&mask);
     sigaddset(&mask, SIGCHLD);
+    sigaddset(&mask, SIGIO);
     signal(SIGPIPE, SIG_IGN);
     /* A child's children are reaped here too, as PID 1 reaps everything. */
     if (!o->pid1)
@@ -907,6 +926,8 @@ int crl_agent_serve(const struct crl_agent_opts *o, struct crl_err *err)
         crl_err_sys(err, errno, "O_NONBLOCK on fd %d", a.port);
         goto out;
     }
+    if (o->pid1)
+        port_async(&a, true);
     if (crl_agent_dec_init(&a.dec, CRL_AGENT_SIDE_GUEST, err) < 0)
         goto out;
     if (a.connected && send_hello(&a, err) < 0)
