@@ -53,7 +53,7 @@ BINS := $(B)/corrald $(B)/corral $(B)/corral-bench $(B)/corral-spawner $(B)/corr
         $(B)/corral-init $(B)/corral-probe $(B)/corral-agent
 
 .PHONY: all clean check check-unit check-integration check-san check-style deps images \
-        demo bench leakcheck fuzz microvm-kernel microvm-initramfs microvm-bench
+        demo bench leakcheck fuzz microvm-kernel microvm-initramfs microvm-bench microvm-agent
 all: $(BINS) $(UNIT_BIN)
 
 $(B)/obj/%.o: %.c
@@ -137,6 +137,14 @@ microvm-kernel:
 microvm-initramfs: microvm-kernel $(B)/microvm-boot-probe
 	scripts/microvm-initramfs.sh --kernel-dir "$$(cat $(B)/microvm-kernel.dir)" \
 	    --init $(B)/microvm-boot-probe --out $(B)/microvm-probe.cpio
+
+# corral-agent as the guest's /init: boot to READY over a busybox EROFS
+# layer, EXEC round trips, N=MICROVM_N times.
+microvm-agent: microvm-kernel $(B)/corral-agent
+	scripts/microvm-initramfs.sh --kernel-dir "$$(cat $(B)/microvm-kernel.dir)" \
+	    --init $(B)/corral-agent --out $(B)/microvm-agent.cpio
+	scripts/microvm-boot.py --kernel-dir "$$(cat $(B)/microvm-kernel.dir)" \
+	    --initrd $(B)/microvm-agent.cpio --mode agent --iterations $(MICROVM_N)
 
 # Boot, save, restore and shared-RAM restore, N=MICROVM_N times each.
 MICROVM_N ?= 5
