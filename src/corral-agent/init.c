@@ -37,8 +37,17 @@ static void module_failed(const char *path, int errnum)
     crl_warn(NULL, "finit_module %s: %s", path, strerror(errnum));
 }
 
+/* Seconds since boot, for the console's lines: where a boot's time goes. */
+static double uptime(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 int crl_agent_init_boot(struct crl_err *err)
 {
+    double t0 = uptime();
     if (crl_guest_mount("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755") < 0)
         return crl_err_sys(err, errno, "mount devtmpfs on /dev");
     crl_guest_console(0);
@@ -54,12 +63,13 @@ int crl_agent_init_boot(struct crl_err *err)
     int loaded = crl_guest_load_modules(CRL_GUEST_MODULES, &listed, module_failed);
     if (crl_guest_console(5000) < 0)
         return crl_err_sys(err, ENODEV, "no /dev/console after 5 s");
-    crl_info(NULL, "modules %d/%d loaded", loaded, listed);
+    crl_info(NULL, "init at %.3f s, modules %d/%d loaded at %.3f s", t0, loaded, listed, uptime());
     char name[128];
     crl_guest_port_name(name, sizeof(name));
     int fd = crl_guest_open_port(name, 10000);
     if (fd < 0)
         return crl_err_sys(err, errno, "virtio-serial port %s not found after 10 s", name);
+    crl_info(NULL, "port %s open at %.3f s", name, uptime());
     return fd;
 }
 
