@@ -30,6 +30,11 @@ a hang and retried once):
                   `uname -r`, `echo` and --execs round trips of `true`
                   through EXEC; the host reconnects (HELLO again, a new
                   CONFIG: the hostname changes), then BYE (not in all)
+  agent-save      boot with corral-agent to HELLO and save it there: a
+                  template whose agent waits for CONFIG (not in all)
+  agent-restore   a fresh QEMU restores the template, the host connects
+                  before it runs and sends CONFIG at once: READY, then
+                  `hostname` and --execs `true`s (not in all)
 
   microvm-boot.py --kernel-dir DIR --initrd FILE [--mode all] [--iterations N]
                   [--console serial|hvc] [--mem MB] [--rss-wait S] [--json FILE]
@@ -387,6 +392,7 @@ class Runner:
         self.state = os.path.join(self.work, "state.mig")
         self.shm = os.path.join(args.shm_dir, f"corral-microvm-{os.getpid()}.ram")
         self.shared_state = os.path.join(self.work, "state-shared.mig")
+        self.agent_state = os.path.join(self.work, "state-agent.mig")
         self.cmdlines = {}
         self.hangs = {}
         self.results = {}
@@ -483,6 +489,93 @@ class Runner:
         subprocess.run(["mkfs.erofs", "--quiet", "-T0", "--all-root", path, tree], check=True,
                        stdout=subprocess.DEVNULL)
         return path
+
+    def agent_save(self):
+        """A template: boot with corral-agent as /init to HELLO (its agent
+        now waits for CONFIG), then stop and migrate it to a file."""
+        layers = self.args.layer or [self.busybox_layer()]
+        rd = self.run_dir("agent-save")
+        argv = self.argv(rd, layers=layers)
+        self.cmdlines.setdefault("agent-save", argv)
+        g = Guest(argv, rd)
+        try:
+            deadline = g.t0 + self.args.boot_deadline
+            a = Agent(g._connect("agent.sock", deadline))
+            a.expect("HELLO", deadline)
+            t_hello = time.monotonic()
+            g.qmp_open(deadline + 10)
+            dl = time.monotonic() + self.args.save_deadline
+            g.command("migrate-set-parameters", {"max-bandwidth": 1 << 40}, deadline=dl)
+            fd = os.open(self.agent_state, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
+                         0o600)
+            try:
+                t0 = time.monotonic()
+                g.command("stop", deadline=dl)
+                g.command("getfd", {"fdname": "mig"}, fds=[fd], deadline=dl)
+            finally:
+                os.close(fd)
+            g.command("migrate", {"uri": "fd:mig"}, deadline=dl)
+            g.wait_migration(dl)
+            a.sock.close()
+            return {"hello_s": t_hello - g.t0, "save_s": time.monotonic() - t0,
+                    "file_bytes": os.path.getsize(self.agent_state)}
+        finally:
+            g.stop()
+
+    def agent_restore(self):
+        """A sandbox from the template: a fresh QEMU with the same devices
+        restores it; the host connects before the guest runs (so the guest
+        sees no change of host) and sends CONFIG at once: READY, then
+        `hostname` and `true` through EXEC."""
+        if not os.path.exists(self.agent_state):
+            raise Failed(f"no saved template {self.agent_state}: run agent-save first")
+        layers = self.args.layer or [self.busybox_layer()]
+        rd = self.run_dir("agent-restore")
+        argv = self.argv(rd, incoming=True, layers=layers)
+        self.cmdlines.setdefault("agent-restore", argv)
+        fd = os.open(self.agent_state, os.O_RDONLY | os.O_CLOEXEC)
+        g = Guest(argv, rd)
+        try:
+            dl = g.t0 + self.args.restore_deadline
+            g.qmp_open(dl)
+            a = Agent(g._connect("agent.sock", dl))
+            g.command("getfd", {"fdname": "mig"}, fds=[fd], deadline=dl)
+            os.close(fd)
+            fd = -1
+            g.command("migrate-incoming", {"uri": "fd:mig"}, deadline=dl)
+            if g.wait_incoming(dl) != "running":
+                g.command("cont", deadline=dl)
+            t_run = time.monotonic()
+            devs = [f"/dev/vd{chr(ord('a') + i)}" for i in range(len(layers))]
+            a.send("CONFIG", 0, {"hostname": "sb-restored", "realtime_ns": time.time_ns(),
+                                 "seed": base64.b64encode(os.urandom(32)).decode(),
+                                 "layers": devs})
+            t, _, payload = a.recv(dl, "READY")
+            saw_hello = t == "HELLO"
+            if saw_hello:
+                t, _, payload = a.recv(dl, "READY")
+            if t != "READY":
+                raise Failed(f"{t} ({payload[:200]!r}) where READY was due")
+            t_ready = time.monotonic()
+            out, _, _ = a.run(["hostname"], dl + 10)
+            if out != b"sb-restored\n":
+                raise Failed(f"hostname after a restore gave {out!r}")
+            rts = []
+            for _ in range(self.args.execs):
+                t0 = time.monotonic()
+                a.run(["true"], dl + 10)
+                rts.append(time.monotonic() - t0)
+            a.send("BYE")
+            a.expect("BYE", time.monotonic() + 5)
+            return {"running_s": t_run - g.t0, "ready_s": t_ready - g.t0,
+                    "config_s": t_ready - t_run, "exec_rt_s": statistics.median(rts),
+                    "hello_again": saw_hello}
+        except (Hang, Failed) as e:
+            raise type(e)(f"{e}; console: {g.console()[-1500:]!r}") from e
+        finally:
+            if fd >= 0:
+                os.close(fd)
+            g.stop()
 
     def agent(self):
         """Boot with corral-agent as /init: HELLO, CONFIG, READY, commands, BYE."""
@@ -710,6 +803,12 @@ class Runner:
                     self.record(m, self.attempt(m, self.plain))
                 elif m == "agent":
                     self.record(m, self.attempt(m, self.agent))
+                elif m == "agent-save":
+                    self.record(m, self.attempt(m, self.agent_save))
+                elif m == "agent-restore":
+                    if not os.path.exists(self.agent_state):
+                        self.record("agent-save", self.attempt("agent-save", self.agent_save))
+                    self.record(m, self.attempt(m, self.agent_restore))
                 elif m == "boot":
                     self.record(m, self.attempt(m, self.boot))
                 elif m == "save":
@@ -766,7 +865,7 @@ def main():
     p.add_argument("--bzimage", action="store_true",
                    help="boot the compressed vmlinuz rather than the PVH vmlinux")
     p.add_argument("--mode", default="all",
-                   choices=["agent", "density", "density-shared", "plain", "boot", "save", "restore", "save-shared", "restore-shared", "all"])
+                   choices=["agent", "agent-save", "agent-restore", "density", "density-shared", "plain", "boot", "save", "restore", "save-shared", "restore-shared", "all"])
     p.add_argument("--iterations", type=int, default=1)
     p.add_argument("--density", type=int, default=8,
                    help="guests the density modes restore and keep idle at once")

@@ -65,3 +65,23 @@ def test_agent_boot_exec(agent_initrd, tmp_path):
     assert 0 < a["hello_s"] < a["ready_s"]
     assert a["guest_ready_ms"] > 0
     assert 0 < a["exec_rt_s"] < 5
+
+
+def test_agent_template_restore(agent_initrd, tmp_path):
+    """A template saved while its agent waits for CONFIG; a fresh QEMU
+    restores it, the host connects before it runs and sends CONFIG at once:
+    READY far sooner than a boot, the new hostname, execs."""
+    kdir, _, initrd = agent_initrd
+    out = tmp_path / "figures.json"
+    r = subprocess.run([sys.executable, SCRIPTS / "microvm-boot.py", "--kernel-dir", kdir,
+                        "--initrd", initrd, "--mode", "agent-restore", "--execs", "3",
+                        "--json", out, "--work-dir", tmp_path],
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    fig = json.loads(out.read_text())
+    assert fig["ok"], fig
+    save = fig["results"]["agent-save"][0]
+    restore = fig["results"]["agent-restore"][0]
+    assert save["file_bytes"] > 1 << 20
+    assert 0 < restore["ready_s"] < save["hello_s"]
+    assert 0 < restore["exec_rt_s"] < 5
