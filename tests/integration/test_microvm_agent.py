@@ -54,7 +54,7 @@ def test_agent_boot_exec(agent_initrd, tmp_path):
     out = tmp_path / "figures.json"
     r = subprocess.run([sys.executable, SCRIPTS / "microvm-boot.py", "--kernel-dir", kdir,
                         "--initrd", initrd, "--mode", "agent", "--execs", "5",
-                        "--json", out, "--work-dir", tmp_path],
+                        "--json", out],
                        capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
     fig = json.loads(out.read_text())
@@ -75,7 +75,7 @@ def test_agent_template_restore(agent_initrd, tmp_path):
     out = tmp_path / "figures.json"
     r = subprocess.run([sys.executable, SCRIPTS / "microvm-boot.py", "--kernel-dir", kdir,
                         "--initrd", initrd, "--mode", "agent-restore", "--execs", "3",
-                        "--json", out, "--work-dir", tmp_path],
+                        "--json", out],
                        capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
     fig = json.loads(out.read_text())
