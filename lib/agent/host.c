@@ -26,6 +26,13 @@ size_t crl_agent_host_feed(struct crl_agent_host *h, const void *data, size_t le
     return crl_agent_dec_feed(&h->dec, data, len);
 }
 
+void crl_agent_host_takeover(struct crl_agent_host *h, const struct crl_agent_hello *known)
+{
+    h->hello = *known;
+    h->hello_seen = true;
+    h->hello_optional = true;
+}
+
 void crl_agent_host_config_sent(struct crl_agent_host *h)
 {
     h->configs_unanswered++;
@@ -115,6 +122,13 @@ static int check(struct crl_agent_host *h, const struct crl_agent_frame *f, stru
         return 1;
     }
     if (f->stream == 0) {
+        if (f->type == CRL_AGENT_HELLO && h->hello_optional) {
+            /* the guest saw its new host: it greets it, and keeps its state */
+            h->hello_optional = false;
+            if (crl_agent_parse_hello(f->payload, f->len, &h->hello, &e) < 0)
+                return fail(h, err, "%s", e.msg);
+            return 1;
+        }
         if (f->type == CRL_AGENT_HELLO)
             return fail(h, err, "a second HELLO");
         if (f->type == CRL_AGENT_READY) {

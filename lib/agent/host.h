@@ -2,7 +2,8 @@
  * here for corrald and the tests (proto.h leaves it to the caller).  Over
  * the decoder, every frame the guest sends is held to the session's state:
  *
- *   - stream 0: HELLO first and once (its message parsed and kept); READY
+ *   - stream 0: HELLO first and once (its message parsed and kept; see
+ *     crl_agent_host_takeover for a guest greeted before); READY
  *     only after a CONFIG went out, once per CONFIG; PING, PONG, ERROR and
  *     BYE after HELLO;
  *   - any other stream must be one the host opened, and the frame of its
@@ -46,6 +47,7 @@ struct crl_agent_host {
     struct crl_agent_dec dec;
     struct crl_agent_hello hello;
     bool hello_seen;
+    bool hello_optional;         /* a takeover: one HELLO may still come */
     unsigned configs_unanswered; /* CONFIGs sent and not yet answered by READY */
     struct crl_agent_host_stream *streams;
     size_t n_streams, cap_streams;
@@ -56,6 +58,13 @@ struct crl_agent_host {
 
 int crl_agent_host_init(struct crl_agent_host *h, struct crl_err *err);
 void crl_agent_host_free(struct crl_agent_host *h);
+
+/* A host that takes over a guest already greeted (restored from a template
+ * whose HELLO was `known`, or found running by a restarted corrald): no
+ * HELLO is awaited, since virtio-serial may not tell the guest its host
+ * changed; it sends CONFIG at once.  One HELLO may still come, if the
+ * guest did notice (it is parsed and kept); call right after init. */
+void crl_agent_host_takeover(struct crl_agent_host *h, const struct crl_agent_hello *known);
 
 /* Bytes from the guest, as crl_agent_dec_feed. */
 size_t crl_agent_host_feed(struct crl_agent_host *h, const void *data, size_t len);

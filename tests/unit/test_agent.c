@@ -671,6 +671,20 @@ static void t_session(void)
     sess_refuses(CRL_AGENT_STREAM_EXEC, CRL_AGENT_RESULT, 1, "{\"ok\":true}", 11, "exec's stream",
                  "RESULT on an exec's stream");
 
+    /* A takeover: no HELLO awaited, one allowed (before or after READY). */
+    struct crl_agent_hello known = {.proto = 1, .agent = "a", .kernel = "old"};
+    crl_agent_host_init(&h, &e);
+    crl_agent_host_takeover(&h, &known);
+    crl_agent_host_config_sent(&h);
+    ok(sess_frame(&h, CRL_AGENT_READY, 0, "{\"uptime_ms\":1}", 15, &e) == 1,
+       "a takeover: READY without a HELLO");
+    ok(sess_frame(&h, CRL_AGENT_HELLO, 0, HELLO, strlen(HELLO), &e) == 1 &&
+           strcmp(h.hello.kernel, "k") == 0,
+       "  then a HELLO is taken and kept");
+    ok(sess_frame(&h, CRL_AGENT_HELLO, 0, HELLO, strlen(HELLO), &e) == -1,
+       "  but not a second one");
+    crl_agent_host_free(&h);
+
     /* Past the window: 256 KiB and one byte of STDOUT without a CREDIT. */
     sess_new(&h, true);
     uint32_t id;
