@@ -187,8 +187,14 @@ static void host_exec(struct host *h, struct run *r, uint32_t reuse, bool with_s
         bail_out(oe.msg);
     run_init(r, id);
     char *env[] = {"PATH=/usr/local/bin:/usr/bin:/bin", NULL};
-    struct crl_agent_exec m = {
-        .argv = argv, .env = env, .envc = 1, .cwd = "/", .stdin_open = with_stdin};
+    /* as whoever runs the tests: root or not, the agent keeps them */
+    struct crl_agent_exec m = {.argv = argv,
+                               .env = env,
+                               .envc = 1,
+                               .cwd = "/",
+                               .uid = getuid(),
+                               .gid = getgid(),
+                               .stdin_open = with_stdin};
     while (argv[m.argc])
         m.argc++;
     struct crl_err e = CRL_ERR_INIT;
