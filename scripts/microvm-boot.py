@@ -28,7 +28,8 @@ a hang and retried once):
                   to READY (CONFIG stacks the --layer EROFS images, or a
                   busybox layer built here, under a tmpfs overlay), then
                   `uname -r`, `echo` and --execs round trips of `true`
-                  through EXEC; the host reconnects (HELLO again, a new
+                  through EXEC, a file put and read back (cat, FILE_GET),
+                  a file of the layer read; the host reconnects (HELLO again, a new
                   CONFIG: the hostname changes), then BYE (not in all)
   agent-save      boot with corral-agent to HELLO and save it there: a
                   template whose agent waits for CONFIG (not in all)
@@ -154,6 +155,43 @@ class Agent:
                                 "seed": base64.b64encode(os.urandom(32)).decode(),
                                 "layers": layers})
         return self.expect("READY", deadline)
+
+    def _result(self, sid, deadline, got=None):
+        """A transfer's frames to its RESULT (DATA into got, credited)."""
+        while True:
+            t, stream, payload = self.recv(deadline, "RESULT")
+            if stream != sid:
+                raise Failed(f"{t} on stream {stream} during the transfer on {sid}")
+            if t == "DATA" and payload and got is not None:
+                got.append(payload)
+                self.send("CREDIT", sid, struct.pack("<I", len(payload)))
+            elif t == "RESULT":
+                res = json.loads(payload)
+                if not res.get("ok"):
+                    raise Failed(f"the transfer on {sid} failed: {res}")
+                return
+            elif t not in ("DATA", "CREDIT"):
+                raise Failed(f"{t} in a transfer")
+
+    def put(self, path, data, deadline, mode=0o644):
+        """FILE_PUT: DATA within the guest's window (256 KiB here)."""
+        sid = self.next_stream
+        self.next_stream += 1
+        if len(data) > 256 * 1024:
+            raise ValueError("put: at most one window of bytes")
+        self.send("FILE_PUT", sid, {"path": path, "mode": mode, "tar": False})
+        for off in range(0, len(data), 65536):
+            self.send("DATA", sid, data[off:off + 65536])
+        self.send("DATA", sid)
+        self._result(sid, deadline)
+
+    def get(self, path, deadline):
+        sid = self.next_stream
+        self.next_stream += 1
+        self.send("FILE_GET", sid, {"path": path, "tar": False})
+        got = []
+        self._result(sid, deadline, got)
+        return b"".join(got)
 
     def run(self, argv, deadline, env=("PATH=/bin:/usr/bin",)):
         """One exec: (stdout, stderr, its EXIT as a dict)."""
@@ -604,6 +642,14 @@ class Runner:
             out, _, ex = a.run(["hostname"], dl)
             if out != b"sb-agent\n":
                 raise Failed(f"hostname gave {out!r}")
+            # files in the root the guest moved to (the writable overlay)
+            blob = os.urandom(200_000)
+            a.put("/tmp/blob", blob, dl)
+            out, _, ex = a.run(["sh", "-c", "cat /tmp/blob"], dl)
+            if out != blob or a.get("/tmp/blob", dl) != blob:
+                raise Failed("FILE_PUT then cat or FILE_GET gave other bytes")
+            if a.get("/bin/busybox", dl)[:4] != b"\x7fELF":
+                raise Failed("FILE_GET of /bin/busybox is not the layer's ELF")
             rts = []
             for _ in range(self.args.execs):
                 t0 = time.monotonic()

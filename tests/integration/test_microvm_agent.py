@@ -2,7 +2,8 @@
 boots from Corral's initramfs with build/corral-agent as /init, says HELLO
 on the virtio-serial port, takes a CONFIG that stacks an EROFS layer (busybox)
 under a tmpfs overlay and moves its root there, answers READY, and runs
-``uname -r``, ``echo`` and ``hostname`` through EXEC; BYE powers it off.
+``uname -r``, ``echo`` and ``hostname`` through EXEC, puts a file and reads
+it back (``cat``, FILE_GET) and reads one of the layer; BYE powers it off.
 scripts/microvm-boot.py (mode agent) drives QEMU and the protocol and
 reports figures as JSON, which this test checks.  The agent's protocol
 itself is tested without a VM by tests/unit/test_agent.c.
