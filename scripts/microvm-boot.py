@@ -29,7 +29,9 @@ a hang and retried once):
                   busybox layer built here, under a tmpfs overlay), then
                   `uname -r`, `echo` and --execs round trips of `true`
                   through EXEC, a file put and read back (cat, FILE_GET),
-                  a file of the layer read; the host reconnects (HELLO again, a new
+                  a file of the layer read (--disk-mb: the writable layer
+                  is ext4 on a disk, and the file is found in it after the
+                  power-off); the host reconnects (HELLO again, a new
                   CONFIG: the hostname changes), then BYE (not in all)
   agent-save      boot with corral-agent to HELLO and save it there: a
                   template whose agent waits for CONFIG (not in all)
@@ -150,10 +152,12 @@ class Agent:
             raise Failed(f"{t} on stream {stream} ({payload[:200]!r}) where {name} was due")
         return json.loads(payload) if payload[:1] == b"{" else payload
 
-    def configure(self, layers, hostname, deadline):
-        self.send("CONFIG", 0, {"hostname": hostname, "realtime_ns": time.time_ns(),
-                                "seed": base64.b64encode(os.urandom(32)).decode(),
-                                "layers": layers})
+    def configure(self, layers, hostname, deadline, disk=None):
+        msg = {"hostname": hostname, "realtime_ns": time.time_ns(),
+               "seed": base64.b64encode(os.urandom(32)).decode(), "layers": layers}
+        if disk:
+            msg["disk"] = disk
+        self.send("CONFIG", 0, msg)
         return self.expect("READY", deadline)
 
     def _result(self, sid, deadline, got=None):
@@ -615,11 +619,25 @@ class Runner:
                 os.close(fd)
             g.stop()
 
+    def disk(self):
+        """A writable disk of --disk-mb, ext4, fresh for each guest."""
+        path = os.path.join(self.work, "disk.ext4")
+        with open(path, "wb") as f:
+            f.truncate(self.args.disk_mb << 20)
+        subprocess.run(["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=1,lazy_journal_init=1",
+                        path], check=True)
+        return path
+
     def agent(self):
         """Boot with corral-agent as /init: HELLO, CONFIG, READY, commands, BYE."""
         layers = self.args.layer or [self.busybox_layer()]
+        disk = self.disk() if self.args.disk_mb else None
         rd = self.run_dir("agent")
-        argv = self.argv(rd, layers=layers)
+        # the disk after the layers: /dev/vd<next letter>
+        argv = self.argv(rd, layers=layers + ([disk] if disk else []))
+        if disk:
+            argv = [x.replace(f"file={disk},format=raw,if=none,readonly=on",
+                              f"file={disk},format=raw,if=none") for x in argv]
         self.cmdlines.setdefault("agent", argv)
         g = Guest(argv, rd)
         try:
@@ -630,7 +648,8 @@ class Runner:
             if hello.get("kernel") != self.version:
                 raise Failed(f"HELLO from kernel {hello.get('kernel')}, not {self.version}")
             devs = [f"/dev/vd{chr(ord('a') + i)}" for i in range(len(layers))]
-            ready = a.configure(devs, "sb-agent", deadline + 10)
+            disk_dev = f"/dev/vd{chr(ord('a') + len(layers))}" if disk else None
+            ready = a.configure(devs, "sb-agent", deadline + 10, disk_dev)
             t_ready = time.monotonic()
             dl = time.monotonic() + 30
             out, _, ex = a.run(["uname", "-r"], dl)
@@ -650,6 +669,7 @@ class Runner:
                 raise Failed("FILE_PUT then cat or FILE_GET gave other bytes")
             if a.get("/bin/busybox", dl)[:4] != b"\x7fELF":
                 raise Failed("FILE_GET of /bin/busybox is not the layer's ELF")
+
             rts = []
             for _ in range(self.args.execs):
                 t0 = time.monotonic()
@@ -676,6 +696,13 @@ class Runner:
             a.send("BYE")
             a.expect("BYE", time.monotonic() + 5)
             g.proc.wait(timeout=10)  # the agent powers the guest off
+            if disk:
+                # what the guest wrote is in the disk's upper dir
+                r = subprocess.run(["debugfs", "-R", "cat /upper/tmp/blob", disk],
+                                   capture_output=True)
+                if r.stdout != blob:
+                    raise Failed(f"the disk's /upper/tmp/blob is not the file put: "
+                                 f"{len(r.stdout)} bytes, {r.stderr[-200:]!r}")
             return {"hello_s": t_hello - g.t0, "ready_s": t_ready - g.t0,
                     "config_s": t_ready - t_hello, "guest_ready_ms": ready["uptime_ms"],
                     "exec_rt_s": statistics.median(rts), "exec_rt_max_s": max(rts),
@@ -944,6 +971,8 @@ def main():
                    help="agent mode: an EROFS image to stack (top first); default: busybox")
     p.add_argument("--busybox", default="/bin/busybox", help="agent mode: a static busybox")
     p.add_argument("--execs", type=int, default=20, help="agent mode: `true` round trips")
+    p.add_argument("--disk-mb", type=int, default=0,
+                   help="agent mode: a writable ext4 disk of this size (else a tmpfs)")
     args = p.parse_args()
     r = Runner(args)
     rc = 0

@@ -48,13 +48,17 @@ def agent_initrd(tmp_path_factory):
     return kdir, manifest, initrd
 
 
-def test_agent_boot_exec(agent_initrd, tmp_path):
-    """Boot to READY, three commands with the right output, a few `true`
-    round trips, BYE: the guest powers itself off."""
+@pytest.mark.parametrize("disk_mb", [0, 32], ids=["tmpfs-upper", "ext4-disk"])
+def test_agent_boot_exec(agent_initrd, tmp_path, disk_mb):
+    """Boot to READY, three commands with the right output, a file in and
+    out, a few `true` round trips, BYE: the guest powers itself off.  With
+    a disk, the writable layer is ext4 on it, and the file put is found in
+    the disk's upper dir after the power-off."""
     kdir, manifest, initrd = agent_initrd
     out = tmp_path / "figures.json"
     r = subprocess.run([sys.executable, SCRIPTS / "microvm-boot.py", "--kernel-dir", kdir,
                         "--initrd", initrd, "--mode", "agent", "--execs", "5",
+                        "--disk-mb", str(disk_mb),
                         "--json", out],
                        capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
