@@ -1,17 +1,18 @@
-/* corral-agent's internals: the guest's PID 1 in a microVM (init.c) and
+/* corral-agent's internals (crl_ga_: the guest agent; crl_agent_ is
+ * lib/agent's protocol): the guest's PID 1 in a microVM (init.c) and
  * the server of the agent protocol (serve.c, lib/agent/proto.h) that runs
  * the host's execs and file transfers. */
-#ifndef CRL_AGENT_AGENT_H
-#define CRL_AGENT_AGENT_H
+#ifndef CRL_GA_AGENT_H
+#define CRL_GA_AGENT_H
 
 #include <stdbool.h>
 
 #include "../../lib/agent/msg.h"
 #include "../../lib/util/err.h"
 
-#define CRL_AGENT_VERSION "corral-agent 0.1"
+#define CRL_GA_VERSION "corral-agent 0.1"
 
-struct crl_agent_opts {
+struct crl_ga_opts {
     int fd;           /* the byte stream to the host */
     bool pid1;        /* the guest's init: reconnects, reaps, powers off */
     const char *root; /* files are resolved inside it ("/" in a guest) */
@@ -21,18 +22,18 @@ struct crl_agent_opts {
  * of file or BYE) or forever (PID 1: a host that goes away may come back,
  * after a restore).  Returns 0 on an orderly end, -1 with *err when the
  * host broke the protocol or a syscall the loop needs failed. */
-int crl_agent_serve(const struct crl_agent_opts *opts, struct crl_err *err);
+int crl_ga_serve(const struct crl_ga_opts *opts, struct crl_err *err);
 
 /* PID 1's boot: the kernel's file systems, the modules, the console.
  * Returns the port to the host (after crl_guest_open_port), -1 with *err. */
-int crl_agent_init_boot(struct crl_err *err);
+int crl_ga_init_boot(struct crl_err *err);
 
 /* PID 1 applies a CONFIG: hostname, clock, entropy, and (the first time
  * only) the root: the layers read-only under a writable overlay, then the
  * guest's root moved onto it.  -1 with *err naming what failed. */
-int crl_agent_init_config(const struct crl_agent_config *c, bool first, struct crl_err *err);
+int crl_ga_init_config(const struct crl_agent_config *c, bool first, struct crl_err *err);
 
 /* PID 1 cannot exit (the kernel would panic): sync and power off. */
-void crl_agent_power_off(void) __attribute__((noreturn));
+void crl_ga_power_off(void) __attribute__((noreturn));
 
 #endif

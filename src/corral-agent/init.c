@@ -23,7 +23,7 @@
 #define RW RUN "/rw"
 #define NEWROOT RUN "/root"
 
-void crl_agent_power_off(void)
+void crl_ga_power_off(void)
 {
     sync();
     reboot(RB_POWER_OFF);
@@ -45,7 +45,7 @@ static double uptime(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-int crl_agent_init_boot(struct crl_err *err)
+int crl_ga_init_boot(struct crl_err *err)
 {
     double t0 = uptime();
     if (crl_guest_mount("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755") < 0)
@@ -189,7 +189,7 @@ static int switch_root(struct crl_err *err)
     return 0;
 }
 
-int crl_agent_init_config(const struct crl_agent_config *c, bool first, struct crl_err *err)
+int crl_ga_init_config(const struct crl_agent_config *c, bool first, struct crl_err *err)
 {
     if (set_identity(c, err) < 0)
         return -1;

@@ -45,23 +45,23 @@ static int pid1(void)
     crl_log_setup(CRL_LOG_INFO, CRL_LOG_TEXT, "corral-agent");
     seed_json();
     struct crl_err err = CRL_ERR_INIT;
-    int port = crl_agent_init_boot(&err);
+    int port = crl_ga_init_boot(&err);
     if (port >= 0) {
-        struct crl_agent_opts o = {.fd = port, .pid1 = true, .root = "/"};
-        if (crl_agent_serve(&o, &err) == 0) {
+        struct crl_ga_opts o = {.fd = port, .pid1 = true, .root = "/"};
+        if (crl_ga_serve(&o, &err) == 0) {
             crl_info(NULL, "the host said BYE: powering off");
-            crl_agent_power_off();
+            crl_ga_power_off();
         }
     }
     crl_error(NULL, "%s: powering off", err.msg);
-    crl_agent_power_off();
+    crl_ga_power_off();
 }
 
 int main(int argc, char **argv)
 {
     if (getpid() == 1)
         return pid1();
-    struct crl_agent_opts o = {.fd = -1, .root = "/"};
+    struct crl_ga_opts o = {.fd = -1, .root = "/"};
     enum crl_log_level level = CRL_LOG_WARN;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -90,7 +90,7 @@ int main(int argc, char **argv)
         return usage();
     crl_log_setup(level, CRL_LOG_TEXT, "corral-agent");
     struct crl_err err = CRL_ERR_INIT;
-    if (crl_agent_serve(&o, &err) < 0) {
+    if (crl_ga_serve(&o, &err) < 0) {
         fprintf(stderr, "corral-agent: %s\n", err.msg);
         return 1;
     }

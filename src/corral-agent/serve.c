@@ -31,52 +31,11 @@
 #include "../../lib/util/fdio.h"
 #include "../../lib/util/log.h"
 #include "../../lib/util/path.h"
-#include "agent.h"
-
-#define OUT_HIGH (256u * 1024u) /* stop producing while this much is queued */
-#define CHUNK (64u * 1024u)     /* most bytes of one STDOUT, STDERR or DATA frame */
-#define GRANT_AT (32u * 1024u)  /* consumed bytes worth a CREDIT */
-#define MAX_STREAMS 1024
-
-enum kind { K_EXEC, K_GET, K_PUT };
-
-struct stream {
-    struct stream *next;
-    uint32_t id;
-    enum kind kind;
-    struct crl_agent_window win;
-    uint32_t ungranted; /* bytes of the host's consumed and not yet granted back */
-    /* K_EXEC */
-    pid_t pid;             /* 0 once reaped */
-    int out[2];            /* the child's stdout [0] and stderr [1], -1 at end of file */
-    int in;                /* its stdin, -1 when closed */
-    struct crl_buf in_buf; /* STDIN bytes the pipe has not taken yet */
-    bool in_eof;           /* the host sent STDIN's end: close once in_buf drains */
-    bool has_stdin;        /* the EXEC asked for STDIN frames */
-    int status;
-    struct rusage ru;
-    /* K_GET, K_PUT */
-    int fd;
-};
-
-struct agent {
-    const struct crl_agent_opts *o;
-    int port;
-    int sigfd;
-    int rootfd;
-    struct crl_agent_dec dec;
-    struct crl_buf out;
-    struct stream *streams;
-    size_t n_streams;
-    bool connected;  /* PID 1: the host's end of the port is open */
-    bool sigio;      /* PID 1: the port raises SIGIO when the host comes or goes */
-    bool configured; /* a CONFIG was applied */
-    bool done;       /* BYE: flush and end */
-};
+#include "serve_int.h"
 
 /* ---- output ---- */
 
-static int queue(struct agent *a, uint16_t type, uint32_t stream, const void *p, uint32_t len,
+int crl_ga_queue(struct agent *a, uint16_t type, uint32_t stream, const void *p, uint32_t len,
                  struct crl_err *err)
 {
     size_t at = a->out.len;
@@ -92,10 +51,10 @@ static int queue(struct agent *a, uint16_t type, uint32_t stream, const void *p,
     return 0;
 }
 
-static int queue_json(struct agent *a, uint16_t type, uint32_t stream, char *json, size_t len,
+int crl_ga_queue_json(struct agent *a, uint16_t type, uint32_t stream, char *json, size_t len,
                       struct crl_err *err)
 {
-    int r = queue(a, type, stream, json, (uint32_t)len, err);
+    int r = crl_ga_queue(a, type, stream, json, (uint32_t)len, err);
     free(json);
     return r;
 }
@@ -111,7 +70,7 @@ static void text_clean(char *s)
 }
 
 /* ERROR on a stream (or on 0: the agent is about to hang up). */
-static int send_error(struct agent *a, uint32_t stream, const char *msg, struct crl_err *err)
+int crl_ga_send_error(struct agent *a, uint32_t stream, const char *msg, struct crl_err *err)
 {
     struct crl_agent_error m;
     snprintf(m.message, sizeof(m.message), "%s", msg);
@@ -120,10 +79,10 @@ static int send_error(struct agent *a, uint32_t stream, const char *msg, struct 
     size_t n;
     if (crl_agent_build_error(&m, &j, &n, err) < 0)
         return -1;
-    return queue_json(a, CRL_AGENT_ERROR, stream, j, n, err);
+    return crl_ga_queue_json(a, CRL_AGENT_ERROR, stream, j, n, err);
 }
 
-static int send_result(struct agent *a, uint32_t stream, int errnum, const char *msg,
+int crl_ga_send_result(struct agent *a, uint32_t stream, int errnum, const char *msg,
                        struct crl_err *err)
 {
     struct crl_agent_result m = {.ok = msg == NULL, .error_no = errnum};
@@ -135,10 +94,10 @@ static int send_result(struct agent *a, uint32_t stream, int errnum, const char 
     size_t n;
     if (crl_agent_build_result(&m, &j, &n, err) < 0)
         return -1;
-    return queue_json(a, CRL_AGENT_RESULT, stream, j, n, err);
+    return crl_ga_queue_json(a, CRL_AGENT_RESULT, stream, j, n, err);
 }
 
-static int send_credit(struct agent *a, struct stream *s, bool force, struct crl_err *err)
+int crl_ga_send_credit(struct agent *a, struct stream *s, bool force, struct crl_err *err)
 {
     if (s->ungranted == 0 || (!force && s->ungranted < GRANT_AT))
         return 0;
@@ -178,7 +137,7 @@ static struct stream *find(struct agent *a, uint32_t id)
     return NULL;
 }
 
-static struct stream *stream_new(struct agent *a, uint32_t id, enum kind kind)
+struct stream *crl_ga_stream_new(struct agent *a, uint32_t id, enum kind kind)
 {
     struct stream *s = calloc(1, sizeof(*s));
     if (!s)
@@ -196,7 +155,7 @@ static struct stream *stream_new(struct agent *a, uint32_t id, enum kind kind)
 
 /* Forget a stream; an exec's process group is killed first if it runs
  * (its child is reaped, unclaimed, by the SIGCHLD handler). */
-static void stream_drop(struct agent *a, struct stream *s)
+void crl_ga_stream_drop(struct agent *a, struct stream *s)
 {
     for (struct stream **pp = &a->streams; *pp; pp = &(*pp)->next)
         if (*pp == s) {
@@ -215,321 +174,13 @@ static void stream_drop(struct agent *a, struct stream *s)
 }
 
 /* A stream the host's frame broke: ERROR on it, then it is gone. */
-static int stream_fail(struct agent *a, struct stream *s, uint32_t id, const char *msg,
+int crl_ga_stream_fail(struct agent *a, struct stream *s, uint32_t id, const char *msg,
                        struct crl_err *err)
 {
     crl_warn(NULL, "stream %u: %s", id, msg);
     if (s)
-        stream_drop(a, s);
-    return send_error(a, id, msg, err);
-}
-
-/* ---- exec ---- */
-
-/* In the child, between fork and exec: errno goes back on `report`. */
-static void __attribute__((noreturn))
-child(const struct crl_agent_exec *m, int in, int out, int errfd, int report)
-{
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    signal(SIGPIPE, SIG_DFL);
-    setsid();
-    if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(errfd, 2) < 0)
-        goto fail;
-    if (getuid() == 0 && setgroups(0, NULL) < 0)
-        goto fail;
-    if ((m->gid != getgid() && setgid(m->gid) < 0) || (m->uid != getuid() && setuid(m->uid) < 0))
-        goto fail;
-    if (chdir(m->cwd) < 0)
-        goto fail;
-    environ = m->env;
-    execvp(m->argv[0], m->argv);
-fail:;
-    int e = errno;
-    (void)!write(report, &e, sizeof(e));
-    _exit(127);
-}
-
-static int send_exit(struct agent *a, struct stream *s, struct crl_err *err)
-{
-    struct crl_agent_exit m = {0};
-    if (WIFSIGNALED(s->status)) {
-        m.reason = CRL_AGENT_SIGNALED;
-        m.signal = WTERMSIG(s->status);
-    } else {
-        m.reason = CRL_AGENT_EXITED;
-        m.code = WEXITSTATUS(s->status);
-    }
-    m.utime_us = (int64_t)s->ru.ru_utime.tv_sec * 1000000 + s->ru.ru_utime.tv_usec;
-    m.stime_us = (int64_t)s->ru.ru_stime.tv_sec * 1000000 + s->ru.ru_stime.tv_usec;
-    m.maxrss_kb = s->ru.ru_maxrss;
-    char *j;
-    size_t n;
-    if (crl_agent_build_exit(&m, &j, &n, err) < 0)
-        return -1;
-    return queue_json(a, CRL_AGENT_EXIT, s->id, j, n, err);
-}
-
-static int start_failed(struct agent *a, uint32_t id, int errnum, struct crl_err *err)
-{
-    struct crl_agent_exit m = {.reason = CRL_AGENT_START_FAILED,
-                               .error_no = errnum > 0 && errnum < 4096 ? errnum : EIO};
-    char *j;
-    size_t n;
-    if (crl_agent_build_exit(&m, &j, &n, err) < 0)
-        return -1;
-    return queue_json(a, CRL_AGENT_EXIT, id, j, n, err);
-}
-
-static int do_exec(struct agent *a, uint32_t id, const struct crl_agent_frame *f,
-                   struct crl_err *err)
-{
-    struct crl_err perr = CRL_ERR_INIT;
-    struct crl_agent_exec m;
-    if (crl_agent_parse_exec(f->payload, f->len, &m, &perr) < 0)
-        return stream_fail(a, NULL, id, perr.msg, err);
-    if (m.tty) {
-        crl_agent_exec_free(&m);
-        return stream_fail(a, NULL, id, "EXEC: tty is not supported by this agent yet", err);
-    }
-    int p_out[2] = {-1, -1}, p_err[2] = {-1, -1}, p_in[2] = {-1, -1}, rep[2] = {-1, -1};
-    int e = 0;
-    if (pipe2(p_out, O_CLOEXEC) < 0 || pipe2(p_err, O_CLOEXEC) < 0 || pipe2(rep, O_CLOEXEC) < 0)
-        e = errno;
-    else if (m.stdin_open && pipe2(p_in, O_CLOEXEC) < 0)
-        e = errno;
-    else if (!m.stdin_open && (p_in[0] = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0)
-        e = errno;
-    struct stream *s = e ? NULL : stream_new(a, id, K_EXEC);
-    if (!e && !s)
-        e = ENOMEM;
-    pid_t pid = -1;
-    if (!e && (pid = fork()) < 0)
-        e = errno;
-    if (pid == 0)
-        child(&m, p_in[0], p_out[1], p_err[1], rep[1]);
-    crl_agent_exec_free(&m);
-    close_fd(&p_in[0]);
-    close_fd(&p_out[1]);
-    close_fd(&p_err[1]);
-    close_fd(&rep[1]);
-    if (!e) {
-        /* EOF: the exec happened (the pipe is close-on-exec); else its errno. */
-        int got = 0;
-        ssize_t n;
-        while ((n = read(rep[0], &got, sizeof(got))) < 0 && errno == EINTR)
-            ;
-        if (n == (ssize_t)sizeof(got)) {
-            e = got;
-            while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-                ;
-            pid = -1;
-        }
-    }
-    close_fd(&rep[0]);
-    if (e) {
-        close_fd(&p_out[0]);
-        close_fd(&p_err[0]);
-        close_fd(&p_in[1]);
-        if (s)
-            stream_drop(a, s);
-        return start_failed(a, id, e, err);
-    }
-    s->pid = pid;
-    s->out[0] = p_out[0];
-    s->out[1] = p_err[0];
-    s->in = p_in[1];
-    s->has_stdin = s->in >= 0;
-    if (s->in >= 0)
-        crl_set_nonblock(s->in, 1);
-    crl_set_nonblock(s->out[0], 1);
-    crl_set_nonblock(s->out[1], 1);
-    return 0;
-}
-
-/* Write queued STDIN to the pipe; close it at the host's EOF.  Bytes the
- * child will never read (it closed stdin) are dropped but still granted
- * back, so the host is not left waiting on a window. */
-static int pump_stdin(struct agent *a, struct stream *s, struct crl_err *err)
-{
-    while (s->in >= 0 && s->in_buf.len > 0) {
-        ssize_t n = write(s->in, s->in_buf.data, s->in_buf.len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && errno == EAGAIN)
-            break;
-        if (n < 0) {
-            close_fd(&s->in); /* EPIPE: the child is done reading */
-            break;
-        }
-        s->ungranted += (uint32_t)n;
-        crl_buf_consume(&s->in_buf, (size_t)n);
-    }
-    if (s->in < 0 && s->in_buf.len > 0) {
-        s->ungranted += (uint32_t)s->in_buf.len;
-        crl_buf_consume(&s->in_buf, s->in_buf.len);
-    }
-    if (s->in_eof && s->in_buf.len == 0)
-        close_fd(&s->in);
-    return send_credit(a, s, s->in_buf.len == 0, err);
-}
-
-/* Read one chunk of the child's output (i: 0 stdout, 1 stderr) within
- * the window. */
-static int pump_output(struct agent *a, struct stream *s, int i, struct crl_err *err)
-{
-    uint32_t room = s->win.send < CHUNK ? s->win.send : CHUNK;
-    if (room == 0)
-        return 0;
-    char buf[CHUNK];
-    ssize_t n;
-    while ((n = read(s->out[i], buf, room)) < 0 && errno == EINTR)
-        ;
-    if (n < 0 && errno == EAGAIN)
-        return 0;
-    if (n <= 0) {
-        close_fd(&s->out[i]);
-        return 0;
-    }
-    if (crl_agent_window_sending(&s->win, (uint32_t)n, err) < 0)
-        return -1;
-    return queue(a, i == 0 ? CRL_AGENT_STDOUT : CRL_AGENT_STDERR, s->id, buf, (uint32_t)n, err);
-}
-
-/* An exec whose child is reaped and whose pipes are at their end: EXIT. */
-static int maybe_exit(struct agent *a, struct stream *s, struct crl_err *err)
-{
-    if (s->kind != K_EXEC || s->pid != 0 || s->out[0] >= 0 || s->out[1] >= 0)
-        return 0;
-    int r = send_exit(a, s, err);
-    stream_drop(a, s);
-    return r;
-}
-
-static void reap(struct agent *a)
-{
-    for (;;) {
-        int status;
-        struct rusage ru;
-        pid_t pid = wait4(-1, &status, WNOHANG, &ru);
-        if (pid < 0 && errno == EINTR)
-            continue;
-        if (pid <= 0)
-            return;
-        for (struct stream *s = a->streams; s; s = s->next)
-            if (s->kind == K_EXEC && s->pid == pid) {
-                s->pid = 0;
-                s->status = status;
-                s->ru = ru;
-                break;
-            }
-    }
-}
-
-/* ---- files ---- */
-
-static int do_file(struct agent *a, uint32_t id, const struct crl_agent_frame *f,
-                   struct crl_err *err)
-{
-    struct crl_err perr = CRL_ERR_INIT;
-    struct crl_agent_file m;
-    if (crl_agent_parse_file(f->type, f->payload, f->len, &m, &perr) < 0)
-        return stream_fail(a, NULL, id, perr.msg, err);
-    char msg[CRL_AGENT_MAX_TEXT];
-    if (m.tar)
-        return send_result(a, id, ENOTSUP, "directories as tar are not supported by this agent yet",
-                           err);
-    int bad = crl_path_normalise(m.path, strlen(m.path), CRL_PATH_RULES_API, NULL, 0);
-    if (bad < 0) {
-        snprintf(msg, sizeof(msg), "path %.200s is %s", m.path, crl_path_why(bad));
-        return send_result(a, id, EINVAL, msg, err);
-    }
-    bool put = f->type == CRL_AGENT_FILE_PUT;
-    int fd = crl_path_fd(crl_path_open_in_root(
-        a->rootfd, m.path, put ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY, (mode_t)m.mode));
-    int e = errno;
-    struct stat st;
-    if (fd >= 0 && fstat(fd, &st) < 0)
-        e = errno;
-    else if (fd >= 0 && !S_ISREG(st.st_mode))
-        e = put ? EEXIST : EISDIR;
-    else if (fd >= 0 && put && fchmod(fd, (mode_t)m.mode) < 0)
-        e = errno;
-    else if (fd >= 0)
-        e = 0;
-    if (e) {
-        if (fd >= 0)
-            close(fd);
-        snprintf(msg, sizeof(msg), "%s %.200s: %s", put ? "write" : "read", m.path,
-                 e == EISDIR || e == EEXIST ? "not a regular file" : strerror(e));
-        return send_result(a, id, e, msg, err);
-    }
-    struct stream *s = stream_new(a, id, put ? K_PUT : K_GET);
-    if (!s) {
-        close(fd);
-        return crl_err_sys(err, ENOMEM, "a stream");
-    }
-    s->fd = fd;
-    return 0;
-}
-
-/* One chunk of a file being read, within the window; at its end the empty
- * DATA and the RESULT. */
-static int pump_get(struct agent *a, struct stream *s, struct crl_err *err)
-{
-    uint32_t room = s->win.send < CHUNK ? s->win.send : CHUNK;
-    if (room == 0)
-        return 0;
-    char buf[CHUNK];
-    ssize_t n;
-    while ((n = read(s->fd, buf, room)) < 0 && errno == EINTR)
-        ;
-    if (n < 0) {
-        char msg[128];
-        snprintf(msg, sizeof(msg), "read: %s", strerror(errno));
-        int r = send_result(a, s->id, errno, msg, err);
-        stream_drop(a, s);
-        return r;
-    }
-    if (n == 0) {
-        uint8_t end[CRL_AGENT_HEADER_SIZE];
-        crl_agent_encode_empty(end, CRL_AGENT_DATA, s->id);
-        uint32_t id = s->id;
-        stream_drop(a, s);
-        if (crl_buf_append(&a->out, end, sizeof(end)) < 0)
-            return crl_err_sys(err, ENOMEM, "queueing DATA");
-        return send_result(a, id, 0, NULL, err);
-    }
-    if (crl_agent_window_sending(&s->win, (uint32_t)n, err) < 0)
-        return -1;
-    return queue(a, CRL_AGENT_DATA, s->id, buf, (uint32_t)n, err);
-}
-
-static int put_data(struct agent *a, struct stream *s, const struct crl_agent_frame *f,
-                    struct crl_err *err)
-{
-    if (f->len == 0) {
-        int r = fsync(s->fd) < 0 ? errno : 0;
-        if (close(s->fd) < 0 && !r)
-            r = errno;
-        s->fd = -1;
-        uint32_t id = s->id;
-        stream_drop(a, s);
-        char msg[128];
-        snprintf(msg, sizeof(msg), "write: %s", strerror(r));
-        return send_result(a, id, r, r ? msg : NULL, err);
-    }
-    if (crl_write_full(s->fd, f->payload, f->len) < 0) {
-        char msg[128];
-        int e = errno;
-        snprintf(msg, sizeof(msg), "write: %s", strerror(e));
-        uint32_t id = s->id;
-        stream_drop(a, s);
-        return send_result(a, id, e, msg, err);
-    }
-    s->ungranted += f->len;
-    return send_credit(a, s, false, err);
+        crl_ga_stream_drop(a, s);
+    return crl_ga_send_error(a, id, msg, err);
 }
 
 /* ---- the host's frames ---- */
@@ -538,13 +189,13 @@ static int send_hello(struct agent *a, struct crl_err *err)
 {
     struct crl_agent_hello h = {.proto = CRL_AGENT_PROTO_VERSION};
     struct utsname u;
-    snprintf(h.agent, sizeof(h.agent), "%s", CRL_AGENT_VERSION);
+    snprintf(h.agent, sizeof(h.agent), "%s", CRL_GA_VERSION);
     snprintf(h.kernel, sizeof(h.kernel), "%s", uname(&u) == 0 ? u.release : "unknown");
     char *j;
     size_t n;
     if (crl_agent_build_hello(&h, &j, &n, err) < 0)
         return -1;
-    return queue_json(a, CRL_AGENT_HELLO, 0, j, n, err);
+    return crl_ga_queue_json(a, CRL_AGENT_HELLO, 0, j, n, err);
 }
 
 static int do_config(struct agent *a, const struct crl_agent_frame *f, struct crl_err *err)
@@ -554,7 +205,7 @@ static int do_config(struct agent *a, const struct crl_agent_frame *f, struct cr
         return crl_err_sys(err, ENOMEM, "CONFIG");
     int r = crl_agent_parse_config(f->payload, f->len, c, err);
     if (r == 0 && a->o->pid1)
-        r = crl_agent_init_config(c, !a->configured, err);
+        r = crl_ga_init_config(c, !a->configured, err);
     explicit_bzero(c->seed, sizeof(c->seed));
     free(c);
     if (r < 0)
@@ -574,7 +225,7 @@ static int do_config(struct agent *a, const struct crl_agent_frame *f, struct cr
     size_t n;
     if (crl_agent_build_ready(&m, &j, &n, err) < 0)
         return -1;
-    return queue_json(a, CRL_AGENT_READY, 0, j, n, err);
+    return crl_ga_queue_json(a, CRL_AGENT_READY, 0, j, n, err);
 }
 
 /* A frame on a stream that is not open: late STDIN, CREDIT, SIGNAL or
@@ -595,31 +246,32 @@ static int on_stream_frame(struct agent *a, const struct crl_agent_frame *f, str
         f->type == CRL_AGENT_FILE_PUT) {
         if (s) {
             snprintf(msg, sizeof(msg), "%s on stream %u, which is open", name, f->stream);
-            return stream_fail(a, s, f->stream, msg, err);
+            return crl_ga_stream_fail(a, s, f->stream, msg, err);
         }
         if (!a->configured)
-            return stream_fail(a, NULL, f->stream, "the agent has had no CONFIG yet", err);
+            return crl_ga_stream_fail(a, NULL, f->stream, "the agent has had no CONFIG yet", err);
         if (a->n_streams >= MAX_STREAMS) {
             snprintf(msg, sizeof(msg), "%zu streams are open, the most this agent serves",
                      a->n_streams);
-            return stream_fail(a, NULL, f->stream, msg, err);
+            return crl_ga_stream_fail(a, NULL, f->stream, msg, err);
         }
-        return f->type == CRL_AGENT_EXEC ? do_exec(a, f->stream, f, err)
-                                         : do_file(a, f->stream, f, err);
+        return f->type == CRL_AGENT_EXEC ? crl_ga_exec_start(a, f->stream, f, err)
+                                         : crl_ga_file_start(a, f->stream, f, err);
     }
     if (!s)
-        return late(f->type) ? 0
-                             : stream_fail(a, NULL, f->stream, "a frame on a stream not open", err);
+        return late(f->type)
+                   ? 0
+                   : crl_ga_stream_fail(a, NULL, f->stream, "a frame on a stream not open", err);
     if (crl_agent_window_received(&s->win, f, &perr) < 0)
-        return stream_fail(a, s, f->stream, perr.msg, err);
+        return crl_ga_stream_fail(a, s, f->stream, perr.msg, err);
     switch (f->type) {
     case CRL_AGENT_CREDIT:
         if (crl_agent_window_credit(&s->win, f, &perr) < 0)
-            return stream_fail(a, s, f->stream, perr.msg, err);
+            return crl_ga_stream_fail(a, s, f->stream, perr.msg, err);
         return 0;
     case CRL_AGENT_ERROR:
         crl_info(NULL, "stream %u: the host abandoned it", f->stream);
-        stream_drop(a, s);
+        crl_ga_stream_drop(a, s);
         return 0;
     case CRL_AGENT_STDIN:
         if (s->kind != K_EXEC || !s->has_stdin || s->in_eof) {
@@ -627,31 +279,33 @@ static int on_stream_frame(struct agent *a, const struct crl_agent_frame *f, str
                      s->kind != K_EXEC ? "which is not an exec"
                      : !s->has_stdin   ? "whose EXEC did not ask for stdin"
                                        : "after its end");
-            return stream_fail(a, s, f->stream, msg, err);
+            return crl_ga_stream_fail(a, s, f->stream, msg, err);
         }
         if (f->len == 0) {
             s->in_eof = true;
         } else if (crl_buf_append(&s->in_buf, f->payload, f->len) < 0) {
             return crl_err_sys(err, ENOMEM, "STDIN of %u bytes", f->len);
         }
-        return pump_stdin(a, s, err);
+        return crl_ga_exec_stdin(a, s, err);
     case CRL_AGENT_SIGNAL: {
         struct crl_agent_signal m;
         if (s->kind != K_EXEC)
-            return stream_fail(a, s, f->stream, "SIGNAL on a stream that is not an exec", err);
+            return crl_ga_stream_fail(a, s, f->stream, "SIGNAL on a stream that is not an exec",
+                                      err);
         if (crl_agent_parse_signal(f->payload, f->len, &m, &perr) < 0)
-            return stream_fail(a, s, f->stream, perr.msg, err);
+            return crl_ga_stream_fail(a, s, f->stream, perr.msg, err);
         if (s->pid > 0 && kill(-s->pid, m.signal) < 0 && kill(s->pid, m.signal) < 0)
             crl_info(NULL, "stream %u: kill %d: %s", f->stream, m.signal, strerror(errno));
         return 0;
     }
     case CRL_AGENT_DATA:
         if (s->kind != K_PUT)
-            return stream_fail(a, s, f->stream, "DATA on a stream that is not a FILE_PUT", err);
-        return put_data(a, s, f, err);
+            return crl_ga_stream_fail(a, s, f->stream, "DATA on a stream that is not a FILE_PUT",
+                                      err);
+        return crl_ga_file_data(a, s, f, err);
     default:
         snprintf(msg, sizeof(msg), "%s is not a frame the agent takes on a stream", name);
-        return stream_fail(a, s, f->stream, msg, err);
+        return crl_ga_stream_fail(a, s, f->stream, msg, err);
     }
 }
 
@@ -710,7 +364,7 @@ static int on_input(struct agent *a, const uint8_t *p, size_t len, struct crl_er
 static void drop_all(struct agent *a)
 {
     while (a->streams)
-        stream_drop(a, a->streams);
+        crl_ga_stream_drop(a, a->streams);
 }
 
 /* PID 1's port: is the host's end open?  Closed, the port polls as hung up
@@ -813,7 +467,7 @@ static int loop(struct agent *a, struct crl_err *err)
                 struct signalfd_siginfo si;
                 while (read(a->sigfd, &si, sizeof(si)) > 0)
                     ;
-                reap(a);
+                crl_ga_reap(a);
                 continue;
             }
             if (fd == a->port) {
@@ -848,7 +502,7 @@ static int loop(struct agent *a, struct crl_err *err)
                     /* Say why before hanging up, if the port still takes it. */
                     struct crl_err e2 = CRL_ERR_INIT;
                     crl_warn(NULL, "the host broke the protocol: %s", err->msg);
-                    if (send_error(a, 0, err->msg, &e2) == 0) {
+                    if (crl_ga_send_error(a, 0, err->msg, &e2) == 0) {
                         crl_set_nonblock(a->port, 0);
                         flush_some(a);
                     }
@@ -868,9 +522,9 @@ static int loop(struct agent *a, struct crl_err *err)
                 if (s->kind != K_EXEC)
                     continue;
                 if (fd == s->out[0] || fd == s->out[1])
-                    r = pump_output(a, s, fd == s->out[0] ? 0 : 1, err);
+                    r = crl_ga_exec_output(a, s, fd == s->out[0] ? 0 : 1, err);
                 else if (fd == s->in)
-                    r = pump_stdin(a, s, err);
+                    r = crl_ga_exec_stdin(a, s, err);
                 else
                     continue;
                 if (r < 0)
@@ -883,9 +537,9 @@ static int loop(struct agent *a, struct crl_err *err)
             next = s->next;
             int r = 0;
             if (s->kind == K_GET && a->out.len < OUT_HIGH && !a->done)
-                r = pump_get(a, s, err);
+                r = crl_ga_file_send(a, s, err);
             else if (s->kind == K_EXEC)
-                r = maybe_exit(a, s, err);
+                r = crl_ga_exec_maybe_end(a, s, err);
             if (r < 0)
                 goto out;
         }
@@ -899,7 +553,7 @@ out:
     return ret;
 }
 
-int crl_agent_serve(const struct crl_agent_opts *o, struct crl_err *err)
+int crl_ga_serve(const struct crl_ga_opts *o, struct crl_err *err)
 {
     struct agent a = {.o = o, .port = o->fd, .sigfd = -1, .rootfd = -1, .connected = !o->pid1};
     crl_buf_init(&a.out, CRL_BUF_UNBOUNDED);
@@ -937,7 +591,7 @@ out_dec:
     crl_agent_dec_free(&a.dec);
 out:
     drop_all(&a);
-    reap(&a);
+    crl_ga_reap(&a);
     crl_buf_free(&a.out);
     close_fd(&a.rootfd);
     close_fd(&a.sigfd);

@@ -1,0 +1,219 @@
+/* EXEC: a child in its own session with the host's uid, gid, cwd and env,
+ * its stdin, stdout and stderr on pipes the loop pumps; its EXIT once it
+ * is reaped and its output has ended. */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../../lib/util/cleanup.h"
+#include "../../lib/util/fdio.h"
+#include "serve_int.h"
+
+/* In the child, between fork and exec: errno goes back on `report`. */
+static void __attribute__((noreturn))
+child(const struct crl_agent_exec *m, int in, int out, int errfd, int report)
+{
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    setsid();
+    if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(errfd, 2) < 0)
+        goto fail;
+    if (getuid() == 0 && setgroups(0, NULL) < 0)
+        goto fail;
+    if ((m->gid != getgid() && setgid(m->gid) < 0) || (m->uid != getuid() && setuid(m->uid) < 0))
+        goto fail;
+    if (chdir(m->cwd) < 0)
+        goto fail;
+    environ = m->env;
+    execvp(m->argv[0], m->argv);
+fail:;
+    int e = errno;
+    (void)!write(report, &e, sizeof(e));
+    _exit(127);
+}
+
+static int send_exit(struct agent *a, struct stream *s, struct crl_err *err)
+{
+    struct crl_agent_exit m = {0};
+    if (WIFSIGNALED(s->status)) {
+        m.reason = CRL_AGENT_SIGNALED;
+        m.signal = WTERMSIG(s->status);
+    } else {
+        m.reason = CRL_AGENT_EXITED;
+        m.code = WEXITSTATUS(s->status);
+    }
+    m.utime_us = (int64_t)s->ru.ru_utime.tv_sec * 1000000 + s->ru.ru_utime.tv_usec;
+    m.stime_us = (int64_t)s->ru.ru_stime.tv_sec * 1000000 + s->ru.ru_stime.tv_usec;
+    m.maxrss_kb = s->ru.ru_maxrss;
+    char *j;
+    size_t n;
+    if (crl_agent_build_exit(&m, &j, &n, err) < 0)
+        return -1;
+    return crl_ga_queue_json(a, CRL_AGENT_EXIT, s->id, j, n, err);
+}
+
+static int start_failed(struct agent *a, uint32_t id, int errnum, struct crl_err *err)
+{
+    struct crl_agent_exit m = {.reason = CRL_AGENT_START_FAILED,
+                               .error_no = errnum > 0 && errnum < 4096 ? errnum : EIO};
+    char *j;
+    size_t n;
+    if (crl_agent_build_exit(&m, &j, &n, err) < 0)
+        return -1;
+    return crl_ga_queue_json(a, CRL_AGENT_EXIT, id, j, n, err);
+}
+
+int crl_ga_exec_start(struct agent *a, uint32_t id, const struct crl_agent_frame *f,
+                      struct crl_err *err)
+{
+    struct crl_err perr = CRL_ERR_INIT;
+    struct crl_agent_exec m;
+    if (crl_agent_parse_exec(f->payload, f->len, &m, &perr) < 0)
+        return crl_ga_stream_fail(a, NULL, id, perr.msg, err);
+    if (m.tty) {
+        crl_agent_exec_free(&m);
+        return crl_ga_stream_fail(a, NULL, id, "EXEC: tty is not supported by this agent yet", err);
+    }
+    int p_out[2] = {-1, -1}, p_err[2] = {-1, -1}, p_in[2] = {-1, -1}, rep[2] = {-1, -1};
+    int e = 0;
+    if (pipe2(p_out, O_CLOEXEC) < 0 || pipe2(p_err, O_CLOEXEC) < 0 || pipe2(rep, O_CLOEXEC) < 0)
+        e = errno;
+    else if (m.stdin_open && pipe2(p_in, O_CLOEXEC) < 0)
+        e = errno;
+    else if (!m.stdin_open && (p_in[0] = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0)
+        e = errno;
+    struct stream *s = e ? NULL : crl_ga_stream_new(a, id, K_EXEC);
+    if (!e && !s)
+        e = ENOMEM;
+    pid_t pid = -1;
+    if (!e && (pid = fork()) < 0)
+        e = errno;
+    if (pid == 0)
+        child(&m, p_in[0], p_out[1], p_err[1], rep[1]);
+    crl_agent_exec_free(&m);
+    close_fd(&p_in[0]);
+    close_fd(&p_out[1]);
+    close_fd(&p_err[1]);
+    close_fd(&rep[1]);
+    if (!e) {
+        /* EOF: the exec happened (the pipe is close-on-exec); else its errno. */
+        int got = 0;
+        ssize_t n;
+        while ((n = read(rep[0], &got, sizeof(got))) < 0 && errno == EINTR)
+            ;
+        if (n == (ssize_t)sizeof(got)) {
+            e = got;
+            while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+                ;
+            pid = -1;
+        }
+    }
+    close_fd(&rep[0]);
+    if (e) {
+        close_fd(&p_out[0]);
+        close_fd(&p_err[0]);
+        close_fd(&p_in[1]);
+        if (s)
+            crl_ga_stream_drop(a, s);
+        return start_failed(a, id, e, err);
+    }
+    s->pid = pid;
+    s->out[0] = p_out[0];
+    s->out[1] = p_err[0];
+    s->in = p_in[1];
+    s->has_stdin = s->in >= 0;
+    if (s->in >= 0)
+        crl_set_nonblock(s->in, 1);
+    crl_set_nonblock(s->out[0], 1);
+    crl_set_nonblock(s->out[1], 1);
+    return 0;
+}
+
+/* Write queued STDIN to the pipe; close it at the host's EOF.  Bytes the
+ * child will never read (it closed stdin) are dropped but still granted
+ * back, so the host is not left waiting on a window. */
+int crl_ga_exec_stdin(struct agent *a, struct stream *s, struct crl_err *err)
+{
+    while (s->in >= 0 && s->in_buf.len > 0) {
+        ssize_t n = write(s->in, s->in_buf.data, s->in_buf.len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            break;
+        if (n < 0) {
+            close_fd(&s->in); /* EPIPE: the child is done reading */
+            break;
+        }
+        s->ungranted += (uint32_t)n;
+        crl_buf_consume(&s->in_buf, (size_t)n);
+    }
+    if (s->in < 0 && s->in_buf.len > 0) {
+        s->ungranted += (uint32_t)s->in_buf.len;
+        crl_buf_consume(&s->in_buf, s->in_buf.len);
+    }
+    if (s->in_eof && s->in_buf.len == 0)
+        close_fd(&s->in);
+    return crl_ga_send_credit(a, s, s->in_buf.len == 0, err);
+}
+
+/* Read one chunk of the child's output (i: 0 stdout, 1 stderr) within
+ * the window. */
+int crl_ga_exec_output(struct agent *a, struct stream *s, int i, struct crl_err *err)
+{
+    uint32_t room = s->win.send < CHUNK ? s->win.send : CHUNK;
+    if (room == 0)
+        return 0;
+    char buf[CHUNK];
+    ssize_t n;
+    while ((n = read(s->out[i], buf, room)) < 0 && errno == EINTR)
+        ;
+    if (n < 0 && errno == EAGAIN)
+        return 0;
+    if (n <= 0) {
+        close_fd(&s->out[i]);
+        return 0;
+    }
+    if (crl_agent_window_sending(&s->win, (uint32_t)n, err) < 0)
+        return -1;
+    return crl_ga_queue(a, i == 0 ? CRL_AGENT_STDOUT : CRL_AGENT_STDERR, s->id, buf, (uint32_t)n,
+                        err);
+}
+
+/* An exec whose child is reaped and whose pipes are at their end: EXIT. */
+int crl_ga_exec_maybe_end(struct agent *a, struct stream *s, struct crl_err *err)
+{
+    if (s->kind != K_EXEC || s->pid != 0 || s->out[0] >= 0 || s->out[1] >= 0)
+        return 0;
+    int r = send_exit(a, s, err);
+    crl_ga_stream_drop(a, s);
+    return r;
+}
+
+void crl_ga_reap(struct agent *a)
+{
+    for (;;) {
+        int status;
+        struct rusage ru;
+        pid_t pid = wait4(-1, &status, WNOHANG, &ru);
+        if (pid < 0 && errno == EINTR)
+            continue;
+        if (pid <= 0)
+            return;
+        for (struct stream *s = a->streams; s; s = s->next)
+            if (s->kind == K_EXEC && s->pid == pid) {
+                s->pid = 0;
+                s->status = status;
+                s->ru = ru;
+                break;
+            }
+    }
+}
