@@ -270,19 +270,23 @@ int crl_agent_build_hello(const struct crl_agent_hello *m, char **out, size_t *l
 int crl_agent_parse_config(const void *p, size_t len, struct crl_agent_config *m,
                            struct crl_err *err)
 {
-    static const char *const keys[] = {"hostname", "realtime_ns", "seed", "layers", "disk", NULL};
+    static const char *const keys[] = {"hostname", "realtime_ns", "seed", "layers",
+                                       "disk",     "disk_mb",     NULL};
     const char *what = "CONFIG";
     json_t *o;
     if (load(what, p, len, &o, err) < 0)
         return -1;
     int r = -1;
+    int64_t disk_mb = 0;
     memset(m, 0, sizeof(*m));
     if (known_keys(what, o, keys, err) < 0 ||
         get_text(what, o, "hostname", true, T_NAME, m->hostname, CRL_AGENT_MAX_HOSTNAME, err) < 0 ||
         check_hostname(what, m->hostname, err) < 0 ||
         get_int(what, o, "realtime_ns", true, 0, INT64_MAX, &m->realtime_ns, err) < 0 ||
-        get_text(what, o, "disk", false, T_DEVICE, m->disk, CRL_AGENT_MAX_DEVICE, err) < 0)
+        get_text(what, o, "disk", false, T_DEVICE, m->disk, CRL_AGENT_MAX_DEVICE, err) < 0 ||
+        get_int(what, o, "disk_mb", false, 0, CRL_AGENT_MAX_DISK_MB, &disk_mb, err) < 0)
         goto out;
+    m->disk_mb = (uint32_t)disk_mb;
 
     json_t *seed = json_object_get(o, "seed");
     if (!json_is_string(seed)) {
@@ -367,7 +371,8 @@ int crl_agent_build_config(const struct crl_agent_config *m, char **out, size_t 
         object(4, "hostname", json_string(m->hostname), "realtime_ns", json_integer(m->realtime_ns),
                "seed", b64 ? json_string(b64) : NULL, "layers", layers);
     free(b64);
-    if (o && m->disk[0] && !set(o, "disk", json_string(m->disk))) {
+    if (o && ((m->disk[0] && !set(o, "disk", json_string(m->disk))) ||
+              (m->disk_mb && !set(o, "disk_mb", json_integer(m->disk_mb))))) {
         json_decref(o);
         o = NULL;
     }

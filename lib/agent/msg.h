@@ -30,6 +30,7 @@
 #define CRL_AGENT_MAX_ARGS_SIZE (48 * 1024) /* argv and env's bytes together */
 #define CRL_AGENT_MIN_SEED 16               /* entropy seed, bytes once decoded */
 #define CRL_AGENT_MAX_SEED 512
+#define CRL_AGENT_MAX_DISK_MB (1 << 24)        /* 16 TiB */
 #define CRL_AGENT_MAX_SIGNAL 64                /* signals are 1..64 */
 #define CRL_AGENT_MAX_USAGE ((int64_t)1 << 53) /* usage counters stay exact in JSON */
 
@@ -41,8 +42,9 @@ struct crl_agent_hello {
 };
 
 /* CONFIG {"hostname": "sb-1", "realtime_ns": 1764645000000000000, "seed": base64,
- *         "layers": ["/dev/vdb", ...] (top first), "disk": "/dev/vda"}
- * disk: the writable layer's device; "" (the key left out) for a tmpfs. */
+ *         "layers": ["/dev/vdb", ...] (top first), "disk": "/dev/vda", "disk_mb": 1024}
+ * disk: the writable layer's device; "" (the key left out) for a tmpfs,
+ * then of disk_mb MiB (0, left out: the kernel's default, half the RAM). */
 struct crl_agent_config {
     char hostname[CRL_AGENT_MAX_HOSTNAME + 1];
     int64_t realtime_ns; /* CLOCK_REALTIME to set, 0..2^63-1 */
@@ -51,6 +53,7 @@ struct crl_agent_config {
     size_t n_layers; /* 0..CRL_AGENT_MAX_LAYERS */
     char layers[CRL_AGENT_MAX_LAYERS][CRL_AGENT_MAX_DEVICE + 1];
     char disk[CRL_AGENT_MAX_DEVICE + 1];
+    uint32_t disk_mb;
 };
 
 /* READY {"uptime_ms": n}: the guest's CLOCK_BOOTTIME when it was ready. */

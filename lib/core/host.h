@@ -70,6 +70,9 @@ struct crl_host_config {
      * IPv4 addresses); NULL: the host's /etc/resolv.conf's. */
     const char *dns_upstream;
     unsigned function_pool; /* keepers made ahead per function runtime */
+    /* The microvm backend: its guests' kernel and initramfs (NULL:
+     * <state>/microvm/), "auto", "kvm" or "tcg" (NULL: auto), QEMU. */
+    const char *microvm_kernel, *microvm_initrd, *microvm_accel, *qemu_path;
     /* bookkeeping */
     double tombstone_s;
     unsigned max_tombstones; /* the oldest ended sandbox is forgotten beyond this */

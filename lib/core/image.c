@@ -65,6 +65,22 @@ nomem:
 
 /* ---- layer mounts ---- */
 
+int crl_image_open_layer(const struct crl_image *img, size_t i, struct crl_err *err)
+{
+    const struct crl_store_image *rec = img->rec;
+    if (i >= rec->n_layers)
+        return crl_err_set(err, CRL_E_INTERNAL, "image %s has no layer %zu", img->name, i);
+    char path[4096];
+    const char *digest = rec->layers[rec->n_layers - 1 - i].digest;
+    if (crl_store_layer_path(img->owner->stores[img->store], digest, path, sizeof(path)) < 0)
+        return crl_err_set(err, CRL_E_INTERNAL, "image %s: layer %s: path too long", img->name,
+                           digest);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return crl_err_sys(err, errno, "image %s: open layer %s", img->name, path);
+    return fd;
+}
+
 static int mount_get(struct crl_image_store *s, size_t store, const char *digest,
                      struct crl_err *err)
 {
@@ -321,6 +337,7 @@ static struct crl_image *image_load(struct crl_image_store *s, const char *name,
     img->owner = s;
     img->refs = 1;
     img->origin = store == 0 ? "store" : "images-from";
+    img->store = (size_t)store;
     /* overlayfs wants the top layer first */
     for (size_t i = 0; i < rec->n_layers; i++) {
         int fd = mount_get(s, (size_t)store, rec->layers[rec->n_layers - 1 - i].digest, err);

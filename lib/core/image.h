@@ -33,6 +33,7 @@ struct crl_image {
     char home[256];         /* its home directory, for HOME */
     char *user_error;       /* why user could not be resolved, or NULL */
     const char *origin;     /* "store" or "images-from" */
+    size_t store;           /* which of the owner's stores holds it */
     struct crl_image_store *owner;
     unsigned refs; /* sandboxes using it (+1 while cached) */
     bool cached;   /* found by name by the next crl_image_get() */
@@ -69,6 +70,10 @@ json_t *crl_image_gc(struct crl_image_store *s, struct crl_err *err);
 /* Forget cached lookups after the store changed behind the daemon's back
  * (an import by the importer process). */
 void crl_image_store_changed(struct crl_image_store *s);
+
+/* Open layer i (top first) of an image as its EROFS file, read-only:
+ * for a backend that hands layers to a guest as block devices. */
+int crl_image_open_layer(const struct crl_image *img, size_t i, struct crl_err *err);
 
 /* What an exec with no cmd runs: the image's entrypoint then its cmd
  * (CRL_E_INVALID when it has neither).  A new NULL-terminated vector. */

@@ -33,6 +33,13 @@ int crl_ga_init_boot(struct crl_err *err);
  * guest's root moved onto it.  -1 with *err naming what failed. */
 int crl_ga_init_config(const struct crl_agent_config *c, bool first, struct crl_err *err);
 
+/* Builtins (builtin.c): an EXEC's argv[0] the agent runs itself. */
+#define CRL_GA_BUILTIN_PREFIX "corral:"
+#define CRL_GA_BUILTIN_TAR_OUT "corral:tar-out"
+#define CRL_GA_BUILTIN_TAR_IN "corral:tar-in"
+/* In an EXEC's child, in its ids and cwd: the exit status. */
+int crl_ga_builtin(char *const argv[]);
+
 /* PID 1 cannot exit (the kernel would panic): sync and power off. */
 void crl_ga_power_off(void) __attribute__((noreturn));
 

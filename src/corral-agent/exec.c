@@ -34,6 +34,12 @@ child(const struct crl_agent_exec *m, int in, int out, int errfd, int report)
     if (chdir(m->cwd) < 0)
         goto fail;
     environ = m->env;
+    if (strncmp(m->argv[0], CRL_GA_BUILTIN_PREFIX, strlen(CRL_GA_BUILTIN_PREFIX)) == 0) {
+        /* No exec closes what the agent holds: its end of this child's
+         * stdin among it, which would never see its end of file. */
+        close_range(3, ~0u, 0); /* report too: started, as an exec would be */
+        _exit(crl_ga_builtin(m->argv));
+    }
     execvp(m->argv[0], m->argv);
 fail:;
     int e = errno;

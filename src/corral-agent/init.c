@@ -17,6 +17,10 @@
 #include "../../lib/util/log.h"
 #include "agent.h"
 
+#ifndef BLKFLSBUF /* <linux/fs.h>, which clashes with <sys/mount.h> */
+#define BLKFLSBUF _IO(0x12, 97)
+#endif
+
 /* Where the root is assembled, in the initramfs (a tmpfs of its own). */
 #define RUN "/run/corral"
 #define LAYERS RUN "/layers"
@@ -119,6 +123,23 @@ static int mkdirs(const char *path, struct crl_err *err)
     }
 }
 
+/* A guest restored from a template read its disks' first blocks at boot
+ * (the partition scan), when they were the template's empty placeholders;
+ * the host has put the sandbox's layers behind them since.  Drop what the
+ * kernel cached of the device so the mount reads the layer itself. */
+static int forget_cache(const char *dev, struct crl_err *err)
+{
+    int fd = open(dev, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return crl_err_sys(err, errno, "open layer %s", dev);
+    int r = ioctl(fd, BLKFLSBUF, 0);
+    int e = errno;
+    close(fd);
+    if (r < 0)
+        return crl_err_sys(err, e, "BLKFLSBUF on layer %s", dev);
+    return 0;
+}
+
 /* The layers read-only (top first, as overlayfs lists them too), the
  * writable layer (ext4 on the disk, else a tmpfs) as the upper dir, the
  * overlay at NEWROOT. */
@@ -129,8 +150,12 @@ static int build_root(const struct crl_agent_config *c, struct crl_err *err)
     if (c->disk[0]) {
         if (mount(c->disk, RW, "ext4", MS_NOSUID | MS_NODEV, NULL) < 0)
             return crl_err_sys(err, errno, "mount the writable disk %s (ext4) on %s", c->disk, RW);
-    } else if (mount("tmpfs", RW, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") < 0) {
-        return crl_err_sys(err, errno, "mount a tmpfs on %s", RW);
+    } else {
+        char opts[64] = "mode=0755";
+        if (c->disk_mb)
+            snprintf(opts, sizeof(opts), "mode=0755,size=%um", (unsigned)c->disk_mb);
+        if (mount("tmpfs", RW, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+            return crl_err_sys(err, errno, "mount a tmpfs (%s) on %s", opts, RW);
     }
     if (mkdirs(RW "/upper", err) < 0 || mkdirs(RW "/work", err) < 0)
         return -1;
@@ -145,7 +170,7 @@ static int build_root(const struct crl_agent_config *c, struct crl_err *err)
     for (size_t i = 0; i < c->n_layers; i++) {
         char dir[64];
         snprintf(dir, sizeof(dir), LAYERS "/%zu", i);
-        if (mkdirs(dir, err) < 0)
+        if (mkdirs(dir, err) < 0 || forget_cache(c->layers[i], err) < 0)
             return -1;
         if (mount(c->layers[i], dir, "erofs", MS_RDONLY | MS_NODEV, NULL) < 0)
             return crl_err_sys(err, errno, "mount layer %zu (%s, erofs) on %s", i, c->layers[i],

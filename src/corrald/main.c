@@ -16,6 +16,7 @@
 #include "../../lib/api/api.h"
 #include "../../lib/backend/container/container.h"
 #include "../../lib/backend/function/function.h"
+#include "../../lib/backend/microvm/microvm.h"
 #include "../../lib/core/backend.h"
 #include "../../lib/core/host.h"
 #include "../../lib/util/cleanup.h"
@@ -60,6 +61,12 @@ static const char usage[] =
     "                         (default 10054)\n"
     "  --function-pool N      function sandboxes' keepers made ahead, per runtime: so many\n"
     "                         creates in a burst find their namespaces ready (default 4)\n"
+    "  --microvm-kernel FILE  the microvm guests' kernel (default <state>/microvm/vmlinuz)\n"
+    "  --microvm-initrd FILE  their initramfs, with corral-agent as /init (default\n"
+    "                         <state>/microvm/initrd.cpio; `make microvm-guest` builds both)\n"
+    "  --microvm-accel auto|kvm|tcg  how guests run: kvm where the CPU has vmx or svm\n"
+    "                         and /dev/kvm opens, else tcg (emulation); default auto\n"
+    "  --qemu PATH            qemu-system-x86_64 (default /usr/bin/qemu-system-x86_64)\n"
     "  --tombstone-s N        keep destroyed sandboxes visible N seconds (default 600)\n"
     "  --max-tombstones N     and at most N of them, oldest forgotten first (default 10000)\n"
     "  --host-id ID           this host's id in sandbox ids (default: from the hostname)\n"
@@ -115,8 +122,8 @@ int main(int argc, char **argv)
     if (close_range(3, ~0u, CLOSE_RANGE_CLOEXEC) < 0 && errno != ENOSYS)
         fprintf(stderr, "corrald: close_range: %s\n", strerror(errno));
     /* The backends this daemon serves; a spec naming another is refused (501). */
-    static const struct crl_backend_ops *const backends[] = {&crl_container_backend,
-                                                             &crl_function_backend};
+    static const struct crl_backend_ops *const backends[] = {
+        &crl_container_backend, &crl_function_backend, &crl_microvm_backend};
     struct crl_host_config hc;
     crl_host_config_defaults(&hc);
     hc.backends = backends;
@@ -151,6 +158,10 @@ int main(int argc, char **argv)
                                          {"spawner", required_argument, 0, 'x'},
                                          {"spawners", required_argument, 0, 'X'},
                                          {"function-pool", required_argument, 0, 'K'},
+                                         {"microvm-kernel", required_argument, 0, 1001},
+                                         {"microvm-initrd", required_argument, 0, 1002},
+                                         {"microvm-accel", required_argument, 0, 1003},
+                                         {"qemu", required_argument, 0, 1004},
                                          {"network-range", required_argument, 0, 'n'},
                                          {"dns-upstream", required_argument, 0, 'D'},
                                          {"resolver-port", required_argument, 0, 'E'},
@@ -310,6 +321,17 @@ int main(int argc, char **argv)
                 return 2;
             hc.function_pool = (unsigned)v;
             break;
+        case 1001: hc.microvm_kernel = optarg; break;
+        case 1002: hc.microvm_initrd = optarg; break;
+        case 1003:
+            if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "kvm") != 0 &&
+                strcmp(optarg, "tcg") != 0) {
+                fprintf(stderr, "corrald: --microvm-accel is auto, kvm or tcg, not '%s'\n", optarg);
+                return 2;
+            }
+            hc.microvm_accel = optarg;
+            break;
+        case 1004: hc.qemu_path = optarg; break;
         case 'T':
             if (parse_uint("--tombstone-s", optarg, 86400 * 30, &v) < 0)
                 return 2;

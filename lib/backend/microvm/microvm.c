@@ -1,0 +1,484 @@
+/* The microvm backend: its ops table, a sandbox's life, and the backend's
+ * start and end (mvm_int.h says how its files divide the work).
+ *
+ * A create restores the template of the sandbox's shape (template.c) into
+ * a QEMU of its own (vm.c), with the image's EROFS layers behind the
+ * guest's block devices, and sends the CONFIG that makes the guest this
+ * sandbox's: the agent mounts the layers under a writable tmpfs, takes
+ * its hostname, clock and entropy, and answers READY; only then does the
+ * create answer.  Without a template (being built, or failed) it waits for
+ * one or boots cold.  A guest that does not reach READY in time is killed
+ * and started once more; the second failure fails the create, leaving
+ * nothing behind. */
+#include <errno.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "../../core/netpolicy.h"
+#include "../../util/cleanup.h"
+#include "../../util/fdio.h"
+#include "../../util/log.h"
+#include "microvm.h"
+#include "mvm_int.h"
+
+struct mvm_state *crl_mvm_state;
+
+/* QEMU's own memory above the guest's (its code, devices, TCG's
+ * translation cache of 64 MiB): the cgroup's limit is the sum. */
+#define OVERHEAD_TCG_MB 192
+#define OVERHEAD_KVM_MB 96
+#define QEMU_PIDS 256 /* QEMU's threads: vCPUs, I/O workers, RCU */
+
+static bool is_kvm(const struct mvm_state *st)
+{
+    return strcmp(st->accel, "kvm") == 0;
+}
+
+/* ---- the end ---- */
+
+static void release_now(struct crl_timer *t);
+
+/* QEMU is reaped (or never ran): its cgroup empties at once, though it
+ * may be busy for a moment; then everything of the sandbox goes. */
+static void release_now(struct crl_timer *t)
+{
+    struct crl_sandbox *sb = t->data;
+    struct mvm_sandbox *m = sb->priv;
+    bool busy = m->cg && (crl_cgroup_count(m->cg, NULL) > 0 ||
+                          (crl_cgroup_tidy(m->cg, m->failed_create) < 0 && errno == EBUSY));
+    if (busy && m->release_tries++ < 500) {
+        crl_cgroup_kill_all(m->cg, NULL);
+        crl_timer_start(sb->host->loop, &m->release_timer, 10 * 1000000ull, release_now, sb);
+        return;
+    }
+    struct crl_err err = CRL_ERR_INIT;
+    if (m->cg) {
+        if (crl_cgroup_release(m->cg, m->failed_create, &err) < 0)
+            crl_warn(sb->id, "%s", err.msg);
+    }
+    crl_timer_stop(sb->host->loop, &m->release_timer);
+    crl_backend_net_release(sb, m->netns_fd, false);
+    for (size_t i = 0; i < MVM_SLOTS; i++)
+        close_fd(&m->layer_fds[i]);
+    if (m->vm_started)
+        mvm_vm_free(&m->vm);
+    bool failed_create = m->failed_create;
+    struct crl_err create_err = m->create_err;
+    free(m);
+    sb->priv = NULL;
+    if (failed_create)
+        crl_sandbox_created(sb, &create_err);
+    else
+        crl_sandbox_destroyed(sb);
+}
+
+static void release(struct mvm_sandbox *m)
+{
+    m->release_tries = 0;
+    m->release_timer.data = m->sb;
+    release_now(&m->release_timer);
+}
+
+static void fail_create(struct mvm_sandbox *m, const struct crl_err *err)
+{
+    m->failed_create = true;
+    m->create_err = *err;
+    m->releasing = true;
+    if (m->vm_started && !m->vm.reaped)
+        mvm_vm_kill(&m->vm, "create_failed", "%s", err->msg); /* dead() releases */
+    else
+        release(m);
+}
+
+static void mvm_destroy(struct crl_sandbox *sb)
+{
+    struct mvm_sandbox *m = sb->priv;
+    if (!m) {
+        crl_sandbox_destroyed(sb);
+        return;
+    }
+    m->releasing = true;
+    if (m->waiting_template) {
+        mvm_template_unwait(crl_mvm_state, m);
+        m->waiting_template = false;
+    }
+    if (m->vm_started && !m->vm.reaped)
+        mvm_vm_kill(&m->vm, "destroyed", "destroyed"); /* dead() releases */
+    else
+        release(m);
+}
+
+/* ---- the guest's life ---- */
+
+static int launch(struct mvm_sandbox *m, int state_fd, const struct crl_agent_hello *hello,
+                  struct crl_err *err);
+
+static void sb_hello(struct mvm_vm *vm)
+{
+    struct mvm_sandbox *m = vm->ctx;
+    struct crl_err err = CRL_ERR_INIT;
+    /* A cold boot's greeting; a restored guest was greeted before it was
+     * saved (and may greet again: its CONFIG is on its way already). */
+    if (strcmp(m->start_kind, "cold") != 0 || vm->sess.configs_unanswered)
+        return;
+    if (mvm_vm_configure(vm, m->sb->id, m->n_layers, m->sb->spec.disk_mb, &err) < 0)
+        mvm_vm_kill(vm, "internal", "%s", err.msg);
+}
+
+static void sb_ready(struct mvm_vm *vm)
+{
+    struct mvm_sandbox *m = vm->ctx;
+    struct mvm_state *st = crl_mvm_state;
+    mvm_vm_deadline_stop(vm);
+    if (m->ready)
+        return;
+    m->ready = true;
+    m->t_ready = crl_wall_s();
+    if (strcmp(m->start_kind, "restored") == 0)
+        st->n.restores++;
+    else
+        st->n.cold_boots++;
+    crl_debug(m->sb->id, "guest ready (%s, %s) in %.0f ms", m->start_kind, st->accel,
+              (m->t_ready - m->t_create) * 1e3);
+    crl_sandbox_created(m->sb, NULL);
+}
+
+static void sb_frame(struct mvm_vm *vm, const struct crl_agent_frame *f)
+{
+    struct mvm_sandbox *m = vm->ctx;
+    if (!m->ready && f->stream == 0 && f->type == CRL_AGENT_ERROR)
+        return;
+    mvm_procs_frame(m, f);
+}
+
+static void sb_dead(struct mvm_vm *vm, const char *reason, const char *msg)
+{
+    struct mvm_sandbox *m = vm->ctx;
+    struct mvm_state *st = crl_mvm_state;
+    struct crl_sandbox *sb = m->sb;
+    mvm_procs_end(m);
+    if (m->releasing) {
+        release(m);
+        return;
+    }
+    if (!m->ready) {
+        st->n.start_failures++;
+        crl_warn(sb->id, "the guest did not start (%s, attempt %u): %s", m->start_kind,
+                 m->attempts, msg);
+        struct crl_err err = CRL_ERR_INIT;
+        if (m->attempts < 2) {
+            /* Once more, cold this time if the restore failed. */
+            st->n.retries++;
+            mvm_vm_free(vm);
+            m->vm_started = false;
+            if (launch(m, -1, NULL, &err) == 0)
+                return;
+        } else {
+            crl_err_set(&err, CRL_E_INTERNAL, "the microVM did not start (%s, twice): %s",
+                        reason, msg);
+        }
+        fail_create(m, &err);
+        return;
+    }
+    st->n.killed++;
+    /* The sandbox failed; its teardown comes back through mvm_destroy. */
+    crl_sandbox_failed(sb, reason, "%s", msg);
+}
+
+static const struct mvm_vm_ops sandbox_vm_ops = {
+    .frame = sb_frame,
+    .hello = sb_hello,
+    .ready = sb_ready,
+    .dead = sb_dead,
+};
+
+/* Start a QEMU for the sandbox: restoring state_fd (taken and closed), or
+ * cold when it is -1. */
+static int launch(struct mvm_sandbox *m, int state_fd, const struct crl_agent_hello *hello,
+                  struct crl_err *err)
+{
+    struct mvm_state *st = crl_mvm_state;
+    struct crl_sandbox *sb = m->sb;
+    struct crl_host *h = sb->host;
+    struct mvm_launch l = {
+        .mem_mb = m->mem_mb,
+        .vcpus = m->vcpus,
+        .incoming_fd = state_fd,
+        .netns_fd = m->netns_fd,
+        .cg = m->cg,
+        .uid = h->cfg.uid_base + sb->slot * 65536u,
+        .gid = h->cfg.uid_base + sb->slot * 65536u,
+    };
+    memcpy(l.layer_fds, m->layer_fds, sizeof(l.layer_fds));
+    m->attempts++;
+    m->start_kind = state_fd >= 0 ? "restored" : "cold";
+    int r = mvm_vm_start(st, &m->vm, sb->id, &l, &sandbox_vm_ops, m, err);
+    if (state_fd >= 0)
+        close(state_fd);
+    if (r < 0)
+        return -1;
+    m->vm_started = true;
+    if (state_fd >= 0) {
+        mvm_vm_takeover(&m->vm, hello);
+        if (mvm_vm_configure(&m->vm, sb->id, m->n_layers, sb->spec.disk_mb, err) < 0)
+            mvm_vm_kill(&m->vm, "internal", "%s", err->msg);
+        mvm_vm_deadline(&m->vm, is_kvm(st) ? 10000 : 30000, "READY after a restore");
+    } else {
+        mvm_vm_deadline(&m->vm, is_kvm(st) ? 20000 : 90000, "READY after a cold boot");
+    }
+    return 0;
+}
+
+static void start(struct mvm_sandbox *m);
+
+static void template_waited(void *ctx)
+{
+    struct mvm_sandbox *m = ctx;
+    m->waiting_template = false;
+    start(m);
+}
+
+static void start(struct mvm_sandbox *m)
+{
+    int fd = -1;
+    struct crl_agent_hello hello;
+    struct crl_err err = CRL_ERR_INIT;
+    int r = mvm_template_get(crl_mvm_state, m->mem_mb, m->vcpus, &fd, &hello, template_waited, m);
+    if (r == 0) {
+        m->waiting_template = true;
+        return;
+    }
+    if (launch(m, r == 1 ? fd : -1, &hello, &err) < 0)
+        fail_create(m, &err);
+}
+
+static int mvm_create(struct crl_sandbox *sb, struct crl_err *err)
+{
+    struct mvm_state *st = crl_mvm_state;
+    struct crl_host *h = sb->host;
+    if (st->missing[0])
+        return crl_err_set(err, CRL_E_UNSUPPORTED, "%s", st->missing);
+    if (!sb->image)
+        return crl_err_set(err, CRL_E_INVALID, "a microvm sandbox needs an image");
+    enum crl_net_mode mode = crl_net_policy_mode(sb->spec.network);
+    if (mode != CRL_NET_NONE || sb->spec.services)
+        return crl_err_set(err, CRL_E_UNSUPPORTED,
+                           "%s%s: microvm sandboxes have no network device in this version; use "
+                           "the container backend for a network",
+                           sb->spec.services ? "services" : "network.mode ",
+                           sb->spec.services ? "" : crl_net_mode_name(mode));
+    size_t nl = sb->image->n_layers;
+    if (nl == 0 || nl > MVM_SLOTS)
+        return crl_err_set(err, CRL_E_INVALID,
+                           "image %s has %zu layers: a microvm sandbox takes 1 to %d",
+                           sb->image->name, nl, MVM_SLOTS);
+    struct mvm_sandbox *m = calloc(1, sizeof(*m));
+    if (!m)
+        return crl_err_sys(err, ENOMEM, "sandbox");
+    m->sb = sb;
+    m->netns_fd = -1;
+    for (int i = 0; i < MVM_SLOTS; i++)
+        m->layer_fds[i] = -1;
+    m->n_layers = nl;
+    m->t_create = crl_wall_s();
+    m->mem_mb = sb->spec.memory_mb;
+    double c = ceil(sb->spec.cpus);
+    m->vcpus = c < 1 ? 1 : c > (double)h->ncpus ? h->ncpus : (unsigned)c;
+    if (!m->vcpus)
+        m->vcpus = 1;
+    sb->priv = m;
+    for (size_t i = 0; i < nl; i++)
+        if ((m->layer_fds[i] = crl_image_open_layer(sb->image, i, err)) < 0)
+            goto fail;
+    char name[32];
+    snprintf(name, sizeof(name), "s%u", sb->slot);
+    struct crl_cgroup_limits lim = {
+        .memory_bytes = ((uint64_t)m->mem_mb + (is_kvm(st) ? OVERHEAD_KVM_MB : OVERHEAD_TCG_MB))
+                        << 20,
+        .pids = QEMU_PIDS,
+        .cpus = sb->spec.cpus,
+    };
+    if (crl_cgroup_create(h->cgroups, name, &lim, &m->cg, err) < 0)
+        goto fail;
+    if ((m->netns_fd = crl_backend_net_claim(sb, NULL, err)) < 0)
+        goto fail;
+    start(m);
+    return 0;
+fail:
+    for (int i = 0; i < MVM_SLOTS; i++)
+        close_fd(&m->layer_fds[i]);
+    if (m->cg)
+        crl_cgroup_release(m->cg, true, NULL);
+    if (m->netns_fd >= 0)
+        crl_backend_net_release(sb, m->netns_fd, false);
+    free(m);
+    sb->priv = NULL;
+    return -1;
+}
+
+/* ---- pause, stats, info ---- */
+
+/* QEMU is the sandbox's only process: freezing its cgroup stops the guest
+ * whole (vCPUs, devices, timers). */
+static int mvm_pause(struct crl_sandbox *sb, struct crl_err *err)
+{
+    struct mvm_sandbox *m = sb->priv;
+    struct crl_cgroup_reclaim last;
+    return crl_backend_pause_cgroup(sb, m && m->ready && !m->releasing ? m->cg : NULL, true, &last,
+                                    err);
+}
+
+static int mvm_resume(struct crl_sandbox *sb, struct crl_err *err)
+{
+    struct mvm_sandbox *m = sb->priv;
+    return crl_backend_pause_cgroup(sb, m && !m->releasing ? m->cg : NULL, false, NULL, err);
+}
+
+static int mvm_stats(struct crl_sandbox *sb, struct crl_usage *u)
+{
+    struct mvm_sandbox *m = sb->priv;
+    memset(u, 0, sizeof(*u));
+    if (!m || !m->cg)
+        return -1;
+    struct crl_cgroup_stats cs;
+    crl_cgroup_stats(m->cg, &cs);
+    u->cpu_s = (double)cs.cpu_ns / 1e9;
+    u->memory_bytes = cs.memory_bytes;
+    u->memory_peak_bytes = cs.memory_peak_bytes;
+    u->pids = cs.pids;
+    u->oom_kills = cs.oom_kills + m->oom_kills;
+    u->disk_limit_bytes = (uint64_t)sb->spec.disk_mb << 20;
+    return 0;
+}
+
+static json_t *mvm_info(struct crl_sandbox *sb)
+{
+    struct mvm_sandbox *m = sb->priv;
+    struct mvm_state *st = crl_mvm_state;
+    if (!m || !m->vm_started)
+        return NULL;
+    json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:s, s:I, s:I}", "accel", st->accel, "start",
+                          m->start_kind, "qemu_pid", (json_int_t)m->vm.pid, "uid",
+                          (json_int_t)(sb->host->cfg.uid_base + sb->slot * 65536u), "cgroup",
+                          m->cg ? crl_cgroup_name(m->cg) : "", "vcpus", (json_int_t)m->vcpus,
+                          "attempts", (json_int_t)m->attempts);
+    if (!o)
+        return NULL;
+    if (!is_kvm(st))
+        json_object_set_new(o, "warning", json_string(st->accel_why));
+    if (m->ready) {
+        json_object_set_new(o, "ready_ms", json_real((m->t_ready - m->t_create) * 1e3));
+        if (m->vm.sess.hello_seen)
+            json_object_set_new(o, "kernel", json_string(m->vm.sess.hello.kernel));
+    }
+    return o;
+}
+
+/* ---- start and end of the backend ---- */
+
+static int mvm_init(struct crl_host *h, void **state, struct crl_err *err)
+{
+    struct mvm_state *st = calloc(1, sizeof(*st));
+    if (!st)
+        return crl_err_sys(err, ENOMEM, "microvm backend");
+    st->host = h;
+    st->placeholder_fd = -1;
+    *state = st;
+    crl_mvm_state = st;
+    const struct crl_host_config *c = &h->cfg;
+    snprintf(st->qemu, sizeof(st->qemu), "%s",
+             c->qemu_path ? c->qemu_path : "/usr/bin/qemu-system-x86_64");
+    if (c->microvm_kernel)
+        snprintf(st->kernel, sizeof(st->kernel), "%s", c->microvm_kernel);
+    else
+        snprintf(st->kernel, sizeof(st->kernel), "%s/microvm/vmlinuz", h->state_dir);
+    if (c->microvm_initrd)
+        snprintf(st->initrd, sizeof(st->initrd), "%s", c->microvm_initrd);
+    else
+        snprintf(st->initrd, sizeof(st->initrd), "%s/microvm/initrd.cpio", h->state_dir);
+    if (!(st->accel = mvm_accel_detect(c->microvm_accel, st->accel_why, sizeof(st->accel_why),
+                                       err)))
+        return -1;
+    const char *paths[3] = {st->qemu, st->kernel, st->initrd};
+    const char *what[3] = {"QEMU", "guest kernel", "guest initramfs"};
+    for (int i = 0; i < 3 && !st->missing[0]; i++)
+        if (access(paths[i], i == 0 ? X_OK : R_OK) < 0)
+            snprintf(st->missing, sizeof(st->missing),
+                     "the microvm backend is not set up: no %s at %s (%s): run `make "
+                     "microvm-guest` or pass --microvm-kernel and --microvm-initrd",
+                     what[i], paths[i], strerror(errno));
+    if (st->missing[0])
+        crl_warn(NULL, "microvm: %s", st->missing);
+    else if (!is_kvm(st))
+        crl_warn(NULL, "microvm: guests run under %s", st->accel_why);
+    if (is_kvm(st)) {
+        struct group *g = getgrnam("kvm");
+        st->kvm_gid = g ? g->gr_gid : 0;
+    }
+    snprintf(st->dir, sizeof(st->dir), "%s/microvm", h->run_dir);
+    if (mkdir(st->dir, 0700) < 0 && errno != EEXIST)
+        return crl_err_sys(err, errno, "mkdir %s", st->dir);
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof(path), "%s/placeholder", st->dir);
+    cleanup_close int w = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (w < 0 || ftruncate(w, (off_t)MVM_PLACEHOLDER_BYTES) < 0)
+        return crl_err_sys(err, errno, "the empty layer %s", path);
+    if ((st->placeholder_fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return crl_err_sys(err, errno, "open %s", path);
+    return 0;
+}
+
+/* A crashed corrald's QEMUs died with it (their parent-death signal) or
+ * with their cgroups (the host's reconcile); its templates lived in the
+ * run directory, which init starts afresh. */
+static int mvm_reconcile(struct crl_host *h, void *state, struct crl_err *err)
+{
+    struct mvm_state *st = state;
+    DIR *d = opendir(st->dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (strstr(e->d_name, ".state"))
+            unlinkat(dirfd(d), e->d_name, 0);
+    if (d)
+        closedir(d);
+    return 0;
+}
+
+static void mvm_shutdown(struct crl_host *h, void *state)
+{
+    struct mvm_state *st = state;
+    mvm_templates_free(st);
+    close_fd(&st->placeholder_fd);
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof(path), "%s/placeholder", st->dir);
+    unlink(path);
+    rmdir(st->dir);
+    free(st);
+    crl_mvm_state = NULL;
+}
+
+const struct crl_backend_ops crl_microvm_backend = {
+    .name = "microvm",
+    .init = mvm_init,
+    .reconcile = mvm_reconcile,
+    .shutdown = mvm_shutdown,
+    .create = mvm_create,
+    .destroy = mvm_destroy,
+    .stats = mvm_stats,
+    .info = mvm_info,
+    .spawn = mvm_spawn,
+    .kill = mvm_kill,
+    .open = mvm_open,
+    .stream = mvm_stream,
+    .pause = mvm_pause,
+    .resume = mvm_resume,
+};

@@ -1,0 +1,188 @@
+/* The microvm backend's internals.
+ *
+ *   microvm.c   the ops table, a sandbox's life (create from a template or
+ *               cold, destroy, stats, info, pause), start and end
+ *   vm.c        one QEMU: its command line, its launch (unprivileged, in
+ *               the sandbox's cgroup and network namespace, in namespaces
+ *               of its own, -sandbox on), its QMP connection, the agent's
+ *               channel with the host's session over it (lib/agent/host.h),
+ *               its console, its death
+ *   template.c  a template per (memory, vCPUs): booted once to the agent's
+ *               HELLO, saved with QEMU's migration to a file, restored by
+ *               every sandbox of that shape
+ *   procs.c     what runs in a guest: execs and sessions (spawn, kill) and
+ *               files (open, stream) as agent streams
+ *
+ * The guest is hostile: every byte it sends goes through the host's session
+ * (frames checked, streams and windows enforced) before anything here sees
+ * it; a guest that breaks the protocol is killed. */
+#ifndef CRL_MICROVM_INT_H
+#define CRL_MICROVM_INT_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "../../agent/host.h"
+#include "../../core/host.h"
+#include "../../core/sandbox.h"
+#include "../../util/buf.h"
+#include "../../util/loop.h"
+
+/* Block devices a template has, and so the most layers an image restored
+ * from one may have; a bigger image boots cold. */
+#define MVM_SLOTS 8
+/* What a guest's layer slots read as in a template: an empty sparse file
+ * this big (the guest sizes its disks once, at boot). */
+#define MVM_PLACEHOLDER_BYTES (64ull << 30)
+
+struct mvm_vm;
+struct mvm_template;
+
+struct mvm_counters {
+    uint64_t restores, cold_boots, template_builds, start_failures, retries, killed;
+};
+
+struct mvm_state {
+    struct crl_host *host;
+    char qemu[PATH_MAX];
+    char kernel[PATH_MAX];
+    char initrd[PATH_MAX];
+    char dir[PATH_MAX]; /* <run>/microvm: templates and the placeholder */
+    const char *accel;  /* "kvm" or "tcg" */
+    char accel_why[160];
+    char missing[PATH_MAX + 96]; /* why no guest can start ("" if one can) */
+    int placeholder_fd;
+    gid_t kvm_gid; /* the group that may open /dev/kvm (0: none needed) */
+    struct mvm_template *templates;
+    struct mvm_counters n;
+};
+
+extern struct mvm_state *crl_mvm_state;
+
+/* ---- vm.c ---- */
+
+struct mvm_vm_ops {
+    /* The session passed a frame (not HELLO or READY, which vm.c handles). */
+    void (*frame)(struct mvm_vm *vm, const struct crl_agent_frame *f);
+    /* HELLO came (a cold boot), or READY (the CONFIG sent took effect). */
+    void (*hello)(struct mvm_vm *vm);
+    void (*ready)(struct mvm_vm *vm);
+    /* The VM is gone (reaped): why, as a reason word and a message. */
+    void (*dead)(struct mvm_vm *vm, const char *reason, const char *msg);
+};
+
+struct mvm_launch {
+    unsigned mem_mb, vcpus;
+    int layer_fds[MVM_SLOTS]; /* -1: the placeholder */
+    int incoming_fd;          /* a template's state to restore, or -1 */
+    int netns_fd;             /* the network namespace QEMU runs in (-1: a new empty one) */
+    struct crl_cgroup *cg;    /* NULL: none (a template's build) */
+    uid_t uid;
+    gid_t gid;
+};
+
+struct mvm_vm {
+    struct mvm_state *st;
+    char name[48]; /* the sandbox's id, or the template's name */
+    pid_t pid;
+    int pidfd, agent_fd, qmp_fd, console_fd;
+    struct crl_watch w_pid, w_agent, w_console;
+    struct crl_timer deadline, poll;
+    char awaited[48]; /* what the deadline waits for */
+    bool incoming;    /* restored from a template */
+    struct crl_qmp *qmp;
+    struct crl_agent_host sess;
+    bool sess_open;
+    struct crl_buf outq; /* frames to the guest not yet written */
+    char console[2048];  /* the newest of what the guest and QEMU printed */
+    size_t console_len;
+    bool dying, reaped;
+    char reason[32], msg[256]; /* why it was killed, kept for dead() */
+    double t_start;
+    const struct mvm_vm_ops *ops;
+    void *ctx;
+};
+
+/* Start QEMU.  On success the VM is running and ops will hear of it; on
+ * failure nothing is left. */
+int mvm_vm_start(struct mvm_state *st, struct mvm_vm *vm, const char *name,
+                 const struct mvm_launch *l, const struct mvm_vm_ops *ops, void *ctx,
+                 struct crl_err *err);
+/* Kill QEMU (SIGKILL) with a reason; dead() follows once it is reaped. */
+void mvm_vm_kill(struct mvm_vm *vm, const char *reason, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* After dead(): close what is left. */
+void mvm_vm_free(struct mvm_vm *vm);
+/* Kill the VM if it has not reached `what` within `ms`. */
+void mvm_vm_deadline(struct mvm_vm *vm, unsigned ms, const char *what);
+void mvm_vm_deadline_stop(struct mvm_vm *vm);
+/* A restored guest greeted its first host before it was saved. */
+void mvm_vm_takeover(struct mvm_vm *vm, const struct crl_agent_hello *hello);
+/* Queue a frame to the guest (a JSON payload is taken and freed); -1 only
+ * if the frame is malformed or memory runs out (the VM is then killed). */
+int mvm_vm_send(struct mvm_vm *vm, uint16_t type, uint32_t stream, const void *payload,
+                uint32_t len);
+int mvm_vm_send_json(struct mvm_vm *vm, uint16_t type, uint32_t stream, char *json, size_t len);
+/* CONFIG: identity, the layers in slots 0..n-1, the writable layer. */
+int mvm_vm_configure(struct mvm_vm *vm, const char *hostname, size_t n_layers, unsigned disk_mb,
+                     struct crl_err *err);
+/* The accelerator's name as QEMU's -accel takes it. */
+const char *mvm_accel_detect(const char *want, char *why, size_t cap, struct crl_err *err);
+
+/* ---- template.c ---- */
+
+/* A restorable state for this shape: 1 with an open descriptor of it in
+ * *fd (the caller closes it) and its HELLO; 0 when one is being built
+ * (`waiting` is called once it is, or once it failed); -1 when none can
+ * be had (boot cold). */
+typedef void (*mvm_template_cb)(void *ctx);
+int mvm_template_get(struct mvm_state *st, unsigned mem_mb, unsigned vcpus, int *fd,
+                     struct crl_agent_hello *hello, mvm_template_cb waiting, void *ctx);
+/* Forget a waiter (its sandbox ended first). */
+void mvm_template_unwait(struct mvm_state *st, void *ctx);
+json_t *mvm_templates_json(struct mvm_state *st);
+void mvm_templates_free(struct mvm_state *st);
+
+/* ---- microvm.c: a sandbox ---- */
+
+struct mvm_proc; /* procs.c */
+struct mvm_xfer;
+
+struct mvm_sandbox {
+    struct crl_sandbox *sb;
+    struct mvm_vm vm;
+    bool vm_started;
+    struct crl_cgroup *cg;
+    int netns_fd;
+    int layer_fds[MVM_SLOTS];
+    size_t n_layers;
+    unsigned mem_mb, vcpus;
+    const char *start_kind; /* "restored" or "cold" */
+    unsigned attempts;
+    bool waiting_template;
+    bool ready;      /* READY came: it serves */
+    bool releasing;  /* destroy asked */
+    bool failed_create;
+    struct crl_err create_err;
+    double t_create, t_ready;
+    uint64_t oom_kills; /* execs the guest reported OOM-killed */
+    struct crl_timer release_timer;
+    unsigned release_tries;
+    struct mvm_proc *procs;
+    struct mvm_xfer *xfers;
+};
+
+/* ---- procs.c ---- */
+
+int mvm_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *err);
+int mvm_kill(struct crl_sandbox *sb, struct crl_proc *p, enum crl_kill_scope scope);
+int mvm_open(struct crl_sandbox *sb, struct crl_open_req *o, struct crl_err *err);
+int mvm_stream(struct crl_sandbox *sb, struct crl_stream_req *t, struct crl_err *err);
+/* A frame on an exec's or a transfer's stream. */
+void mvm_procs_frame(struct mvm_sandbox *m, const struct crl_agent_frame *f);
+/* The VM is gone: every process and transfer ends (as killed). */
+void mvm_procs_end(struct mvm_sandbox *m);
+
+#endif

@@ -1,0 +1,838 @@
+/* What runs in a guest, as streams of the agent protocol: an exec (or a
+ * session's shell) is an EXEC stream whose STDOUT and STDERR corrald
+ * writes into the pipes the process's owner reads, and whose stdin it
+ * reads from the pipe the owner writes; a file read is a FILE_GET into a
+ * memfd; an upload is a FILE_PUT fed from the owner's socket.
+ *
+ * Flow control end to end: the guest may send an exec's output only
+ * within the window corrald grants, and corrald grants only what the
+ * owner's pipe has taken, so a guest that prints without end fills a
+ * pipe, not corrald's memory; stdin goes out only within the guest's
+ * window. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../../agent/msg.h"
+#include "../../util/cleanup.h"
+#include "../../util/fdio.h"
+#include "../../util/log.h"
+#include "mvm_int.h"
+
+#define CHUNK (64u * 1024u)
+#define GRANT_AT (32u * 1024u)
+/* The most a file read may bring into corrald's memory (a memfd). */
+#define MAX_GET_BYTES (1ull << 30)
+
+struct mvm_proc {
+    struct mvm_proc *next;
+    struct mvm_sandbox *m;
+    struct crl_proc *p;        /* an exec's or a session's owner, or */
+    struct crl_stream_req *t;  /* a tar stream's (an agent builtin) */
+    int status;
+    uint32_t id;
+    int out_w[2];           /* our ends of the owner's stdout and stderr pipes */
+    struct crl_buf pend[2]; /* what the guest sent and the pipe has not taken */
+    uint32_t ungranted;     /* bytes the pipes took and the guest was not credited */
+    int in_r;               /* our end of the owner's stdin pipe */
+    struct crl_watch w_in, w_out[2];
+    struct crl_timer started;
+    bool exit_seen, stdin_done;
+};
+
+enum xkind { X_GET, X_PUT };
+
+struct mvm_xfer {
+    struct mvm_xfer *next;
+    struct mvm_sandbox *m;
+    enum xkind kind;
+    uint32_t id;
+    struct crl_open_req *o;
+    struct crl_stream_req *t;
+    int fd;  /* X_GET: the memfd; X_PUT: our end of the data socket */
+    int msg; /* X_PUT: our end of the message socket */
+    uint64_t bytes;
+    struct crl_watch w;
+    bool data_done; /* X_PUT: the empty DATA went out */
+    struct crl_timer started;
+};
+
+static struct mvm_proc *find_proc(struct mvm_sandbox *m, uint32_t id)
+{
+    for (struct mvm_proc *x = m->procs; x; x = x->next)
+        if (x->id == id)
+            return x;
+    return NULL;
+}
+
+static struct mvm_xfer *find_xfer(struct mvm_sandbox *m, uint32_t id)
+{
+    for (struct mvm_xfer *x = m->xfers; x; x = x->next)
+        if (x->id == id)
+            return x;
+    return NULL;
+}
+
+static struct crl_loop *loop_of(struct mvm_sandbox *m)
+{
+    return m->sb->host->loop;
+}
+
+static bool serving(struct mvm_sandbox *m)
+{
+    return m && m->ready && !m->releasing && m->vm_started && !m->vm.dying;
+}
+
+/* ---- execs ---- */
+
+static void grant(struct mvm_sandbox *m, uint32_t id, uint32_t *ungranted, bool force)
+{
+    if (!*ungranted || (!force && *ungranted < GRANT_AT))
+        return;
+    struct crl_agent_host_stream *s = crl_agent_host_stream(&m->vm.sess, id);
+    struct crl_err err = CRL_ERR_INIT;
+    if (!s) {
+        *ungranted = 0;
+        return;
+    }
+    if (crl_agent_window_grant(&s->win, *ungranted, &err) < 0) {
+        mvm_vm_kill(&m->vm, "internal", "granting: %s", err.msg);
+        return;
+    }
+    uint8_t f[CRL_AGENT_CREDIT_FRAME_SIZE];
+    crl_agent_encode_credit(f, id, *ungranted);
+    *ungranted = 0;
+    mvm_vm_send(&m->vm, CRL_AGENT_CREDIT, id, f + CRL_AGENT_HEADER_SIZE, 4);
+}
+
+static void proc_free(struct mvm_proc *x)
+{
+    struct mvm_sandbox *m = x->m;
+    struct crl_loop *loop = loop_of(m);
+    for (struct mvm_proc **pp = &m->procs; *pp; pp = &(*pp)->next)
+        if (*pp == x) {
+            *pp = x->next;
+            break;
+        }
+    crl_timer_stop(loop, &x->started);
+    crl_watch_stop(loop, &x->w_in);
+    for (int i = 0; i < 2; i++) {
+        crl_watch_stop(loop, &x->w_out[i]);
+        close_fd(&x->out_w[i]);
+        crl_buf_free(&x->pend[i]);
+    }
+    close_fd(&x->in_r);
+    if (x->p)
+        x->p->priv = NULL;
+    free(x);
+}
+
+/* The process ended and its output is all in the pipes: tell the owner. */
+static void maybe_finish(struct mvm_proc *x)
+{
+    if (!x->exit_seen || x->pend[0].len || x->pend[1].len)
+        return;
+    struct crl_proc *p = x->p;
+    struct crl_stream_req *t = x->t;
+    int st = x->status;
+    x->p = NULL;
+    proc_free(x);
+    if (p) {
+        p->priv = NULL;
+        p->exited = true;
+        p->on_exit(p);
+    }
+    if (t) /* the builtin's status is the stream's, or 128 + its signal */
+        t->done(t, WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+}
+
+static void out_writable(struct crl_watch *w, uint32_t ev);
+
+static void flush_pipe(struct mvm_proc *x, int i)
+{
+    struct crl_buf *b = &x->pend[i];
+    while (b->len && x->out_w[i] >= 0) {
+        ssize_t n = write(x->out_w[i], b->data, b->len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            break;
+        if (n <= 0) {
+            /* The owner closed its end: the output has nowhere to go. */
+            crl_buf_consume(b, b->len);
+            break;
+        }
+        crl_buf_consume(b, (size_t)n);
+        x->ungranted += (uint32_t)n;
+    }
+    struct crl_loop *loop = loop_of(x->m);
+    if (b->len && x->out_w[i] >= 0 && !x->w_out[i].active)
+        crl_watch_start(loop, &x->w_out[i], x->out_w[i], EPOLLOUT, out_writable, x);
+    else if (!b->len && x->w_out[i].active)
+        crl_watch_stop(loop, &x->w_out[i]);
+    if (x->exit_seen && !b->len)
+        close_fd(&x->out_w[i]);
+    grant(x->m, x->id, &x->ungranted, false);
+}
+
+static void out_writable(struct crl_watch *w, uint32_t ev)
+{
+    struct mvm_proc *x = w->data;
+    int i = w == &x->w_out[0] ? 0 : 1;
+    flush_pipe(x, i);
+    maybe_finish(x);
+}
+
+static void stdin_readable(struct crl_watch *w, uint32_t ev);
+
+static void stdin_watch(struct mvm_proc *x)
+{
+    struct crl_agent_host_stream *s = crl_agent_host_stream(&x->m->vm.sess, x->id);
+    bool want = x->in_r >= 0 && s && s->win.send > 0;
+    struct crl_loop *loop = loop_of(x->m);
+    if (want && !x->w_in.active)
+        crl_watch_start(loop, &x->w_in, x->in_r, EPOLLIN, stdin_readable, x);
+    else if (!want && x->w_in.active)
+        crl_watch_stop(loop, &x->w_in);
+}
+
+static void stdin_readable(struct crl_watch *w, uint32_t ev)
+{
+    struct mvm_proc *x = w->data;
+    struct mvm_sandbox *m = x->m;
+    struct crl_agent_host_stream *s = crl_agent_host_stream(&m->vm.sess, x->id);
+    if (!s || !serving(m)) {
+        crl_watch_stop(loop_of(m), w);
+        return;
+    }
+    uint32_t room = s->win.send < CHUNK ? s->win.send : CHUNK;
+    char buf[CHUNK];
+    ssize_t n = room ? read(x->in_r, buf, room) : 0;
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    if (room == 0) {
+        stdin_watch(x);
+        return;
+    }
+    struct crl_err err = CRL_ERR_INIT;
+    if (n <= 0) {
+        /* The owner closed stdin: the guest's end closes too. */
+        crl_watch_stop(loop_of(m), w);
+        close_fd(&x->in_r);
+        mvm_vm_send(&m->vm, CRL_AGENT_STDIN, x->id, NULL, 0);
+        return;
+    }
+    if (crl_agent_window_sending(&s->win, (uint32_t)n, &err) < 0) {
+        mvm_vm_kill(&m->vm, "internal", "stdin: %s", err.msg);
+        return;
+    }
+    mvm_vm_send(&m->vm, CRL_AGENT_STDIN, x->id, buf, (uint32_t)n);
+    stdin_watch(x);
+}
+
+static void exit_frame(struct mvm_proc *x, const struct crl_agent_frame *f)
+{
+    struct mvm_sandbox *m = x->m;
+    struct crl_agent_exit e;
+    struct crl_err err = CRL_ERR_INIT;
+    if (crl_agent_parse_exit(f->payload, f->len, &e, &err) < 0) {
+        mvm_vm_kill(&m->vm, "agent_protocol", "%s", err.msg);
+        return;
+    }
+    struct crl_proc *p = x->p;
+    switch (e.reason) {
+    case CRL_AGENT_EXITED: x->status = W_EXITCODE(e.code, 0); break;
+    case CRL_AGENT_OOM_KILLED:
+        m->oom_kills++;
+        x->status = W_EXITCODE(0, SIGKILL);
+        break;
+    case CRL_AGENT_SIGNALED: x->status = W_EXITCODE(0, e.signal); break;
+    case CRL_AGENT_START_FAILED: {
+        /* As the container backend says it: 127 and why on stderr. */
+        char line[256];
+        int n = snprintf(line, sizeof(line), "corral: %s: %s\n", p ? p->argv[0] : "builtin",
+                         e.error_no == ENOENT ? "command not found" : strerror(e.error_no));
+        crl_buf_append(&x->pend[1], line, (size_t)n);
+        x->status = W_EXITCODE(e.error_no == ENOENT || e.error_no == ENOTDIR ? 127 : 126, 0);
+        break;
+    }
+    }
+    if (p) {
+        p->status = x->status;
+        p->cpu_s = (double)(e.utime_us + e.stime_us) / 1e6;
+        p->maxrss_bytes = (uint64_t)e.maxrss_kb * 1024;
+    }
+    x->exit_seen = true;
+    crl_watch_stop(loop_of(m), &x->w_in);
+    close_fd(&x->in_r);
+    flush_pipe(x, 0);
+    flush_pipe(x, 1);
+    maybe_finish(x);
+}
+
+static void proc_frame(struct mvm_proc *x, const struct crl_agent_frame *f)
+{
+    switch (f->type) {
+    case CRL_AGENT_STDOUT:
+    case CRL_AGENT_STDERR: {
+        int i = f->type == CRL_AGENT_STDOUT ? 0 : 1;
+        if (x->out_w[i] < 0) {
+            x->ungranted += f->len; /* nobody reads it: take it and let more come */
+        } else if (crl_buf_append(&x->pend[i], f->payload, f->len) < 0) {
+            mvm_vm_kill(&x->m->vm, "internal", "out of memory for an exec's output");
+            return;
+        }
+        flush_pipe(x, i);
+        return;
+    }
+    case CRL_AGENT_CREDIT: stdin_watch(x); return;
+    case CRL_AGENT_EXIT: exit_frame(x, f); return;
+    case CRL_AGENT_ERROR: {
+        struct crl_agent_error e;
+        struct crl_err err = CRL_ERR_INIT;
+        if (crl_agent_parse_error(f->payload, f->len, &e, &err) < 0) {
+            mvm_vm_kill(&x->m->vm, "agent_protocol", "%s", err.msg);
+            return;
+        }
+        crl_warn(x->m->sb->id, "exec stream %u failed in the guest: %s", x->id, e.message);
+        x->status = W_EXITCODE(0, SIGKILL);
+        if (x->p)
+            x->p->status = x->status;
+        x->exit_seen = true;
+        flush_pipe(x, 0);
+        flush_pipe(x, 1);
+        maybe_finish(x);
+        return;
+    }
+    }
+}
+
+static void proc_started(struct crl_timer *t)
+{
+    struct mvm_proc *x = t->data;
+    if (x->p)
+        x->p->on_start(x->p, NULL);
+    if (x->t)
+        x->t->started(x->t, NULL);
+}
+
+/* What a process in the guest is: its EXEC, and where its stdio goes
+ * (corrald's ends: -1 for none). */
+struct start {
+    char *const *argv;
+    char *const *envp;
+    const char *cwd;
+    uid_t uid;
+    gid_t gid;
+    int out_w, err_w, in_r; /* taken, even on failure */
+};
+
+/* Open an EXEC stream for a new process; its owner hears of the start on
+ * the loop, once this has returned. */
+static struct mvm_proc *proc_start(struct mvm_sandbox *m, struct start *st, struct crl_err *err)
+{
+    int fds[3] = {st->out_w, st->err_w, st->in_r};
+    if (!serving(m)) {
+        crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", m->sb->id);
+        goto fail;
+    }
+    struct mvm_proc *x = calloc(1, sizeof(*x));
+    if (!x) {
+        crl_err_sys(err, ENOMEM, "exec");
+        goto fail;
+    }
+    size_t n_env = 0, argc = 0;
+    while (st->envp && st->envp[n_env])
+        n_env++;
+    while (st->argv[argc])
+        argc++;
+    struct crl_agent_exec e = {
+        .argv = (char **)st->argv,
+        .argc = argc,
+        .env = (char **)st->envp,
+        .envc = n_env,
+        .uid = st->uid,
+        .gid = st->gid,
+        .stdin_open = st->in_r >= 0,
+    };
+    snprintf(e.cwd, sizeof(e.cwd), "%s", st->cwd && st->cwd[0] ? st->cwd : "/");
+    char *json = NULL;
+    size_t len = 0;
+    if (crl_agent_build_exec(&e, &json, &len, err) < 0 ||
+        crl_agent_host_open(&m->vm.sess, CRL_AGENT_STREAM_EXEC, &x->id, err) < 0) {
+        free(json);
+        free(x);
+        goto fail;
+    }
+    if (mvm_vm_send_json(&m->vm, CRL_AGENT_EXEC, x->id, json, len) < 0) {
+        crl_err_set(err, CRL_E_CONFLICT, "sandbox %s: its guest is gone", m->sb->id);
+        free(x);
+        goto fail;
+    }
+    x->m = m;
+    crl_buf_init(&x->pend[0], CRL_BUF_UNBOUNDED);
+    crl_buf_init(&x->pend[1], CRL_BUF_UNBOUNDED);
+    x->out_w[0] = st->out_w;
+    x->out_w[1] = st->err_w;
+    x->in_r = st->in_r;
+    for (int i = 0; i < 3; i++)
+        if (fds[i] >= 0)
+            crl_set_nonblock(fds[i], 1);
+    x->next = m->procs;
+    m->procs = x;
+    x->started.data = x;
+    crl_timer_start(loop_of(m), &x->started, 0, proc_started, x);
+    return x;
+fail:
+    for (int i = 0; i < 3; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    return NULL;
+}
+
+int mvm_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *err)
+{
+    struct mvm_sandbox *m = sb->priv;
+    int out[2] = {-1, -1}, er[2] = {-1, -1}, in[2] = {-1, -1};
+    if (pipe2(out, O_CLOEXEC) < 0 || pipe2(er, O_CLOEXEC) < 0 || pipe2(in, O_CLOEXEC) < 0) {
+        crl_err_sys(err, errno, "an exec's pipes");
+        close_fds(out, out[0] >= 0 ? 2 : 0);
+        close_fds(er, er[0] >= 0 ? 2 : 0);
+        return -1;
+    }
+    struct start st = {.argv = p->argv, .envp = p->envp, .cwd = p->cwd, .uid = p->uid,
+                       .gid = p->gid, .out_w = out[1], .err_w = er[1], .in_r = in[0]};
+    struct mvm_proc *x = proc_start(m, &st, err);
+    if (!x) {
+        close(out[0]);
+        close(er[0]);
+        close(in[1]);
+        return -1;
+    }
+    p->out_fd = out[0];
+    p->err_fd = er[0];
+    p->in_fd = in[1];
+    p->pid = 0; /* the guest's, never a host pid */
+    p->priv = x;
+    x->p = p;
+    stdin_watch(x);
+    return 0;
+}
+
+int mvm_kill(struct crl_sandbox *sb, struct crl_proc *p, enum crl_kill_scope scope)
+{
+    struct mvm_sandbox *m = sb->priv;
+    struct mvm_proc *x = p->priv;
+    if (!x || !serving(m) || x->exit_seen)
+        return 0;
+    /* The guest runs each exec in a process group of its own and signals
+     * the group: the process and everything it started that stayed in it. */
+    if (scope == CRL_KILL_DESCENDANTS)
+        return 0;
+    struct crl_agent_signal s = {.signal = SIGKILL};
+    char *json;
+    size_t len;
+    struct crl_err err = CRL_ERR_INIT;
+    if (crl_agent_build_signal(&s, &json, &len, &err) < 0)
+        return -1;
+    return mvm_vm_send_json(&m->vm, CRL_AGENT_SIGNAL, x->id, json, len);
+}
+
+/* ---- files ---- */
+
+static void xfer_free(struct mvm_xfer *x)
+{
+    struct mvm_sandbox *m = x->m;
+    for (struct mvm_xfer **pp = &m->xfers; *pp; pp = &(*pp)->next)
+        if (*pp == x) {
+            *pp = x->next;
+            break;
+        }
+    crl_timer_stop(loop_of(m), &x->started);
+    crl_watch_stop(loop_of(m), &x->w);
+    close_fd(&x->fd);
+    close_fd(&x->msg);
+    free(x);
+}
+
+static enum crl_errc errno_errc(int e)
+{
+    switch (e) {
+    case ENOENT: return CRL_E_NOT_FOUND;
+    case EACCES:
+    case EPERM: return CRL_E_FORBIDDEN;
+    case ENOSPC:
+    case EDQUOT: return CRL_E_NO_SPACE;
+    case EINVAL:
+    case EISDIR:
+    case ENOTDIR:
+    case EEXIST:
+    case ELOOP: return CRL_E_INVALID;
+    case ENOTSUP: return CRL_E_UNSUPPORTED;
+    default: return CRL_E_INTERNAL;
+    }
+}
+
+static int stream_status(int e)
+{
+    switch (e) {
+    case 0: return CRL_STREAM_OK;
+    case ENOENT: return CRL_STREAM_NOENT;
+    case ENOTDIR: return CRL_STREAM_NOTDIR;
+    case ENOSPC:
+    case EDQUOT: return CRL_STREAM_NOSPACE;
+    case EACCES:
+    case EPERM: return CRL_STREAM_DENIED;
+    case EISDIR:
+    case EEXIST: return CRL_STREAM_ISDIR;
+    case EINVAL: return CRL_STREAM_BAD_INPUT;
+    default: return CRL_STREAM_FAILED;
+    }
+}
+
+/* End a transfer: its owner hears how (err NULL: it worked). */
+static void xfer_end(struct mvm_xfer *x, int errnum, const char *msg)
+{
+    if (x->kind == X_GET) {
+        struct crl_open_req *o = x->o;
+        struct crl_err err = CRL_ERR_INIT;
+        if (!errnum && lseek(x->fd, 0, SEEK_SET) == 0) {
+            int fd = x->fd;
+            x->fd = -1;
+            uint64_t size = x->bytes;
+            xfer_free(x);
+            o->done(o, fd, false, size, NULL);
+            return;
+        }
+        if (errnum == EISDIR) {
+            /* The owner asks for the directory as a stream next. */
+            int fd = x->fd;
+            x->fd = -1;
+            xfer_free(x);
+            o->done(o, fd, true, 0, NULL);
+            return;
+        }
+        crl_err_set(&err, errnum < 0 ? CRL_E_CONFLICT : errno_errc(errnum), "%s",
+                    msg && msg[0] ? msg : strerror(errnum));
+        xfer_free(x);
+        o->done(o, -1, false, 0, &err);
+        return;
+    }
+    struct crl_stream_req *t = x->t;
+    if (x->msg >= 0) {
+        char line[CRL_AGENT_MAX_TEXT + 32];
+        int n = errnum ? snprintf(line, sizeof(line), "%s\n", msg && msg[0] ? msg : strerror(errnum))
+                       : snprintf(line, sizeof(line), "bytes=%llu\n", (unsigned long long)x->bytes);
+        if (n > 0 && send(x->msg, line, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+            crl_debug(x->m->sb->id, "an upload's last words: %s", strerror(errno));
+    }
+    int code = errnum < 0 ? CRL_STREAM_GONE : stream_status(errnum);
+    xfer_free(x);
+    t->done(t, code);
+}
+
+static void get_frame(struct mvm_xfer *x, const struct crl_agent_frame *f)
+{
+    struct mvm_sandbox *m = x->m;
+    struct crl_err err = CRL_ERR_INIT;
+    if (f->type == CRL_AGENT_DATA) {
+        if (f->len == 0)
+            return; /* the RESULT follows */
+        if (x->bytes + f->len > MAX_GET_BYTES) {
+            mvm_vm_send(&m->vm, CRL_AGENT_ERROR, x->id, "{\"message\":\"too large\"}", 23);
+            crl_agent_host_close(&m->vm.sess, x->id);
+            xfer_end(x, EFBIG, "the file is larger than a read may take (1 GiB)");
+            return;
+        }
+        if (crl_write_full(x->fd, f->payload, f->len) < 0) {
+            int e = errno;
+            mvm_vm_send(&m->vm, CRL_AGENT_ERROR, x->id, "{\"message\":\"host failed\"}", 25);
+            crl_agent_host_close(&m->vm.sess, x->id);
+            xfer_end(x, e, "buffering the file");
+            return;
+        }
+        x->bytes += f->len;
+        uint32_t n = f->len;
+        grant(m, x->id, &n, true);
+        return;
+    }
+    if (f->type == CRL_AGENT_RESULT || f->type == CRL_AGENT_ERROR) {
+        struct crl_agent_result r;
+        if (f->type == CRL_AGENT_ERROR) {
+            struct crl_agent_error e;
+            if (crl_agent_parse_error(f->payload, f->len, &e, &err) < 0)
+                goto bad;
+            xfer_end(x, EIO, e.message);
+            return;
+        }
+        if (crl_agent_parse_result(f->payload, f->len, &r, &err) < 0)
+            goto bad;
+        xfer_end(x, r.ok ? 0 : r.error_no ? r.error_no : EIO, r.error);
+        return;
+    }
+    return;
+bad:
+    mvm_vm_kill(&m->vm, "agent_protocol", "%s", err.msg);
+}
+
+static void put_pump(struct crl_watch *w, uint32_t ev);
+
+static void put_watch(struct mvm_xfer *x)
+{
+    struct crl_agent_host_stream *s = crl_agent_host_stream(&x->m->vm.sess, x->id);
+    bool want = x->fd >= 0 && !x->data_done && s && s->win.send > 0;
+    if (want && !x->w.active)
+        crl_watch_start(loop_of(x->m), &x->w, x->fd, EPOLLIN, put_pump, x);
+    else if (!want && x->w.active)
+        crl_watch_stop(loop_of(x->m), &x->w);
+}
+
+/* The owner's bytes to the guest within its window; at their end, the
+ * upload is committed only if the owner said so on the message socket. */
+static void put_pump(struct crl_watch *w, uint32_t ev)
+{
+    struct mvm_xfer *x = w->data;
+    struct mvm_sandbox *m = x->m;
+    struct crl_agent_host_stream *s = crl_agent_host_stream(&m->vm.sess, x->id);
+    if (!s || !serving(m)) {
+        crl_watch_stop(loop_of(m), w);
+        return;
+    }
+    uint32_t room = s->win.send < CHUNK ? s->win.send : CHUNK;
+    if (!room) {
+        put_watch(x);
+        return;
+    }
+    char buf[CHUNK];
+    ssize_t n = read(x->fd, buf, room);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    struct crl_err err = CRL_ERR_INIT;
+    if (n <= 0) {
+        char c = 0;
+        ssize_t k = recv(x->msg, &c, 1, MSG_DONTWAIT);
+        x->data_done = true;
+        crl_watch_stop(loop_of(m), w);
+        if (k == 1 && c == CRL_STREAM_COMMIT) {
+            mvm_vm_send(&m->vm, CRL_AGENT_DATA, x->id, NULL, 0);
+            return; /* the RESULT ends it */
+        }
+        /* Abandoned: the guest drops the stream (its partial file stays,
+         * as the agent writes in place). */
+        mvm_vm_send(&m->vm, CRL_AGENT_ERROR, x->id, "{\"message\":\"abandoned\"}", 23);
+        crl_agent_host_close(&m->vm.sess, x->id);
+        xfer_end(x, EIO, "the upload was abandoned");
+        return;
+    }
+    if (crl_agent_window_sending(&s->win, (uint32_t)n, &err) < 0) {
+        mvm_vm_kill(&m->vm, "internal", "upload: %s", err.msg);
+        return;
+    }
+    x->bytes += (uint64_t)n;
+    mvm_vm_send(&m->vm, CRL_AGENT_DATA, x->id, buf, (uint32_t)n);
+    put_watch(x);
+}
+
+static void put_frame(struct mvm_xfer *x, const struct crl_agent_frame *f)
+{
+    struct crl_err err = CRL_ERR_INIT;
+    if (f->type == CRL_AGENT_CREDIT) {
+        put_watch(x);
+        return;
+    }
+    if (f->type == CRL_AGENT_RESULT) {
+        struct crl_agent_result r;
+        if (crl_agent_parse_result(f->payload, f->len, &r, &err) < 0) {
+            mvm_vm_kill(&x->m->vm, "agent_protocol", "%s", err.msg);
+            return;
+        }
+        xfer_end(x, r.ok ? 0 : r.error_no ? r.error_no : EIO, r.error);
+        return;
+    }
+    if (f->type == CRL_AGENT_ERROR) {
+        struct crl_agent_error e;
+        if (crl_agent_parse_error(f->payload, f->len, &e, &err) < 0) {
+            mvm_vm_kill(&x->m->vm, "agent_protocol", "%s", err.msg);
+            return;
+        }
+        xfer_end(x, EIO, e.message);
+    }
+}
+
+static struct mvm_xfer *xfer_new(struct mvm_sandbox *m, enum xkind kind, const char *path,
+                                 mode_t mode, struct crl_err *err)
+{
+    if (!serving(m)) {
+        crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", m->sb->id);
+        return NULL;
+    }
+    struct mvm_xfer *x = calloc(1, sizeof(*x));
+    if (!x) {
+        crl_err_sys(err, ENOMEM, "a transfer");
+        return NULL;
+    }
+    x->m = m;
+    x->kind = kind;
+    x->fd = x->msg = -1;
+    struct crl_agent_file f = {.mode = (int)(mode & 07777)};
+    snprintf(f.path, sizeof(f.path), "%s", path);
+    char *json;
+    size_t len;
+    uint16_t type = kind == X_GET ? CRL_AGENT_FILE_GET : CRL_AGENT_FILE_PUT;
+    if (crl_agent_build_file(type, &f, &json, &len, err) < 0 ||
+        crl_agent_host_open(&m->vm.sess,
+                            kind == X_GET ? CRL_AGENT_STREAM_GET : CRL_AGENT_STREAM_PUT, &x->id,
+                            err) < 0) {
+        free(x);
+        return NULL;
+    }
+    if (mvm_vm_send_json(&m->vm, type, x->id, json, len) < 0) {
+        crl_err_set(err, CRL_E_CONFLICT, "sandbox %s: its guest is gone", m->sb->id);
+        free(x);
+        return NULL;
+    }
+    x->next = m->xfers;
+    m->xfers = x;
+    return x;
+}
+
+int mvm_open(struct crl_sandbox *sb, struct crl_open_req *o, struct crl_err *err)
+{
+    struct mvm_sandbox *m = sb->priv;
+    if ((o->flags & O_ACCMODE) != O_RDONLY)
+        return crl_err_set(err, CRL_E_UNSUPPORTED, "microvm: files are written as uploads");
+    int fd = memfd_create("corral-file", MFD_CLOEXEC);
+    if (fd < 0)
+        return crl_err_sys(err, errno, "memfd for a file read");
+    struct mvm_xfer *x = xfer_new(m, X_GET, o->path, 0, err);
+    if (!x) {
+        close(fd);
+        return -1;
+    }
+    x->fd = fd;
+    x->o = o;
+    return 0;
+}
+
+static void put_started(struct crl_timer *t)
+{
+    struct mvm_xfer *x = t->data;
+    x->t->started(x->t, NULL);
+    put_watch(x);
+}
+
+/* A directory as a tar stream: the agent's builtin (corral:tar-out or
+ * corral:tar-in) run as the stream's user, its stdout or stdin on the
+ * data socket, its stderr on the message socket; its exit status is the
+ * stream's.  A single file upload is a FILE_PUT. */
+static int tar_stream(struct mvm_sandbox *m, struct crl_stream_req *t, struct crl_err *err)
+{
+    int data[2] = {-1, -1}, msg[2] = {-1, -1};
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, data) < 0 ||
+        socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, msg) < 0) {
+        close_fds(data, data[0] >= 0 ? 2 : 0);
+        return crl_err_sys(err, errno, "a tar stream's sockets");
+    }
+    bool out = t->kind == CRL_STREAM_TAR_OUT;
+    char *argv[] = {out ? "corral:tar-out" : "corral:tar-in", (char *)t->path, NULL};
+    char *envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
+    struct start st = {.argv = argv, .envp = envp, .cwd = "/", .uid = t->uid, .gid = t->gid,
+                       .out_w = out ? data[1] : -1, .err_w = msg[1], .in_r = out ? -1 : data[1]};
+    struct mvm_proc *x = proc_start(m, &st, err);
+    if (!x) {
+        close(data[0]);
+        close(msg[0]);
+        return -1;
+    }
+    shutdown(data[0], out ? SHUT_WR : SHUT_RD);
+    t->data_fd = data[0];
+    t->msg_fd = msg[0];
+    x->t = t;
+    stdin_watch(x);
+    return 0;
+}
+
+int mvm_stream(struct crl_sandbox *sb, struct crl_stream_req *t, struct crl_err *err)
+{
+    struct mvm_sandbox *m = sb->priv;
+    if (t->kind != CRL_STREAM_FILE_IN)
+        return tar_stream(m, t, err);
+    int data[2] = {-1, -1}, msg[2] = {-1, -1};
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, data) < 0 ||
+        socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, msg) < 0) {
+        close_fds(data, data[0] >= 0 ? 2 : 0);
+        return crl_err_sys(err, errno, "an upload's sockets");
+    }
+    struct mvm_xfer *x = xfer_new(m, X_PUT, t->path, t->mode ? t->mode : 0644, err);
+    if (!x) {
+        close_fds(data, 2);
+        close_fds(msg, 2);
+        return -1;
+    }
+    x->t = t;
+    x->fd = data[1];
+    x->msg = msg[1];
+    crl_set_nonblock(x->fd, 1);
+    shutdown(data[0], SHUT_RD);
+    t->data_fd = data[0];
+    t->msg_fd = msg[0];
+    x->started.data = x;
+    crl_timer_start(loop_of(m), &x->started, 0, put_started, x);
+    return 0;
+}
+
+/* ---- frames and the end ---- */
+
+void mvm_procs_frame(struct mvm_sandbox *m, const struct crl_agent_frame *f)
+{
+    struct mvm_proc *p = find_proc(m, f->stream);
+    if (p) {
+        proc_frame(p, f);
+        return;
+    }
+    struct mvm_xfer *x = find_xfer(m, f->stream);
+    if (x) {
+        if (x->kind == X_GET)
+            get_frame(x, f);
+        else
+            put_frame(x, f);
+    }
+}
+
+void mvm_procs_end(struct mvm_sandbox *m)
+{
+    while (m->procs) {
+        struct mvm_proc *x = m->procs;
+        if (x->p && !x->exit_seen)
+            x->p->status = W_EXITCODE(0, SIGKILL);
+        x->exit_seen = true;
+        crl_buf_consume(&x->pend[0], x->pend[0].len);
+        crl_buf_consume(&x->pend[1], x->pend[1].len);
+        struct crl_proc *p = x->p;
+        struct crl_stream_req *t = x->t;
+        bool started = !crl_timer_armed(&x->started);
+        x->p = NULL;
+        proc_free(x);
+        struct crl_err err = CRL_ERR_INIT;
+        crl_err_set(&err, CRL_E_CONFLICT, "the sandbox's guest ended");
+        if (p && started) {
+            p->exited = true;
+            p->on_exit(p);
+        } else if (p) {
+            p->on_start(p, &err);
+        }
+        if (t && started)
+            t->done(t, CRL_STREAM_GONE);
+        else if (t)
+            t->started(t, &err);
+    }
+    while (m->xfers)
+        xfer_end(m->xfers, -1, "the sandbox ended meanwhile");
+}

@@ -1,0 +1,333 @@
+/* Templates: a guest booted once per shape (memory, vCPUs) to the point
+ * where its agent has said HELLO and waits for a CONFIG, then stopped and
+ * saved with QEMU's migration to a file.  Every sandbox of that shape
+ * starts by restoring the file into a fresh QEMU with the same devices
+ * (vm.c builds one command line for both): its RAM, its kernel already
+ * booted, its agent already waiting.  What makes each one its own (the
+ * layers behind the block devices, hostname, clock, entropy) comes after,
+ * with the CONFIG.
+ *
+ * The template boots with the empty placeholder behind every layer slot;
+ * it never reads past their first blocks (the kernel's partition scan,
+ * which the agent drops from its cache before it mounts a layer).  It runs
+ * as nobody, in namespaces of its own, like any guest. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "../../util/cleanup.h"
+#include "../../util/fdio.h"
+#include "../../util/log.h"
+#include "../../vmm/qmp.h"
+#include "mvm_int.h"
+
+#define NOBODY 65534
+#define RETRY_AFTER_S 30.0
+
+enum tstate { T_BUILDING, T_READY, T_FAILED };
+
+struct waiter {
+    mvm_template_cb cb;
+    void *ctx;
+    struct waiter *next;
+};
+
+struct mvm_template {
+    struct mvm_template *next;
+    unsigned mem_mb, vcpus;
+    enum tstate state;
+    char path[PATH_MAX];
+    struct crl_agent_hello hello;
+    struct mvm_vm vm;
+    bool vm_live;
+    bool saving;
+    struct crl_timer poll;
+    struct waiter *waiters;
+    double started, hello_s, save_s, ended;
+    uint64_t bytes;
+    unsigned restores;
+    char error[300];
+};
+
+static void notify(struct mvm_template *t)
+{
+    struct waiter *w = t->waiters;
+    t->waiters = NULL;
+    while (w) {
+        struct waiter *next = w->next;
+        w->cb(w->ctx);
+        free(w);
+        w = next;
+    }
+}
+
+static void failed(struct mvm_template *t, const char *what, const char *msg)
+{
+    if (t->state != T_BUILDING)
+        return;
+    t->state = T_FAILED;
+    t->ended = crl_wall_s();
+    snprintf(t->error, sizeof(t->error), "%s%s", what, msg);
+    crl_warn(t->vm.name, "template failed: %s (sandboxes of this shape boot cold)", t->error);
+    unlink(t->path);
+    if (t->vm_live && !t->vm.dying)
+        mvm_vm_kill(&t->vm, "template_failed", "%s", t->error);
+    notify(t);
+}
+
+/* ---- saving ---- */
+
+static void polled(struct crl_qmp *q, json_t *ret, const struct crl_err *err, void *ctx);
+
+static void poll_again(struct crl_timer *tm)
+{
+    struct mvm_template *t = tm->data;
+    struct crl_err err = CRL_ERR_INIT;
+    if (!t->vm.qmp || crl_qmp_command(t->vm.qmp, "query-migrate", NULL, -1, polled, t, &err) < 0)
+        failed(t, "saving: ", err.msg[0] ? err.msg : "QMP is gone");
+}
+
+static void polled(struct crl_qmp *q, json_t *ret, const struct crl_err *err, void *ctx)
+{
+    struct mvm_template *t = ctx;
+    if (err) {
+        failed(t, "query-migrate: ", err->msg);
+        return;
+    }
+    const char *status = json_string_value(json_object_get(ret, "status"));
+    if (status && strcmp(status, "completed") == 0) {
+        struct stat sb;
+        t->save_s = crl_wall_s() - t->started - t->hello_s;
+        t->bytes = stat(t->path, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+        t->state = T_READY;
+        t->ended = crl_wall_s();
+        crl_info(t->vm.name, "template ready: HELLO %.0f ms after start, saved in %.0f ms (%.1f MB)",
+                 t->hello_s * 1e3, t->save_s * 1e3, (double)t->bytes / 1e6);
+        mvm_vm_kill(&t->vm, "template_saved", "saved");
+        notify(t);
+        return;
+    }
+    if (status && (strcmp(status, "failed") == 0 || strcmp(status, "cancelled") == 0)) {
+        const char *desc = json_string_value(json_object_get(ret, "error-desc"));
+        failed(t, "the migration to a file failed: ", desc ? desc : status);
+        return;
+    }
+    crl_timer_start(t->vm.st->host->loop, &t->poll, 10 * 1000000ull, poll_again, t);
+}
+
+static void answered(struct crl_qmp *q, json_t *ret, const struct crl_err *err, void *ctx)
+{
+    struct mvm_template *t = ctx;
+    if (err)
+        failed(t, "saving: ", err->msg);
+}
+
+static void migrate_started(struct crl_qmp *q, json_t *ret, const struct crl_err *err, void *ctx)
+{
+    struct mvm_template *t = ctx;
+    if (err) {
+        failed(t, "saving: ", err->msg);
+        return;
+    }
+    poll_again(&t->poll);
+}
+
+/* HELLO: the agent waits for its CONFIG.  Stop the guest there and save it. */
+static void t_hello(struct mvm_vm *vm)
+{
+    struct mvm_template *t = vm->ctx;
+    if (t->saving)
+        return;
+    t->saving = true;
+    t->hello = vm->sess.hello;
+    t->hello_s = crl_wall_s() - t->started;
+    mvm_vm_deadline_stop(vm);
+    mvm_vm_deadline(vm, 60000, "a saved state");
+    struct crl_err err = CRL_ERR_INIT;
+    cleanup_close int fd = open(t->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        crl_err_sys(&err, errno, "create %s", t->path);
+        failed(t, "", err.msg);
+        return;
+    }
+    struct crl_qmp *q = vm->qmp;
+    if (!q ||
+        crl_qmp_command(q, "migrate-set-parameters", json_pack("{s:I}", "max-bandwidth",
+                                                               (json_int_t)1 << 40),
+                        -1, answered, t, &err) < 0 ||
+        crl_qmp_command(q, "stop", NULL, -1, answered, t, &err) < 0 ||
+        crl_qmp_command(q, "getfd", json_pack("{s:s}", "fdname", "tmpl"), fd, answered, t, &err) <
+            0 ||
+        crl_qmp_command(q, "migrate", json_pack("{s:s}", "uri", "fd:tmpl"), -1, migrate_started, t,
+                        &err) < 0)
+        failed(t, "saving: ", err.msg[0] ? err.msg : "QMP is gone");
+}
+
+static void t_ready(struct mvm_vm *vm)
+{
+    struct mvm_template *t = vm->ctx;
+    failed(t, "", "the guest said READY to a template that sent no CONFIG");
+}
+
+static void t_frame(struct mvm_vm *vm, const struct crl_agent_frame *f)
+{
+}
+
+static void t_dead(struct mvm_vm *vm, const char *reason, const char *msg)
+{
+    struct mvm_template *t = vm->ctx;
+    failed(t, "the template's guest ended before it was saved: ", msg);
+    crl_timer_stop(vm->st->host->loop, &t->poll);
+    mvm_vm_free(vm);
+    t->vm_live = false;
+}
+
+static const struct mvm_vm_ops template_ops = {
+    .frame = t_frame,
+    .hello = t_hello,
+    .ready = t_ready,
+    .dead = t_dead,
+};
+
+static int build(struct mvm_state *st, struct mvm_template *t, struct crl_err *err)
+{
+    char name[48];
+    snprintf(name, sizeof(name), "template-%um-%uc", t->mem_mb, t->vcpus);
+    snprintf(t->path, sizeof(t->path), "%s/%s.state", st->dir, name);
+    struct mvm_launch l = {
+        .mem_mb = t->mem_mb,
+        .vcpus = t->vcpus,
+        .incoming_fd = -1,
+        .netns_fd = -1,
+        .uid = NOBODY,
+        .gid = NOBODY,
+    };
+    for (int i = 0; i < MVM_SLOTS; i++)
+        l.layer_fds[i] = -1;
+    t->state = T_BUILDING;
+    t->saving = false;
+    t->started = crl_wall_s();
+    t->error[0] = 0;
+    t->poll.data = t;
+    if (mvm_vm_start(st, &t->vm, name, &l, &template_ops, t, err) < 0)
+        return -1;
+    t->vm_live = true;
+    st->n.template_builds++;
+    mvm_vm_deadline(&t->vm, strcmp(st->accel, "kvm") == 0 ? 20000 : 60000, "HELLO");
+    crl_info(name, "building a template (QEMU pid %d, %s)", (int)t->vm.pid, st->accel);
+    return 0;
+}
+
+int mvm_template_get(struct mvm_state *st, unsigned mem_mb, unsigned vcpus, int *fd,
+                     struct crl_agent_hello *hello, mvm_template_cb waiting, void *ctx)
+{
+    struct mvm_template *t = st->templates;
+    while (t && (t->mem_mb != mem_mb || t->vcpus != vcpus))
+        t = t->next;
+    if (!t) {
+        if (!(t = calloc(1, sizeof(*t))))
+            return -1;
+        t->mem_mb = mem_mb;
+        t->vcpus = vcpus;
+        t->state = T_FAILED;
+        t->next = st->templates;
+        st->templates = t;
+    }
+    if (t->state == T_READY) {
+        *fd = open(t->path, O_RDONLY | O_CLOEXEC);
+        if (*fd >= 0) {
+            *hello = t->hello;
+            t->restores++;
+            return 1;
+        }
+        crl_warn(NULL, "template %s: %s: building it again", t->path, strerror(errno));
+        t->state = T_FAILED;
+        t->ended = 0;
+    }
+    if (t->state == T_FAILED) {
+        if (t->ended && crl_wall_s() - t->ended < RETRY_AFTER_S)
+            return -1;
+        struct crl_err err = CRL_ERR_INIT;
+        if (t->vm_live || build(st, t, &err) < 0) {
+            if (!t->vm_live) {
+                snprintf(t->error, sizeof(t->error), "%s", err.msg);
+                t->ended = crl_wall_s();
+            }
+            return -1;
+        }
+    }
+    struct waiter *w = calloc(1, sizeof(*w));
+    if (!w)
+        return -1;
+    w->cb = waiting;
+    w->ctx = ctx;
+    w->next = t->waiters;
+    t->waiters = w;
+    return 0;
+}
+
+void mvm_template_unwait(struct mvm_state *st, void *ctx)
+{
+    for (struct mvm_template *t = st->templates; t; t = t->next)
+        for (struct waiter **w = &t->waiters; *w;) {
+            if ((*w)->ctx == ctx) {
+                struct waiter *gone = *w;
+                *w = gone->next;
+                free(gone);
+            } else {
+                w = &(*w)->next;
+            }
+        }
+}
+
+static const char *tstate_name(enum tstate s)
+{
+    return s == T_READY ? "ready" : s == T_BUILDING ? "building" : "failed";
+}
+
+json_t *mvm_templates_json(struct mvm_state *st)
+{
+    json_t *a = json_array();
+    for (struct mvm_template *t = st->templates; t && a; t = t->next) {
+        json_t *o = json_pack("{s:I, s:I, s:s, s:I, s:I, s:f, s:f}", "memory_mb",
+                              (json_int_t)t->mem_mb, "vcpus", (json_int_t)t->vcpus, "state",
+                              tstate_name(t->state), "restores", (json_int_t)t->restores,
+                              "state_bytes", (json_int_t)t->bytes, "boot_to_hello_s", t->hello_s,
+                              "save_s", t->save_s);
+        if (o && t->error[0])
+            json_object_set_new(o, "error", json_string(t->error));
+        json_array_append_new(a, o);
+    }
+    return a;
+}
+
+void mvm_templates_free(struct mvm_state *st)
+{
+    while (st->templates) {
+        struct mvm_template *t = st->templates;
+        st->templates = t->next;
+        crl_timer_stop(st->host->loop, &t->poll);
+        if (t->vm_live) {
+            mvm_vm_kill(&t->vm, "shutdown", "corrald is shutting down");
+            /* Reap it here: the loop will not run again for it. */
+            siginfo_t si;
+            waitid((idtype_t)P_PIDFD, (id_t)t->vm.pidfd, &si, WEXITED);
+            mvm_vm_free(&t->vm);
+        }
+        struct waiter *w = t->waiters;
+        while (w) {
+            struct waiter *next = w->next;
+            free(w);
+            w = next;
+        }
+        unlink(t->path);
+        free(t);
+    }
+}

@@ -1,0 +1,65 @@
+/* What the agent runs itself instead of a program, for the host's files
+ * API: directories as tar streams, out of and into the guest.  The host
+ * asks with an EXEC whose argv[0] is a builtin's name; the child runs it
+ * after taking the EXEC's uid, gid and cwd, as a program would, so a
+ * transfer is charged to and limited like any process of the guest.
+ *
+ *   corral:tar-out DIR   the tree under DIR as a pax tar on stdout
+ *   corral:tar-in DIR    a tar on stdin extracted under DIR (made if need
+ *                        be); "entries=N" on stderr
+ *
+ * The exit status is an enum crl_stream_status, and the last line on
+ * stderr says why (lib/helper/stream.h), as the container backend's
+ * helper does; the host hands both to the files API. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../lib/helper/stream.h"
+#include "../../lib/helper/tar.h"
+#include "../../lib/util/fdio.h"
+#include "agent.h"
+
+int crl_ga_builtin(char *const argv[])
+{
+    char msg[512] = "";
+    int out = strcmp(argv[0], CRL_GA_BUILTIN_TAR_OUT) == 0;
+    if (!out && strcmp(argv[0], CRL_GA_BUILTIN_TAR_IN) != 0) {
+        dprintf(2, "%s: no such builtin\n", argv[0]);
+        return CRL_STREAM_FAILED;
+    }
+    if (!argv[1] || argv[2]) {
+        dprintf(2, "%s: one directory, please\n", argv[0]);
+        return CRL_STREAM_FAILED;
+    }
+    if (!out && crl_mkdir_p(argv[1], 0755) < 0 && errno != EEXIST) {
+        int e = errno;
+        dprintf(2, "%s: %s\n", argv[1], strerror(e));
+        return crl_tar_status_of_errno(e);
+    }
+    if (chdir(argv[1]) < 0) {
+        int e = errno;
+        dprintf(2, "%s: %s\n", argv[1], strerror(e));
+        return crl_tar_status_of_errno(e);
+    }
+    if (out) {
+        if (crl_tar_out(1, msg, sizeof(msg)) < 0) {
+            dprintf(2, "%s\n", msg);
+            return CRL_STREAM_FAILED;
+        }
+        return CRL_STREAM_OK;
+    }
+    unsigned long n = 0;
+    if (crl_tar_in(0, &n, msg, sizeof(msg)) < 0) {
+        dprintf(2, "%s\n", msg);
+        return CRL_STREAM_BAD_INPUT;
+    }
+    /* Read to the end: a tar's records may pad past its end marker, and
+     * the host must not meet a closed pipe. */
+    char sink[65536];
+    while (read(0, sink, sizeof(sink)) > 0)
+        ;
+    dprintf(2, "entries=%lu\n", n);
+    return CRL_STREAM_OK;
+}
