@@ -172,8 +172,8 @@ static void sb_dead(struct mvm_vm *vm, const char *reason, const char *msg)
     }
     if (!m->ready) {
         st->n.start_failures++;
-        crl_warn(sb->id, "the guest did not start (%s, attempt %u): %s", m->start_kind,
-                 m->attempts, msg);
+        crl_warn(sb->id, "the guest did not start (%s, attempt %u): %s", m->start_kind, m->attempts,
+                 msg);
         struct crl_err err = CRL_ERR_INIT;
         if (m->attempts < 2) {
             /* Once more, cold this time if the restore failed. */
@@ -183,8 +183,8 @@ static void sb_dead(struct mvm_vm *vm, const char *reason, const char *msg)
             if (launch(m, -1, NULL, &err) == 0)
                 return;
         } else {
-            crl_err_set(&err, CRL_E_INTERNAL, "the microVM did not start (%s, twice): %s",
-                        reason, msg);
+            crl_err_set(&err, CRL_E_INTERNAL, "the microVM did not start (%s, twice): %s", reason,
+                        msg);
         }
         fail_create(m, &err);
         return;
@@ -405,8 +405,8 @@ static int mvm_init(struct crl_host *h, void **state, struct crl_err *err)
         snprintf(st->initrd, sizeof(st->initrd), "%s", c->microvm_initrd);
     else
         snprintf(st->initrd, sizeof(st->initrd), "%s/microvm/initrd.cpio", h->state_dir);
-    if (!(st->accel = mvm_accel_detect(c->microvm_accel, st->accel_why, sizeof(st->accel_why),
-                                       err)))
+    if (!(st->accel =
+              mvm_accel_detect(c->microvm_accel, st->accel_why, sizeof(st->accel_why), err)))
         return -1;
     const char *paths[3] = {st->qemu, st->kernel, st->initrd};
     const char *what[3] = {"QEMU", "guest kernel", "guest initramfs"};

@@ -162,8 +162,8 @@ struct mvm_sandbox {
     const char *start_kind; /* "restored" or "cold" */
     unsigned attempts;
     bool waiting_template;
-    bool ready;      /* READY came: it serves */
-    bool releasing;  /* destroy asked */
+    bool ready;     /* READY came: it serves */
+    bool releasing; /* destroy asked */
     bool failed_create;
     struct crl_err create_err;
     double t_create, t_ready;

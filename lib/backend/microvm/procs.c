@@ -34,8 +34,8 @@
 struct mvm_proc {
     struct mvm_proc *next;
     struct mvm_sandbox *m;
-    struct crl_proc *p;        /* an exec's or a session's owner, or */
-    struct crl_stream_req *t;  /* a tar stream's (an agent builtin) */
+    struct crl_proc *p;       /* an exec's or a session's owner, or */
+    struct crl_stream_req *t; /* a tar stream's (an agent builtin) */
     int status;
     uint32_t id;
     int out_w[2];           /* our ends of the owner's stdout and stderr pipes */
@@ -407,8 +407,14 @@ int mvm_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *err)
         close_fds(er, er[0] >= 0 ? 2 : 0);
         return -1;
     }
-    struct start st = {.argv = p->argv, .envp = p->envp, .cwd = p->cwd, .uid = p->uid,
-                       .gid = p->gid, .out_w = out[1], .err_w = er[1], .in_r = in[0]};
+    struct start st = {.argv = p->argv,
+                       .envp = p->envp,
+                       .cwd = p->cwd,
+                       .uid = p->uid,
+                       .gid = p->gid,
+                       .out_w = out[1],
+                       .err_w = er[1],
+                       .in_r = in[0]};
     struct mvm_proc *x = proc_start(m, &st, err);
     if (!x) {
         close(out[0]);
@@ -528,8 +534,9 @@ static void xfer_end(struct mvm_xfer *x, int errnum, const char *msg)
     struct crl_stream_req *t = x->t;
     if (x->msg >= 0) {
         char line[CRL_AGENT_MAX_TEXT + 32];
-        int n = errnum ? snprintf(line, sizeof(line), "%s\n", msg && msg[0] ? msg : strerror(errnum))
-                       : snprintf(line, sizeof(line), "bytes=%llu\n", (unsigned long long)x->bytes);
+        int n = errnum
+                    ? snprintf(line, sizeof(line), "%s\n", msg && msg[0] ? msg : strerror(errnum))
+                    : snprintf(line, sizeof(line), "bytes=%llu\n", (unsigned long long)x->bytes);
         if (n > 0 && send(x->msg, line, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
             crl_debug(x->m->sb->id, "an upload's last words: %s", strerror(errno));
     }
@@ -743,8 +750,14 @@ static int tar_stream(struct mvm_sandbox *m, struct crl_stream_req *t, struct cr
     bool out = t->kind == CRL_STREAM_TAR_OUT;
     char *argv[] = {out ? "corral:tar-out" : "corral:tar-in", (char *)t->path, NULL};
     char *envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
-    struct start st = {.argv = argv, .envp = envp, .cwd = "/", .uid = t->uid, .gid = t->gid,
-                       .out_w = out ? data[1] : -1, .err_w = msg[1], .in_r = out ? -1 : data[1]};
+    struct start st = {.argv = argv,
+                       .envp = envp,
+                       .cwd = "/",
+                       .uid = t->uid,
+                       .gid = t->gid,
+                       .out_w = out ? data[1] : -1,
+                       .err_w = msg[1],
+                       .in_r = out ? -1 : data[1]};
     struct mvm_proc *x = proc_start(m, &st, err);
     if (!x) {
         close(data[0]);

@@ -108,7 +108,8 @@ static void polled(struct crl_qmp *q, json_t *ret, const struct crl_err *err, vo
         t->bytes = stat(t->path, &sb) == 0 ? (uint64_t)sb.st_size : 0;
         t->state = T_READY;
         t->ended = crl_wall_s();
-        crl_info(t->vm.name, "template ready: HELLO %.0f ms after start, saved in %.0f ms (%.1f MB)",
+        crl_info(t->vm.name,
+                 "template ready: HELLO %.0f ms after start, saved in %.0f ms (%.1f MB)",
                  t->hello_s * 1e3, t->save_s * 1e3, (double)t->bytes / 1e6);
         mvm_vm_kill(&t->vm, "template_saved", "saved");
         notify(t);
@@ -159,9 +160,9 @@ static void t_hello(struct mvm_vm *vm)
     }
     struct crl_qmp *q = vm->qmp;
     if (!q ||
-        crl_qmp_command(q, "migrate-set-parameters", json_pack("{s:I}", "max-bandwidth",
-                                                               (json_int_t)1 << 40),
-                        -1, answered, t, &err) < 0 ||
+        crl_qmp_command(q, "migrate-set-parameters",
+                        json_pack("{s:I}", "max-bandwidth", (json_int_t)1 << 40), -1, answered, t,
+                        &err) < 0 ||
         crl_qmp_command(q, "stop", NULL, -1, answered, t, &err) < 0 ||
         crl_qmp_command(q, "getfd", json_pack("{s:s}", "fdname", "tmpl"), fd, answered, t, &err) <
             0 ||
@@ -296,11 +297,11 @@ json_t *mvm_templates_json(struct mvm_state *st)
 {
     json_t *a = json_array();
     for (struct mvm_template *t = st->templates; t && a; t = t->next) {
-        json_t *o = json_pack("{s:I, s:I, s:s, s:I, s:I, s:f, s:f}", "memory_mb",
-                              (json_int_t)t->mem_mb, "vcpus", (json_int_t)t->vcpus, "state",
-                              tstate_name(t->state), "restores", (json_int_t)t->restores,
-                              "state_bytes", (json_int_t)t->bytes, "boot_to_hello_s", t->hello_s,
-                              "save_s", t->save_s);
+        json_t *o =
+            json_pack("{s:I, s:I, s:s, s:I, s:I, s:f, s:f}", "memory_mb", (json_int_t)t->mem_mb,
+                      "vcpus", (json_int_t)t->vcpus, "state", tstate_name(t->state), "restores",
+                      (json_int_t)t->restores, "state_bytes", (json_int_t)t->bytes,
+                      "boot_to_hello_s", t->hello_s, "save_s", t->save_s);
         if (o && t->error[0])
             json_object_set_new(o, "error", json_string(t->error));
         json_array_append_new(a, o);

@@ -224,8 +224,7 @@ static void child_run(const struct child *c)
             child_fail(con, "joining the sandbox's cgroup");
         close(fd);
     }
-    if (c->l->netns_fd >= 0 ? setns(c->l->netns_fd, CLONE_NEWNET) < 0
-                            : unshare(CLONE_NEWNET) < 0)
+    if (c->l->netns_fd >= 0 ? setns(c->l->netns_fd, CLONE_NEWNET) < 0 : unshare(CLONE_NEWNET) < 0)
         child_fail(con, "the network namespace");
     if (unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS) < 0)
         child_fail(con, "unshare mount, IPC and UTS namespaces");
@@ -285,8 +284,8 @@ int mvm_vm_send(struct mvm_vm *vm, uint16_t type, uint32_t stream, const void *p
     struct crl_err err = CRL_ERR_INIT;
     size_t cap = CRL_AGENT_HEADER_SIZE + (size_t)len;
     char *tmp = malloc(cap);
-    long n = tmp ? crl_agent_encode(CRL_AGENT_SIDE_HOST, (uint8_t *)tmp, cap, type, stream,
-                                    payload, len, &err)
+    long n = tmp ? crl_agent_encode(CRL_AGENT_SIDE_HOST, (uint8_t *)tmp, cap, type, stream, payload,
+                                    len, &err)
                  : crl_err_sys(&err, ENOMEM, "a frame to the guest");
     if (n < 0 || crl_buf_append(&vm->outq, tmp, (size_t)n) < 0) {
         free(tmp);
@@ -339,12 +338,8 @@ int mvm_vm_configure(struct mvm_vm *vm, const char *hostname, size_t n_layers, u
 static void handle(struct mvm_vm *vm, const struct crl_agent_frame *f)
 {
     switch (f->type) {
-    case CRL_AGENT_HELLO:
-        vm->ops->hello(vm);
-        return;
-    case CRL_AGENT_READY:
-        vm->ops->ready(vm);
-        return;
+    case CRL_AGENT_HELLO: vm->ops->hello(vm); return;
+    case CRL_AGENT_READY: vm->ops->ready(vm); return;
     case CRL_AGENT_PING: {
         uint8_t pong[CRL_AGENT_PING_FRAME_SIZE];
         crl_agent_encode_ping(pong, CRL_AGENT_PONG, crl_agent_frame_u64(f));
@@ -352,11 +347,8 @@ static void handle(struct mvm_vm *vm, const struct crl_agent_frame *f)
             flush_out(vm);
         return;
     }
-    case CRL_AGENT_PONG:
-        return;
-    case CRL_AGENT_BYE:
-        mvm_vm_kill(vm, "guest_exited", "the guest's agent said goodbye");
-        return;
+    case CRL_AGENT_PONG: return;
+    case CRL_AGENT_BYE: mvm_vm_kill(vm, "guest_exited", "the guest's agent said goodbye"); return;
     case CRL_AGENT_ERROR:
         if (f->stream == 0) {
             struct crl_agent_error e;
@@ -544,8 +536,7 @@ static void deadline_hit(struct crl_timer *t)
 void mvm_vm_deadline(struct mvm_vm *vm, unsigned ms, const char *what)
 {
     snprintf(vm->awaited, sizeof(vm->awaited), "%s", what);
-    crl_timer_start(vm->st->host->loop, &vm->deadline, (uint64_t)ms * 1000000ull, deadline_hit,
-                    vm);
+    crl_timer_start(vm->st->host->loop, &vm->deadline, (uint64_t)ms * 1000000ull, deadline_hit, vm);
 }
 
 void mvm_vm_deadline_stop(struct mvm_vm *vm)
@@ -648,8 +639,7 @@ int mvm_vm_start(struct mvm_state *st, struct mvm_vm *vm, const char *name,
         return -1;
     vm->sess_open = true;
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, agent) < 0 ||
-        socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, qmp) < 0 ||
-        pipe2(con, O_CLOEXEC) < 0) {
+        socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, qmp) < 0 || pipe2(con, O_CLOEXEC) < 0) {
         crl_err_sys(err, errno, "QEMU's channels");
         goto fail;
     }
