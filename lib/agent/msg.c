@@ -561,7 +561,8 @@ static const char *const reasons[] = {
 int crl_agent_parse_exit(const void *p, size_t len, struct crl_agent_exit *m, struct crl_err *err)
 {
     static const char *const keys[] = {"reason", "code", "signal", "errno", "usage", NULL};
-    static const char *const usage_keys[] = {"utime_us", "stime_us", "maxrss_kb", NULL};
+    static const char *const usage_keys[] = {"utime_us", "stime_us", "maxrss_kb", "disk_bytes",
+                                             NULL};
     const char *what = "EXIT";
     json_t *o;
     if (load(what, p, len, &o, err) < 0)
@@ -609,8 +610,11 @@ int crl_agent_parse_exit(const void *p, size_t len, struct crl_agent_exit *m, st
     if (known_keys(uw, u, usage_keys, err) < 0 ||
         get_int(uw, u, "utime_us", true, 0, CRL_AGENT_MAX_USAGE, &m->utime_us, err) < 0 ||
         get_int(uw, u, "stime_us", true, 0, CRL_AGENT_MAX_USAGE, &m->stime_us, err) < 0 ||
-        get_int(uw, u, "maxrss_kb", true, 0, CRL_AGENT_MAX_USAGE, &m->maxrss_kb, err) < 0)
+        get_int(uw, u, "maxrss_kb", true, 0, CRL_AGENT_MAX_USAGE, &m->maxrss_kb, err) < 0 ||
+        get_int(uw, u, "disk_bytes", false, 0, CRL_AGENT_MAX_USAGE, &m->disk_bytes, err) < 0)
         goto out;
+    if (!json_object_get(u, "disk_bytes"))
+        m->disk_bytes = -1;
     r = 0;
 out:
     json_decref(o);
@@ -630,6 +634,10 @@ int crl_agent_build_exit(const struct crl_agent_exit *m, char **out, size_t *len
         return crl_err_set(err, CRL_E_INVALID, "EXIT: reason %d is unknown", (int)m->reason);
     json_t *usage = object(3, "utime_us", json_integer(m->utime_us), "stime_us",
                            json_integer(m->stime_us), "maxrss_kb", json_integer(m->maxrss_kb));
+    if (usage && m->disk_bytes >= 0 && !set(usage, "disk_bytes", json_integer(m->disk_bytes))) {
+        json_decref(usage);
+        usage = NULL;
+    }
     json_t *v = m->reason == CRL_AGENT_EXITED         ? json_integer(m->code)
                 : m->reason == CRL_AGENT_START_FAILED ? json_integer(m->error_no)
                                                       : json_integer(m->signal);
@@ -645,7 +653,7 @@ int crl_agent_build_exit(const struct crl_agent_exit *m, char **out, size_t *len
 int crl_agent_parse_signal(const void *p, size_t len, struct crl_agent_signal *m,
                            struct crl_err *err)
 {
-    static const char *const keys[] = {"signal", NULL};
+    static const char *const keys[] = {"signal", "scope", NULL};
     json_t *o;
     if (load("SIGNAL", p, len, &o, err) < 0)
         return -1;
@@ -655,6 +663,17 @@ int crl_agent_parse_signal(const void *p, size_t len, struct crl_agent_signal *m
                 ? -1
                 : 0;
     m->signal = (int)sig;
+    m->scope = CRL_AGENT_SIGNAL_TREE;
+    json_t *scope = json_object_get(o, "scope");
+    if (r == 0 && scope) {
+        const char *v = json_string_value(scope);
+        if (v && strcmp(v, "tree") == 0)
+            m->scope = CRL_AGENT_SIGNAL_TREE;
+        else if (v && strcmp(v, "descendants") == 0)
+            m->scope = CRL_AGENT_SIGNAL_DESCENDANTS;
+        else
+            r = crl_err_set(err, CRL_E_INVALID, "SIGNAL: scope is not \"tree\" or \"descendants\"");
+    }
     json_decref(o);
     return r;
 }
@@ -668,8 +687,11 @@ static int check_signal(const char *s, size_t n, const void *ctx, struct crl_err
 int crl_agent_build_signal(const struct crl_agent_signal *m, char **out, size_t *len,
                            struct crl_err *err)
 {
-    return finish("SIGNAL", object(1, "signal", json_integer(m->signal)), out, len, check_signal,
-                  NULL, err);
+    json_t *o =
+        m->scope == CRL_AGENT_SIGNAL_DESCENDANTS
+            ? object(2, "signal", json_integer(m->signal), "scope", json_string("descendants"))
+            : object(1, "signal", json_integer(m->signal));
+    return finish("SIGNAL", o, out, len, check_signal, NULL, err);
 }
 
 /* ---- FILE_GET, FILE_PUT ---- */

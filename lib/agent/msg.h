@@ -89,7 +89,7 @@ enum crl_agent_exit_reason {
 };
 
 /* EXIT {"reason": "exited", "code": 0, "usage": {"utime_us", "stime_us",
- *       "maxrss_kb"}}, or "signal": n, or "errno": n, as the reason says:
+ *       "maxrss_kb", "disk_bytes"}}, or "signal": n, or "errno": n, as the reason says:
  * exactly the one field the reason names. */
 struct crl_agent_exit {
     enum crl_agent_exit_reason reason;
@@ -97,11 +97,17 @@ struct crl_agent_exit {
     int signal;                            /* 1..CRL_AGENT_MAX_SIGNAL */
     int error_no;                          /* 1..4095 */
     int64_t utime_us, stime_us, maxrss_kb; /* 0..CRL_AGENT_MAX_USAGE */
+    int64_t disk_bytes; /* the writable layer's use when it ended; -1 (left out): unknown */
 };
 
-/* SIGNAL {"signal": n} */
+/* SIGNAL {"signal": n, "scope": "tree"}: to the exec's process and all it
+ * started (its session: what it left to run in the background too), or,
+ * with "descendants", to all that but the process itself (a session's
+ * shell, whose command timed out).  scope left out: tree. */
+enum crl_agent_signal_scope { CRL_AGENT_SIGNAL_TREE, CRL_AGENT_SIGNAL_DESCENDANTS };
 struct crl_agent_signal {
     int signal;
+    enum crl_agent_signal_scope scope;
 };
 
 /* FILE_GET {"path": "/abs", "tar": false}: the guest answers with DATA

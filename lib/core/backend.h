@@ -92,8 +92,6 @@ enum crl_stream_kind {
     CRL_STREAM_FILE_IN, /* bytes to one file, replaced whole or not at all */
 };
 
-#define CRL_STREAM_COMMIT 'c'
-
 struct crl_stream_req {
     enum crl_stream_kind kind;
     const char *path;

@@ -18,4 +18,8 @@ enum crl_stream_status {
     CRL_STREAM_GONE = 8, /* the sandbox ended meanwhile */
 };
 
+/* What corrald writes on an upload's message socket once the upload is
+ * whole: only then is the file put in place (backend.h). */
+#define CRL_STREAM_COMMIT 'c'
+
 #endif

@@ -37,8 +37,13 @@ int crl_ga_init_config(const struct crl_agent_config *c, bool first, struct crl_
 #define CRL_GA_BUILTIN_PREFIX "corral:"
 #define CRL_GA_BUILTIN_TAR_OUT "corral:tar-out"
 #define CRL_GA_BUILTIN_TAR_IN "corral:tar-in"
+#define CRL_GA_BUILTIN_FILE_IN "corral:file-in"
 /* In an EXEC's child, in its ids and cwd: the exit status. */
 int crl_ga_builtin(char *const argv[]);
+
+/* The writable layer (PID 1's, once configured; -1 else): its use goes
+ * out with every EXIT, for the sandbox's disk usage. */
+extern int crl_ga_rw_fd;
 
 /* PID 1 cannot exit (the kernel would panic): sync and power off. */
 void crl_ga_power_off(void) __attribute__((noreturn));

@@ -7,23 +7,44 @@
  *   corral:tar-out DIR   the tree under DIR as a pax tar on stdout
  *   corral:tar-in DIR    a tar on stdin extracted under DIR (made if need
  *                        be); "entries=N" on stderr
+ *   corral:file-in PATH MODE   stdin into PATH (MODE in octal), replaced
+ *                        whole at stdin's end and not before: the host
+ *                        ends stdin only once the upload is whole, and
+ *                        kills an abandoned one; "bytes=N" on stderr
  *
  * The exit status is an enum crl_stream_status, and the last line on
  * stderr says why (lib/helper/stream.h), as the container backend's
  * helper does; the host hands both to the files API. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "../../lib/helper/file_in.h"
 #include "../../lib/helper/stream.h"
 #include "../../lib/helper/tar.h"
 #include "../../lib/util/fdio.h"
 #include "agent.h"
 
+static int file_in(char *const argv[])
+{
+    char msg[512] = "", *end = NULL;
+    unsigned long mode = argv[1] && argv[2] && !argv[3] ? strtoul(argv[2], &end, 8) : 0;
+    if (!end || *end || mode > 07777) {
+        dprintf(2, "%s: a path and an octal mode, please\n", argv[0]);
+        return CRL_STREAM_FAILED;
+    }
+    int code = crl_file_in(0, -1, argv[1], (mode_t)mode, msg, sizeof(msg));
+    dprintf(2, "%s\n", msg);
+    return code;
+}
+
 int crl_ga_builtin(char *const argv[])
 {
     char msg[512] = "";
+    if (strcmp(argv[0], CRL_GA_BUILTIN_FILE_IN) == 0)
+        return file_in(argv);
     int out = strcmp(argv[0], CRL_GA_BUILTIN_TAR_OUT) == 0;
     if (!out && strcmp(argv[0], CRL_GA_BUILTIN_TAR_IN) != 0) {
         dprintf(2, "%s: no such builtin\n", argv[0]);

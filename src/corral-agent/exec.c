@@ -1,6 +1,7 @@
 /* EXEC: a child in its own session with the host's uid, gid, cwd and env,
  * its stdin, stdout and stderr on pipes the loop pumps; its EXIT once it
  * is reaped and its output has ended. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -60,6 +62,10 @@ static int send_exit(struct agent *a, struct stream *s, struct crl_err *err)
     m.utime_us = (int64_t)s->ru.ru_utime.tv_sec * 1000000 + s->ru.ru_utime.tv_usec;
     m.stime_us = (int64_t)s->ru.ru_stime.tv_sec * 1000000 + s->ru.ru_stime.tv_usec;
     m.maxrss_kb = s->ru.ru_maxrss;
+    struct statfs sf;
+    m.disk_bytes = crl_ga_rw_fd >= 0 && fstatfs(crl_ga_rw_fd, &sf) == 0
+                       ? (int64_t)(sf.f_blocks - sf.f_bfree) * (int64_t)sf.f_bsize
+                       : -1;
     char *j;
     size_t n;
     if (crl_agent_build_exit(&m, &j, &n, err) < 0)
@@ -70,7 +76,8 @@ static int send_exit(struct agent *a, struct stream *s, struct crl_err *err)
 static int start_failed(struct agent *a, uint32_t id, int errnum, struct crl_err *err)
 {
     struct crl_agent_exit m = {.reason = CRL_AGENT_START_FAILED,
-                               .error_no = errnum > 0 && errnum < 4096 ? errnum : EIO};
+                               .error_no = errnum > 0 && errnum < 4096 ? errnum : EIO,
+                               .disk_bytes = -1};
     char *j;
     size_t n;
     if (crl_agent_build_exit(&m, &j, &n, err) < 0)
@@ -202,6 +209,43 @@ int crl_ga_exec_maybe_end(struct agent *a, struct stream *s, struct crl_err *err
     int r = send_exit(a, s, err);
     crl_ga_stream_drop(a, s);
     return r;
+}
+
+/* Each exec leads a session of its own (setsid in the child): what it
+ * started in the background stays in that session or its process group
+ * unless it makes a session of its own. */
+void crl_ga_exec_signal(pid_t leader, const struct crl_agent_signal *m)
+{
+    if (m->scope == CRL_AGENT_SIGNAL_TREE)
+        kill(-leader, m->signal);
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end || pid <= 1 || pid == leader)
+            continue;
+        char path[64], buf[512];
+        snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0)
+            continue;
+        buf[n] = 0;
+        char *rp = strrchr(buf, ')'); /* the command may hold anything but the last ')' */
+        long ppid, pgrp, sid;
+        char state;
+        if (rp && sscanf(rp + 1, " %c %ld %ld %ld", &state, &ppid, &pgrp, &sid) == 4 &&
+            (sid == leader || pgrp == leader))
+            kill((pid_t)pid, m->signal);
+    }
+    if (d)
+        closedir(d);
+    if (m->scope == CRL_AGENT_SIGNAL_TREE)
+        kill(leader, m->signal);
 }
 
 void crl_ga_reap(struct agent *a)

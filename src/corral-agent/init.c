@@ -77,6 +77,8 @@ int crl_ga_init_boot(struct crl_err *err)
     return fd;
 }
 
+int crl_ga_rw_fd = -1;
+
 static int set_identity(const struct crl_agent_config *c, struct crl_err *err)
 {
     if (sethostname(c->hostname, strlen(c->hostname)) < 0)
@@ -159,6 +161,8 @@ static int build_root(const struct crl_agent_config *c, struct crl_err *err)
     }
     if (mkdirs(RW "/upper", err) < 0 || mkdirs(RW "/work", err) < 0)
         return -1;
+    if ((crl_ga_rw_fd = open(RW, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+        return crl_err_sys(err, errno, "open %s", RW);
     if (c->n_layers == 0) {
         /* Nothing to stack: the writable layer alone is the root. */
         if (mount(RW "/upper", NEWROOT, NULL, MS_BIND, NULL) < 0)

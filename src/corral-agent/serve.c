@@ -294,8 +294,8 @@ static int on_stream_frame(struct agent *a, const struct crl_agent_frame *f, str
                                       err);
         if (crl_agent_parse_signal(f->payload, f->len, &m, &perr) < 0)
             return crl_ga_stream_fail(a, s, f->stream, perr.msg, err);
-        if (s->pid > 0 && kill(-s->pid, m.signal) < 0 && kill(s->pid, m.signal) < 0)
-            crl_info(NULL, "stream %u: kill %d: %s", f->stream, m.signal, strerror(errno));
+        if (s->pid > 0)
+            crl_ga_exec_signal(s->pid, &m);
         return 0;
     }
     case CRL_AGENT_DATA:

@@ -87,6 +87,9 @@ int crl_ga_exec_stdin(struct agent *a, struct stream *s, struct crl_err *err);
 int crl_ga_exec_output(struct agent *a, struct stream *s, int i, struct crl_err *err);
 /* EXIT, and the stream gone, once the child is reaped and its pipes ended. */
 int crl_ga_exec_maybe_end(struct agent *a, struct stream *s, struct crl_err *err);
+/* Signal an exec's tree (or its descendants only): the processes of the
+ * session and the process group it leads. */
+void crl_ga_exec_signal(pid_t leader, const struct crl_agent_signal *m);
 /* Reap every child that ended (PID 1 reaps orphans too). */
 void crl_ga_reap(struct agent *a);
 

@@ -6,6 +6,8 @@ Fixtures:
                    stopped (and checked) when the test ends
   client           a corral.Client on the shared daemon
   sandbox          a small fresh sandbox on the shared daemon, destroyed after
+  backend          "container", then "microvm": the contract tests run on each
+  any_sandbox      a small fresh sandbox of each backend in turn
   built, imaged, iclient, tree_image   the image tests', from images_common.py
   netlab           a lab internet of network namespaces, one per test module
                    (netlab.py); Corrald(..., netns=netlab.host_netns) runs a
@@ -60,6 +62,17 @@ BUILD = Path(os.environ.get("CORRAL_BUILD", REPO / "build")).resolve()
 IMAGES = REPO / "build" / "images"
 DEBIAN = (IMAGES / "tags" / "debian:latest").is_file()
 need_debian = pytest.mark.skipif(not DEBIAN, reason="no debian image: `make images` builds it")
+# The microvm backend's guest (`make microvm-guest`: the kernel apt fetched,
+# an initramfs around corral-agent), whichever build is tested: its agent
+# is the plain build's (a guest gets no sanitizer runtime).
+MICROVM = REPO / "build" / "microvm"
+MICROVM_READY = (MICROVM / "vmlinuz").is_file() and (MICROVM / "initrd.cpio").is_file()
+MICROVM_ARGS = ["--microvm-kernel", str(MICROVM / "vmlinuz"),
+                "--microvm-initrd", str(MICROVM / "initrd.cpio")]
+# The backends the contract tests run on: a test that takes the `backend`
+# fixture runs once on each (microvm under TCG here: guests are restored
+# from a template per shape, not booted).
+BACKENDS = ("container", "microvm")
 # OCI's name for this machine's architecture: the configs of the images made
 # here say it, since corrald refuses an image for another platform.
 HOST_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
@@ -160,6 +173,8 @@ class Corrald:
                 "--listen", "127.0.0.1:0", "--token-file", str(self.token_file)]
         if IMAGES.is_dir():
             args += ["--images-from", str(IMAGES)]
+        if MICROVM_READY:
+            args += MICROVM_ARGS
         return args + self.extra_args
 
     def _preexec(self):
@@ -378,6 +393,22 @@ SMALL = {"memory_mb": 128, "cpus": 0.25}
 @pytest.fixture
 def sandbox(client):
     with client.create(**SMALL) as sb:
+        yield sb
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request):
+    """Each backend the shared contract holds for, in turn."""
+    if request.param == "microvm" and not MICROVM_READY:
+        pytest.skip(f"no microvm guest in {MICROVM}: `make microvm-guest` builds it (it needs "
+                    "the kernel apt fetches)")
+    return request.param
+
+
+@pytest.fixture
+def any_sandbox(client, backend):
+    """A small fresh sandbox of each backend in turn."""
+    with client.create(backend=backend, **SMALL) as sb:
         yield sb
 
 

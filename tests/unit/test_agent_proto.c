@@ -565,10 +565,10 @@ static void test_msg_round_trips(void)
     crl_agent_exec_free(&x2);
 
     struct crl_agent_exit ex[] = {
-        {CRL_AGENT_EXITED, 3, 0, 0, 1, 2, 3},
-        {CRL_AGENT_SIGNALED, 0, 64, 0, 0, 0, 0},
-        {CRL_AGENT_OOM_KILLED, 0, 9, 0, 5, 6, 7},
-        {CRL_AGENT_START_FAILED, 0, 0, 2, 0, 0, 0},
+        {CRL_AGENT_EXITED, 3, 0, 0, 1, 2, 3, 4096},
+        {CRL_AGENT_SIGNALED, 0, 64, 0, 0, 0, 0, -1},
+        {CRL_AGENT_OOM_KILLED, 0, 9, 0, 5, 6, 7, 0},
+        {CRL_AGENT_START_FAILED, 0, 0, 2, 0, 0, 0, -1},
     };
     for (size_t i = 0; i < CRL_ARRAY_SIZE(ex); i++) {
         struct crl_agent_exit got;
@@ -582,11 +582,20 @@ static void test_msg_round_trips(void)
     ok(crl_agent_build_exit(&ex[0], &out, &n, &e) == -1, "the builder refuses code 256");
     like(e.msg, "^EXIT: code 256 is out of range \\[0, 255\\]$", "  with the parser's message");
 
-    struct crl_agent_signal s = {15}, s2;
+    struct crl_agent_signal s = {15, CRL_AGENT_SIGNAL_TREE}, s2;
     ok(crl_agent_build_signal(&s, &out, &n, &e) == 0 &&
-           crl_agent_parse_signal(out, n, &s2, &e) == 0 && s2.signal == 15,
-       "SIGNAL round trip");
+           crl_agent_parse_signal(out, n, &s2, &e) == 0 && s2.signal == 15 &&
+           s2.scope == CRL_AGENT_SIGNAL_TREE && !strstr(out, "scope"),
+       "SIGNAL round trip (tree, the default, left out)");
     free(out);
+    s.scope = CRL_AGENT_SIGNAL_DESCENDANTS;
+    ok(crl_agent_build_signal(&s, &out, &n, &e) == 0 &&
+           crl_agent_parse_signal(out, n, &s2, &e) == 0 && s2.scope == CRL_AGENT_SIGNAL_DESCENDANTS,
+       "SIGNAL round trip with scope descendants: %s", out);
+    free(out);
+    const char *bad_scope = "{\"signal\":9,\"scope\":\"all\"}";
+    ok(crl_agent_parse_signal(bad_scope, strlen(bad_scope), &s2, &e) == -1, "an unknown scope");
+    like(e.msg, "^SIGNAL: scope is not", "  is refused, saying so");
 
     struct crl_agent_file *fl = calloc(2, sizeof(*fl));
     snprintf(fl->path, sizeof(fl->path), "/tmp/a b");

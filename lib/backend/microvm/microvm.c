@@ -276,6 +276,11 @@ static int mvm_create(struct crl_sandbox *sb, struct crl_err *err)
                            "the container backend for a network",
                            sb->spec.services ? "services" : "network.mode ",
                            sb->spec.services ? "" : crl_net_mode_name(mode));
+    if (sb->spec.memory_mb < MVM_MIN_MEMORY_MB)
+        return crl_err_set(err, CRL_E_INVALID,
+                           "memory_mb %u: a microvm sandbox needs at least %u (its own kernel "
+                           "runs in it)",
+                           sb->spec.memory_mb, MVM_MIN_MEMORY_MB);
     size_t nl = sb->image->n_layers;
     if (nl == 0 || nl > MVM_SLOTS)
         return crl_err_set(err, CRL_E_INVALID,
@@ -357,6 +362,7 @@ static int mvm_stats(struct crl_sandbox *sb, struct crl_usage *u)
     u->pids = cs.pids;
     u->oom_kills = cs.oom_kills + m->oom_kills;
     u->disk_limit_bytes = (uint64_t)sb->spec.disk_mb << 20;
+    u->disk_bytes = m->disk_bytes; /* as the guest said when its last process ended */
     return 0;
 }
 

@@ -36,6 +36,9 @@
 /* What a guest's layer slots read as in a template: an empty sparse file
  * this big (the guest sizes its disks once, at boot). */
 #define MVM_PLACEHOLDER_BYTES (64ull << 30)
+/* The least memory a guest boots in: Debian's kernel and corral-agent's
+ * initramfs (64 MiB powers off in its firmware). */
+#define MVM_MIN_MEMORY_MB 96
 
 struct mvm_vm;
 struct mvm_template;
@@ -167,7 +170,8 @@ struct mvm_sandbox {
     bool failed_create;
     struct crl_err create_err;
     double t_create, t_ready;
-    uint64_t oom_kills; /* execs the guest reported OOM-killed */
+    uint64_t oom_kills;  /* execs the guest reported OOM-killed */
+    uint64_t disk_bytes; /* the writable layer's use, as the last EXIT said */
     struct crl_timer release_timer;
     unsigned release_tries;
     struct mvm_proc *procs;

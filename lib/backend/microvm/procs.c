@@ -47,21 +47,14 @@ struct mvm_proc {
     bool exit_seen, stdin_done;
 };
 
-enum xkind { X_GET, X_PUT };
-
+/* A file read: FILE_GET's DATA into a memfd, handed over whole. */
 struct mvm_xfer {
     struct mvm_xfer *next;
     struct mvm_sandbox *m;
-    enum xkind kind;
     uint32_t id;
     struct crl_open_req *o;
-    struct crl_stream_req *t;
-    int fd;  /* X_GET: the memfd; X_PUT: our end of the data socket */
-    int msg; /* X_PUT: our end of the message socket */
+    int fd; /* the memfd */
     uint64_t bytes;
-    struct crl_watch w;
-    bool data_done; /* X_PUT: the empty DATA went out */
-    struct crl_timer started;
 };
 
 static struct mvm_proc *find_proc(struct mvm_sandbox *m, uint32_t id)
@@ -191,6 +184,8 @@ static void out_writable(struct crl_watch *w, uint32_t ev)
 }
 
 static void stdin_readable(struct crl_watch *w, uint32_t ev);
+static int signal_proc(struct mvm_sandbox *m, struct mvm_proc *x, int sig,
+                       enum crl_agent_signal_scope scope);
 
 static void stdin_watch(struct mvm_proc *x)
 {
@@ -223,9 +218,17 @@ static void stdin_readable(struct crl_watch *w, uint32_t ev)
     }
     struct crl_err err = CRL_ERR_INIT;
     if (n <= 0) {
-        /* The owner closed stdin: the guest's end closes too. */
+        /* The owner closed stdin: the guest's end closes too, but for an
+         * upload corrald has not committed, which dies unfinished. */
         crl_watch_stop(loop_of(m), w);
         close_fd(&x->in_r);
+        if (x->t && x->t->kind == CRL_STREAM_FILE_IN) {
+            char c = 0;
+            if (recv(x->out_w[1], &c, 1, MSG_DONTWAIT) != 1 || c != CRL_STREAM_COMMIT) {
+                signal_proc(m, x, SIGKILL, CRL_AGENT_SIGNAL_TREE);
+                return;
+            }
+        }
         mvm_vm_send(&m->vm, CRL_AGENT_STDIN, x->id, NULL, 0);
         return;
     }
@@ -264,6 +267,8 @@ static void exit_frame(struct mvm_proc *x, const struct crl_agent_frame *f)
         break;
     }
     }
+    if (e.disk_bytes >= 0)
+        m->disk_bytes = (uint64_t)e.disk_bytes;
     if (p) {
         p->status = x->status;
         p->cpu_s = (double)(e.utime_us + e.stime_us) / 1e6;
@@ -432,23 +437,30 @@ int mvm_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *err)
     return 0;
 }
 
-int mvm_kill(struct crl_sandbox *sb, struct crl_proc *p, enum crl_kill_scope scope)
+/* The guest runs each exec in a process group of its own and signals the
+ * group: the process and everything it started that stayed in it. */
+static int signal_proc(struct mvm_sandbox *m, struct mvm_proc *x, int sig,
+                       enum crl_agent_signal_scope scope)
 {
-    struct mvm_sandbox *m = sb->priv;
-    struct mvm_proc *x = p->priv;
-    if (!x || !serving(m) || x->exit_seen)
-        return 0;
-    /* The guest runs each exec in a process group of its own and signals
-     * the group: the process and everything it started that stayed in it. */
-    if (scope == CRL_KILL_DESCENDANTS)
-        return 0;
-    struct crl_agent_signal s = {.signal = SIGKILL};
+    struct crl_agent_signal s = {.signal = sig, .scope = scope};
     char *json;
     size_t len;
     struct crl_err err = CRL_ERR_INIT;
     if (crl_agent_build_signal(&s, &json, &len, &err) < 0)
         return -1;
     return mvm_vm_send_json(&m->vm, CRL_AGENT_SIGNAL, x->id, json, len);
+}
+
+int mvm_kill(struct crl_sandbox *sb, struct crl_proc *p, enum crl_kill_scope scope)
+{
+    struct mvm_sandbox *m = sb->priv;
+    struct mvm_proc *x = p->priv;
+    if (!x || !serving(m) || x->exit_seen)
+        return 0;
+    /* A process alone is its tree here: the guest has no finer handle. */
+    return signal_proc(m, x, SIGKILL,
+                       scope == CRL_KILL_DESCENDANTS ? CRL_AGENT_SIGNAL_DESCENDANTS
+                                                     : CRL_AGENT_SIGNAL_TREE);
 }
 
 /* ---- files ---- */
@@ -461,10 +473,7 @@ static void xfer_free(struct mvm_xfer *x)
             *pp = x->next;
             break;
         }
-    crl_timer_stop(loop_of(m), &x->started);
-    crl_watch_stop(loop_of(m), &x->w);
     close_fd(&x->fd);
-    close_fd(&x->msg);
     free(x);
 }
 
@@ -486,63 +495,28 @@ static enum crl_errc errno_errc(int e)
     }
 }
 
-static int stream_status(int e)
-{
-    switch (e) {
-    case 0: return CRL_STREAM_OK;
-    case ENOENT: return CRL_STREAM_NOENT;
-    case ENOTDIR: return CRL_STREAM_NOTDIR;
-    case ENOSPC:
-    case EDQUOT: return CRL_STREAM_NOSPACE;
-    case EACCES:
-    case EPERM: return CRL_STREAM_DENIED;
-    case EISDIR:
-    case EEXIST: return CRL_STREAM_ISDIR;
-    case EINVAL: return CRL_STREAM_BAD_INPUT;
-    default: return CRL_STREAM_FAILED;
-    }
-}
-
-/* End a transfer: its owner hears how (err NULL: it worked). */
+/* End a file read: its owner gets the memfd, or why not (errnum < 0: the
+ * sandbox ended). */
 static void xfer_end(struct mvm_xfer *x, int errnum, const char *msg)
 {
-    if (x->kind == X_GET) {
-        struct crl_open_req *o = x->o;
-        struct crl_err err = CRL_ERR_INIT;
-        if (!errnum && lseek(x->fd, 0, SEEK_SET) == 0) {
-            int fd = x->fd;
-            x->fd = -1;
-            uint64_t size = x->bytes;
-            xfer_free(x);
-            o->done(o, fd, false, size, NULL);
-            return;
-        }
-        if (errnum == EISDIR) {
-            /* The owner asks for the directory as a stream next. */
-            int fd = x->fd;
-            x->fd = -1;
-            xfer_free(x);
-            o->done(o, fd, true, 0, NULL);
-            return;
-        }
-        crl_err_set(&err, errnum < 0 ? CRL_E_CONFLICT : errno_errc(errnum), "%s",
-                    msg && msg[0] ? msg : strerror(errnum));
-        xfer_free(x);
-        o->done(o, -1, false, 0, &err);
+    struct crl_open_req *o = x->o;
+    int fd = x->fd;
+    uint64_t size = x->bytes;
+    x->fd = -1;
+    xfer_free(x);
+    if (!errnum && lseek(fd, 0, SEEK_SET) == 0) {
+        o->done(o, fd, false, size, NULL);
         return;
     }
-    struct crl_stream_req *t = x->t;
-    if (x->msg >= 0) {
-        char line[CRL_AGENT_MAX_TEXT + 32];
-        int n = errnum
-                    ? snprintf(line, sizeof(line), "%s\n", msg && msg[0] ? msg : strerror(errnum))
-                    : snprintf(line, sizeof(line), "bytes=%llu\n", (unsigned long long)x->bytes);
-        if (n > 0 && send(x->msg, line, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
-            crl_debug(x->m->sb->id, "an upload's last words: %s", strerror(errno));
+    if (errnum == EISDIR) { /* the owner asks for the directory as a stream next */
+        o->done(o, fd, true, 0, NULL);
+        return;
     }
-    int code = errnum < 0 ? CRL_STREAM_GONE : stream_status(errnum);
-    xfer_free(x);
-    t->done(t, code);
+    close(fd);
+    struct crl_err err = CRL_ERR_INIT;
+    crl_err_set(&err, errnum < 0 ? CRL_E_CONFLICT : errno_errc(errnum), "%s",
+                msg && msg[0] ? msg : strerror(errnum));
+    o->done(o, -1, false, 0, &err);
 }
 
 static void get_frame(struct mvm_xfer *x, const struct crl_agent_frame *f)
@@ -589,92 +563,7 @@ bad:
     mvm_vm_kill(&m->vm, "agent_protocol", "%s", err.msg);
 }
 
-static void put_pump(struct crl_watch *w, uint32_t ev);
-
-static void put_watch(struct mvm_xfer *x)
-{
-    struct crl_agent_host_stream *s = crl_agent_host_stream(&x->m->vm.sess, x->id);
-    bool want = x->fd >= 0 && !x->data_done && s && s->win.send > 0;
-    if (want && !x->w.active)
-        crl_watch_start(loop_of(x->m), &x->w, x->fd, EPOLLIN, put_pump, x);
-    else if (!want && x->w.active)
-        crl_watch_stop(loop_of(x->m), &x->w);
-}
-
-/* The owner's bytes to the guest within its window; at their end, the
- * upload is committed only if the owner said so on the message socket. */
-static void put_pump(struct crl_watch *w, uint32_t ev)
-{
-    struct mvm_xfer *x = w->data;
-    struct mvm_sandbox *m = x->m;
-    struct crl_agent_host_stream *s = crl_agent_host_stream(&m->vm.sess, x->id);
-    if (!s || !serving(m)) {
-        crl_watch_stop(loop_of(m), w);
-        return;
-    }
-    uint32_t room = s->win.send < CHUNK ? s->win.send : CHUNK;
-    if (!room) {
-        put_watch(x);
-        return;
-    }
-    char buf[CHUNK];
-    ssize_t n = read(x->fd, buf, room);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR))
-        return;
-    struct crl_err err = CRL_ERR_INIT;
-    if (n <= 0) {
-        char c = 0;
-        ssize_t k = recv(x->msg, &c, 1, MSG_DONTWAIT);
-        x->data_done = true;
-        crl_watch_stop(loop_of(m), w);
-        if (k == 1 && c == CRL_STREAM_COMMIT) {
-            mvm_vm_send(&m->vm, CRL_AGENT_DATA, x->id, NULL, 0);
-            return; /* the RESULT ends it */
-        }
-        /* Abandoned: the guest drops the stream (its partial file stays,
-         * as the agent writes in place). */
-        mvm_vm_send(&m->vm, CRL_AGENT_ERROR, x->id, "{\"message\":\"abandoned\"}", 23);
-        crl_agent_host_close(&m->vm.sess, x->id);
-        xfer_end(x, EIO, "the upload was abandoned");
-        return;
-    }
-    if (crl_agent_window_sending(&s->win, (uint32_t)n, &err) < 0) {
-        mvm_vm_kill(&m->vm, "internal", "upload: %s", err.msg);
-        return;
-    }
-    x->bytes += (uint64_t)n;
-    mvm_vm_send(&m->vm, CRL_AGENT_DATA, x->id, buf, (uint32_t)n);
-    put_watch(x);
-}
-
-static void put_frame(struct mvm_xfer *x, const struct crl_agent_frame *f)
-{
-    struct crl_err err = CRL_ERR_INIT;
-    if (f->type == CRL_AGENT_CREDIT) {
-        put_watch(x);
-        return;
-    }
-    if (f->type == CRL_AGENT_RESULT) {
-        struct crl_agent_result r;
-        if (crl_agent_parse_result(f->payload, f->len, &r, &err) < 0) {
-            mvm_vm_kill(&x->m->vm, "agent_protocol", "%s", err.msg);
-            return;
-        }
-        xfer_end(x, r.ok ? 0 : r.error_no ? r.error_no : EIO, r.error);
-        return;
-    }
-    if (f->type == CRL_AGENT_ERROR) {
-        struct crl_agent_error e;
-        if (crl_agent_parse_error(f->payload, f->len, &e, &err) < 0) {
-            mvm_vm_kill(&x->m->vm, "agent_protocol", "%s", err.msg);
-            return;
-        }
-        xfer_end(x, EIO, e.message);
-    }
-}
-
-static struct mvm_xfer *xfer_new(struct mvm_sandbox *m, enum xkind kind, const char *path,
-                                 mode_t mode, struct crl_err *err)
+static struct mvm_xfer *xfer_new(struct mvm_sandbox *m, const char *path, struct crl_err *err)
 {
     if (!serving(m)) {
         crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", m->sb->id);
@@ -682,25 +571,21 @@ static struct mvm_xfer *xfer_new(struct mvm_sandbox *m, enum xkind kind, const c
     }
     struct mvm_xfer *x = calloc(1, sizeof(*x));
     if (!x) {
-        crl_err_sys(err, ENOMEM, "a transfer");
+        crl_err_sys(err, ENOMEM, "a file read");
         return NULL;
     }
     x->m = m;
-    x->kind = kind;
-    x->fd = x->msg = -1;
-    struct crl_agent_file f = {.mode = (int)(mode & 07777)};
+    x->fd = -1;
+    struct crl_agent_file f = {.tar = false};
     snprintf(f.path, sizeof(f.path), "%s", path);
     char *json;
     size_t len;
-    uint16_t type = kind == X_GET ? CRL_AGENT_FILE_GET : CRL_AGENT_FILE_PUT;
-    if (crl_agent_build_file(type, &f, &json, &len, err) < 0 ||
-        crl_agent_host_open(&m->vm.sess,
-                            kind == X_GET ? CRL_AGENT_STREAM_GET : CRL_AGENT_STREAM_PUT, &x->id,
-                            err) < 0) {
+    if (crl_agent_build_file(CRL_AGENT_FILE_GET, &f, &json, &len, err) < 0 ||
+        crl_agent_host_open(&m->vm.sess, CRL_AGENT_STREAM_GET, &x->id, err) < 0) {
         free(x);
         return NULL;
     }
-    if (mvm_vm_send_json(&m->vm, type, x->id, json, len) < 0) {
+    if (mvm_vm_send_json(&m->vm, CRL_AGENT_FILE_GET, x->id, json, len) < 0) {
         crl_err_set(err, CRL_E_CONFLICT, "sandbox %s: its guest is gone", m->sb->id);
         free(x);
         return NULL;
@@ -718,7 +603,7 @@ int mvm_open(struct crl_sandbox *sb, struct crl_open_req *o, struct crl_err *err
     int fd = memfd_create("corral-file", MFD_CLOEXEC);
     if (fd < 0)
         return crl_err_sys(err, errno, "memfd for a file read");
-    struct mvm_xfer *x = xfer_new(m, X_GET, o->path, 0, err);
+    struct mvm_xfer *x = xfer_new(m, o->path, err);
     if (!x) {
         close(fd);
         return -1;
@@ -728,27 +613,27 @@ int mvm_open(struct crl_sandbox *sb, struct crl_open_req *o, struct crl_err *err
     return 0;
 }
 
-static void put_started(struct crl_timer *t)
+/* A stream is an agent builtin run as the stream's user (corral:tar-out,
+ * corral:tar-in, corral:file-in), its stdout or stdin on the data socket,
+ * its stderr on the message socket; its exit status is the stream's.  An
+ * upload's stdin ends only once corrald commits it: an abandoned one is
+ * killed, and its file never replaces the old. */
+int mvm_stream(struct crl_sandbox *sb, struct crl_stream_req *t, struct crl_err *err)
 {
-    struct mvm_xfer *x = t->data;
-    x->t->started(x->t, NULL);
-    put_watch(x);
-}
-
-/* A directory as a tar stream: the agent's builtin (corral:tar-out or
- * corral:tar-in) run as the stream's user, its stdout or stdin on the
- * data socket, its stderr on the message socket; its exit status is the
- * stream's.  A single file upload is a FILE_PUT. */
-static int tar_stream(struct mvm_sandbox *m, struct crl_stream_req *t, struct crl_err *err)
-{
+    struct mvm_sandbox *m = sb->priv;
     int data[2] = {-1, -1}, msg[2] = {-1, -1};
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, data) < 0 ||
         socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, msg) < 0) {
         close_fds(data, data[0] >= 0 ? 2 : 0);
-        return crl_err_sys(err, errno, "a tar stream's sockets");
+        return crl_err_sys(err, errno, "a stream's sockets");
     }
     bool out = t->kind == CRL_STREAM_TAR_OUT;
-    char *argv[] = {out ? "corral:tar-out" : "corral:tar-in", (char *)t->path, NULL};
+    char mode[16];
+    snprintf(mode, sizeof(mode), "%o", (unsigned)(t->mode ? t->mode & 07777 : 0644));
+    char *argv[] = {t->kind == CRL_STREAM_TAR_OUT  ? "corral:tar-out"
+                    : t->kind == CRL_STREAM_TAR_IN ? "corral:tar-in"
+                                                   : "corral:file-in",
+                    (char *)t->path, t->kind == CRL_STREAM_FILE_IN ? mode : NULL, NULL};
     char *envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
     struct start st = {.argv = argv,
                        .envp = envp,
@@ -772,35 +657,6 @@ static int tar_stream(struct mvm_sandbox *m, struct crl_stream_req *t, struct cr
     return 0;
 }
 
-int mvm_stream(struct crl_sandbox *sb, struct crl_stream_req *t, struct crl_err *err)
-{
-    struct mvm_sandbox *m = sb->priv;
-    if (t->kind != CRL_STREAM_FILE_IN)
-        return tar_stream(m, t, err);
-    int data[2] = {-1, -1}, msg[2] = {-1, -1};
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, data) < 0 ||
-        socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, msg) < 0) {
-        close_fds(data, data[0] >= 0 ? 2 : 0);
-        return crl_err_sys(err, errno, "an upload's sockets");
-    }
-    struct mvm_xfer *x = xfer_new(m, X_PUT, t->path, t->mode ? t->mode : 0644, err);
-    if (!x) {
-        close_fds(data, 2);
-        close_fds(msg, 2);
-        return -1;
-    }
-    x->t = t;
-    x->fd = data[1];
-    x->msg = msg[1];
-    crl_set_nonblock(x->fd, 1);
-    shutdown(data[0], SHUT_RD);
-    t->data_fd = data[0];
-    t->msg_fd = msg[0];
-    x->started.data = x;
-    crl_timer_start(loop_of(m), &x->started, 0, put_started, x);
-    return 0;
-}
-
 /* ---- frames and the end ---- */
 
 void mvm_procs_frame(struct mvm_sandbox *m, const struct crl_agent_frame *f)
@@ -811,12 +667,8 @@ void mvm_procs_frame(struct mvm_sandbox *m, const struct crl_agent_frame *f)
         return;
     }
     struct mvm_xfer *x = find_xfer(m, f->stream);
-    if (x) {
-        if (x->kind == X_GET)
-            get_frame(x, f);
-        else
-            put_frame(x, f);
-    }
+    if (x)
+        get_frame(x, f);
 }
 
 void mvm_procs_end(struct mvm_sandbox *m)

@@ -598,9 +598,15 @@ static void qmp_ready(struct crl_qmp *q, void *ctx)
 static void qmp_event(struct crl_qmp *q, const char *name, json_t *data, void *ctx)
 {
     struct mvm_vm *vm = ctx;
-    if (strcmp(name, "GUEST_PANICKED") == 0 || strcmp(name, "SHUTDOWN") == 0)
+    if (strcmp(name, "GUEST_PANICKED") == 0 || strcmp(name, "SHUTDOWN") == 0) {
+        char tail[256];
+        console_io(&vm->w_console, EPOLLIN);
+        console_tail(vm, tail, sizeof(tail));
         mvm_vm_kill(vm, strcmp(name, "SHUTDOWN") == 0 ? "guest_exited" : "guest_panicked",
-                    "QEMU reported %s", name);
+                    "the guest %s; console: %s",
+                    strcmp(name, "SHUTDOWN") == 0 ? "powered off" : "panicked",
+                    tail[0] ? tail : "(nothing)");
+    }
 }
 
 static void qmp_fail(struct crl_qmp *q, const struct crl_err *err, void *ctx)
