@@ -65,6 +65,15 @@ static void show(json_t *sb)
     if (ck)
         printf("checkpoint: %s (mode %s)\n", crl_cli_str(ck, "state", "-"),
                crl_cli_str(ck, "mode", "?"));
+    json_t *vm = json_object_get(sb, "microvm");
+    if (vm) {
+        printf("microvm:   %s, %s in %.0f ms, kernel %s, QEMU pid %lld\n",
+               crl_cli_str(vm, "accel", "?"), crl_cli_str(vm, "start", "?"),
+               json_number_value(json_object_get(vm, "ready_ms")), crl_cli_str(vm, "kernel", "?"),
+               json_integer_value(json_object_get(vm, "qemu_pid")));
+        if (json_object_get(vm, "warning"))
+            printf("warning:   %s\n", crl_cli_str(vm, "warning", ""));
+    }
 }
 
 int crl_cmd_inspect(int argc, char **argv)

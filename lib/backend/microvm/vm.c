@@ -216,8 +216,6 @@ static void child_run(const struct child *c)
         child_fail(con, "sigprocmask");
     for (int s = 1; s < NSIG; s++)
         signal(s, SIG_DFL);
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != c->parent)
-        child_fail(con, "corrald went away");
     for (int i = 0; i < c->n_cg; i++) {
         int fd = openat(c->cg_fds[i], "cgroup.procs", O_WRONLY | O_CLOEXEC);
         if (fd < 0 || write(fd, "0", 1) != 1)
@@ -243,6 +241,9 @@ static void child_run(const struct child *c)
         setresgid(c->l->gid, c->l->gid, c->l->gid) < 0 ||
         setresuid(c->l->uid, c->l->uid, c->l->uid) < 0)
         child_fail(con, "dropping to the sandbox's uid");
+    /* After the change of ids, which clears it: QEMU dies with corrald. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != c->parent)
+        child_fail(con, "corrald went away");
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
         child_fail(con, "no_new_privs");
     char *envp[] = {"PATH=/usr/bin:/bin", NULL};

@@ -1,0 +1,176 @@
+"""The microvm backend beyond the shared contract (test_sdk.py runs that on
+it): a kernel of its own, how it started and on what accelerator, what of
+the host it cannot see, bad input refused at create, a guest that dies or
+floods its channel, pause, and a crashed corrald's guests.
+
+Under TCG here (this machine has no vmx/svm): each sandbox is restored from
+a template of its shape, booted once per daemon."""
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+import corral
+from conftest import BUILD, MICROVM, MICROVM_READY, SMALL, wait_for
+
+pytestmark = pytest.mark.skipif(
+    not MICROVM_READY,
+    reason=f"no microvm guest in {MICROVM}: `make microvm-guest` builds it (it needs the "
+    "kernel apt fetches)")
+
+
+def alive(pid):
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_its_own_kernel_accelerator_and_start(client):
+    with client.create(backend="microvm", **SMALL) as sb:
+        kernel = sb.exec("uname -r").stdout.decode().strip()
+        assert kernel and kernel != os.uname().release
+        info = sb.inspect()
+        vm = info["microvm"]
+        assert vm["kernel"] == kernel  # what the agent said in its HELLO
+        assert vm["start"] == "restored" and vm["attempts"] == 1
+        hw = any(f in Path("/proc/cpuinfo").read_text() for f in (" vmx", " svm"))
+        assert vm["accel"] == ("kvm" if hw and os.access("/dev/kvm", os.W_OK) else "tcg")
+        if vm["accel"] == "tcg":
+            assert "tcg" in vm["warning"]
+        assert sb.exec("hostname").stdout.decode().strip() == sb.id
+        # QEMU runs as the slot's uid, not root, in the sandbox's cgroup
+        status = Path(f"/proc/{vm['qemu_pid']}/status").read_text()
+        uid = int(next(l for l in status.splitlines() if l.startswith("Uid:")).split()[1])
+        assert uid == vm["uid"] and uid != 0
+        assert "NoNewPrivs:\t1" in status and "Seccomp:\t2" in status
+
+
+def test_no_network_device_and_nothing_of_the_host(client, tmp_path):
+    marker = f"host-secret-{uuid.uuid4().hex}"
+    (tmp_path / marker).write_text("x")
+    with client.create(backend="microvm", **SMALL) as sb:
+        assert sb.exec("ls /sys/class/net").stdout.split() == [b"lo"]
+        found = sb.exec(["find", "/", "-xdev", "-name", marker]).stdout
+        assert found == b""  # the pattern is in find's own command line, not in what it found
+        procs = sb.exec("cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '").stdout
+        assert b"corrald" not in procs and b"pytest" not in procs
+        assert sb.exec("cat /proc/1/cmdline").stdout.startswith(b"/init")
+
+
+def test_bad_input_is_refused_at_create(client):
+    with pytest.raises(corral.InvalidSpec, match="at least 96"):
+        client.create(backend="microvm", memory_mb=64, cpus=0.25)
+    with pytest.raises(corral.Unsupported, match="no network device"):
+        client.create(backend="microvm", network="allow", **SMALL)
+
+
+def test_a_missing_kernel_is_a_clear_error(corrald_factory):
+    d = corrald_factory(["--microvm-kernel", "/nonexistent/vmlinuz"])
+    with d.client() as c:
+        with pytest.raises(corral.Unsupported, match="/nonexistent/vmlinuz"):
+            c.create(backend="microvm", **SMALL)
+        with c.create(**SMALL) as sb:  # the other backends are unaffected
+            assert sb.exec("echo ok").stdout == b"ok\n"
+
+
+@pytest.mark.skipif(" vmx" in Path("/proc/cpuinfo").read_text() or
+                    " svm" in Path("/proc/cpuinfo").read_text(),
+                    reason="this CPU has hardware virtualisation: kvm is no error here")
+def test_kvm_asked_without_hardware_virtualisation():
+    base = Path(tempfile.mkdtemp(prefix="corral-kvm-"))
+    try:
+        base.chmod(0o755)  # corrald wants a state dir its sandboxes can reach
+        r = subprocess.run([str(BUILD / "corrald"), "--state", str(base / "s"),
+                            "--socket", str(base / "sock"), "--cgroup-parent",
+                            f"corral-test-kvm-{uuid.uuid4().hex[:8]}", "--microvm-accel", "kvm"],
+                           capture_output=True, text=True, timeout=30)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    assert r.returncode != 0, r.stderr
+    assert "--microvm-accel kvm" in r.stderr and "vmx" in r.stderr, r.stderr
+
+
+def test_a_guest_that_panics_fails_alone(client):
+    with client.create(backend="microvm", **SMALL) as bystander, \
+            client.create(backend="microvm", **SMALL) as sb:
+        qemu = sb.inspect()["microvm"]["qemu_pid"]
+        try:
+            sb.exec("echo c > /proc/sysrq-trigger", timeout=20)
+        except corral.Error:
+            pass  # the exec may end with its sandbox
+        info = wait_for(lambda: sb.inspect()["state"] == "failed" and sb.info, timeout=30,
+                        what="the panicked guest's sandbox to fail")
+        assert info["end_reason"] in ("guest_exited", "guest_panicked", "vm_exited")
+        assert "guest" in info["message"] or "QEMU" in info["message"]
+        wait_for(lambda: not alive(qemu), what="its QEMU to be gone")
+        assert bystander.exec("echo fine").stdout == b"fine\n"
+        with pytest.raises(corral.Conflict):
+            sb.exec("true")
+
+
+def test_a_flood_of_output_is_bounded(any_sandbox_microvm):
+    sb = any_sandbox_microvm
+    t0 = time.monotonic()
+    r = sb.exec("head -c 20000000 /dev/zero", max_output_bytes=1000, timeout=120)
+    assert r.exit_code == 0 and r.stdout_truncated and len(r.stdout) == 1000
+    assert time.monotonic() - t0 < 120
+    assert sb.exec("echo after").stdout == b"after\n"
+
+
+@pytest.fixture
+def any_sandbox_microvm(client):
+    with client.create(backend="microvm", **SMALL) as sb:
+        yield sb
+
+
+def test_pause_stops_the_guest(corrald, any_sandbox_microvm):
+    sb = any_sandbox_microvm
+    sb.exec("sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.02; done' "
+            ">/dev/null 2>&1 </dev/null &")
+    time.sleep(0.5)
+    r = corrald.request("POST", f"/v1/sandboxes/{sb.id}/pause")
+    assert r.status == 200, r.body
+    a = sb.inspect()["usage"]["cpu_s"]  # inspect does not resume it
+    time.sleep(1.0)
+    assert sb.inspect()["state"] == "paused"
+    assert sb.inspect()["usage"]["cpu_s"] == a  # QEMU, vCPUs and all, is frozen
+    n1 = int(sb.files.read("/tmp/n"))  # a call resumes it
+    assert sb.inspect()["state"] == "ready"
+    time.sleep(0.5)
+    assert int(sb.files.read("/tmp/n")) > n1
+
+
+def test_a_crashed_corrald_takes_its_guests_along(corrald_factory):
+    d = corrald_factory()
+    with d.client() as c:
+        sb = c.create(backend="microvm", **SMALL)
+        qemu = sb.inspect()["microvm"]["qemu_pid"]
+        assert alive(qemu)
+    d.kill()
+    wait_for(lambda: not alive(qemu), timeout=10, what="QEMU to die with its corrald")
+    d.start()
+    with d.client() as c:
+        with c.create(backend="microvm", **SMALL) as again:
+            assert again.exec("echo back").stdout == b"back\n"
+
+
+def test_the_cli_creates_inspects_and_runs_in_one(corrald):
+    from test_cli import corral as cli  # the CLI as a user runs it
+    r = cli(corrald, "create", "--backend", "microvm", "--memory-mb", "128")
+    assert r.returncode == 0, r.stderr
+    sb_id = r.stdout.decode().strip()
+    try:
+        shown = cli(corrald, "inspect", sb_id).stdout.decode()
+        assert "backend:   microvm" in shown and "restored in" in shown, shown
+        r = cli(corrald, "exec", sb_id, "--", "uname", "-r")
+        assert r.returncode == 0 and r.stdout.decode().strip() != os.uname().release
+    finally:
+        cli(corrald, "rm", sb_id)
