@@ -73,6 +73,7 @@ struct crl_host_config {
     /* The microvm backend: its guests' kernel and initramfs (NULL:
      * <state>/microvm/), "auto", "kvm" or "tcg" (NULL: auto), QEMU. */
     const char *microvm_kernel, *microvm_initrd, *microvm_accel, *qemu_path;
+    bool microvm_cold; /* no templates: every guest boots */
     /* bookkeeping */
     double tombstone_s;
     unsigned max_tombstones; /* the oldest ended sandbox is forgotten beyond this */

@@ -66,6 +66,8 @@ static const char usage[] =
     "                         <state>/microvm/initrd.cpio; `make microvm-guest` builds both)\n"
     "  --microvm-accel auto|kvm|tcg  how guests run: kvm where the CPU has vmx or svm\n"
     "                         and /dev/kvm opens, else tcg (emulation); default auto\n"
+    "  --microvm-cold         boot every microvm guest cold, no template (to measure\n"
+    "                         what templates save, or to rule them out)\n"
     "  --qemu PATH            qemu-system-x86_64 (default /usr/bin/qemu-system-x86_64)\n"
     "  --tombstone-s N        keep destroyed sandboxes visible N seconds (default 600)\n"
     "  --max-tombstones N     and at most N of them, oldest forgotten first (default 10000)\n"
@@ -162,6 +164,7 @@ int main(int argc, char **argv)
                                          {"microvm-initrd", required_argument, 0, 1002},
                                          {"microvm-accel", required_argument, 0, 1003},
                                          {"qemu", required_argument, 0, 1004},
+                                         {"microvm-cold", no_argument, 0, 1005},
                                          {"network-range", required_argument, 0, 'n'},
                                          {"dns-upstream", required_argument, 0, 'D'},
                                          {"resolver-port", required_argument, 0, 'E'},
@@ -332,6 +335,7 @@ int main(int argc, char **argv)
             hc.microvm_accel = optarg;
             break;
         case 1004: hc.qemu_path = optarg; break;
+        case 1005: hc.microvm_cold = true; break;
         case 'T':
             if (parse_uint("--tombstone-s", optarg, 86400 * 30, &v) < 0)
                 return 2;

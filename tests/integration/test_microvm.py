@@ -174,3 +174,23 @@ def test_the_cli_creates_inspects_and_runs_in_one(corrald):
         assert r.returncode == 0 and r.stdout.decode().strip() != os.uname().release
     finally:
         cli(corrald, "rm", sb_id)
+
+
+def test_trajectory_steps_without_checkpoints(corrald):
+    """A microvm's steps are recorded (checkpoint "none": the state after a
+    step that changes it is not known); a resume fast-forwards through
+    them.  Checkpoints are refused at create, saying so."""
+    from test_trajectory import create, destroy, exec_, tid
+    d, traj = corrald, tid()
+    r = d.request("POST", "/v1/sandboxes", {"backend": "microvm", "trajectory": traj,
+                                            "resources": {"memory_mb": 128}})
+    assert r.status == 501 and "checkpoint" in r.error["message"], r
+    sid = create(d, traj, checkpoint="none", backend="microvm")
+    assert exec_(d, sid, "echo a > /tmp/a")["step"] == 1
+    assert exec_(d, sid, "cat /tmp/a")["stdout"] == "a\n"
+    steps = d.request("GET", f"/v1/trajectories/{traj}").json()["steps"]
+    assert [s["known"] for s in steps] == [False, False]
+    destroy(d, sid)
+    sid = create(d, traj, checkpoint="none", backend="microvm")
+    assert exec_(d, sid, "echo a > /tmp/a")["replayed"] is True
+    destroy(d, sid)

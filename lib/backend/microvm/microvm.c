@@ -252,7 +252,9 @@ static void start(struct mvm_sandbox *m)
     int fd = -1;
     struct crl_agent_hello hello;
     struct crl_err err = CRL_ERR_INIT;
-    int r = mvm_template_get(crl_mvm_state, m->mem_mb, m->vcpus, &fd, &hello, template_waited, m);
+    int r = m->sb->host->cfg.microvm_cold ? -1
+                                          : mvm_template_get(crl_mvm_state, m->mem_mb, m->vcpus,
+                                                             &fd, &hello, template_waited, m);
     if (r == 0) {
         m->waiting_template = true;
         return;
@@ -276,6 +278,11 @@ static int mvm_create(struct crl_sandbox *sb, struct crl_err *err)
                            "the container backend for a network",
                            sb->spec.services ? "services" : "network.mode ",
                            sb->spec.services ? "" : crl_net_mode_name(mode));
+    if (sb->spec.trajectory[0] && sb->spec.checkpoint != CRL_CKPT_NONE)
+        return crl_err_set(err, CRL_E_UNSUPPORTED,
+                           "trajectory.checkpoint %s: microvm sandboxes take no checkpoints in "
+                           "this version; record their steps with checkpoint \"none\"",
+                           crl_checkpoint_mode_name(sb->spec.checkpoint));
     if (sb->spec.memory_mb < MVM_MIN_MEMORY_MB)
         return crl_err_set(err, CRL_E_INVALID,
                            "memory_mb %u: a microvm sandbox needs at least %u (its own kernel "
