@@ -137,7 +137,8 @@ static int build_argv(const struct mvm_state *st, const struct mvm_launch *l, in
     /* tsc_early_khz: without it many TCG boots hang calibrating the TSC
      * (measured.md); cryptomgr.notests: the crypto self-tests are a third
      * of the kernel's boot under TCG. */
-    arg(a, "console=hvc0 quiet panic=-1 cryptomgr.notests corral.port=corral.agent%s",
+    arg(a,
+        "console=hvc0 quiet panic=-1 cryptomgr.notests init_on_free=1 corral.port=corral.agent%s",
         kvm ? "" : " tsc_early_khz=2100000");
     arg(a, "-chardev");
     arg(a, "stdio,id=con,signal=off");
