@@ -152,17 +152,26 @@ microvm-agent: microvm-kernel $(B)/corral-agent
 	scripts/microvm-boot.py --kernel-dir "$$(cat $(B)/microvm-kernel.dir)" \
 	    --initrd $(B)/microvm-agent.cpio --mode agent --iterations $(MICROVM_N)
 
+# A guest /init that breaks the agent protocol on purpose, for the tests.
+$(B)/microvm-hostile-agent: tests/microvm/hostile_agent.c lib/guest/boot.c lib/agent/proto.c \
+                            lib/util/err.c lib/guest/boot.h lib/agent/proto.h
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@ (static)")
+	$(Q)$(CC) -std=gnu11 -O2 $(WARN) -D_GNU_SOURCE -static -o $@ $(filter %.c,$^)
+
 # What corrald's microvm backend boots (--microvm-kernel, --microvm-initrd):
 # the cached kernel and an initramfs around corral-agent, in $(B)/microvm.
 # Without a kernel (no mirror) there is nothing to build, and the microvm
 # tests skip, saying so.
-microvm-guest: microvm-kernel $(B)/corral-agent
+microvm-guest: microvm-kernel $(B)/corral-agent $(B)/microvm-hostile-agent
 	@if [ -f $(B)/microvm-kernel.dir ]; then \
 	    kdir="$$(cat $(B)/microvm-kernel.dir)"; mkdir -p $(B)/microvm && \
 	    cp -f "$$(ls $$kdir/vmlinuz-* | head -n1)" $(B)/microvm/vmlinuz && \
 	    scripts/microvm-initramfs.sh --kernel-dir "$$kdir" --init $(B)/corral-agent \
 	        --out $(B)/microvm/initrd.cpio.tmp && \
-	    mv $(B)/microvm/initrd.cpio.tmp $(B)/microvm/initrd.cpio; fi
+	    mv $(B)/microvm/initrd.cpio.tmp $(B)/microvm/initrd.cpio && \
+	    scripts/microvm-initramfs.sh --kernel-dir "$$kdir" --init $(B)/microvm-hostile-agent \
+	        --out $(B)/microvm/hostile.cpio; fi
 
 # Boot, save, restore and shared-RAM restore, N=MICROVM_N times each.
 MICROVM_N ?= 5

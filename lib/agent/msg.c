@@ -68,6 +68,7 @@ enum text_kind {
     T_TEXT,   /* UTF-8 (jansson's check) without control characters but tab */
     T_PATH,   /* absolute */
     T_DEVICE, /* absolute, under /dev/ */
+    T_FILE,   /* a small text file: UTF-8 without control characters but tab and newline */
 };
 
 static int check_text(const char *what, const char *field, const char *s, size_t n,
@@ -80,8 +81,9 @@ static int check_text(const char *what, const char *field, const char *s, size_t
                            field, n, max);
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
-        if ((c < 0x20 && !(kind == T_TEXT && c == '\t')) || c == 0x7f ||
-            (kind == T_NAME && c >= 0x80))
+        if ((c < 0x20 && !((kind == T_TEXT || kind == T_FILE) && c == '\t') &&
+             !(kind == T_FILE && c == '\n')) ||
+            c == 0x7f || (kind == T_NAME && c >= 0x80))
             return crl_err_set(err, CRL_E_INVALID, "%s: %s has byte 0x%02x at offset %zu", what,
                                field, c, i);
     }
@@ -271,7 +273,7 @@ int crl_agent_parse_config(const void *p, size_t len, struct crl_agent_config *m
                            struct crl_err *err)
 {
     static const char *const keys[] = {"hostname", "realtime_ns", "seed", "layers",
-                                       "disk",     "disk_mb",     NULL};
+                                       "disk",     "disk_mb",     "etc",  NULL};
     const char *what = "CONFIG";
     json_t *o;
     if (load(what, p, len, &o, err) < 0)
@@ -336,6 +338,21 @@ int crl_agent_parse_config(const void *p, size_t len, struct crl_agent_config *m
         memcpy(m->layers[i], json_string_value(l), json_string_length(l) + 1);
     }
     m->n_layers = json_array_size(layers);
+
+    json_t *etc = json_object_get(o, "etc");
+    static const char *const etc_keys[] = {"hostname", "hosts", "resolv.conf", NULL};
+    if (etc && !json_is_object(etc)) {
+        crl_err_set(err, CRL_E_INVALID, "CONFIG: etc is not an object");
+        goto out;
+    }
+    if (etc && (known_keys("CONFIG: etc", etc, etc_keys, err) < 0 ||
+                get_text("CONFIG: etc", etc, "hostname", false, T_FILE, m->etc_hostname,
+                         CRL_AGENT_MAX_ETC, err) < 0 ||
+                get_text("CONFIG: etc", etc, "hosts", false, T_FILE, m->etc_hosts,
+                         CRL_AGENT_MAX_ETC, err) < 0 ||
+                get_text("CONFIG: etc", etc, "resolv.conf", false, T_FILE, m->etc_resolv_conf,
+                         CRL_AGENT_MAX_ETC, err) < 0))
+        goto out;
     r = 0;
 out:
     json_decref(o);
@@ -375,6 +392,20 @@ int crl_agent_build_config(const struct crl_agent_config *m, char **out, size_t 
               (m->disk_mb && !set(o, "disk_mb", json_integer(m->disk_mb))))) {
         json_decref(o);
         o = NULL;
+    }
+    if (o && (m->etc_hostname[0] || m->etc_hosts[0] || m->etc_resolv_conf[0])) {
+        json_t *etc = json_object();
+        const char *names[3] = {"hostname", "hosts", "resolv.conf"};
+        const char *texts[3] = {m->etc_hostname, m->etc_hosts, m->etc_resolv_conf};
+        for (int i = 0; etc && i < 3; i++)
+            if (texts[i][0] && !set(etc, names[i], json_string(texts[i]))) {
+                json_decref(etc);
+                etc = NULL;
+            }
+        if (!set(o, "etc", etc)) {
+            json_decref(o);
+            o = NULL;
+        }
     }
     return finish("CONFIG", o, out, len, check_config, NULL, err);
 }

@@ -30,6 +30,7 @@
 #define CRL_AGENT_MAX_ARGS_SIZE (48 * 1024) /* argv and env's bytes together */
 #define CRL_AGENT_MIN_SEED 16               /* entropy seed, bytes once decoded */
 #define CRL_AGENT_MAX_SEED 512
+#define CRL_AGENT_MAX_ETC 2048                 /* each of CONFIG's /etc files */
 #define CRL_AGENT_MAX_DISK_MB (1 << 24)        /* 16 TiB */
 #define CRL_AGENT_MAX_SIGNAL 64                /* signals are 1..64 */
 #define CRL_AGENT_MAX_USAGE ((int64_t)1 << 53) /* usage counters stay exact in JSON */
@@ -54,6 +55,11 @@ struct crl_agent_config {
     char layers[CRL_AGENT_MAX_LAYERS][CRL_AGENT_MAX_DEVICE + 1];
     char disk[CRL_AGENT_MAX_DEVICE + 1];
     uint32_t disk_mb;
+    /* "etc": {"hostname", "hosts", "resolv.conf"}: the files the sandbox's
+     * /etc gets whatever its image holds (lib/core/etc.h); "" left out. */
+    char etc_hostname[CRL_AGENT_MAX_ETC + 1];
+    char etc_hosts[CRL_AGENT_MAX_ETC + 1];
+    char etc_resolv_conf[CRL_AGENT_MAX_ETC + 1];
 };
 
 /* READY {"uptime_ms": n}: the guest's CLOCK_BOOTTIME when it was ready. */

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "../../lib/guest/boot.h"
+#include "../../lib/util/fdio.h"
 #include "../../lib/util/log.h"
 #include "agent.h"
 
@@ -218,6 +219,32 @@ static int switch_root(struct crl_err *err)
     return 0;
 }
 
+/* The /etc files the host sent, over whatever the image has (a symlink
+ * replaced, not followed), where the image has an /etc. */
+static int write_etc(const struct crl_agent_config *c, struct crl_err *err)
+{
+    const char *names[3] = {"/etc/hostname", "/etc/hosts", "/etc/resolv.conf"};
+    const char *texts[3] = {c->etc_hostname, c->etc_hosts, c->etc_resolv_conf};
+    struct stat st;
+    if (stat("/etc", &st) < 0 || !S_ISDIR(st.st_mode))
+        return 0;
+    for (int i = 0; i < 3; i++) {
+        if (!texts[i][0])
+            continue;
+        if (unlink(names[i]) < 0 && errno != ENOENT)
+            return crl_err_sys(err, errno, "replace %s", names[i]);
+        int fd = open(names[i], O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd < 0 || crl_write_full(fd, texts[i], strlen(texts[i])) < 0) {
+            int e = errno;
+            if (fd >= 0)
+                close(fd);
+            return crl_err_sys(err, e, "write %s", names[i]);
+        }
+        close(fd);
+    }
+    return 0;
+}
+
 int crl_ga_init_config(const struct crl_agent_config *c, bool first, struct crl_err *err)
 {
     if (set_identity(c, err) < 0)
@@ -226,5 +253,7 @@ int crl_ga_init_config(const struct crl_agent_config *c, bool first, struct crl_
         return 0;
     if (build_root(c, err) < 0 || switch_root(err) < 0)
         return crl_err_prefix(err, "the guest's root");
+    if (write_etc(c, err) < 0)
+        return crl_err_prefix(err, "the guest's /etc");
     return 0;
 }

@@ -46,6 +46,10 @@ def test_its_own_kernel_accelerator_and_start(client):
         if vm["accel"] == "tcg":
             assert "tcg" in vm["warning"]
         assert sb.exec("hostname").stdout.decode().strip() == sb.id
+        # its /etc as every backend's (lib/core/etc.c), whatever the image holds
+        assert sb.exec("cat /etc/hostname").stdout == f"{sb.id}\n".encode()
+        hosts = sb.exec("cat /etc/hosts").stdout.decode()
+        assert "localhost" in hosts and sb.id in hosts
         # QEMU runs as the slot's uid, not root, in the sandbox's cgroup
         status = Path(f"/proc/{vm['qemu_pid']}/status").read_text()
         uid = int(next(l for l in status.splitlines() if l.startswith("Uid:")).split()[1])
@@ -194,3 +198,38 @@ def test_trajectory_steps_without_checkpoints(corrald):
     sid = create(d, traj, checkpoint="none", backend="microvm")
     assert exec_(d, sid, "echo a > /tmp/a")["replayed"] is True
     destroy(d, sid)
+
+
+def test_a_layered_image_stacks_as_in_a_container(iclient, tree_image, built):
+    """umoci's image (tests/integration/images_common.py): several layers with
+    whiteouts, an opaque directory, hard links, a setuid file, xattrs; its
+    EROFS layers behind the guest's disks, stacked by the agent's overlay,
+    give the tree the OCI rules say, as in a container."""
+    from images_common import TAG, check_tree
+    with iclient.create(backend="microvm", image=f"tree:{TAG}", **SMALL) as sb:
+        assert sb.inspect()["microvm"]["start"] == "restored"
+        check_tree(sb, built)
+
+
+HOSTILE = MICROVM / "hostile.cpio"
+# tests/microvm/hostile_agent.c: what its guest does instead of READY (the
+# CONFIG's disk_mb % 6 picks it), and what the host's error must say.
+MISDEEDS = [(0, "over the 1 MiB limit"), (1, "type 99|unknown"), (2, "stream 7"),
+            (3, "HELLO"), (4, "PONG"), (5, ".")]
+
+
+@pytest.mark.skipif(not HOSTILE.is_file(), reason=f"no {HOSTILE}: `make microvm-guest` builds it")
+def test_a_guest_that_breaks_the_protocol_is_killed_and_named(corrald_factory):
+    import re
+    d = corrald_factory(["--microvm-initrd", str(HOSTILE)])
+    with d.client() as c, c.create(**SMALL) as bystander:
+        for how, words in MISDEEDS:
+            with pytest.raises(corral.InternalError) as e:
+                c.create(backend="microvm", disk_mb=600 + how, **SMALL)
+            msg = str(e.value)
+            assert "did not start" in msg and re.search(words, msg), (how, msg)
+            assert bystander.exec("echo fine").stdout == b"fine\n"
+        assert not [s for s in d.live_sandboxes() if s["backend"] == "microvm"]
+    assert d.proc.poll() is None
+    log = d.log()
+    assert "agent_protocol" in log and "agent_flood" in log

@@ -527,6 +527,9 @@ static void test_msg_round_trips(void)
     snprintf(c->layers[0], sizeof(c->layers[0]), "/dev/vdb");
     snprintf(c->layers[1], sizeof(c->layers[1]), "/dev/vdc");
     snprintf(c->disk, sizeof(c->disk), "/dev/vda");
+    c->disk_mb = 512;
+    snprintf(c->etc_hostname, sizeof(c->etc_hostname), "sb-42\n");
+    snprintf(c->etc_hosts, sizeof(c->etc_hosts), "127.0.0.1\tlocalhost\n127.0.1.1\tsb-42\n");
     ok(crl_agent_build_config(c, &out, &n, &e) == 0 &&
            crl_agent_parse_config(out, n, &c[1], &e) == 0 && memcmp(&c[0], &c[1], sizeof(*c)) == 0,
        "CONFIG round trip (%s)", e.msg);
@@ -589,9 +592,10 @@ static void test_msg_round_trips(void)
        "SIGNAL round trip (tree, the default, left out)");
     free(out);
     s.scope = CRL_AGENT_SIGNAL_DESCENDANTS;
-    ok(crl_agent_build_signal(&s, &out, &n, &e) == 0 &&
-           crl_agent_parse_signal(out, n, &s2, &e) == 0 && s2.scope == CRL_AGENT_SIGNAL_DESCENDANTS,
-       "SIGNAL round trip with scope descendants: %s", out);
+    int built = crl_agent_build_signal(&s, &out, &n, &e); /* before `out` is read below */
+    ok(built == 0 && crl_agent_parse_signal(out, n, &s2, &e) == 0 &&
+           s2.scope == CRL_AGENT_SIGNAL_DESCENDANTS,
+       "SIGNAL round trip with scope descendants: %s", built == 0 ? out : e.msg);
     free(out);
     const char *bad_scope = "{\"signal\":9,\"scope\":\"all\"}";
     ok(crl_agent_parse_signal(bad_scope, strlen(bad_scope), &s2, &e) == -1, "an unknown scope");
@@ -688,6 +692,14 @@ static void test_msg_refused(void)
          "{\"hostname\":\"a\",\"realtime_ns\":0,\"seed\":\"AAAAAAAAAAAAAAAAAAAAAA==\","
          "\"layers\":[],\"disk\":\"vda\"}",
          "^CONFIG: disk is not an absolute path$"},
+        {1,
+         "{\"hostname\":\"a\",\"realtime_ns\":0,\"seed\":\"AAAAAAAAAAAAAAAAAAAAAA==\","
+         "\"layers\":[],\"etc\":{\"passwd\":\"root::0:0::/:/bin/sh\"}}",
+         "^CONFIG: etc: unknown key \"passwd\"$"},
+        {1,
+         "{\"hostname\":\"a\",\"realtime_ns\":0,\"seed\":\"AAAAAAAAAAAAAAAAAAAAAA==\","
+         "\"layers\":[],\"etc\":{\"hosts\":\"a\\u001bb\"}}",
+         "^CONFIG: etc: hosts has byte 0x1b at offset 1$"},
         {2, "{\"argv\":[],\"cwd\":\"/\",\"uid\":0,\"gid\":0}",
          "^EXEC: argv has 0 entries \\(it may have 1 to 1024\\)$"},
         {2, "{\"argv\":[\"a\",1],\"cwd\":\"/\",\"uid\":0,\"gid\":0}",

@@ -23,6 +23,7 @@
 
 #include <jansson.h>
 
+#include "../../core/etc.h"
 #include "../../core/netpolicy.h"
 #include "../../util/cleanup.h"
 #include "../../util/fdio.h"
@@ -119,19 +120,46 @@ static void mvm_destroy(struct crl_sandbox *sb)
 
 /* ---- the guest's life ---- */
 
-static int launch(struct mvm_sandbox *m, int state_fd, const struct crl_agent_hello *hello,
-                  struct crl_err *err);
+static int launch(struct mvm_sandbox *m, int state_fd, int ram_fd,
+                  const struct crl_agent_hello *hello, struct crl_err *err);
+
+/* What makes the guest this sandbox's: its name and /etc files (as every
+ * backend gets them, lib/core/etc.h), its layers in slots 0..n-1 (top
+ * first: /dev/vda...), a writable tmpfs of disk_mb. */
+static void configure(struct mvm_sandbox *m)
+{
+    struct crl_sandbox *sb = m->sb;
+    struct crl_err err = CRL_ERR_INIT;
+    struct crl_agent_config *c = calloc(1, sizeof(*c));
+    if (!c) {
+        mvm_vm_kill(&m->vm, "internal", "out of memory for a CONFIG");
+        return;
+    }
+    snprintf(c->hostname, sizeof(c->hostname), "%s", sb->id);
+    c->n_layers = m->n_layers;
+    for (size_t i = 0; i < m->n_layers; i++)
+        snprintf(c->layers[i], sizeof(c->layers[i]), "/dev/vd%c", (char)('a' + i));
+    c->disk_mb = sb->spec.disk_mb;
+    char ns[64];
+    crl_backend_net_nameserver(sb, ns, sizeof(ns));
+    if (crl_etc_hostname(c->etc_hostname, sizeof(c->etc_hostname), sb->id) < 0 ||
+        crl_etc_hosts(c->etc_hosts, sizeof(c->etc_hosts), sb->id) < 0 ||
+        crl_etc_resolv_conf(c->etc_resolv_conf, sizeof(c->etc_resolv_conf),
+                            crl_net_mode_name(crl_net_policy_mode(sb->spec.network)), ns) < 0)
+        crl_err_set(&err, CRL_E_INTERNAL, "the guest's /etc files do not fit a CONFIG");
+    if (err.code || mvm_vm_configure(&m->vm, c, &err) < 0)
+        mvm_vm_kill(&m->vm, "internal", "%s", err.msg);
+    free(c);
+}
 
 static void sb_hello(struct mvm_vm *vm)
 {
     struct mvm_sandbox *m = vm->ctx;
-    struct crl_err err = CRL_ERR_INIT;
     /* A cold boot's greeting; a restored guest was greeted before it was
      * saved (and may greet again: its CONFIG is on its way already). */
     if (strcmp(m->start_kind, "cold") != 0 || vm->sess.configs_unanswered)
         return;
-    if (mvm_vm_configure(vm, m->sb->id, m->n_layers, m->sb->spec.disk_mb, &err) < 0)
-        mvm_vm_kill(vm, "internal", "%s", err.msg);
+    configure(m);
 }
 
 static void sb_ready(struct mvm_vm *vm)
@@ -180,7 +208,7 @@ static void sb_dead(struct mvm_vm *vm, const char *reason, const char *msg)
             st->n.retries++;
             mvm_vm_free(vm);
             m->vm_started = false;
-            if (launch(m, -1, NULL, &err) == 0)
+            if (launch(m, -1, -1, NULL, &err) == 0)
                 return;
         } else {
             crl_err_set(&err, CRL_E_INTERNAL, "the microVM did not start (%s, twice): %s", reason,
@@ -201,10 +229,10 @@ static const struct mvm_vm_ops sandbox_vm_ops = {
     .dead = sb_dead,
 };
 
-/* Start a QEMU for the sandbox: restoring state_fd (taken and closed), or
- * cold when it is -1. */
-static int launch(struct mvm_sandbox *m, int state_fd, const struct crl_agent_hello *hello,
-                  struct crl_err *err)
+/* Start a QEMU for the sandbox: restoring state_fd over the RAM of ram_fd
+ * (both taken and closed), or cold when they are -1. */
+static int launch(struct mvm_sandbox *m, int state_fd, int ram_fd,
+                  const struct crl_agent_hello *hello, struct crl_err *err)
 {
     struct mvm_state *st = crl_mvm_state;
     struct crl_sandbox *sb = m->sb;
@@ -213,6 +241,7 @@ static int launch(struct mvm_sandbox *m, int state_fd, const struct crl_agent_he
         .mem_mb = m->mem_mb,
         .vcpus = m->vcpus,
         .incoming_fd = state_fd,
+        .ram_fd = ram_fd,
         .netns_fd = m->netns_fd,
         .cg = m->cg,
         .uid = h->cfg.uid_base + sb->slot * 65536u,
@@ -224,13 +253,14 @@ static int launch(struct mvm_sandbox *m, int state_fd, const struct crl_agent_he
     int r = mvm_vm_start(st, &m->vm, sb->id, &l, &sandbox_vm_ops, m, err);
     if (state_fd >= 0)
         close(state_fd);
+    if (ram_fd >= 0)
+        close(ram_fd);
     if (r < 0)
         return -1;
     m->vm_started = true;
     if (state_fd >= 0) {
         mvm_vm_takeover(&m->vm, hello);
-        if (mvm_vm_configure(&m->vm, sb->id, m->n_layers, sb->spec.disk_mb, err) < 0)
-            mvm_vm_kill(&m->vm, "internal", "%s", err->msg);
+        configure(m);
         mvm_vm_deadline(&m->vm, is_kvm(st) ? 10000 : 30000, "READY after a restore");
     } else {
         mvm_vm_deadline(&m->vm, is_kvm(st) ? 20000 : 90000, "READY after a cold boot");
@@ -249,17 +279,18 @@ static void template_waited(void *ctx)
 
 static void start(struct mvm_sandbox *m)
 {
-    int fd = -1;
+    int fd = -1, ram_fd = -1;
     struct crl_agent_hello hello;
     struct crl_err err = CRL_ERR_INIT;
-    int r = m->sb->host->cfg.microvm_cold ? -1
-                                          : mvm_template_get(crl_mvm_state, m->mem_mb, m->vcpus,
-                                                             &fd, &hello, template_waited, m);
+    int r = m->sb->host->cfg.microvm_cold
+                ? -1
+                : mvm_template_get(crl_mvm_state, m->mem_mb, m->vcpus, &fd, &ram_fd, &hello,
+                                   template_waited, m);
     if (r == 0) {
         m->waiting_template = true;
         return;
     }
-    if (launch(m, r == 1 ? fd : -1, &hello, &err) < 0)
+    if (launch(m, r == 1 ? fd : -1, r == 1 ? ram_fd : -1, &hello, &err) < 0)
         fail_create(m, &err);
 }
 

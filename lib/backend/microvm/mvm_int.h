@@ -25,6 +25,7 @@
 #include <sys/types.h>
 
 #include "../../agent/host.h"
+#include "../../agent/msg.h"
 #include "../../core/host.h"
 #include "../../core/sandbox.h"
 #include "../../util/buf.h"
@@ -80,6 +81,7 @@ struct mvm_launch {
     unsigned mem_mb, vcpus;
     int layer_fds[MVM_SLOTS]; /* -1: the placeholder */
     int incoming_fd;          /* a template's state to restore, or -1 */
+    int ram_fd;               /* a template's RAM (a memfd), or -1: anonymous RAM */
     int netns_fd;             /* the network namespace QEMU runs in (-1: a new empty one) */
     struct crl_cgroup *cg;    /* NULL: none (a template's build) */
     uid_t uid;
@@ -95,6 +97,8 @@ struct mvm_vm {
     struct crl_timer deadline, poll;
     char awaited[48]; /* what the deadline waits for */
     bool incoming;    /* restored from a template */
+    bool ram_shared;  /* its RAM is a template's memfd */
+    int state_fd;     /* the template's state, until QEMU has it */
     struct crl_qmp *qmp;
     struct crl_agent_host sess;
     bool sess_open;
@@ -128,20 +132,21 @@ void mvm_vm_takeover(struct mvm_vm *vm, const struct crl_agent_hello *hello);
 int mvm_vm_send(struct mvm_vm *vm, uint16_t type, uint32_t stream, const void *payload,
                 uint32_t len);
 int mvm_vm_send_json(struct mvm_vm *vm, uint16_t type, uint32_t stream, char *json, size_t len);
-/* CONFIG: identity, the layers in slots 0..n-1, the writable layer. */
-int mvm_vm_configure(struct mvm_vm *vm, const char *hostname, size_t n_layers, unsigned disk_mb,
-                     struct crl_err *err);
+/* Send CONFIG: what the caller filled in, with the clock and a fresh seed
+ * (wiped from *c once sent). */
+int mvm_vm_configure(struct mvm_vm *vm, struct crl_agent_config *c, struct crl_err *err);
 /* The accelerator's name as QEMU's -accel takes it. */
 const char *mvm_accel_detect(const char *want, char *why, size_t cap, struct crl_err *err);
 
 /* ---- template.c ---- */
 
-/* A restorable state for this shape: 1 with an open descriptor of it in
- * *fd (the caller closes it) and its HELLO; 0 when one is being built
- * (`waiting` is called once it is, or once it failed); -1 when none can
- * be had (boot cold). */
+/* A restorable state for this shape: 1 with open descriptors of its
+ * device state and its RAM (a sealed memfd) in *fd and *ram_fd (the caller
+ * closes them) and its HELLO; 0 when one is being built (`waiting` is
+ * called once it is, or once it failed); -1 when none can be had (boot
+ * cold). */
 typedef void (*mvm_template_cb)(void *ctx);
-int mvm_template_get(struct mvm_state *st, unsigned mem_mb, unsigned vcpus, int *fd,
+int mvm_template_get(struct mvm_state *st, unsigned mem_mb, unsigned vcpus, int *fd, int *ram_fd,
                      struct crl_agent_hello *hello, mvm_template_cb waiting, void *ctx);
 /* Forget a waiter (its sandbox ended first). */
 void mvm_template_unwait(struct mvm_state *st, void *ctx);

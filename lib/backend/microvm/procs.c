@@ -158,7 +158,9 @@ static void flush_pipe(struct mvm_proc *x, int i)
         if (n < 0 && errno == EAGAIN)
             break;
         if (n <= 0) {
-            /* The owner closed its end: the output has nowhere to go. */
+            /* The owner closed its end: the output has nowhere to go, and
+             * the guest may send on (its window given back). */
+            x->ungranted += (uint32_t)b->len;
             crl_buf_consume(b, b->len);
             break;
         }

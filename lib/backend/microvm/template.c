@@ -7,6 +7,15 @@
  * layers behind the block devices, hostname, clock, entropy) comes after,
  * with the CONFIG.
  *
+ * The template's RAM is a memfd it writes; its migration leaves the RAM
+ * out (x-ignore-shared), so the file holds only the devices' state.  Once
+ * the template's QEMU is gone the memfd is sealed against any write, and
+ * every clone maps it privately: it reads the template's pages where they
+ * lie (one copy in the host's memory, however many clones) and copies only
+ * those it writes.  A clone runs as its slot's uid and could open the
+ * memfd for writing, but the seals refuse every write and shared writable
+ * mapping, so no clone can change what the next one starts from.
+ *
  * The template boots with the empty placeholder behind every layer slot;
  * it never reads past their first blocks (the kernel's partition scan,
  * which the agent drops from its cache before it mounts a layer).  It runs
@@ -16,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -47,11 +57,12 @@ struct mvm_template {
     struct crl_agent_hello hello;
     struct mvm_vm vm;
     bool vm_live;
-    bool saving;
+    bool saving, saved;
+    int ram_fd; /* the guest's RAM, a memfd: sealed once saved */
     struct crl_timer poll;
     struct waiter *waiters;
     double started, hello_s, save_s, ended;
-    uint64_t bytes;
+    uint64_t bytes, ram_bytes;
     unsigned restores;
     char error[300];
 };
@@ -75,6 +86,9 @@ static void failed(struct mvm_template *t, const char *what, const char *msg)
     t->state = T_FAILED;
     t->ended = crl_wall_s();
     snprintf(t->error, sizeof(t->error), "%s%s", what, msg);
+    if (t->ram_fd >= 0)
+        close(t->ram_fd);
+    t->ram_fd = -1;
     crl_warn(t->vm.name, "template failed: %s (sandboxes of this shape boot cold)", t->error);
     unlink(t->path);
     if (t->vm_live && !t->vm.dying)
@@ -103,16 +117,12 @@ static void polled(struct crl_qmp *q, json_t *ret, const struct crl_err *err, vo
     }
     const char *status = json_string_value(json_object_get(ret, "status"));
     if (status && strcmp(status, "completed") == 0) {
+        /* Ready once its QEMU is gone and its RAM sealed (t_dead). */
         struct stat sb;
         t->save_s = crl_wall_s() - t->started - t->hello_s;
         t->bytes = stat(t->path, &sb) == 0 ? (uint64_t)sb.st_size : 0;
-        t->state = T_READY;
-        t->ended = crl_wall_s();
-        crl_info(t->vm.name,
-                 "template ready: HELLO %.0f ms after start, saved in %.0f ms (%.1f MB)",
-                 t->hello_s * 1e3, t->save_s * 1e3, (double)t->bytes / 1e6);
+        t->saved = true;
         mvm_vm_kill(&t->vm, "template_saved", "saved");
-        notify(t);
         return;
     }
     if (status && (strcmp(status, "failed") == 0 || strcmp(status, "cancelled") == 0)) {
@@ -163,6 +173,10 @@ static void t_hello(struct mvm_vm *vm)
         crl_qmp_command(q, "migrate-set-parameters",
                         json_pack("{s:I}", "max-bandwidth", (json_int_t)1 << 40), -1, answered, t,
                         &err) < 0 ||
+        crl_qmp_command(q, "migrate-set-capabilities",
+                        json_pack("{s:[{s:s, s:b}]}", "capabilities", "capability",
+                                  "x-ignore-shared", "state", 1),
+                        -1, answered, t, &err) < 0 ||
         crl_qmp_command(q, "stop", NULL, -1, answered, t, &err) < 0 ||
         crl_qmp_command(q, "getfd", json_pack("{s:s}", "fdname", "tmpl"), fd, answered, t, &err) <
             0 ||
@@ -181,9 +195,34 @@ static void t_frame(struct mvm_vm *vm, const struct crl_agent_frame *f)
 {
 }
 
+/* Seal the RAM: no write, no shared writable mapping, no change of size,
+ * no other seal; a private mapping (a clone's) is still allowed. */
+static int seal(struct mvm_template *t)
+{
+    struct stat sb;
+    unsigned seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL;
+    if (fcntl(t->ram_fd, F_ADD_SEALS, seals) < 0 || fstat(t->ram_fd, &sb) < 0)
+        return -errno;
+    t->ram_bytes = (uint64_t)sb.st_blocks * 512;
+    return 0;
+}
+
 static void t_dead(struct mvm_vm *vm, const char *reason, const char *msg)
 {
     struct mvm_template *t = vm->ctx;
+    int e = t->saved && t->state == T_BUILDING ? seal(t) : 0;
+    if (t->saved && t->state == T_BUILDING && e == 0) {
+        t->state = T_READY;
+        t->ended = crl_wall_s();
+        crl_info(vm->name,
+                 "template ready: HELLO %.0f ms after start, saved in %.0f ms (state %.1f MB, "
+                 "RAM %.1f MB shared by its clones)",
+                 t->hello_s * 1e3, t->save_s * 1e3, (double)t->bytes / 1e6,
+                 (double)t->ram_bytes / 1e6);
+        notify(t);
+    } else if (e) {
+        failed(t, "sealing its RAM: ", strerror(-e));
+    }
     failed(t, "the template's guest ended before it was saved: ", msg);
     crl_timer_stop(vm->st->host->loop, &t->poll);
     mvm_vm_free(vm);
@@ -202,10 +241,19 @@ static int build(struct mvm_state *st, struct mvm_template *t, struct crl_err *e
     char name[48];
     snprintf(name, sizeof(name), "template-%um-%uc", t->mem_mb, t->vcpus);
     snprintf(t->path, sizeof(t->path), "%s/%s.state", st->dir, name);
+    if (t->ram_fd >= 0)
+        close(t->ram_fd);
+    t->ram_fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (t->ram_fd < 0 || ftruncate(t->ram_fd, (off_t)t->mem_mb << 20) < 0) {
+        crl_err_sys(err, errno, "the template's RAM (a memfd of %u MiB)", t->mem_mb);
+        close_fd(&t->ram_fd);
+        return -1;
+    }
     struct mvm_launch l = {
         .mem_mb = t->mem_mb,
         .vcpus = t->vcpus,
         .incoming_fd = -1,
+        .ram_fd = t->ram_fd,
         .netns_fd = -1,
         .uid = NOBODY,
         .gid = NOBODY,
@@ -213,12 +261,14 @@ static int build(struct mvm_state *st, struct mvm_template *t, struct crl_err *e
     for (int i = 0; i < MVM_SLOTS; i++)
         l.layer_fds[i] = -1;
     t->state = T_BUILDING;
-    t->saving = false;
+    t->saving = t->saved = false;
     t->started = crl_wall_s();
     t->error[0] = 0;
     t->poll.data = t;
-    if (mvm_vm_start(st, &t->vm, name, &l, &template_ops, t, err) < 0)
+    if (mvm_vm_start(st, &t->vm, name, &l, &template_ops, t, err) < 0) {
+        close_fd(&t->ram_fd);
         return -1;
+    }
     t->vm_live = true;
     st->n.template_builds++;
     mvm_vm_deadline(&t->vm, strcmp(st->accel, "kvm") == 0 ? 20000 : 60000, "HELLO");
@@ -226,7 +276,7 @@ static int build(struct mvm_state *st, struct mvm_template *t, struct crl_err *e
     return 0;
 }
 
-int mvm_template_get(struct mvm_state *st, unsigned mem_mb, unsigned vcpus, int *fd,
+int mvm_template_get(struct mvm_state *st, unsigned mem_mb, unsigned vcpus, int *fd, int *ram_fd,
                      struct crl_agent_hello *hello, mvm_template_cb waiting, void *ctx)
 {
     struct mvm_template *t = st->templates;
@@ -237,17 +287,20 @@ int mvm_template_get(struct mvm_state *st, unsigned mem_mb, unsigned vcpus, int 
             return -1;
         t->mem_mb = mem_mb;
         t->vcpus = vcpus;
+        t->ram_fd = -1;
         t->state = T_FAILED;
         t->next = st->templates;
         st->templates = t;
     }
     if (t->state == T_READY) {
         *fd = open(t->path, O_RDONLY | O_CLOEXEC);
-        if (*fd >= 0) {
+        *ram_fd = *fd >= 0 ? fcntl(t->ram_fd, F_DUPFD_CLOEXEC, 0) : -1;
+        if (*fd >= 0 && *ram_fd >= 0) {
             *hello = t->hello;
             t->restores++;
             return 1;
         }
+        close_fd(fd);
         crl_warn(NULL, "template %s: %s: building it again", t->path, strerror(errno));
         t->state = T_FAILED;
         t->ended = 0;
@@ -329,6 +382,7 @@ void mvm_templates_free(struct mvm_state *st)
             w = next;
         }
         unlink(t->path);
+        close_fd(&t->ram_fd);
         free(t);
     }
 }

@@ -36,6 +36,9 @@
 
 #define MAX_ARGS 96
 #define READ_CHUNK (64u * 1024u)
+/* What corrald sends is bounded by the guest's windows, but for PONGs: a
+ * guest that PINGs without reading its PONGs would grow the queue. */
+#define OUTQ_MAX (8u << 20)
 
 /* ---- the accelerator ---- */
 
@@ -112,7 +115,16 @@ static int build_argv(const struct mvm_state *st, const struct mvm_launch *l, in
     bool kvm = strcmp(st->accel, "kvm") == 0;
     arg(a, "%s", st->qemu);
     arg(a, "-M");
-    arg(a, "microvm,x-option-roms=off,pit=off,pic=off,rtc=on,isa-serial=off");
+    arg(a, "microvm,x-option-roms=off,pit=off,pic=off,rtc=on,isa-serial=off%s",
+        l->ram_fd >= 0 ? ",memory-backend=ram0" : "");
+    if (l->ram_fd >= 0) {
+        /* A template's RAM is a memfd it writes (share=on); its clones map
+         * it privately (share=off): they read its pages where they lie and
+         * copy only what they write.  Its migration leaves the RAM out. */
+        arg(a, "-object");
+        arg(a, "memory-backend-file,id=ram0,size=%uM,mem-path=/proc/self/fd/%d,share=%s", l->mem_mb,
+            l->ram_fd, l->incoming_fd >= 0 ? "off" : "on");
+    }
     arg(a, "-accel");
     /* TCG's translation cache is 1 GiB by default, charged to the cgroup as
      * it fills: 64 MiB is plenty for one small guest. */
@@ -137,8 +149,7 @@ static int build_argv(const struct mvm_state *st, const struct mvm_launch *l, in
     /* tsc_early_khz: without it many TCG boots hang calibrating the TSC
      * (measured.md); cryptomgr.notests: the crypto self-tests are a third
      * of the kernel's boot under TCG. */
-    arg(a,
-        "console=hvc0 quiet panic=-1 cryptomgr.notests init_on_free=1 corral.port=corral.agent%s",
+    arg(a, "console=hvc0 quiet panic=-1 cryptomgr.notests corral.port=corral.agent%s",
         kvm ? "" : " tsc_early_khz=2100000");
     arg(a, "-chardev");
     arg(a, "stdio,id=con,signal=off");
@@ -161,8 +172,10 @@ static int build_argv(const struct mvm_state *st, const struct mvm_launch *l, in
         arg(a, "virtio-blk-device,drive=l%d", i);
     }
     if (l->incoming_fd >= 0) {
+        /* The state comes over QMP once x-ignore-shared is set (QEMU 7.2
+         * takes migration capabilities from QMP only). */
         arg(a, "-incoming");
-        arg(a, "fd:%d", l->incoming_fd);
+        arg(a, "defer");
     }
     if (a->n >= MAX_ARGS || a->off >= sizeof(a->text))
         return crl_err_set(err, CRL_E_INTERNAL, "the QEMU command line is too long");
@@ -309,26 +322,18 @@ int mvm_vm_send_json(struct mvm_vm *vm, uint16_t type, uint32_t stream, char *js
     return r;
 }
 
-int mvm_vm_configure(struct mvm_vm *vm, const char *hostname, size_t n_layers, unsigned disk_mb,
-                     struct crl_err *err)
+int mvm_vm_configure(struct mvm_vm *vm, struct crl_agent_config *c, struct crl_err *err)
 {
-    struct crl_agent_config c;
-    memset(&c, 0, sizeof(c));
-    snprintf(c.hostname, sizeof(c.hostname), "%s", hostname);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    c.realtime_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-    c.seed_len = 32;
-    if (getrandom(c.seed, c.seed_len, 0) != (ssize_t)c.seed_len)
+    c->realtime_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    c->seed_len = 32;
+    if (getrandom(c->seed, c->seed_len, 0) != (ssize_t)c->seed_len)
         return crl_err_sys(err, errno, "getrandom for the guest's seed");
-    c.n_layers = n_layers;
-    for (size_t i = 0; i < n_layers; i++)
-        snprintf(c.layers[i], sizeof(c.layers[i]), "/dev/vd%c", (char)('a' + i));
-    c.disk_mb = disk_mb;
     char *json;
     size_t len;
-    int r = crl_agent_build_config(&c, &json, &len, err);
-    explicit_bzero(c.seed, sizeof(c.seed));
+    int r = crl_agent_build_config(c, &json, &len, err);
+    explicit_bzero(c->seed, sizeof(c->seed));
     if (r < 0)
         return -1;
     crl_agent_host_config_sent(&vm->sess);
@@ -343,6 +348,12 @@ static void handle(struct mvm_vm *vm, const struct crl_agent_frame *f)
     case CRL_AGENT_HELLO: vm->ops->hello(vm); return;
     case CRL_AGENT_READY: vm->ops->ready(vm); return;
     case CRL_AGENT_PING: {
+        if (vm->outq.len > OUTQ_MAX) {
+            mvm_vm_kill(vm, "agent_flood",
+                        "the guest sends PINGs and reads no PONG (%zu bytes queued for it)",
+                        vm->outq.len);
+            return;
+        }
         uint8_t pong[CRL_AGENT_PING_FRAME_SIZE];
         crl_agent_encode_ping(pong, CRL_AGENT_PONG, crl_agent_frame_u64(f));
         if (crl_buf_append(&vm->outq, pong, sizeof(pong)) == 0)
@@ -520,6 +531,7 @@ void mvm_vm_free(struct mvm_vm *vm)
     close_fd(&vm->pidfd);
     close_fd(&vm->agent_fd);
     close_fd(&vm->console_fd);
+    close_fd(&vm->state_fd);
     if (vm->sess_open)
         crl_agent_host_free(&vm->sess);
     vm->sess_open = false;
@@ -590,11 +602,42 @@ static void status_polled(struct crl_qmp *q, json_t *ret, const struct crl_err *
         mvm_vm_kill(vm, "qmp_lost", "cont: %s", e.msg);
 }
 
+static void incoming_answered(struct crl_qmp *q, json_t *ret, const struct crl_err *err, void *ctx)
+{
+    struct mvm_vm *vm = ctx;
+    if (err && !vm->dying)
+        mvm_vm_kill(vm, "restore_failed", "loading the template's state: %s", err->msg);
+}
+
+static void incoming_started(struct crl_qmp *q, json_t *ret, const struct crl_err *err, void *ctx)
+{
+    struct mvm_vm *vm = ctx;
+    if (err && !vm->dying)
+        mvm_vm_kill(vm, "restore_failed", "loading the template's state: %s", err->msg);
+    else if (!err)
+        status_poll(&vm->poll);
+}
+
+/* A restore: x-ignore-shared when the RAM is the template's memfd, the
+ * state's descriptor, the load, then the status until it is done. */
 static void qmp_ready(struct crl_qmp *q, void *ctx)
 {
     struct mvm_vm *vm = ctx;
-    if (vm->incoming)
-        status_poll(&vm->poll);
+    if (!vm->incoming)
+        return;
+    struct crl_err err = CRL_ERR_INIT;
+    json_t *caps =
+        json_pack("{s:[{s:s, s:b}]}", "capabilities", "capability", "x-ignore-shared", "state", 1);
+    if ((vm->ram_shared && crl_qmp_command(q, "migrate-set-capabilities", caps, -1,
+                                           incoming_answered, vm, &err) < 0) ||
+        crl_qmp_command(q, "getfd", json_pack("{s:s}", "fdname", "state"), vm->state_fd,
+                        incoming_answered, vm, &err) < 0 ||
+        crl_qmp_command(q, "migrate-incoming", json_pack("{s:s}", "uri", "fd:state"), -1,
+                        incoming_started, vm, &err) < 0)
+        mvm_vm_kill(vm, "qmp_lost", "starting the restore: %s", err.msg);
+    if (!vm->ram_shared)
+        json_decref(caps);
+    close_fd(&vm->state_fd); /* QEMU has its own now */
 }
 
 static void qmp_event(struct crl_qmp *q, const char *name, json_t *data, void *ctx)
@@ -615,8 +658,12 @@ static void qmp_fail(struct crl_qmp *q, const struct crl_err *err, void *ctx)
 {
     struct mvm_vm *vm = ctx;
     vm->qmp = NULL; /* it closes itself once this returns */
-    if (!vm->dying)
-        mvm_vm_kill(vm, "qmp_lost", "QMP: %s", err->msg);
+    if (!vm->dying) {
+        char tail[256];
+        console_io(&vm->w_console, EPOLLIN); /* QEMU's last words, if it is ending */
+        console_tail(vm, tail, sizeof(tail));
+        mvm_vm_kill(vm, "qmp_lost", "%s; QEMU said: %s", err->msg, tail[0] ? tail : "nothing");
+    }
 }
 
 static const struct crl_qmp_ops qmp_ops = {
@@ -634,7 +681,7 @@ int mvm_vm_start(struct mvm_state *st, struct mvm_vm *vm, const char *name,
     vm->st = st;
     vm->ops = ops;
     vm->ctx = ctx;
-    vm->pidfd = vm->agent_fd = vm->qmp_fd = vm->console_fd = -1;
+    vm->pidfd = vm->agent_fd = vm->qmp_fd = vm->console_fd = vm->state_fd = -1;
     snprintf(vm->name, sizeof(vm->name), "%s", name);
     crl_buf_init(&vm->outq, CRL_BUF_UNBOUNDED);
     int agent[2] = {-1, -1}, qmp[2] = {-1, -1}, con[2] = {-1, -1};
@@ -652,7 +699,7 @@ int mvm_vm_start(struct mvm_state *st, struct mvm_vm *vm, const char *name,
         goto fail;
     }
     int slot_fds[MVM_SLOTS];
-    int keep[4 + MVM_SLOTS + 1];
+    int keep[4 + MVM_SLOTS + 2];
     int n_keep = 0;
     keep[n_keep++] = kernel_fd;
     keep[n_keep++] = initrd_fd;
@@ -662,8 +709,8 @@ int mvm_vm_start(struct mvm_state *st, struct mvm_vm *vm, const char *name,
         slot_fds[i] = l->layer_fds[i] >= 0 ? l->layer_fds[i] : st->placeholder_fd;
         keep[n_keep++] = slot_fds[i];
     }
-    if (l->incoming_fd >= 0)
-        keep[n_keep++] = l->incoming_fd;
+    if (l->ram_fd >= 0)
+        keep[n_keep++] = l->ram_fd;
     static struct argv_buf a; /* the loop's thread only */
     memset(&a, 0, sizeof(a));
     if (build_argv(st, l, kernel_fd, initrd_fd, agent[1], qmp[1], slot_fds, &a, err) < 0)
@@ -708,6 +755,11 @@ int mvm_vm_start(struct mvm_state *st, struct mvm_vm *vm, const char *name,
     vm->deadline.data = vm;
     vm->poll.data = vm;
     vm->incoming = l->incoming_fd >= 0;
+    vm->ram_shared = l->ram_fd >= 0;
+    if (vm->incoming && (vm->state_fd = fcntl(l->incoming_fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+        mvm_vm_kill(vm, "internal", "dup of the template's state: %s", strerror(errno));
+        return 0; /* dead() follows */
+    }
     if (crl_qmp_open(loop, qmp[0], &qmp_ops, vm, &vm->qmp, err) < 0) {
         close(qmp[0]);
         mvm_vm_kill(vm, "internal", "%s", err->msg);
