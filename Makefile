@@ -228,6 +228,7 @@ check: deps
 
 demo: deps
 	$(MAKE) all
+	$(MAKE) microvm-guest
 	scripts/demo.sh
 
 bench: $(BINS)

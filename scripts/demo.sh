@@ -15,6 +15,8 @@ else
     mkdir -p /run/corral /var/log
     set -- --state /var/lib/corral --socket "$SOCK"
     [ -d build/images ] && set -- "$@" --images-from "$PWD/build/images"
+    [ -f build/microvm/initrd.cpio ] && set -- "$@" --microvm-kernel "$PWD/build/microvm/vmlinuz" \
+        --microvm-initrd "$PWD/build/microvm/initrd.cpio"
     "$B/corrald" "$@" >>/var/log/corrald.log 2>&1 &
     echo $! >"$PIDFILE"
     for _ in $(seq 100); do
@@ -32,6 +34,12 @@ run() {
 echo
 echo "== the CLI"
 run corral run --memory-mb 128 -- sh -c 'echo "hello from $(hostname), uid $(id -u)"; cat /proc/self/uid_map'
+if [ -f build/microvm/initrd.cpio ]; then
+    echo "# a microVM: its own kernel (under TCG here when the CPU has no vmx/svm; the first"
+    echo "# create of a shape boots a template, later ones restore it)"
+    run corral run --backend microvm --memory-mb 256 -- sh -c 'echo "kernel $(uname -r) on $(hostname)"'
+    run corral run --backend microvm --memory-mb 256 -- sh -c 'echo "kernel $(uname -r) on $(hostname)"'
+fi
 ID=$(corral create --memory-mb 256 --label demo=yes)
 echo "\$ corral create --memory-mb 256 --label demo=yes"
 echo "$ID"
