@@ -38,6 +38,7 @@ int crl_ga_init_config(const struct crl_agent_config *c, bool first, struct crl_
 #define CRL_GA_BUILTIN_TAR_OUT "corral:tar-out"
 #define CRL_GA_BUILTIN_TAR_IN "corral:tar-in"
 #define CRL_GA_BUILTIN_FILE_IN "corral:file-in"
+#define CRL_GA_BUILTIN_FILE_OUT "corral:file-out"
 /* In an EXEC's child, in its ids and cwd: the exit status. */
 int crl_ga_builtin(char *const argv[]);
 

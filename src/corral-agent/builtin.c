@@ -7,6 +7,8 @@
  *   corral:tar-out DIR   the tree under DIR as a pax tar on stdout
  *   corral:tar-in DIR    a tar on stdin extracted under DIR (made if need
  *                        be); "entries=N" on stderr
+ *   corral:file-out PATH a regular file to stdout (a directory: exit
+ *                        CRL_STREAM_ISDIR, and the host asks for a tar)
  *   corral:file-in PATH MODE   stdin into PATH (MODE in octal), replaced
  *                        whole at stdin's end and not before: the host
  *                        ends stdin only once the upload is whole, and
@@ -16,9 +18,11 @@
  * stderr says why (lib/helper/stream.h), as the container backend's
  * helper does; the host hands both to the files API. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../../lib/helper/file_in.h"
@@ -40,11 +44,46 @@ static int file_in(char *const argv[])
     return code;
 }
 
+static int file_out(char *const argv[])
+{
+    if (!argv[1] || argv[2]) {
+        dprintf(2, "%s: one path, please\n", argv[0]);
+        return CRL_STREAM_FAILED;
+    }
+    int fd = open(argv[1], O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        int e = errno;
+        dprintf(2, "%s\n", strerror(e));
+        return crl_tar_status_of_errno(e);
+    }
+    if (S_ISDIR(st.st_mode))
+        return CRL_STREAM_ISDIR;
+    if (!S_ISREG(st.st_mode)) {
+        dprintf(2, "not a regular file\n");
+        return CRL_STREAM_BAD_INPUT;
+    }
+    char buf[65536];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof(buf))) != 0) {
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 || crl_write_full(1, buf, (size_t)n) < 0) {
+            int e = errno;
+            dprintf(2, "%s\n", strerror(e));
+            return crl_tar_status_of_errno(e);
+        }
+    }
+    return CRL_STREAM_OK;
+}
+
 int crl_ga_builtin(char *const argv[])
 {
     char msg[512] = "";
     if (strcmp(argv[0], CRL_GA_BUILTIN_FILE_IN) == 0)
         return file_in(argv);
+    if (strcmp(argv[0], CRL_GA_BUILTIN_FILE_OUT) == 0)
+        return file_out(argv);
     int out = strcmp(argv[0], CRL_GA_BUILTIN_TAR_OUT) == 0;
     if (!out && strcmp(argv[0], CRL_GA_BUILTIN_TAR_IN) != 0) {
         dprintf(2, "%s: no such builtin\n", argv[0]);

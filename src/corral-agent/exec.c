@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,11 +21,13 @@
 
 /* In the child, between fork and exec: errno goes back on `report`. */
 static void __attribute__((noreturn))
-child(const struct crl_agent_exec *m, int in, int out, int errfd, int report)
+child(const struct crl_agent_exec *m, int in, int out, int errfd, int report, int procs)
 {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
+    if (procs >= 0 && write(procs, "0", 1) != 1) /* into the exec's cgroup, first */
+        goto fail;
     signal(SIGPIPE, SIG_DFL);
     setsid();
     if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(errfd, 2) < 0)
@@ -47,6 +50,21 @@ fail:;
     int e = errno;
     (void)!write(report, &e, sizeof(e));
     _exit(127);
+}
+
+#define LEAVES "/sys/fs/cgroup/corral"
+
+/* A cgroup for exec `id` (a directory descriptor), or -1 where the guest
+ * has no cgroup2: then kills go by session. */
+static int leaf_make(uint32_t id)
+{
+    char path[64];
+    if (mkdir(LEAVES, 0755) < 0 && errno != EEXIST)
+        return -1;
+    snprintf(path, sizeof(path), LEAVES "/e%u", id);
+    if (mkdir(path, 0755) < 0 && errno != EEXIST)
+        return -1;
+    return open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 }
 
 static int send_exit(struct agent *a, struct stream *s, struct crl_err *err)
@@ -107,11 +125,17 @@ int crl_ga_exec_start(struct agent *a, uint32_t id, const struct crl_agent_frame
     struct stream *s = e ? NULL : crl_ga_stream_new(a, id, K_EXEC);
     if (!e && !s)
         e = ENOMEM;
+    /* As PID 1, each exec gets a cgroup of its own in the guest: its tree,
+     * however detached, is what a kill of it reaches. */
+    int procs = -1;
+    if (!e && a->o->pid1 && (s->leaf = leaf_make(id)) >= 0)
+        procs = openat(s->leaf, "cgroup.procs", O_WRONLY | O_CLOEXEC);
     pid_t pid = -1;
     if (!e && (pid = fork()) < 0)
         e = errno;
     if (pid == 0)
-        child(&m, p_in[0], p_out[1], p_err[1], rep[1]);
+        child(&m, p_in[0], p_out[1], p_err[1], rep[1], procs);
+    close_fd(&procs);
     crl_agent_exec_free(&m);
     close_fd(&p_in[0]);
     close_fd(&p_out[1]);
@@ -211,10 +235,59 @@ int crl_ga_exec_maybe_end(struct agent *a, struct stream *s, struct crl_err *err
     return r;
 }
 
+void crl_ga_exec_tidy(void)
+{
+    DIR *d = opendir(LEAVES);
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (e->d_name[0] == 'e')
+            unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR); /* EBUSY while a process is in it */
+    if (d)
+        closedir(d);
+}
+
+/* Every process of a cgroup but `spare`: 1 if it could be read. */
+static int leaf_signal(int leaf, int sig, pid_t spare)
+{
+    int fd = openat(leaf, "cgroup.procs", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        close(fd);
+        return 0;
+    }
+    long pid;
+    while (fscanf(f, "%ld", &pid) == 1)
+        if (pid > 1 && pid != spare)
+            kill((pid_t)pid, sig);
+    fclose(f);
+    return 1;
+}
+
+static void session_signal(pid_t leader, const struct crl_agent_signal *m);
+
+void crl_ga_exec_signal(struct stream *s, const struct crl_agent_signal *m)
+{
+    bool tree = m->scope == CRL_AGENT_SIGNAL_TREE;
+    if (s->leaf >= 0) {
+        /* A kill of the tree is the kernel's, atomic with respect to forks;
+         * other signals, and a tree but its leader, go one by one, twice
+         * (a process forked meanwhile is caught the second time). */
+        if (tree && m->signal == SIGKILL && crl_write_file_at(s->leaf, "cgroup.kill", "1") == 0)
+            return;
+        if (leaf_signal(s->leaf, m->signal, tree ? 0 : s->pid) &&
+            leaf_signal(s->leaf, m->signal, tree ? 0 : s->pid))
+            return;
+    }
+    if (s->pid > 0)
+        session_signal(s->pid, m);
+}
+
 /* Each exec leads a session of its own (setsid in the child): what it
  * started in the background stays in that session or its process group
  * unless it makes a session of its own. */
-void crl_ga_exec_signal(pid_t leader, const struct crl_agent_signal *m)
+static void session_signal(pid_t leader, const struct crl_agent_signal *m)
 {
     if (m->scope == CRL_AGENT_SIGNAL_TREE)
         kill(-leader, m->signal);

@@ -144,7 +144,7 @@ struct stream *crl_ga_stream_new(struct agent *a, uint32_t id, enum kind kind)
         return NULL;
     s->id = id;
     s->kind = kind;
-    s->out[0] = s->out[1] = s->in = s->fd = -1;
+    s->out[0] = s->out[1] = s->in = s->fd = s->leaf = -1;
     crl_buf_init(&s->in_buf, CRL_BUF_UNBOUNDED);
     crl_agent_window_init(&s->win);
     s->next = a->streams;
@@ -169,6 +169,7 @@ void crl_ga_stream_drop(struct agent *a, struct stream *s)
     close_fd(&s->out[1]);
     close_fd(&s->in);
     close_fd(&s->fd);
+    close_fd(&s->leaf);
     crl_buf_free(&s->in_buf);
     free(s);
 }
@@ -295,7 +296,7 @@ static int on_stream_frame(struct agent *a, const struct crl_agent_frame *f, str
         if (crl_agent_parse_signal(f->payload, f->len, &m, &perr) < 0)
             return crl_ga_stream_fail(a, s, f->stream, perr.msg, err);
         if (s->pid > 0)
-            crl_ga_exec_signal(s->pid, &m);
+            crl_ga_exec_signal(s, &m);
         return 0;
     }
     case CRL_AGENT_DATA:
@@ -468,6 +469,8 @@ static int loop(struct agent *a, struct crl_err *err)
                 while (read(a->sigfd, &si, sizeof(si)) > 0)
                     ;
                 crl_ga_reap(a);
+                if (a->o->pid1)
+                    crl_ga_exec_tidy();
                 continue;
             }
             if (fd == a->port) {

@@ -36,6 +36,7 @@ struct stream {
     bool has_stdin;        /* the EXEC asked for STDIN frames */
     int status;
     struct rusage ru;
+    int leaf; /* K_EXEC as PID 1: its cgroup in the guest (a directory), or -1 */
     /* K_GET, K_PUT */
     int fd;
 };
@@ -87,9 +88,12 @@ int crl_ga_exec_stdin(struct agent *a, struct stream *s, struct crl_err *err);
 int crl_ga_exec_output(struct agent *a, struct stream *s, int i, struct crl_err *err);
 /* EXIT, and the stream gone, once the child is reaped and its pipes ended. */
 int crl_ga_exec_maybe_end(struct agent *a, struct stream *s, struct crl_err *err);
-/* Signal an exec's tree (or its descendants only): the processes of the
- * session and the process group it leads. */
-void crl_ga_exec_signal(pid_t leader, const struct crl_agent_signal *m);
+/* Signal an exec's tree (or its descendants only): every process of its
+ * cgroup in the guest, however it detached; without one, of the session
+ * and the process group it leads. */
+void crl_ga_exec_signal(struct stream *s, const struct crl_agent_signal *m);
+/* Remove the execs' cgroups that nothing runs in any more. */
+void crl_ga_exec_tidy(void);
 /* Reap every child that ended (PID 1 reaps orphans too). */
 void crl_ga_reap(struct agent *a);
 

@@ -137,8 +137,9 @@ def any_sandbox_microvm(client):
 
 def test_pause_stops_the_guest(corrald, any_sandbox_microvm):
     sb = any_sandbox_microvm
-    sb.exec("sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.02; done' "
-            ">/dev/null 2>&1 </dev/null &")
+    # the count replaces /tmp/n whole (a reader never sees it empty)
+    sb.exec("sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/n.new; mv /tmp/n.new /tmp/n; "
+            "sleep 0.02; done' >/dev/null 2>&1 </dev/null &")
     time.sleep(0.5)
     r = corrald.request("POST", f"/v1/sandboxes/{sb.id}/pause")
     assert r.status == 200, r.body

@@ -174,6 +174,13 @@ def test_timeout_kills_the_whole_process_tree(sandbox):
     assert b"sleep" not in sandbox.exec("ps -o args").stdout
 
 
+def test_timeout_kills_what_left_its_session_too(sandbox):
+    r = sandbox.exec("setsid sleep 300 >/dev/null 2>&1 </dev/null & sleep 100", timeout=0.5)
+    assert r.reason == "timeout"
+    ps = sandbox.exec("ps -o args").stdout
+    assert b"sleep" not in ps, ps
+
+
 def test_background_children_outlive_the_command(sandbox):
     t0 = time.monotonic()
     r = sandbox.exec("sleep 60 >/dev/null 2>&1 & echo started")

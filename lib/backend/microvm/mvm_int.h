@@ -11,7 +11,8 @@
  *               HELLO, saved with QEMU's migration to a file, restored by
  *               every sandbox of that shape
  *   procs.c     what runs in a guest: execs and sessions (spawn, kill) and
- *               files (open, stream) as agent streams
+ *               files (open, stream) as EXEC streams, the files through the
+ *               agent's builtins
  *
  * The guest is hostile: every byte it sends goes through the host's session
  * (frames checked, streams and windows enforced) before anything here sees
@@ -37,6 +38,9 @@
 /* What a guest's layer slots read as in a template: an empty sparse file
  * this big (the guest sizes its disks once, at boot). */
 #define MVM_PLACEHOLDER_BYTES (64ull << 30)
+/* Shapes (memory, vCPUs) with a template at once: the least recently used
+ * is forgotten for a new one. */
+#define MVM_MAX_TEMPLATES 8
 /* The least memory a guest boots in: Debian's kernel and corral-agent's
  * initramfs (64 MiB powers off in its firmware). */
 #define MVM_MIN_MEMORY_MB 96
@@ -156,7 +160,6 @@ void mvm_templates_free(struct mvm_state *st);
 /* ---- microvm.c: a sandbox ---- */
 
 struct mvm_proc; /* procs.c */
-struct mvm_xfer;
 
 struct mvm_sandbox {
     struct crl_sandbox *sb;
@@ -180,7 +183,6 @@ struct mvm_sandbox {
     struct crl_timer release_timer;
     unsigned release_tries;
     struct mvm_proc *procs;
-    struct mvm_xfer *xfers;
 };
 
 /* ---- procs.c ---- */

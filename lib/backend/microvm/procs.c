@@ -35,7 +35,12 @@ struct mvm_proc {
     struct mvm_proc *next;
     struct mvm_sandbox *m;
     struct crl_proc *p;       /* an exec's or a session's owner, or */
-    struct crl_stream_req *t; /* a tar stream's (an agent builtin) */
+    struct crl_stream_req *t; /* a stream's, or */
+    struct crl_open_req *o;   /* a file read's (agent builtins) */
+    uint64_t bytes;           /* a file read's, so far */
+    char why[256];            /* a file read's stderr: why it failed */
+    int memfd;                /* a file read's bytes, handed over whole */
+    bool too_big;
     int status;
     uint32_t id;
     int out_w[2];           /* our ends of the owner's stdout and stderr pipes */
@@ -47,27 +52,9 @@ struct mvm_proc {
     bool exit_seen, stdin_done;
 };
 
-/* A file read: FILE_GET's DATA into a memfd, handed over whole. */
-struct mvm_xfer {
-    struct mvm_xfer *next;
-    struct mvm_sandbox *m;
-    uint32_t id;
-    struct crl_open_req *o;
-    int fd; /* the memfd */
-    uint64_t bytes;
-};
-
 static struct mvm_proc *find_proc(struct mvm_sandbox *m, uint32_t id)
 {
     for (struct mvm_proc *x = m->procs; x; x = x->next)
-        if (x->id == id)
-            return x;
-    return NULL;
-}
-
-static struct mvm_xfer *find_xfer(struct mvm_sandbox *m, uint32_t id)
-{
-    for (struct mvm_xfer *x = m->xfers; x; x = x->next)
         if (x->id == id)
             return x;
     return NULL;
@@ -122,9 +109,46 @@ static void proc_free(struct mvm_proc *x)
         crl_buf_free(&x->pend[i]);
     }
     close_fd(&x->in_r);
+    close_fd(&x->memfd);
     if (x->p)
         x->p->priv = NULL;
     free(x);
+}
+
+/* A file read ended: its owner gets the memfd, a directory's word, or why
+ * not (the builtin's status and last line, as a stream's). */
+static void open_finish(struct crl_open_req *o, int fd, int st, const char *why, bool too_big)
+{
+    int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    struct crl_err err = CRL_ERR_INIT;
+    if (!too_big && code == CRL_STREAM_OK) {
+        off_t size = lseek(fd, 0, SEEK_END);
+        if (size >= 0 && lseek(fd, 0, SEEK_SET) == 0) {
+            o->done(o, fd, false, (uint64_t)size, NULL);
+            return;
+        }
+        crl_err_sys(&err, errno, "the file read's buffer");
+    } else if (!too_big && code == CRL_STREAM_ISDIR) {
+        o->done(o, fd, true, 0, NULL); /* the owner asks for a tar stream next */
+        return;
+    } else if (too_big) {
+        crl_err_set(&err, CRL_E_TOO_LARGE, "%s: over %llu bytes, more than a read may take",
+                    o->path, (unsigned long long)MAX_GET_BYTES);
+    } else {
+        enum crl_errc ec = code == CRL_STREAM_NOENT    ? CRL_E_NOT_FOUND
+                           : code == CRL_STREAM_DENIED ? CRL_E_FORBIDDEN
+                           : code == CRL_STREAM_NOTDIR || code == CRL_STREAM_BAD_INPUT
+                               ? CRL_E_INVALID
+                           : code == 128 + SIGKILL ? CRL_E_CONFLICT
+                                                   : CRL_E_INTERNAL;
+        crl_err_set(&err, ec, "reading %s: %s", o->path,
+                    why[0]                  ? why
+                    : code == 128 + SIGKILL ? "the sandbox ended meanwhile"
+                                            : "failed");
+    }
+    if (fd >= 0)
+        close(fd);
+    o->done(o, -1, false, 0, &err);
 }
 
 /* The process ended and its output is all in the pipes: tell the owner. */
@@ -134,9 +158,16 @@ static void maybe_finish(struct mvm_proc *x)
         return;
     struct crl_proc *p = x->p;
     struct crl_stream_req *t = x->t;
-    int st = x->status;
+    struct crl_open_req *o = x->o;
+    int st = x->status, memfd = x->memfd;
+    bool too_big = x->too_big;
+    char why[sizeof(x->why)];
+    memcpy(why, x->why, sizeof(why));
+    x->memfd = -1;
     x->p = NULL;
     proc_free(x);
+    if (o)
+        open_finish(o, memfd, st, why, too_big);
     if (p) {
         p->priv = NULL;
         p->exited = true;
@@ -290,7 +321,20 @@ static void proc_frame(struct mvm_proc *x, const struct crl_agent_frame *f)
     case CRL_AGENT_STDOUT:
     case CRL_AGENT_STDERR: {
         int i = f->type == CRL_AGENT_STDOUT ? 0 : 1;
-        if (x->out_w[i] < 0) {
+        if (x->o && i == 1) { /* a file read's stderr: why it failed, its last line kept */
+            size_t have = strlen(x->why), room = sizeof(x->why) - 1 - have;
+            size_t n = f->len < room ? f->len : room;
+            memcpy(x->why + have, f->payload, n);
+            x->why[have + n] = 0;
+            for (char *c = x->why; *c; c++)
+                if ((unsigned char)*c < 0x20)
+                    *c = *(c + 1) ? ' ' : 0;
+        }
+        if (x->o && i == 0 && !x->too_big && (x->bytes += f->len) > MAX_GET_BYTES) {
+            x->too_big = true;
+            signal_proc(x->m, x, SIGKILL, CRL_AGENT_SIGNAL_TREE);
+        }
+        if (x->out_w[i] < 0 || x->too_big) {
             x->ungranted += f->len; /* nobody reads it: take it and let more come */
         } else if (crl_buf_append(&x->pend[i], f->payload, f->len) < 0) {
             mvm_vm_kill(&x->m->vm, "internal", "out of memory for an exec's output");
@@ -384,6 +428,7 @@ static struct mvm_proc *proc_start(struct mvm_sandbox *m, struct start *st, stru
         goto fail;
     }
     x->m = m;
+    x->memfd = -1;
     crl_buf_init(&x->pend[0], CRL_BUF_UNBOUNDED);
     crl_buf_init(&x->pend[1], CRL_BUF_UNBOUNDED);
     x->out_w[0] = st->out_w;
@@ -467,151 +512,38 @@ int mvm_kill(struct crl_sandbox *sb, struct crl_proc *p, enum crl_kill_scope sco
 
 /* ---- files ---- */
 
-static void xfer_free(struct mvm_xfer *x)
-{
-    struct mvm_sandbox *m = x->m;
-    for (struct mvm_xfer **pp = &m->xfers; *pp; pp = &(*pp)->next)
-        if (*pp == x) {
-            *pp = x->next;
-            break;
-        }
-    close_fd(&x->fd);
-    free(x);
-}
-
-static enum crl_errc errno_errc(int e)
-{
-    switch (e) {
-    case ENOENT: return CRL_E_NOT_FOUND;
-    case EACCES:
-    case EPERM: return CRL_E_FORBIDDEN;
-    case ENOSPC:
-    case EDQUOT: return CRL_E_NO_SPACE;
-    case EINVAL:
-    case EISDIR:
-    case ENOTDIR:
-    case EEXIST:
-    case ELOOP: return CRL_E_INVALID;
-    case ENOTSUP: return CRL_E_UNSUPPORTED;
-    default: return CRL_E_INTERNAL;
-    }
-}
-
-/* End a file read: its owner gets the memfd, or why not (errnum < 0: the
- * sandbox ended). */
-static void xfer_end(struct mvm_xfer *x, int errnum, const char *msg)
-{
-    struct crl_open_req *o = x->o;
-    int fd = x->fd;
-    uint64_t size = x->bytes;
-    x->fd = -1;
-    xfer_free(x);
-    if (!errnum && lseek(fd, 0, SEEK_SET) == 0) {
-        o->done(o, fd, false, size, NULL);
-        return;
-    }
-    if (errnum == EISDIR) { /* the owner asks for the directory as a stream next */
-        o->done(o, fd, true, 0, NULL);
-        return;
-    }
-    close(fd);
-    struct crl_err err = CRL_ERR_INIT;
-    crl_err_set(&err, errnum < 0 ? CRL_E_CONFLICT : errno_errc(errnum), "%s",
-                msg && msg[0] ? msg : strerror(errnum));
-    o->done(o, -1, false, 0, &err);
-}
-
-static void get_frame(struct mvm_xfer *x, const struct crl_agent_frame *f)
-{
-    struct mvm_sandbox *m = x->m;
-    struct crl_err err = CRL_ERR_INIT;
-    if (f->type == CRL_AGENT_DATA) {
-        if (f->len == 0)
-            return; /* the RESULT follows */
-        if (x->bytes + f->len > MAX_GET_BYTES) {
-            mvm_vm_send(&m->vm, CRL_AGENT_ERROR, x->id, "{\"message\":\"too large\"}", 23);
-            crl_agent_host_close(&m->vm.sess, x->id);
-            xfer_end(x, EFBIG, "the file is larger than a read may take (1 GiB)");
-            return;
-        }
-        if (crl_write_full(x->fd, f->payload, f->len) < 0) {
-            int e = errno;
-            mvm_vm_send(&m->vm, CRL_AGENT_ERROR, x->id, "{\"message\":\"host failed\"}", 25);
-            crl_agent_host_close(&m->vm.sess, x->id);
-            xfer_end(x, e, "buffering the file");
-            return;
-        }
-        x->bytes += f->len;
-        uint32_t n = f->len;
-        grant(m, x->id, &n, true);
-        return;
-    }
-    if (f->type == CRL_AGENT_RESULT || f->type == CRL_AGENT_ERROR) {
-        struct crl_agent_result r;
-        if (f->type == CRL_AGENT_ERROR) {
-            struct crl_agent_error e;
-            if (crl_agent_parse_error(f->payload, f->len, &e, &err) < 0)
-                goto bad;
-            xfer_end(x, EIO, e.message);
-            return;
-        }
-        if (crl_agent_parse_result(f->payload, f->len, &r, &err) < 0)
-            goto bad;
-        xfer_end(x, r.ok ? 0 : r.error_no ? r.error_no : EIO, r.error);
-        return;
-    }
-    return;
-bad:
-    mvm_vm_kill(&m->vm, "agent_protocol", "%s", err.msg);
-}
-
-static struct mvm_xfer *xfer_new(struct mvm_sandbox *m, const char *path, struct crl_err *err)
-{
-    if (!serving(m)) {
-        crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", m->sb->id);
-        return NULL;
-    }
-    struct mvm_xfer *x = calloc(1, sizeof(*x));
-    if (!x) {
-        crl_err_sys(err, ENOMEM, "a file read");
-        return NULL;
-    }
-    x->m = m;
-    x->fd = -1;
-    struct crl_agent_file f = {.tar = false};
-    snprintf(f.path, sizeof(f.path), "%s", path);
-    char *json;
-    size_t len;
-    if (crl_agent_build_file(CRL_AGENT_FILE_GET, &f, &json, &len, err) < 0 ||
-        crl_agent_host_open(&m->vm.sess, CRL_AGENT_STREAM_GET, &x->id, err) < 0) {
-        free(x);
-        return NULL;
-    }
-    if (mvm_vm_send_json(&m->vm, CRL_AGENT_FILE_GET, x->id, json, len) < 0) {
-        crl_err_set(err, CRL_E_CONFLICT, "sandbox %s: its guest is gone", m->sb->id);
-        free(x);
-        return NULL;
-    }
-    x->next = m->xfers;
-    m->xfers = x;
-    return x;
-}
-
+/* A file read is the agent's corral:file-out, run as the request's user,
+ * its stdout into a memfd handed over whole (at most MAX_GET_BYTES). */
 int mvm_open(struct crl_sandbox *sb, struct crl_open_req *o, struct crl_err *err)
 {
     struct mvm_sandbox *m = sb->priv;
     if ((o->flags & O_ACCMODE) != O_RDONLY)
         return crl_err_set(err, CRL_E_UNSUPPORTED, "microvm: files are written as uploads");
     int fd = memfd_create("corral-file", MFD_CLOEXEC);
-    if (fd < 0)
-        return crl_err_sys(err, errno, "memfd for a file read");
-    struct mvm_xfer *x = xfer_new(m, o->path, err);
-    if (!x) {
-        close(fd);
+    int keep = fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;
+    if (keep < 0) {
+        crl_err_sys(err, errno, "a memfd for a file read");
+        if (fd >= 0)
+            close(fd);
         return -1;
     }
-    x->fd = fd;
+    char *argv[] = {"corral:file-out", (char *)o->path, NULL};
+    char *envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
+    struct start st = {.argv = argv,
+                       .envp = envp,
+                       .cwd = "/",
+                       .uid = o->uid,
+                       .gid = o->gid,
+                       .out_w = fd,
+                       .err_w = -1,
+                       .in_r = -1};
+    struct mvm_proc *x = proc_start(m, &st, err);
+    if (!x) {
+        close(keep);
+        return -1;
+    }
     x->o = o;
+    x->memfd = keep;
     return 0;
 }
 
@@ -668,9 +600,6 @@ void mvm_procs_frame(struct mvm_sandbox *m, const struct crl_agent_frame *f)
         proc_frame(p, f);
         return;
     }
-    struct mvm_xfer *x = find_xfer(m, f->stream);
-    if (x)
-        get_frame(x, f);
 }
 
 void mvm_procs_end(struct mvm_sandbox *m)
@@ -684,6 +613,7 @@ void mvm_procs_end(struct mvm_sandbox *m)
         crl_buf_consume(&x->pend[1], x->pend[1].len);
         struct crl_proc *p = x->p;
         struct crl_stream_req *t = x->t;
+        struct crl_open_req *o = x->o;
         bool started = !crl_timer_armed(&x->started);
         x->p = NULL;
         proc_free(x);
@@ -699,7 +629,7 @@ void mvm_procs_end(struct mvm_sandbox *m)
             t->done(t, CRL_STREAM_GONE);
         else if (t)
             t->started(t, &err);
+        if (o)
+            o->done(o, -1, false, 0, &err);
     }
-    while (m->xfers)
-        xfer_end(m->xfers, -1, "the sandbox ended meanwhile");
 }

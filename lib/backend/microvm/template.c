@@ -61,7 +61,7 @@ struct mvm_template {
     int ram_fd; /* the guest's RAM, a memfd: sealed once saved */
     struct crl_timer poll;
     struct waiter *waiters;
-    double started, hello_s, save_s, ended;
+    double started, hello_s, save_s, ended, last_used;
     uint64_t bytes, ram_bytes;
     unsigned restores;
     char error[300];
@@ -276,13 +276,40 @@ static int build(struct mvm_state *st, struct mvm_template *t, struct crl_err *e
     return 0;
 }
 
+/* Forget the template used longest ago that nothing waits on or builds:
+ * a template holds a memfd as large as what its guest touched, and shapes
+ * are the users' to choose.  Its clones keep their own descriptor of it. */
+static void evict_one(struct mvm_state *st)
+{
+    struct mvm_template **victim = NULL;
+    for (struct mvm_template **tp = &st->templates; *tp; tp = &(*tp)->next)
+        if (!(*tp)->vm_live && !(*tp)->waiters &&
+            (!victim || (*tp)->last_used < (*victim)->last_used))
+            victim = tp;
+    if (!victim)
+        return;
+    struct mvm_template *t = *victim;
+    *victim = t->next;
+    crl_info(NULL, "template %um-%uc forgotten (%u shapes at most): its shape boots a new one",
+             t->mem_mb, t->vcpus, MVM_MAX_TEMPLATES);
+    if (t->path[0])
+        unlink(t->path);
+    close_fd(&t->ram_fd);
+    free(t);
+}
+
 int mvm_template_get(struct mvm_state *st, unsigned mem_mb, unsigned vcpus, int *fd, int *ram_fd,
                      struct crl_agent_hello *hello, mvm_template_cb waiting, void *ctx)
 {
     struct mvm_template *t = st->templates;
-    while (t && (t->mem_mb != mem_mb || t->vcpus != vcpus))
+    unsigned n = 0;
+    while (t && (t->mem_mb != mem_mb || t->vcpus != vcpus)) {
         t = t->next;
+        n++;
+    }
     if (!t) {
+        if (n >= MVM_MAX_TEMPLATES)
+            evict_one(st);
         if (!(t = calloc(1, sizeof(*t))))
             return -1;
         t->mem_mb = mem_mb;
@@ -292,6 +319,7 @@ int mvm_template_get(struct mvm_state *st, unsigned mem_mb, unsigned vcpus, int 
         t->next = st->templates;
         st->templates = t;
     }
+    t->last_used = crl_wall_s();
     if (t->state == T_READY) {
         *fd = open(t->path, O_RDONLY | O_CLOEXEC);
         *ram_fd = *fd >= 0 ? fcntl(t->ram_fd, F_DUPFD_CLOEXEC, 0) : -1;

@@ -657,7 +657,8 @@ static void qmp_event(struct crl_qmp *q, const char *name, json_t *data, void *c
 static void qmp_fail(struct crl_qmp *q, const struct crl_err *err, void *ctx)
 {
     struct mvm_vm *vm = ctx;
-    vm->qmp = NULL; /* it closes itself once this returns */
+    /* The client stays, failed (every command now fails at once), until
+     * QEMU is reaped or the VM freed: they close it, outside its callbacks. */
     if (!vm->dying) {
         char tail[256];
         console_io(&vm->w_console, EPOLLIN); /* QEMU's last words, if it is ending */
