@@ -21,6 +21,7 @@
 struct crl_host;
 struct crl_sandbox;
 struct crl_net_policy;
+struct crl_buf;
 struct json_t;
 
 /* Resource use as a backend measures it. */
@@ -218,6 +219,12 @@ struct crl_backend_ops {
     /* The sandbox's network namespace (crl_backend_net_claim's), for a
      * change of its network; NULL: the backend has no network to change. */
     int (*netns)(struct crl_sandbox *sb);
+
+    /* For an operator: the backend's own state and counters, in the host's
+     * description (GET /v1/host's "backend_info") and its metrics (lines
+     * appended to /metrics' text).  Either may be NULL. */
+    struct json_t *(*host_info)(struct crl_host *h, void *state);
+    void (*metrics)(struct crl_host *h, void *state, struct crl_buf *out);
 };
 
 #endif

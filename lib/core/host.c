@@ -670,9 +670,15 @@ json_t *crl_host_info_json(struct crl_host *h)
     unsigned max =
         h->cfg.max_sandboxes < h->cfg.uid_slots ? h->cfg.max_sandboxes : h->cfg.uid_slots;
     json_t *backends = json_array();
-    for (size_t i = 0; i < h->cfg.n_backends; i++)
-        json_array_append_new(backends, json_string(h->cfg.backends[i]->name));
-    return json_pack(
+    json_t *info = json_object();
+    for (size_t i = 0; i < h->cfg.n_backends; i++) {
+        const struct crl_backend_ops *ops = h->cfg.backends[i];
+        json_array_append_new(backends, json_string(ops->name));
+        json_t *bi = ops->host_info ? ops->host_info(h, h->backend_state[i]) : NULL;
+        if (bi)
+            json_object_set_new(info, ops->name, bi);
+    }
+    json_t *o = json_pack(
         "{s:s, s:s, s:f, s:{s:I, s:i, s:i, s:f, s:f, s:I, s:f, s:i}, s:{s:i, s:I, s:f}, s:{s:I, "
         "s:f, s:i}, s:o, s:s}",
         "host_id", h->cfg.host_id, "state_dir", h->state_dir, "uptime_s",
@@ -685,6 +691,11 @@ json_t *crl_host_info_json(struct crl_host *h)
         "cpus", cpu_cap - h->reserved_cpus, "sandboxes",
         (json_int_t)(max > h->live ? max - h->live : 0), "backends", backends, "cgroup",
         crl_cgroup_mgr_describe(h->cgroups));
+    if (o)
+        json_object_set_new(o, "backend_info", info);
+    else
+        json_decref(info);
+    return o;
 }
 
 char *crl_host_metrics(struct crl_host *h)
@@ -729,5 +740,8 @@ char *crl_host_metrics(struct crl_host *h)
             dns->failed);
 #undef COUNTER
 #undef GAUGE
+    for (size_t i = 0; i < h->cfg.n_backends; i++)
+        if (h->cfg.backends[i]->metrics)
+            h->cfg.backends[i]->metrics(h, h->backend_state[i], &b);
     return b.data;
 }

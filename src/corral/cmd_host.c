@@ -38,6 +38,24 @@ static void show(json_t *h)
            json_integer_value(json_object_get(free_, "sandboxes")),
            json_integer_value(json_object_get(free_, "memory_mb")),
            json_number_value(json_object_get(free_, "cpus")));
+    json_t *vm = json_object_get(json_object_get(h, "backend_info"), "microvm");
+    if (vm && json_object_get(vm, "not_set_up")) {
+        printf("microvm:    %s\n", crl_cli_str(vm, "not_set_up", ""));
+    } else if (vm) {
+        printf("microvm:    %s; %lld restored, %lld booted cold, %lld templates built, "
+               "%lld starts failed\n",
+               crl_cli_str(vm, "accel_why", "?"), json_integer_value(json_object_get(vm, "restores")),
+               json_integer_value(json_object_get(vm, "cold_boots")),
+               json_integer_value(json_object_get(vm, "template_builds")),
+               json_integer_value(json_object_get(vm, "start_failures")));
+        json_t *t;
+        json_array_foreach(json_object_get(vm, "templates"), i, t)
+            printf("template:   %lld MiB, %lld vCPU: %s, %lld restores, RAM %.1f MB\n",
+                   json_integer_value(json_object_get(t, "memory_mb")),
+                   json_integer_value(json_object_get(t, "vcpus")), crl_cli_str(t, "state", "?"),
+                   json_integer_value(json_object_get(t, "restores")),
+                   (double)json_integer_value(json_object_get(t, "ram_bytes")) / 1e6);
+    }
 }
 
 int crl_cmd_host(int argc, char **argv)

@@ -234,3 +234,23 @@ def test_a_guest_that_breaks_the_protocol_is_killed_and_named(corrald_factory):
     assert d.proc.poll() is None
     log = d.log()
     assert "agent_protocol" in log and "agent_flood" in log
+
+
+def test_the_host_tells_an_operator_about_microvms(corrald_factory):
+    d = corrald_factory()
+    with d.client() as c:
+        with c.create(backend="microvm", **SMALL):
+            pass
+        with c.create(backend="microvm", **SMALL) as sb:
+            assert sb.inspect()["microvm"]["start"] == "restored"
+    vm = d.request("GET", "/v1/host").json()["backend_info"]["microvm"]
+    assert vm["accel"] in ("kvm", "tcg") and vm["template_builds"] == 1
+    assert vm["restores"] == 2 and vm["cold_boots"] == 0 and vm["start_failures"] == 0
+    [t] = vm["templates"]
+    assert (t["memory_mb"], t["state"], t["restores"]) == (SMALL["memory_mb"], "ready", 2)
+    assert 0 < t["state_bytes"] < 1 << 20 and t["ram_bytes"] > 0  # the RAM is shared, not saved
+    metrics = d.request("GET", "/metrics").body.decode()
+    assert "corral_microvm_restores_total 2" in metrics
+    from test_cli import corral as cli
+    shown = cli(d, "host").stdout.decode()
+    assert "2 restored, 0 booted cold, 1 templates built" in shown, shown

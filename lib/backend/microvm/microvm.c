@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -427,6 +428,43 @@ static json_t *mvm_info(struct crl_sandbox *sb)
     return o;
 }
 
+/* ---- for an operator ---- */
+
+static json_t *mvm_host_info(struct crl_host *h, void *state)
+{
+    struct mvm_state *st = state;
+    json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:o, s:I, s:I, s:I, s:I, s:I, s:I}", "accel",
+                          st->accel, "accel_why", st->accel_why, "kernel", st->kernel, "initrd",
+                          st->initrd, "templates", mvm_templates_json(st), "restores",
+                          (json_int_t)st->n.restores, "cold_boots", (json_int_t)st->n.cold_boots,
+                          "template_builds", (json_int_t)st->n.template_builds, "start_failures",
+                          (json_int_t)st->n.start_failures, "retries", (json_int_t)st->n.retries,
+                          "guests_killed", (json_int_t)st->n.killed);
+    if (o && st->missing[0])
+        json_object_set_new(o, "not_set_up", json_string(st->missing));
+    return o;
+}
+
+static void mvm_metrics(struct crl_host *h, void *state, struct crl_buf *b)
+{
+    struct mvm_state *st = state;
+    const struct {
+        const char *name, *help;
+        uint64_t v;
+    } c[] = {
+        {"microvm_restores_total", "microVMs started from a template.", st->n.restores},
+        {"microvm_cold_boots_total", "microVMs booted cold.", st->n.cold_boots},
+        {"microvm_template_builds_total", "Templates booted and saved.", st->n.template_builds},
+        {"microvm_start_failures_total", "Starts killed before READY (each retried once).",
+         st->n.start_failures},
+        {"microvm_guests_killed_total", "Ready guests that died or were killed for what they did.",
+         st->n.killed},
+    };
+    for (size_t i = 0; i < CRL_ARRAY_SIZE(c); i++)
+        crl_buf_printf(b, "# HELP corral_%s %s\n# TYPE corral_%s counter\ncorral_%s %" PRIu64 "\n",
+                       c[i].name, c[i].help, c[i].name, c[i].name, c[i].v);
+}
+
 /* ---- start and end of the backend ---- */
 
 static int mvm_init(struct crl_host *h, void **state, struct crl_err *err)
@@ -525,4 +563,6 @@ const struct crl_backend_ops crl_microvm_backend = {
     .stream = mvm_stream,
     .pause = mvm_pause,
     .resume = mvm_resume,
+    .host_info = mvm_host_info,
+    .metrics = mvm_metrics,
 };
