@@ -44,7 +44,8 @@ static void show(json_t *h)
     } else if (vm) {
         printf("microvm:    %s; %lld restored, %lld booted cold, %lld templates built, "
                "%lld starts failed\n",
-               crl_cli_str(vm, "accel_why", "?"), json_integer_value(json_object_get(vm, "restores")),
+               crl_cli_str(vm, "accel_why", "?"),
+               json_integer_value(json_object_get(vm, "restores")),
                json_integer_value(json_object_get(vm, "cold_boots")),
                json_integer_value(json_object_get(vm, "template_builds")),
                json_integer_value(json_object_get(vm, "start_failures")));

@@ -383,6 +383,8 @@ json_t *mvm_templates_json(struct mvm_state *st)
                       "vcpus", (json_int_t)t->vcpus, "state", tstate_name(t->state), "restores",
                       (json_int_t)t->restores, "state_bytes", (json_int_t)t->bytes,
                       "boot_to_hello_s", t->hello_s, "save_s", t->save_s);
+        if (o)
+            json_object_set_new(o, "ram_bytes", json_integer((json_int_t)t->ram_bytes));
         if (o && t->error[0])
             json_object_set_new(o, "error", json_string(t->error));
         json_array_append_new(a, o);

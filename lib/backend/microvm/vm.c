@@ -148,8 +148,11 @@ static int build_argv(const struct mvm_state *st, const struct mvm_launch *l, in
     arg(a, "-append");
     /* tsc_early_khz: without it many TCG boots hang calibrating the TSC
      * (measured.md); cryptomgr.notests: the crypto self-tests are a third
-     * of the kernel's boot under TCG. */
-    arg(a, "console=hvc0 quiet panic=-1 cryptomgr.notests corral.port=corral.agent%s",
+     * of the kernel's boot under TCG; panic=-1 reboot=t: a panicking guest
+     * resets at once by a triple fault (the other ways a microvm has none
+     * of, and the kernel tries them for many seconds), which -no-reboot
+     * makes QEMU's exit. */
+    arg(a, "console=hvc0 quiet panic=-1 reboot=t cryptomgr.notests corral.port=corral.agent%s",
         kvm ? "" : " tsc_early_khz=2100000");
     arg(a, "-chardev");
     arg(a, "stdio,id=con,signal=off");
