@@ -54,6 +54,13 @@ def test_v2_layout_exec_and_timeout(v2):
         (p / "cgroup.procs").read_text().strip() for p in [d, *d.rglob("*")] if p.is_dir())]
 
 
+def _stat(pid):
+    try:
+        return Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return None
+
+
 def test_v2_destroy_kills_daemonised_processes(v2):
     with v2.client() as c:
         sb = c.create(**SMALL)
@@ -68,7 +75,9 @@ def test_v2_destroy_kills_daemonised_processes(v2):
             time.sleep(0.02)
         assert len(pids) >= 3  # init and two sleeps
         sb.destroy()
-        assert not [p for p in pids if Path(f"/proc/{p}").exists()]
+        # not even a zombie: DELETE answers once every pid is free again
+        left = {p: stat for p in pids if (stat := _stat(p))}
+        assert not left
 
 
 def test_v2_sigkill_and_reconcile(v2):

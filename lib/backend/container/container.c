@@ -70,15 +70,20 @@ static void drain(struct crl_timer *t)
     struct crl_sandbox *sb = t->data;
     struct ctr_sandbox *c = sb->priv;
     int n = c->cg ? crl_cgroup_count(c->cg, NULL) : 0;
+    /* A zombie is in no cgroup.procs, yet it holds its pid: the init the
+     * spawner has yet to reap still counts (signal 0 finds it until then). */
+    bool zombie = c->pidfd >= 0 && syscall(SYS_pidfd_send_signal, c->pidfd, 0, NULL, 0) == 0;
     /* Empty, its cgroups may still be busy for a moment: tidy them here,
      * where waiting costs nothing, so that release never waits. */
     bool busy = n == 0 && c->cg && crl_cgroup_tidy(c->cg, c->create_failed) < 0 && errno == EBUSY;
-    if ((n > 0 || busy) && c->drain_tries++ < 5000) {
+    if ((n > 0 || zombie || busy) && c->drain_tries++ < 5000) {
         if (n > 0 && c->drain_tries % 500 == 1)
             crl_cgroup_kill_all(c->cg, NULL);
         crl_timer_start(sb->host->loop, &c->drain_timer, 1000000, drain, sb);
         return;
     }
+    if (zombie)
+        crl_warn(sb->id, "init (pid %d) not reaped after 5s", c->pid);
     if (n > 0)
         crl_error(sb->id,
                   "%d process(es) still in the cgroup after 5s: slot quarantined until restart", n);
