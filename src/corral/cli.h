@@ -44,6 +44,7 @@ int crl_cmd_resume(int argc, char **argv);
 int crl_cmd_net(int argc, char **argv);
 int crl_cmd_forward(int argc, char **argv);
 int crl_cmd_services(int argc, char **argv);
+int crl_cmd_setup(int argc, char **argv); /* runs scripts/microvm-guest.sh */
 
 /* ---- reporting ---- */
 

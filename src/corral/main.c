@@ -32,6 +32,7 @@ static const struct {
     {"forward", crl_cmd_forward, "a local port that reaches a port of a sandbox"},
     {"services", crl_cmd_services, "a sandbox's services and their newest exchanges"},
     {"bench", crl_cmd_bench, "measure sandbox cycles and exec against crun"},
+    {"setup", crl_cmd_setup, "fetch and build what a backend needs (microvm: kernel, initramfs)"},
 };
 
 static void usage(FILE *f)

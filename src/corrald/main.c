@@ -63,7 +63,7 @@ static const char usage[] =
     "                         creates in a burst find their namespaces ready (default 4)\n"
     "  --microvm-kernel FILE  the microvm guests' kernel (default <state>/microvm/vmlinuz)\n"
     "  --microvm-initrd FILE  their initramfs, with corral-agent as /init (default\n"
-    "                         <state>/microvm/initrd.cpio; `make microvm-guest` builds both)\n"
+    "                         <state>/microvm/initrd.cpio; `corral setup microvm` makes both)\n"
     "  --microvm-accel auto|kvm|tcg  how guests run: kvm where the CPU has vmx or svm\n"
     "                         and /dev/kvm opens, else tcg (emulation); default auto\n"
     "  --microvm-cold         boot every microvm guest cold, no template (to measure\n"

@@ -139,7 +139,7 @@ def _end_with_the_tests():
 class Corrald:
     """One corrald process started by the tests."""
 
-    def __init__(self, base_dir, extra_args=(), state_dir=None, netns=None):
+    def __init__(self, base_dir, extra_args=(), state_dir=None, netns=None, microvm_args=True):
         self.build = BUILD
         self.netns = netns
         self.base_dir = Path(base_dir)  # the log and the token
@@ -157,6 +157,7 @@ class Corrald:
         self.token_file.chmod(0o600)
         self.cgroup_parent = f"corral-it-{os.getpid()}-{next(_serial)}"
         self.extra_args = list(extra_args)
+        self.microvm_args = microvm_args  # False: corrald finds the guest in <state>/microvm
         self.pass_fds = ()  # descriptors the next start() hands corrald
         self.log_path = self.base_dir / "corrald.log"
         self.url = f"unix://{self.socket_path}"
@@ -173,7 +174,7 @@ class Corrald:
                 "--listen", "127.0.0.1:0", "--token-file", str(self.token_file)]
         if IMAGES.is_dir():
             args += ["--images-from", str(IMAGES)]
-        if MICROVM_READY:
+        if MICROVM_READY and self.microvm_args:
             args += MICROVM_ARGS
         return args + self.extra_args
 
@@ -339,10 +340,10 @@ class Corrald:
                 shutil.rmtree(self.run_dir, ignore_errors=True)
 
 
-def start_corrald(base_dir, extra_args=(), state_dir=None, netns=None):
+def start_corrald(base_dir, extra_args=(), state_dir=None, netns=None, microvm_args=True):
     """Start a corrald of its own in ``base_dir`` (in the network namespace
     ``netns``, a path, if given) and wait until it is ready."""
-    return Corrald(base_dir, extra_args, state_dir, netns)
+    return Corrald(base_dir, extra_args, state_dir, netns, microvm_args)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -367,11 +368,13 @@ def corrald(tmp_path_factory):
 
 @pytest.fixture
 def corrald_factory(tmp_path):
-    """start(extra_args=(), state_dir=None, netns=None) -> a Corrald of the test's own."""
+    """start(extra_args=(), state_dir=None, netns=None, microvm_args=True) -> a Corrald
+    of the test's own (microvm_args False: without --microvm-kernel/--microvm-initrd)."""
     started = []
 
-    def start(extra_args=(), state_dir=None, netns=None):
-        d = start_corrald(tmp_path / f"corrald{len(started)}", extra_args, state_dir, netns)
+    def start(extra_args=(), state_dir=None, netns=None, microvm_args=True):
+        d = start_corrald(tmp_path / f"corrald{len(started)}", extra_args, state_dir, netns,
+                          microvm_args)
         started.append(d)
         return d
 

@@ -85,6 +85,37 @@ def test_a_missing_kernel_is_a_clear_error(corrald_factory):
             assert sb.exec("echo ok").stdout == b"ok\n"
 
 
+@pytest.fixture
+def state_dir():
+    """A state directory of the test's own, gone after the daemon using it."""
+    d = Path(tempfile.mkdtemp(prefix="corral-setup-", dir="/tmp"))
+    d.chmod(0o711)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_corral_setup_puts_the_guest_where_corrald_looks(state_dir, corrald_factory):
+    # the kernel apt fetched for `make microvm-guest` is in the cache: no download
+    r = subprocess.run([str(BUILD / "corral"), "setup", "microvm", "--state", str(state_dir)],
+                       capture_output=True, timeout=600)
+    assert r.returncode == 0, r.stderr.decode()
+    guest = state_dir / "microvm"
+    # the same files `make microvm-guest` made (the initramfs is reproducible)
+    for name in ("vmlinuz", "initrd.cpio", "kernel.manifest"):
+        assert (guest / name).read_bytes() == (MICROVM / name).read_bytes(), name
+    assert not [p.name for p in guest.iterdir() if p.name.endswith(".tmp")]
+    version = dict(line.split("=", 1) for line in
+                   (guest / "kernel.manifest").read_text().splitlines())["version"]
+    d = corrald_factory(state_dir=state_dir, microvm_args=False)  # no --microvm-kernel
+    with d.client() as c:
+        assert c.host()["backend_info"]["microvm"]["kernel"] == str(guest / "vmlinuz")
+        with c.create(backend="microvm", **SMALL) as sb:
+            assert sb.exec("uname -r").stdout.decode().strip() == version
+    r = subprocess.run([str(BUILD / "corral"), "setup", "microvm", "--state", str(state_dir),
+                        "--agent", str(state_dir / "no-agent")], capture_output=True)
+    assert r.returncode == 1 and b"no-agent" in r.stderr
+
+
 @pytest.mark.skipif(" vmx" in Path("/proc/cpuinfo").read_text() or
                     " svm" in Path("/proc/cpuinfo").read_text(),
                     reason="this CPU has hardware virtualisation: kvm is no error here")

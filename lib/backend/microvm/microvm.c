@@ -495,8 +495,8 @@ static int mvm_init(struct crl_host *h, void **state, struct crl_err *err)
     for (int i = 0; i < 3 && !st->missing[0]; i++)
         if (access(paths[i], i == 0 ? X_OK : R_OK) < 0)
             snprintf(st->missing, sizeof(st->missing),
-                     "the microvm backend is not set up: no %s at %s (%s): run `make "
-                     "microvm-guest` or pass --microvm-kernel and --microvm-initrd",
+                     "the microvm backend is not set up: no %s at %s (%s): run `corral "
+                     "setup microvm` or pass --microvm-kernel and --microvm-initrd",
                      what[i], paths[i], strerror(errno));
     if (st->missing[0])
         crl_warn(NULL, "microvm: %s", st->missing);
