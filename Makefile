@@ -46,10 +46,12 @@ BENCH_SRC := $(wildcard src/corral-bench/*.c) src/corral/cli.c
 SPAWNER_SRC := $(wildcard src/corral-spawner/*.c)
 IMPORT_SRC := $(wildcard src/corral-import/*.c)
 ZYGOTE_SRC := $(wildcard src/corral-zygote/*.c)
+UNPACK_SRC := $(wildcard src/corral-unpack/*.c)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 
 BINS := $(B)/corrald $(B)/corral $(B)/corral-bench $(B)/corral-spawner $(B)/corral-import $(B)/corral-zygote \
+        $(B)/corral-unpack \
         $(B)/corral-init $(B)/corral-probe $(B)/corral-agent
 
 .PHONY: all clean check check-unit check-integration check-san check-style deps images \
@@ -80,6 +82,9 @@ $(B)/corral-spawner: $(SPAWNER_SRC:%.c=$(B)/obj/%.o) $(LIB)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 $(B)/corral-import: $(IMPORT_SRC:%.c=$(B)/obj/%.o) $(LIB)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(B)/corral-unpack: $(UNPACK_SRC:%.c=$(B)/obj/%.o) $(LIB)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 # The function backend's zygote embeds the Python interpreter.

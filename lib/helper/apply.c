@@ -332,7 +332,8 @@ static int record_whiteout(struct ctx *c, const char *target)
 }
 
 /* OVERLAY, D/.wh..wh..opq: D's opaque xattrs, trusted.* for an overlay
- * the host or a guest mounts, user.* for one mounted in a user namespace. */
+ * the host or a guest mounts (unless CRL_APPLY_USER_OPAQUE), user.* for one
+ * mounted in a user namespace. */
 static int record_opaque(struct ctx *c)
 {
     static const char what[] = " (marking its directory opaque)";
@@ -342,7 +343,9 @@ static int record_opaque(struct ctx *c)
         return resolve_failed(c, errno, c->path, what);
     cleanup_close int d =
         crl_path_fd(crl_path_openat2(dir, ".", O_RDONLY | O_DIRECTORY, 0, c->resolve));
-    if (d < 0 || fsetxattr(d, "trusted.overlay.opaque", "y", 1, 0) < 0 ||
+    if (d < 0 ||
+        (!(c->o->flags & CRL_APPLY_USER_OPAQUE) &&
+         fsetxattr(d, "trusted.overlay.opaque", "y", 1, 0) < 0) ||
         fsetxattr(d, "user.overlay.opaque", "y", 1, 0) < 0)
         return sys_failed(c, errno, c->path, what);
     return 0;

@@ -54,6 +54,10 @@ enum crl_apply_mode {
 #define CRL_APPLY_CAPS 0x04u    /* keep security.capability, besides user.* (not user.overlay.*) */
 #define CRL_APPLY_EXACT 0x08u   /* an xattr the file system refuses fails (else it is dropped) */
 #define CRL_APPLY_EMPTY_ROOT 0x10u /* an entry named "" is the root (else refused) */
+/* OVERLAY: an opaque directory is marked with user.overlay.opaque alone (a
+ * userxattr overlay's, and what lib/traj/ckpt.h reads), for a tree made
+ * where trusted.* cannot be written (a user namespace) */
+#define CRL_APPLY_USER_OPAQUE 0x20u
 
 struct crl_apply {
     enum crl_apply_mode mode;

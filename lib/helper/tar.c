@@ -200,19 +200,17 @@ static int status_of(const struct crl_err *err)
     return err->sys_errno ? crl_tar_status_of_errno(err->sys_errno) : CRL_STREAM_FAILED;
 }
 
-int crl_tar_apply(int in_fd, unsigned flags, unsigned long *entries, char *msg, size_t msglen)
+/* Apply the tar read from in_fd as *o says; msg says why not, or
+ * "entries=N". */
+static int apply_stream(int in_fd, const struct crl_apply *o, unsigned long *entries, char *msg,
+                        size_t msglen)
 {
     int code = CRL_STREAM_FAILED;
     *entries = 0;
-    snprintf(msg, msglen, "restoring: out of memory");
-    cleanup_close int root = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    snprintf(msg, msglen, "%s: out of memory", o->what);
     struct archive *a = archive_read_new();
-    if (root < 0) {
-        snprintf(msg, msglen, "restoring: opening the tree: %s", strerror(errno));
-        goto out;
-    }
     if (!a)
-        goto out;
+        return code;
     archive_read_support_format_tar(a);
     archive_read_support_format_gnutar(a);
     archive_read_support_filter_none(a);
@@ -220,9 +218,33 @@ int crl_tar_apply(int in_fd, unsigned flags, unsigned long *entries, char *msg, 
     archive_read_support_filter_zstd(a);
     archive_read_support_filter_xz(a);
     if (archive_read_open_fd(a, in_fd, 64 * 1024) != ARCHIVE_OK) {
-        snprintf(msg, msglen, "restoring: not a tar archive: %s", archive_error_string(a));
+        snprintf(msg, msglen, "%s: not a tar archive: %s", o->what, archive_error_string(a));
         code = CRL_STREAM_BAD_INPUT;
         goto out;
+    }
+    struct crl_apply_stats st = {0};
+    struct crl_err err = CRL_ERR_INIT;
+    int r = crl_apply_archive(a, o, &st, &err);
+    *entries = (unsigned long)st.entries;
+    if (r < 0) {
+        snprintf(msg, msglen, "%s", err.msg);
+        code = err.code == CRL_E_TOO_LARGE ? CRL_STREAM_NOSPACE : status_of(&err);
+        goto out;
+    }
+    snprintf(msg, msglen, "entries=%lu", *entries);
+    code = CRL_STREAM_OK;
+out:
+    archive_read_free(a);
+    return code;
+}
+
+int crl_tar_apply(int in_fd, unsigned flags, unsigned long *entries, char *msg, size_t msglen)
+{
+    *entries = 0;
+    cleanup_close int root = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (root < 0) {
+        snprintf(msg, msglen, "restoring: opening the tree: %s", strerror(errno));
+        return CRL_STREAM_FAILED;
     }
     /* A restore is exact or an error: an xattr the file system will not
      * hold fails it.  Owners are numeric: no uid/gid lookups, and the
@@ -233,19 +255,20 @@ int crl_tar_apply(int in_fd, unsigned flags, unsigned long *entries, char *msg, 
         .root = root,
         .what = "restoring",
     };
-    struct crl_apply_stats st = {0};
-    struct crl_err err = CRL_ERR_INIT;
-    int r = crl_apply_archive(a, &o, &st, &err);
-    *entries = (unsigned long)st.entries;
-    if (r < 0) {
-        snprintf(msg, msglen, "%s", err.msg);
-        code = status_of(&err);
-        goto out;
-    }
-    snprintf(msg, msglen, "entries=%lu", *entries);
-    code = CRL_STREAM_OK;
-out:
-    if (a)
-        archive_read_free(a);
-    return code;
+    return apply_stream(in_fd, &o, entries, msg, msglen);
+}
+
+int crl_tar_unpack_layer(int in_fd, int root, uint64_t max_entries, unsigned long *entries,
+                         char *msg, size_t msglen)
+{
+    /* Exact: an xattr the tree will not hold (user.* on a file system
+     * without them) fails rather than leaving a checkpoint short of it. */
+    struct crl_apply o = {
+        .mode = CRL_APPLY_OVERLAY,
+        .flags = CRL_APPLY_EXACT | CRL_APPLY_OWNERS | CRL_APPLY_USER_OPAQUE,
+        .root = root,
+        .what = "the guest's layer",
+        .max_entries = max_entries,
+    };
+    return apply_stream(in_fd, &o, entries, msg, msglen);
 }

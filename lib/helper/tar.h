@@ -12,6 +12,7 @@
 #define CRL_HELPER_TAR_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Write the tree under the current directory to `out_fd` as a pax tar.
  * Returns 0, or -1 with a message in msg. */
@@ -45,6 +46,17 @@ int crl_tar_in(int in_fd, unsigned long *entries, char *msg, size_t msglen);
  * number of entries in *entries, or the failure with a message naming the
  * path, as "restoring /etc/x: No space left on device". */
 int crl_tar_apply(int in_fd, unsigned flags, unsigned long *entries, char *msg, size_t msglen);
+
+/* A microVM guest's writable layer, as its agent's corral:layer-out wrote
+ * it (an OCI layer's tar: D/.wh.NAME a whiteout, D/.wh..wh..opq an opaque
+ * D), unpacked from `in_fd` into the empty directory `root` in the form a
+ * checkpoint reads (lib/traj/ckpt.h's CRL_LAYER_OVERLAY): whiteouts as 0/0
+ * character devices, opaque directories marked user.overlay.opaque alone,
+ * owners numeric.  apply.h's applier in its CRL_APPLY_OVERLAY mode, exact;
+ * past max_entries (0: no limit), CRL_STREAM_NOSPACE.  Returns an enum
+ * crl_stream_status, as crl_tar_apply. */
+int crl_tar_unpack_layer(int in_fd, int root, uint64_t max_entries, unsigned long *entries,
+                         char *msg, size_t msglen);
 
 /* An errno as an enum crl_stream_status (ENOSPC: CRL_STREAM_NOSPACE, ...). */
 int crl_tar_status_of_errno(int e);
