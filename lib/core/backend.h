@@ -121,6 +121,15 @@ struct crl_snapshot_view {
     gid_t gid_shift; /* as host id - shift, so a checkpoint is host-independent */
 };
 
+/* A writable layer the backend must first fetch (a microVM's, from inside
+ * its guest): done is called once, on the loop, never before
+ * snapshot_start has returned, with the view or why not. */
+struct crl_snapshot_req {
+    void (*done)(struct crl_snapshot_req *rq, const struct crl_snapshot_view *v,
+                 const struct crl_err *err);
+    void *ctx;
+};
+
 /* Apply a change set to a sandbox whose writable state is still its
  * image's: a tar stream in the checkpoint format (lib/traj/ckpt.h):
  * parents before children, each path once; `D/.wh.NAME` removes D/NAME (and
@@ -206,9 +215,11 @@ struct crl_backend_ops {
     int (*open)(struct crl_sandbox *sb, struct crl_open_req *o, struct crl_err *err);
     int (*stream)(struct crl_sandbox *sb, struct crl_stream_req *t, struct crl_err *err);
 
-    /* Checkpoints: open the writable layer to read (synchronous), and
-     * restore a change set into a fresh sandbox (asynchronous). */
+    /* Checkpoints: open the writable layer to read (synchronous; or, where
+     * it must be fetched first, snapshot_start: a backend has one of the
+     * two), and restore a change set into a fresh sandbox (asynchronous). */
     int (*snapshot)(struct crl_sandbox *sb, struct crl_snapshot_view *v, struct crl_err *err);
+    int (*snapshot_start)(struct crl_sandbox *sb, struct crl_snapshot_req *rq, struct crl_err *err);
     int (*restore)(struct crl_sandbox *sb, struct crl_restore_req *rq, struct crl_err *err);
 
     /* Stop every process of the sandbox and release what memory can be

@@ -675,28 +675,55 @@ static void ckpt_done(struct crl_traj_job *j, const struct crl_err *err)
     job_release(s);
 }
 
-/* Open the sandbox's writable layer for a checkpoint (on the loop: cheap). */
-static int open_view(struct crl_traj_sb *s, struct crl_snapshot_view *v, struct crl_err *err)
+static void view_fetched(struct crl_snapshot_req *rq, const struct crl_snapshot_view *v,
+                         const struct crl_err *err)
+{
+    struct crl_traj_job *j = rq->ctx;
+    if (err) {
+        j->done(j, err); /* as if the job had failed: it releases its hold */
+        return;
+    }
+    *j->view = *v;
+    crl_trajs_submit(j->ts, j);
+}
+
+/* Open the sandbox's writable layer into *v for job j, then queue j: at
+ * once where the backend opens it on the loop (cheap), once the backend
+ * has fetched it where it must (snapshot_start).  s is held for j from
+ * here; -1 if it cannot even start, with nothing held or queued. */
+static int submit_with_view(struct crl_traj_sb *s, struct crl_traj_job *j,
+                            struct crl_snapshot_view *v, struct crl_err *err)
 {
     struct crl_sandbox *sb = s->sb;
     *v = (struct crl_snapshot_view){.dir_fd = -1};
+    if (sb->ops->snapshot_start) {
+        j->ts = s->ts;
+        j->view = v;
+        j->snap = (struct crl_snapshot_req){.done = view_fetched, .ctx = j};
+        job_hold(s);
+        if (sb->ops->snapshot_start(sb, &j->snap, err) < 0) {
+            job_release(s);
+            return -1;
+        }
+        return 0;
+    }
     if (!sb->ops->snapshot)
         return crl_err_set(err, CRL_E_UNSUPPORTED, "the %s backend cannot take checkpoints",
                            sb->ops->name);
-    return sb->ops->snapshot(sb, v, err);
+    if (sb->ops->snapshot(sb, v, err) < 0)
+        return -1;
+    job_hold(s);
+    crl_trajs_submit(s->ts, j);
+    return 0;
 }
 
 int crl_traj_checkpoint_start(struct crl_traj_ckpt_job *cj, struct crl_err *err)
 {
     struct crl_traj_sb *s = cj->s;
-    if (open_view(s, &cj->view, err) < 0)
-        return -1;
     memcpy(cj->parent, s->state, sizeof(cj->parent));
     cj->job.work = ckpt_work;
     cj->job.done = ckpt_done;
-    job_hold(s);
-    crl_trajs_submit(s->ts, &cj->job);
-    return 0;
+    return submit_with_view(s, &cj->job, &cj->view, err);
 }
 
 static int restore_work(struct crl_traj_job *j, struct crl_err *err)
@@ -841,9 +868,7 @@ int crl_traj_record_start(struct crl_traj_record_job *rj, struct crl_err *err)
         snprintf(st->ckpt, sizeof(st->ckpt), "%s", rj->ckpt_given);
         st->known = true;
     } else if (rj->changes_state && s->mode == CRL_CKPT_EVERY_STEP) {
-        if (open_view(s, &rj->view, err) < 0)
-            return -1;
-        rj->take = true;
+        rj->take = true; /* the view is opened last, below */
         memcpy(rj->parent_state, s->state, sizeof(rj->parent_state));
         st->known = true;
     } else if (rj->changes_state) {
@@ -863,6 +888,8 @@ int crl_traj_record_start(struct crl_traj_record_job *rj, struct crl_err *err)
     json_object_set_new(rj->rec, "recorded_at", json_real(crl_wall_s()));
     rj->job.work = record_work;
     rj->job.done = record_done;
+    if (rj->take)
+        return submit_with_view(s, &rj->job, &rj->view, err);
     job_hold(s);
     crl_trajs_submit(s->ts, &rj->job);
     return 0;

@@ -159,6 +159,10 @@ struct crl_traj_job {
     int rc;
     struct crl_err err;
     struct crl_traj_job *next;
+    /* A job that reads a sandbox's layer, while its backend fetches it
+     * (struct crl_snapshot_req): where the view goes. */
+    struct crl_snapshot_req snap;
+    struct crl_snapshot_view *view;
 };
 
 void crl_trajs_submit(struct crl_trajs *ts, struct crl_traj_job *j);

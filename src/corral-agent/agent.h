@@ -39,8 +39,14 @@ int crl_ga_init_config(const struct crl_agent_config *c, bool first, struct crl_
 #define CRL_GA_BUILTIN_TAR_IN "corral:tar-in"
 #define CRL_GA_BUILTIN_FILE_IN "corral:file-in"
 #define CRL_GA_BUILTIN_FILE_OUT "corral:file-out"
+#define CRL_GA_BUILTIN_LAYER_OUT "corral:layer-out"
+#define CRL_GA_BUILTIN_LAYER_IN "corral:layer-in"
+/* corral:layer-out finds the writable layer (crl_ga_rw_fd) here. */
+#define CRL_GA_LAYER_FD 3
 /* In an EXEC's child, in its ids and cwd: the exit status. */
 int crl_ga_builtin(char *const argv[]);
+/* corral:layer-out and corral:layer-in (layer.c), as root. */
+int crl_ga_layer(char *const argv[]);
 
 /* The writable layer (PID 1's, once configured; -1 else): its use goes
  * out with every EXIT, for the sandbox's disk usage. */

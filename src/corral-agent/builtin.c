@@ -9,6 +9,7 @@
  *                        be); "entries=N" on stderr
  *   corral:file-out PATH a regular file to stdout (a directory: exit
  *                        CRL_STREAM_ISDIR, and the host asks for a tar)
+ *   corral:layer-out, corral:layer-in   a checkpoint's halves (layer.c)
  *   corral:file-in PATH MODE   stdin into PATH (MODE in octal), replaced
  *                        whole at stdin's end and not before: the host
  *                        ends stdin only once the upload is whole, and
@@ -84,6 +85,14 @@ int crl_ga_builtin(char *const argv[])
         return file_in(argv);
     if (strcmp(argv[0], CRL_GA_BUILTIN_FILE_OUT) == 0)
         return file_out(argv);
+    if (strcmp(argv[0], CRL_GA_BUILTIN_LAYER_OUT) == 0 ||
+        strcmp(argv[0], CRL_GA_BUILTIN_LAYER_IN) == 0) {
+        if (getuid() != 0) {
+            dprintf(2, "%s: root's alone\n", argv[0]);
+            return CRL_STREAM_DENIED;
+        }
+        return crl_ga_layer(argv);
+    }
     int out = strcmp(argv[0], CRL_GA_BUILTIN_TAR_OUT) == 0;
     if (!out && strcmp(argv[0], CRL_GA_BUILTIN_TAR_IN) != 0) {
         dprintf(2, "%s: no such builtin\n", argv[0]);

@@ -42,7 +42,10 @@ child(const struct crl_agent_exec *m, int in, int out, int errfd, int report, in
     if (strncmp(m->argv[0], CRL_GA_BUILTIN_PREFIX, strlen(CRL_GA_BUILTIN_PREFIX)) == 0) {
         /* No exec closes what the agent holds: its end of this child's
          * stdin among it, which would never see its end of file. */
-        close_range(3, ~0u, 0); /* report too: started, as an exec would be */
+        bool layer = strcmp(m->argv[0], CRL_GA_BUILTIN_LAYER_OUT) == 0 && m->uid == 0;
+        if (layer && crl_ga_rw_fd >= 0 && dup2(crl_ga_rw_fd, CRL_GA_LAYER_FD) < 0)
+            goto fail;
+        close_range(layer ? CRL_GA_LAYER_FD + 1 : 3, ~0u, 0); /* report too: started */
         _exit(crl_ga_builtin(m->argv));
     }
     execvp(m->argv[0], m->argv);

@@ -27,6 +27,9 @@
 #define LAYERS RUN "/layers"
 #define RW RUN "/rw"
 #define NEWROOT RUN "/root"
+/* /etc/hostname, hosts and resolv.conf, in a layer of their own above the
+ * image's: not in the writable layer, so no checkpoint carries them. */
+#define ETC_LAYER RUN "/etc-layer"
 
 void crl_ga_power_off(void)
 {
@@ -143,11 +146,64 @@ static int forget_cache(const char *dev, struct crl_err *err)
     return 0;
 }
 
-/* The layers read-only (top first, as overlayfs lists them too), the
- * writable layer (ext4 on the disk, else a tmpfs) as the upper dir, the
- * overlay at NEWROOT. */
-static int build_root(const struct crl_agent_config *c, struct crl_err *err)
+/* The /etc files the host sent, in the directory `etc` (made here). */
+static int write_etc_files(int dir, const struct crl_agent_config *c, struct crl_err *err)
 {
+    const char *names[3] = {"hostname", "hosts", "resolv.conf"};
+    const char *texts[3] = {c->etc_hostname, c->etc_hosts, c->etc_resolv_conf};
+    if (mkdirat(dir, "etc", 0755) < 0 && errno != EEXIST)
+        return crl_err_sys(err, errno, "mkdir /etc");
+    int etc = openat(dir, "etc", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (etc < 0)
+        return crl_err_sys(err, errno, "open /etc");
+    for (int i = 0; i < 3; i++) {
+        if (!texts[i][0])
+            continue;
+        if (unlinkat(etc, names[i], 0) < 0 && errno != ENOENT) {
+            crl_err_sys(err, errno, "replace /etc/%s", names[i]);
+            goto fail;
+        }
+        int fd = openat(etc, names[i], O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd < 0 || crl_write_full(fd, texts[i], strlen(texts[i])) < 0) {
+            int e = errno;
+            if (fd >= 0)
+                close(fd);
+            crl_err_sys(err, e, "write /etc/%s", names[i]);
+            goto fail;
+        }
+        close(fd);
+    }
+    close(etc);
+    return 0;
+fail:
+    close(etc);
+    return -1;
+}
+
+/* Whether the image's /etc, as its top-most layer with one has it, is a
+ * directory (or there is none): then the /etc files go in a layer of their
+ * own; else (a symlink, a whiteout) they are written into the root. */
+static bool etc_layer_fits(size_t n_layers)
+{
+    for (size_t i = 0; i < n_layers; i++) {
+        char p[96];
+        struct stat st;
+        snprintf(p, sizeof(p), LAYERS "/%zu/etc", i);
+        if (lstat(p, &st) == 0)
+            return S_ISDIR(st.st_mode);
+    }
+    return true;
+}
+
+/* The layers read-only (top first, as overlayfs lists them too) under the
+ * /etc layer, the writable layer (ext4 on the disk, else a tmpfs) as the
+ * upper dir, the overlay at NEWROOT.  No redirects and no metacopy (as in a
+ * userxattr overlay, a container's): the upper dir alone says what changed,
+ * which a checkpoint reads (corral:layer-out).  Sets *etc_done when the
+ * /etc files are in their layer. */
+static int build_root(const struct crl_agent_config *c, bool *etc_done, struct crl_err *err)
+{
+    *etc_done = false;
     if (mkdirs(RW, err) < 0 || mkdirs(NEWROOT, err) < 0)
         return -1;
     if (c->disk[0]) {
@@ -182,8 +238,28 @@ static int build_root(const struct crl_agent_config *c, struct crl_err *err)
                                dir);
         off += (size_t)snprintf(lower + off, sizeof(lower) - off, "%s%s", i ? ":" : "", dir);
     }
-    char data[sizeof(lower) + 128];
-    snprintf(data, sizeof(data), "lowerdir=%s,upperdir=%s/upper,workdir=%s/work", lower, RW, RW);
+    char etc_lower[sizeof(lower) + 64];
+    if (etc_layer_fits(c->n_layers)) {
+        if (mkdirs(ETC_LAYER, err) < 0)
+            return -1;
+        if (mount("tmpfs", ETC_LAYER, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m") < 0)
+            return crl_err_sys(err, errno, "mount a tmpfs on %s", ETC_LAYER);
+        int d = open(ETC_LAYER, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (d < 0)
+            return crl_err_sys(err, errno, "open %s", ETC_LAYER);
+        int r = write_etc_files(d, c, err);
+        close(d);
+        if (r < 0)
+            return -1;
+        snprintf(etc_lower, sizeof(etc_lower), "%s:%s", ETC_LAYER, lower);
+        *etc_done = true;
+    } else {
+        snprintf(etc_lower, sizeof(etc_lower), "%s", lower);
+    }
+    char data[sizeof(etc_lower) + 160];
+    snprintf(data, sizeof(data),
+             "lowerdir=%s,upperdir=%s/upper,workdir=%s/work,redirect_dir=off,metacopy=off",
+             etc_lower, RW, RW);
     if (mount("overlay", NEWROOT, "overlay", MS_NODEV, data) < 0)
         return crl_err_sys(err, errno, "mount overlay on %s (%s)", NEWROOT, data);
     return 0;
@@ -219,30 +295,20 @@ static int switch_root(struct crl_err *err)
     return 0;
 }
 
-/* The /etc files the host sent, over whatever the image has (a symlink
- * replaced, not followed), where the image has an /etc. */
+/* Where the /etc files have no layer of their own (no image layers, or an
+ * image whose /etc is no directory): over whatever the root has (a symlink
+ * replaced, not followed), where it has an /etc directory. */
 static int write_etc(const struct crl_agent_config *c, struct crl_err *err)
 {
-    const char *names[3] = {"/etc/hostname", "/etc/hosts", "/etc/resolv.conf"};
-    const char *texts[3] = {c->etc_hostname, c->etc_hosts, c->etc_resolv_conf};
     struct stat st;
-    if (stat("/etc", &st) < 0 || !S_ISDIR(st.st_mode))
+    if (lstat("/etc", &st) < 0 || !S_ISDIR(st.st_mode))
         return 0;
-    for (int i = 0; i < 3; i++) {
-        if (!texts[i][0])
-            continue;
-        if (unlink(names[i]) < 0 && errno != ENOENT)
-            return crl_err_sys(err, errno, "replace %s", names[i]);
-        int fd = open(names[i], O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-        if (fd < 0 || crl_write_full(fd, texts[i], strlen(texts[i])) < 0) {
-            int e = errno;
-            if (fd >= 0)
-                close(fd);
-            return crl_err_sys(err, e, "write %s", names[i]);
-        }
-        close(fd);
-    }
-    return 0;
+    int root = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (root < 0)
+        return crl_err_sys(err, errno, "open /");
+    int r = write_etc_files(root, c, err);
+    close(root);
+    return r;
 }
 
 int crl_ga_init_config(const struct crl_agent_config *c, bool first, struct crl_err *err)
@@ -251,9 +317,10 @@ int crl_ga_init_config(const struct crl_agent_config *c, bool first, struct crl_
         return -1;
     if (!first)
         return 0;
-    if (build_root(c, err) < 0 || switch_root(err) < 0)
+    bool etc_done;
+    if (build_root(c, &etc_done, err) < 0 || switch_root(err) < 0)
         return crl_err_prefix(err, "the guest's root");
-    if (write_etc(c, err) < 0)
+    if (!etc_done && write_etc(c, err) < 0)
         return crl_err_prefix(err, "the guest's /etc");
     return 0;
 }

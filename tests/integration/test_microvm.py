@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import corral
-from conftest import BUILD, MICROVM, MICROVM_READY, SMALL, wait_for
+from conftest import BUILD, MICROVM, MICROVM_READY, SMALL, need_debian, wait_for
 
 pytestmark = pytest.mark.skipif(
     not MICROVM_READY,
@@ -215,12 +215,9 @@ def test_the_cli_creates_inspects_and_runs_in_one(corrald):
 def test_trajectory_steps_without_checkpoints(corrald):
     """A microvm's steps are recorded (checkpoint "none": the state after a
     step that changes it is not known); a resume fast-forwards through
-    them.  Checkpoints are refused at create, saying so."""
+    them.  (With checkpoints: test_trajectory.py, on each backend.)"""
     from test_trajectory import create, destroy, exec_, tid
     d, traj = corrald, tid()
-    r = d.request("POST", "/v1/sandboxes", {"backend": "microvm", "trajectory": traj,
-                                            "resources": {"memory_mb": 128}})
-    assert r.status == 501 and "checkpoint" in r.error["message"], r
     sid = create(d, traj, checkpoint="none", backend="microvm")
     assert exec_(d, sid, "echo a > /tmp/a")["step"] == 1
     assert exec_(d, sid, "cat /tmp/a")["stdout"] == "a\n"
@@ -285,3 +282,54 @@ def test_the_host_tells_an_operator_about_microvms(corrald_factory):
     from test_cli import corral as cli
     shown = cli(d, "host").stdout.decode()
     assert "2 restored, 0 booted cold, 1 templates built" in shown, shown
+
+
+# ---- checkpoints: the guest's writable layer, taken through its agent ----
+
+LAYER_SCRIPT = r"""
+set -e
+mkdir -p /srv/d && echo deep > /srv/d/f
+echo mine > /root/owned && chown 1000:1001 /root/owned && chmod 4750 /root/owned
+ln -s /srv/d/f /root/link && ln /srv/d/f /srv/hard
+rm -rf /etc/apt && mkdir /etc/apt && echo only > /etc/apt/new
+rm /etc/debian_version
+echo not-a-whiteout > /etc/.wh.passwd
+mkfifo /srv/fifo
+"""
+
+CHECK_SCRIPT = r"""
+cat /srv/d/f /srv/hard; stat -c '%u:%g %a' /root/owned; readlink /root/link
+ls -A /etc/apt; cat /etc/apt/new; test -e /etc/debian_version || echo no-version
+test -s /etc/passwd && echo passwd-kept; test -e /etc/.wh.passwd || echo no-wh-name
+test -e /srv/fifo || echo no-fifo
+cat /etc/hostname
+"""
+
+
+@need_debian
+def test_a_checkpoint_carries_the_guests_changes_and_nothing_of_its_own(client):
+    with client.create(backend="microvm", image="debian", **SMALL) as sb:
+        r = sb.exec(["sh", "-c", LAYER_SCRIPT])
+        assert r.exit_code == 0, r.stderr
+        snap = sb.snapshot()
+        stats = snap["stats"]
+        assert stats["removed"] == 1 and stats["changed"] >= 8, stats
+        assert sb.snapshot()["checkpoint"] == snap["checkpoint"]  # nothing changed since
+        sb.exec("echo later > /srv/d/f")
+        with sb.fork(checkpoint=snap["checkpoint"]) as f:
+            assert f.inspect()["backend"] == "microvm"
+            out = f.exec(["sh", "-c", CHECK_SCRIPT]).stdout.decode().split("\n")
+            assert out[:11] == ["deep", "deep", "1000:1001 4750", "/srv/d/f", "new", "only",
+                                "no-version", "passwd-kept", "no-wh-name", "no-fifo",
+                                f.id], out  # its own hostname: /etc's files are no change
+        with sb.fork() as now:
+            assert now.exec("cat /srv/d/f").stdout == b"later\n"
+
+
+def test_a_paused_microvm_is_checkpointed_once_resumed(client):
+    with client.create(backend="microvm", **SMALL) as sb:
+        sb.exec("echo x > /root/x")
+        before = sb.snapshot()["checkpoint"]
+        sb.pause()
+        assert sb.snapshot()["checkpoint"] == before  # a call resumes it first
+        assert sb.inspect()["state"] == "ready"

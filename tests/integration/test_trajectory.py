@@ -1,5 +1,7 @@
 """Trajectories: steps recorded durably, fast-forward after a destroy or a
 crash of corrald, divergence, fork from a step, checkpoints, bad input.
+Fast-forward, fork and snapshots run on each backend that takes
+checkpoints (the `backend` fixture); the rest on containers.
 
 Every call here goes through raw HTTP, so what is asserted is the API
 itself: a replayed answer is the logged one ("replayed": true) and nothing
@@ -21,8 +23,9 @@ def tid():
     return "t-" + uuid.uuid4().hex[:12]
 
 
-def create(d, traj, checkpoint=None, **extra):
-    spec = {"resources": {"memory_mb": SMALL["memory_mb"], "cpus": SMALL["cpus"]}, **extra}
+def create(d, traj, checkpoint=None, backend="container", **extra):
+    spec = {"backend": backend,
+            "resources": {"memory_mb": SMALL["memory_mb"], "cpus": SMALL["cpus"]}, **extra}
     spec["trajectory"] = {"id": traj, "checkpoint": checkpoint} if checkpoint else traj
     r = d.request("POST", "/v1/sandboxes", spec)
     assert r.status == 201, r
@@ -83,8 +86,8 @@ def run(d, sid, call):
     return (r.body,), int(r.headers["x-corral-step"]), r.headers["x-corral-replayed"] == "true"
 
 
-def record(d, traj, calls):
-    sid = create(d, traj)
+def record(d, traj, calls, backend="container"):
+    sid = create(d, traj, backend=backend)
     results = []
     for n, call in enumerate(calls, 1):
         res, step, replayed = run(d, sid, call)
@@ -93,8 +96,8 @@ def record(d, traj, calls):
     return sid, results
 
 
-def fast_forward(d, traj, calls, results):
-    sid = create(d, traj)
+def fast_forward(d, traj, calls, results, backend="container"):
+    sid = create(d, traj, backend=backend)
     for n, (call, want) in enumerate(zip(calls, results), 1):
         res, step, replayed = run(d, sid, call)
         assert (step, replayed) == (n, True), call
@@ -102,11 +105,11 @@ def fast_forward(d, traj, calls, results):
     return sid
 
 
-def test_resume_after_destroy_runs_nothing_twice(corrald):
+def test_resume_after_destroy_runs_nothing_twice(corrald, backend):
     d, traj, calls = corrald, tid(), twenty_calls()
-    sid, results = record(d, traj, calls)
+    sid, results = record(d, traj, calls, backend)
     destroy(d, sid)
-    sid = fast_forward(d, traj, calls, results)
+    sid = fast_forward(d, traj, calls, results, backend)
     # The 21st call runs live on the restored state: 5 appends, not 10.
     j = exec_(d, sid, "wc -l < /tmp/log; cat /tmp/f1 | od -An -tx1 | tr -d ' \\n'")
     assert j["replayed"] is False and j["step"] == 21
@@ -157,9 +160,9 @@ def test_divergence_continues_from_the_state_before(corrald):
     destroy(d, sid)
 
 
-def test_fork_from_a_step(corrald):
+def test_fork_from_a_step(corrald, backend):
     d, traj, calls = corrald, tid(), twenty_calls()
-    sid, _ = record(d, traj, calls)
+    sid, _ = record(d, traj, calls, backend)
     r = d.request("POST", f"/v1/sandboxes/{sid}/fork", {"step": 5})
     assert r.status == 201, r
     fork = r.json()
@@ -176,9 +179,9 @@ def test_fork_from_a_step(corrald):
     destroy(d, sid)
 
 
-def test_fork_now_and_from_a_snapshot(corrald, client):
+def test_fork_now_and_from_a_snapshot(corrald, client, backend):
     d = corrald
-    with client.create(**SMALL) as sb:
+    with client.create(backend=backend, **SMALL) as sb:
         exec_(d, sb.id, "echo one > /tmp/a; mkdir -p /tmp/d/e; echo deep > /tmp/d/e/f; "
                         "ln -s /tmp/a /tmp/link; rm /bin/true")
         snap = d.request("POST", f"/v1/sandboxes/{sb.id}/snapshot", {"name": "first"}).json()

@@ -310,11 +310,9 @@ static int mvm_create(struct crl_sandbox *sb, struct crl_err *err)
                            "the container backend for a network",
                            sb->spec.services ? "services" : "network.mode ",
                            sb->spec.services ? "" : crl_net_mode_name(mode));
-    if (sb->spec.trajectory[0] && sb->spec.checkpoint != CRL_CKPT_NONE)
-        return crl_err_set(err, CRL_E_UNSUPPORTED,
-                           "trajectory.checkpoint %s: microvm sandboxes take no checkpoints in "
-                           "this version; record their steps with checkpoint \"none\"",
-                           crl_checkpoint_mode_name(sb->spec.checkpoint));
+    if (sb->spec.trajectory[0] && sb->spec.checkpoint != CRL_CKPT_NONE && !st->unpack[0])
+        return crl_err_set(err, CRL_E_UNSUPPORTED, "trajectory.checkpoint %s: %s",
+                           crl_checkpoint_mode_name(sb->spec.checkpoint), st->unpack_missing);
     if (sb->spec.memory_mb < MVM_MIN_MEMORY_MB)
         return crl_err_set(err, CRL_E_INVALID,
                            "memory_mb %u: a microvm sandbox needs at least %u (its own kernel "
@@ -506,6 +504,15 @@ static int mvm_init(struct crl_host *h, void **state, struct crl_err *err)
         struct group *g = getgrnam("kvm");
         st->kvm_gid = g ? g->gr_gid : 0;
     }
+    struct crl_err e2 = CRL_ERR_INIT;
+    if (crl_sibling_path("corral-unpack", st->unpack, sizeof(st->unpack), &e2) < 0 ||
+        access(st->unpack, X_OK) < 0) {
+        snprintf(st->unpack_missing, sizeof(st->unpack_missing),
+                 "microvm checkpoints need corral-unpack next to corrald (%s)",
+                 e2.msg[0] ? e2.msg : strerror(errno));
+        crl_warn(NULL, "microvm: %s", st->unpack_missing);
+        st->unpack[0] = 0;
+    }
     snprintf(st->dir, sizeof(st->dir), "%s/microvm", h->run_dir);
     if (mkdir(st->dir, 0700) < 0 && errno != EEXIST)
         return crl_err_sys(err, errno, "mkdir %s", st->dir);
@@ -561,6 +568,8 @@ const struct crl_backend_ops crl_microvm_backend = {
     .kill = mvm_kill,
     .open = mvm_open,
     .stream = mvm_stream,
+    .snapshot_start = mvm_snapshot_start,
+    .restore = mvm_restore,
     .pause = mvm_pause,
     .resume = mvm_resume,
     .host_info = mvm_host_info,

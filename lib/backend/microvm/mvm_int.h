@@ -10,9 +10,12 @@
  *   template.c  a template per (memory, vCPUs): booted once to the agent's
  *               HELLO, saved with QEMU's migration to a file, restored by
  *               every sandbox of that shape
- *   procs.c     what runs in a guest: execs and sessions (spawn, kill) and
- *               files (open, stream) as EXEC streams, the files through the
+ *   procs.c     what runs in a guest: execs and sessions (spawn, kill),
+ *               files (open, stream) and checkpoints (snapshot_start,
+ *               restore) as EXEC streams, all but execs through the
  *               agent's builtins
+ *   view.c      a checkpoint's view of the guest's writable layer: its tar
+ *               unpacked by corral-unpack into a tmpfs mounted nowhere
  *
  * The guest is hostile: every byte it sends goes through the host's session
  * (frames checked, streams and windows enforced) before anything here sees
@@ -65,6 +68,8 @@ struct mvm_state {
     gid_t kvm_gid; /* the group that may open /dev/kvm (0: none needed) */
     struct mvm_template *templates;
     struct mvm_counters n;
+    char unpack[PATH_MAX];              /* corral-unpack, next to corrald ("": missing) */
+    char unpack_missing[PATH_MAX + 64]; /* why checkpoints cannot be taken */
 };
 
 extern struct mvm_state *crl_mvm_state;
@@ -191,9 +196,23 @@ int mvm_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *err);
 int mvm_kill(struct crl_sandbox *sb, struct crl_proc *p, enum crl_kill_scope scope);
 int mvm_open(struct crl_sandbox *sb, struct crl_open_req *o, struct crl_err *err);
 int mvm_stream(struct crl_sandbox *sb, struct crl_stream_req *t, struct crl_err *err);
+int mvm_snapshot_start(struct crl_sandbox *sb, struct crl_snapshot_req *rq, struct crl_err *err);
+int mvm_restore(struct crl_sandbox *sb, struct crl_restore_req *rq, struct crl_err *err);
 /* A frame on an exec's or a transfer's stream. */
 void mvm_procs_frame(struct mvm_sandbox *m, const struct crl_agent_frame *f);
 /* The VM is gone: every process and transfer ends (as killed). */
 void mvm_procs_end(struct mvm_sandbox *m);
+
+/* ---- view.c ---- */
+
+struct mvm_view;
+/* Start corral-unpack on a tmpfs for m's layer: *tar_w is where the tar
+ * goes (the caller's to close; its end is the tar's).  rq hears once both
+ * the guest's half (mvm_view_guest_done) and the helper have ended. */
+struct mvm_view *mvm_view_start(struct mvm_sandbox *m, struct crl_snapshot_req *rq, int *tar_w,
+                                struct crl_err *err);
+/* corral:layer-out ended with `code` (an enum crl_stream_status, or 128 +
+ * a signal); `why` its last line. */
+void mvm_view_guest_done(struct mvm_view *v, int code, const char *why);
 
 #endif

@@ -1,8 +1,11 @@
 /* What runs in a guest, as streams of the agent protocol: an exec (or a
  * session's shell) is an EXEC stream whose STDOUT and STDERR corrald
  * writes into the pipes the process's owner reads, and whose stdin it
- * reads from the pipe the owner writes; a file read is a FILE_GET into a
- * memfd; an upload is a FILE_PUT fed from the owner's socket.
+ * reads from the pipe the owner writes.  The rest are the agent's
+ * builtins on EXEC streams too: a file read (corral:file-out into a
+ * memfd), a transfer (tar-out, tar-in, file-in on the owner's socket), a
+ * checkpoint's layer (corral:layer-out into corral-unpack, view.c) and a
+ * restore (corral:layer-in, its stdin the change set's memfd).
  *
  * Flow control end to end: the guest may send an exec's output only
  * within the window corrald grants, and corrald grants only what the
@@ -34,19 +37,23 @@
 struct mvm_proc {
     struct mvm_proc *next;
     struct mvm_sandbox *m;
-    struct crl_proc *p;       /* an exec's or a session's owner, or */
-    struct crl_stream_req *t; /* a stream's, or */
-    struct crl_open_req *o;   /* a file read's (agent builtins) */
-    uint64_t bytes;           /* a file read's, so far */
-    char why[256];            /* a file read's stderr: why it failed */
-    int memfd;                /* a file read's bytes, handed over whole */
+    struct crl_proc *p;              /* an exec's or a session's owner, or */
+    struct crl_stream_req *t;        /* a stream's, or */
+    struct crl_open_req *o;          /* a file read's (agent builtins), or */
+    struct mvm_view *view;           /* a checkpoint's, or */
+    struct crl_restore_req *restore; /* a restore's */
+    uint64_t bytes;                  /* a file read's, so far */
+    char why[256]; /* a builtin's stderr, kept where nobody reads it: why it failed */
+    int memfd;     /* a file read's bytes, handed over whole */
     bool too_big;
     int status;
     uint32_t id;
     int out_w[2];           /* our ends of the owner's stdout and stderr pipes */
     struct crl_buf pend[2]; /* what the guest sent and the pipe has not taken */
     uint32_t ungranted;     /* bytes the pipes took and the guest was not credited */
-    int in_r;               /* our end of the owner's stdin pipe */
+    int in_r;               /* our end of the owner's stdin pipe, or a file (in_file) */
+    bool in_file;           /* a restore's change set: read at in_off, never watched */
+    off_t in_off;
     struct crl_watch w_in, w_out[2];
     struct crl_timer started;
     bool exit_seen, stdin_done;
@@ -151,6 +158,14 @@ static void open_finish(struct crl_open_req *o, int fd, int st, const char *why,
     o->done(o, -1, false, 0, &err);
 }
 
+/* A restore's corral:layer-in ended with `code` (its status, or 128 + a
+ * signal). */
+static void restore_finish(struct crl_restore_req *rq, int code, const char *why, bool live)
+{
+    struct crl_err err = CRL_ERR_INIT;
+    rq->done(rq, crl_restore_error(code, why, live, &err) < 0 ? &err : NULL);
+}
+
 /* The process ended and its output is all in the pipes: tell the owner. */
 static void maybe_finish(struct mvm_proc *x)
 {
@@ -159,7 +174,11 @@ static void maybe_finish(struct mvm_proc *x)
     struct crl_proc *p = x->p;
     struct crl_stream_req *t = x->t;
     struct crl_open_req *o = x->o;
+    struct mvm_view *view = x->view;
+    struct crl_restore_req *rq = x->restore;
+    bool live = serving(x->m);
     int st = x->status, memfd = x->memfd;
+    int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     bool too_big = x->too_big;
     char why[sizeof(x->why)];
     memcpy(why, x->why, sizeof(why));
@@ -168,6 +187,10 @@ static void maybe_finish(struct mvm_proc *x)
     proc_free(x);
     if (o)
         open_finish(o, memfd, st, why, too_big);
+    if (view)
+        mvm_view_guest_done(view, code, why);
+    if (rq)
+        restore_finish(rq, code, why, live);
     if (p) {
         p->priv = NULL;
         p->exited = true;
@@ -217,14 +240,23 @@ static void out_writable(struct crl_watch *w, uint32_t ev)
 }
 
 static void stdin_readable(struct crl_watch *w, uint32_t ev);
+static void stdin_pump(struct mvm_proc *x);
+static void stdin_end(struct mvm_proc *x);
 static int signal_proc(struct mvm_sandbox *m, struct mvm_proc *x, int sig,
                        enum crl_agent_signal_scope scope);
 
+/* Stdin goes out while the guest's window is open: a pipe's as it is
+ * readable, a file's (never readable as epoll sees it) at once. */
 static void stdin_watch(struct mvm_proc *x)
 {
     struct crl_agent_host_stream *s = crl_agent_host_stream(&x->m->vm.sess, x->id);
     bool want = x->in_r >= 0 && s && s->win.send > 0;
     struct crl_loop *loop = loop_of(x->m);
+    if (x->in_file) {
+        if (want)
+            stdin_pump(x);
+        return;
+    }
     if (want && !x->w_in.active)
         crl_watch_start(loop, &x->w_in, x->in_r, EPOLLIN, stdin_readable, x);
     else if (!want && x->w_in.active)
@@ -233,44 +265,63 @@ static void stdin_watch(struct mvm_proc *x)
 
 static void stdin_readable(struct crl_watch *w, uint32_t ev)
 {
-    struct mvm_proc *x = w->data;
+    stdin_pump(w->data);
+}
+
+/* Send what stdin has, within the window: a pipe's one read, a file's
+ * until the window or the file ends. */
+static void stdin_pump(struct mvm_proc *x)
+{
     struct mvm_sandbox *m = x->m;
-    struct crl_agent_host_stream *s = crl_agent_host_stream(&m->vm.sess, x->id);
-    if (!s || !serving(m)) {
-        crl_watch_stop(loop_of(m), w);
-        return;
-    }
-    uint32_t room = s->win.send < CHUNK ? s->win.send : CHUNK;
-    char buf[CHUNK];
-    ssize_t n = room ? read(x->in_r, buf, room) : 0;
-    if (n < 0 && (errno == EAGAIN || errno == EINTR))
-        return;
-    if (room == 0) {
-        stdin_watch(x);
-        return;
-    }
-    struct crl_err err = CRL_ERR_INIT;
-    if (n <= 0) {
-        /* The owner closed stdin: the guest's end closes too, but for an
-         * upload corrald has not committed, which dies unfinished. */
-        crl_watch_stop(loop_of(m), w);
-        close_fd(&x->in_r);
-        if (x->t && x->t->kind == CRL_STREAM_FILE_IN) {
-            char c = 0;
-            if (recv(x->out_w[1], &c, 1, MSG_DONTWAIT) != 1 || c != CRL_STREAM_COMMIT) {
-                signal_proc(m, x, SIGKILL, CRL_AGENT_SIGNAL_TREE);
-                return;
-            }
+    for (;;) {
+        struct crl_agent_host_stream *s = crl_agent_host_stream(&m->vm.sess, x->id);
+        if (!s || !serving(m) || x->in_r < 0) {
+            crl_watch_stop(loop_of(m), &x->w_in);
+            return;
         }
-        mvm_vm_send(&m->vm, CRL_AGENT_STDIN, x->id, NULL, 0);
-        return;
+        uint32_t room = s->win.send < CHUNK ? s->win.send : CHUNK;
+        if (room == 0) {
+            stdin_watch(x);
+            return;
+        }
+        char buf[CHUNK];
+        ssize_t n = x->in_file ? pread(x->in_r, buf, room, x->in_off) : read(x->in_r, buf, room);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            return;
+        if (n <= 0) {
+            stdin_end(x);
+            return;
+        }
+        struct crl_err err = CRL_ERR_INIT;
+        if (crl_agent_window_sending(&s->win, (uint32_t)n, &err) < 0) {
+            mvm_vm_kill(&m->vm, "internal", "stdin: %s", err.msg);
+            return;
+        }
+        mvm_vm_send(&m->vm, CRL_AGENT_STDIN, x->id, buf, (uint32_t)n);
+        x->in_off += n;
+        if (!x->in_file) {
+            stdin_watch(x);
+            return;
+        }
     }
-    if (crl_agent_window_sending(&s->win, (uint32_t)n, &err) < 0) {
-        mvm_vm_kill(&m->vm, "internal", "stdin: %s", err.msg);
-        return;
+}
+
+/* Stdin ended (the owner closed it, or the file is all sent): the guest's
+ * end closes too, but for an upload corrald has not committed, which dies
+ * unfinished. */
+static void stdin_end(struct mvm_proc *x)
+{
+    struct mvm_sandbox *m = x->m;
+    crl_watch_stop(loop_of(m), &x->w_in);
+    close_fd(&x->in_r);
+    if (x->t && x->t->kind == CRL_STREAM_FILE_IN) {
+        char c = 0;
+        if (recv(x->out_w[1], &c, 1, MSG_DONTWAIT) != 1 || c != CRL_STREAM_COMMIT) {
+            signal_proc(m, x, SIGKILL, CRL_AGENT_SIGNAL_TREE);
+            return;
+        }
     }
-    mvm_vm_send(&m->vm, CRL_AGENT_STDIN, x->id, buf, (uint32_t)n);
-    stdin_watch(x);
+    mvm_vm_send(&m->vm, CRL_AGENT_STDIN, x->id, NULL, 0);
 }
 
 static void exit_frame(struct mvm_proc *x, const struct crl_agent_frame *f)
@@ -321,7 +372,7 @@ static void proc_frame(struct mvm_proc *x, const struct crl_agent_frame *f)
     case CRL_AGENT_STDOUT:
     case CRL_AGENT_STDERR: {
         int i = f->type == CRL_AGENT_STDOUT ? 0 : 1;
-        if (x->o && i == 1) { /* a file read's stderr: why it failed, its last line kept */
+        if (!x->p && !x->t && i == 1) { /* a builtin's stderr: why it failed, its last line */
             size_t have = strlen(x->why), room = sizeof(x->why) - 1 - have;
             size_t n = f->len < room ? f->len : room;
             memcpy(x->why + have, f->payload, n);
@@ -591,6 +642,55 @@ int mvm_stream(struct crl_sandbox *sb, struct crl_stream_req *t, struct crl_err 
     return 0;
 }
 
+/* ---- checkpoints ---- */
+
+/* The writable layer: corral:layer-out's tar into corral-unpack (view.c),
+ * which makes the view. */
+int mvm_snapshot_start(struct crl_sandbox *sb, struct crl_snapshot_req *rq, struct crl_err *err)
+{
+    struct mvm_sandbox *m = sb->priv;
+    if (sb->state == CRL_SB_PAUSED)
+        return crl_err_set(err, CRL_E_CONFLICT,
+                           "sandbox %s is paused: its guest cannot hand its layer over; resume it",
+                           sb->id);
+    if (!serving(m))
+        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
+    int tar_w = -1;
+    struct mvm_view *v = mvm_view_start(m, rq, &tar_w, err);
+    if (!v)
+        return -1;
+    char *argv[] = {"corral:layer-out", NULL};
+    char *envp[] = {NULL};
+    struct start st = {.argv = argv, .envp = envp, .out_w = tar_w, .err_w = -1, .in_r = -1};
+    struct mvm_proc *x = proc_start(m, &st, err);
+    if (!x) { /* the helper meets the end of its stream: the view ends with it */
+        mvm_view_guest_done(v, CRL_STREAM_GONE, err->msg);
+        return 0;
+    }
+    x->view = v;
+    return 0;
+}
+
+/* A change set applied through the guest's overlay by corral:layer-in, as
+ * root, its stdin the change set's memfd. */
+int mvm_restore(struct crl_sandbox *sb, struct crl_restore_req *rq, struct crl_err *err)
+{
+    struct mvm_sandbox *m = sb->priv;
+    int in = fcntl(rq->tar_fd, F_DUPFD_CLOEXEC, 0);
+    if (in < 0)
+        return crl_err_sys(err, errno, "restore: dup");
+    char *argv[] = {"corral:layer-in", NULL};
+    char *envp[] = {NULL};
+    struct start st = {.argv = argv, .envp = envp, .out_w = -1, .err_w = -1, .in_r = in};
+    struct mvm_proc *x = proc_start(m, &st, err);
+    if (!x)
+        return -1;
+    x->restore = rq;
+    x->in_file = true;
+    stdin_watch(x);
+    return 0;
+}
+
 /* ---- frames and the end ---- */
 
 void mvm_procs_frame(struct mvm_sandbox *m, const struct crl_agent_frame *f)
@@ -614,11 +714,17 @@ void mvm_procs_end(struct mvm_sandbox *m)
         struct crl_proc *p = x->p;
         struct crl_stream_req *t = x->t;
         struct crl_open_req *o = x->o;
+        struct mvm_view *view = x->view;
+        struct crl_restore_req *rq = x->restore;
         bool started = !crl_timer_armed(&x->started);
         x->p = NULL;
         proc_free(x);
         struct crl_err err = CRL_ERR_INIT;
         crl_err_set(&err, CRL_E_CONFLICT, "the sandbox's guest ended");
+        if (view)
+            mvm_view_guest_done(view, CRL_STREAM_GONE, NULL);
+        if (rq)
+            restore_finish(rq, CRL_STREAM_GONE, "", false);
         if (p && started) {
             p->exited = true;
             p->on_exit(p);
