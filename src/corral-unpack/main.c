@@ -42,10 +42,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "seccomp: %s\n", err.msg);
         return CRL_STREAM_FAILED;
     }
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
-        syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &base) < 0 ||
-        syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &no_new_code) < 0) {
-        fprintf(stderr, "seccomp: %s\n", strerror(errno));
+    int r = prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+            syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &base) < 0 ||
+            syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &no_new_code) < 0;
+    int e = errno;
+    crl_seccomp_free(&base);
+    crl_seccomp_free(&no_new_code);
+    if (r) {
+        fprintf(stderr, "seccomp: %s\n", strerror(e));
         return CRL_STREAM_FAILED;
     }
     char msg[512];
