@@ -28,7 +28,9 @@ done
 # overlay to stack them.  ext4 and tmpfs are for a writable upper; on the
 # cloud kernel they are built in, and then nothing is loaded for them.
 WANT="VIRTIO_MMIO:virtio_mmio VIRTIO_BLK:virtio_blk VIRTIO_CONSOLE:virtio_console
-      EROFS_FS:erofs OVERLAY_FS:overlay EXT4_FS:ext4 TMPFS:-"
+      VIRTIO_NET:virtio_net EROFS_FS:erofs OVERLAY_FS:overlay EXT4_FS:ext4 TMPFS:-"
+# A cached directory made for another list is made again.
+want_line="want=$(echo $WANT)"
 
 # The real package behind the meta-package, e.g. linux-image-6.1.0-57-cloud-amd64.
 resolve() {
@@ -54,7 +56,7 @@ if [ -z "$pkg" ]; then
 fi
 ver=${pkg#linux-image-}
 dir=$cache/kernel-$ver
-if [ -s "$dir/manifest" ] && [ -s "$dir/vmlinuz-$ver" ] && grep -q '^vmlinux=' "$dir/manifest"; then
+if [ -s "$dir/manifest" ] && [ -s "$dir/vmlinuz-$ver" ] && grep -qxF "$want_line" "$dir/manifest"; then
     echo "$dir"
     exit 0
 fi
@@ -164,11 +166,12 @@ fi
     echo "config=config-$ver"
     echo "modules=${names# }"
     echo "builtin=${builtin# }"
+    echo "$want_line"
 } >"$tmp/out/manifest"
 chmod -R a+rX "$tmp/out"
 # A directory without a manifest is an interrupted run's; one with a manifest
 # is another run's that finished first, and as good as this one.
-[ -s "$dir/manifest" ] || rm -rf "$dir"
+grep -qxF "$want_line" "$dir/manifest" 2>/dev/null || rm -rf "$dir"
 mv -T "$tmp/out" "$dir" 2>/dev/null || [ -s "$dir/manifest" ] || {
     echo "microvm-kernel: cannot move the kernel into $dir" >&2
     exit 1

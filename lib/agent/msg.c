@@ -1,5 +1,6 @@
 #include "msg.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <jansson.h>
 #include <stdarg.h>
@@ -269,11 +270,32 @@ int crl_agent_build_hello(const struct crl_agent_hello *m, char **out, size_t *l
 
 /* ---- CONFIG ---- */
 
+static int parse_net(json_t *net, struct crl_agent_config *m, struct crl_err *err)
+{
+    static const char *const keys[] = {"address", "prefix", "gateway", NULL};
+    const char *what = "CONFIG: net";
+    int64_t prefix = 0;
+    struct in_addr a;
+    if (!json_is_object(net))
+        return crl_err_set(err, CRL_E_INVALID, "%s is not an object", what);
+    if (known_keys(what, net, keys, err) < 0 ||
+        get_text(what, net, "address", true, T_NAME, m->net_address, sizeof(m->net_address) - 1,
+                 err) < 0 ||
+        get_text(what, net, "gateway", true, T_NAME, m->net_gateway, sizeof(m->net_gateway) - 1,
+                 err) < 0 ||
+        get_int(what, net, "prefix", true, 1, 32, &prefix, err) < 0)
+        return -1;
+    if (inet_pton(AF_INET, m->net_address, &a) != 1 || inet_pton(AF_INET, m->net_gateway, &a) != 1)
+        return crl_err_set(err, CRL_E_INVALID, "%s: address and gateway are dotted IPv4", what);
+    m->net_prefix = (unsigned)prefix;
+    return 0;
+}
+
 int crl_agent_parse_config(const void *p, size_t len, struct crl_agent_config *m,
                            struct crl_err *err)
 {
-    static const char *const keys[] = {"hostname", "realtime_ns", "seed", "layers",
-                                       "disk",     "disk_mb",     "etc",  NULL};
+    static const char *const keys[] = {"hostname", "realtime_ns", "seed", "layers", "disk",
+                                       "disk_mb",  "etc",         "net",  NULL};
     const char *what = "CONFIG";
     json_t *o;
     if (load(what, p, len, &o, err) < 0)
@@ -353,6 +375,9 @@ int crl_agent_parse_config(const void *p, size_t len, struct crl_agent_config *m
                 get_text("CONFIG: etc", etc, "resolv.conf", false, T_FILE, m->etc_resolv_conf,
                          CRL_AGENT_MAX_ETC, err) < 0))
         goto out;
+    json_t *net = json_object_get(o, "net");
+    if (net && parse_net(net, m, err) < 0)
+        goto out;
     r = 0;
 out:
     json_decref(o);
@@ -406,6 +431,13 @@ int crl_agent_build_config(const struct crl_agent_config *m, char **out, size_t 
             json_decref(o);
             o = NULL;
         }
+    }
+    if (o && m->net_address[0] &&
+        !set(o, "net",
+             object(3, "address", json_string(m->net_address), "prefix",
+                    json_integer(m->net_prefix), "gateway", json_string(m->net_gateway)))) {
+        json_decref(o);
+        o = NULL;
     }
     return finish("CONFIG", o, out, len, check_config, NULL, err);
 }

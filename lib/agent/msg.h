@@ -45,7 +45,9 @@ struct crl_agent_hello {
 /* CONFIG {"hostname": "sb-1", "realtime_ns": 1764645000000000000, "seed": base64,
  *         "layers": ["/dev/vdb", ...] (top first), "disk": "/dev/vda", "disk_mb": 1024}
  * disk: the writable layer's device; "" (the key left out) for a tmpfs,
- * then of disk_mb MiB (0, left out: the kernel's default, half the RAM). */
+ * then of disk_mb MiB (0, left out: the kernel's default, half the RAM).
+ * "net": {"address": "10.0.0.2", "prefix": 30, "gateway": "10.0.0.1"}: the
+ * network device's IPv4 address and default route (left out: none). */
 struct crl_agent_config {
     char hostname[CRL_AGENT_MAX_HOSTNAME + 1];
     int64_t realtime_ns; /* CLOCK_REALTIME to set, 0..2^63-1 */
@@ -60,6 +62,9 @@ struct crl_agent_config {
     char etc_hostname[CRL_AGENT_MAX_ETC + 1];
     char etc_hosts[CRL_AGENT_MAX_ETC + 1];
     char etc_resolv_conf[CRL_AGENT_MAX_ETC + 1];
+    char net_address[16]; /* dotted IPv4, "" for no network */
+    char net_gateway[16];
+    unsigned net_prefix; /* 1..32 */
 };
 
 /* READY {"uptime_ms": n}: the guest's CLOCK_BOOTTIME when it was ready. */

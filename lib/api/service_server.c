@@ -316,7 +316,9 @@ static void relay_start(struct crl_svc_server *s, struct crl_sandbox *sb,
     struct crl_host *h = s->api->host;
     struct crl_err e = CRL_ERR_INIT;
     struct crl_sandbox *t = crl_host_find(h, svc->sandbox, &e);
-    int netns = t && t->ops->netns && t->state == CRL_SB_READY ? t->ops->netns(t) : -1;
+    int netns = t && t->ops->netns && t->ops->ports_on_netns && t->state == CRL_SB_READY
+                    ? t->ops->netns(t)
+                    : -1;
     int to = netns >= 0 ? crl_netns_socket(h->netns, netns, SOCK_STREAM | SOCK_NONBLOCK) : -1;
     struct sockaddr_in sa = {.sin_family = AF_INET,
                              .sin_port = htons((uint16_t)svc->port),

@@ -173,7 +173,10 @@ int crl_backend_net_set(struct crl_sandbox *sb, struct crl_net_policy *p, struct
     } else if (sb->net_linked) {
         r = crl_vnet_set_rules(h->vnet, sb->slot, rules.data, err);
     } else if (fd < 0 || !crl_host_vnet(h, err)) {
-        r = fd < 0 ? crl_err_set(err, CRL_E_CONFLICT, "sandbox %s has no network namespace", sb->id)
+        r = fd < 0 ? crl_err_set(err, CRL_E_CONFLICT,
+                                 "sandbox %s has no network to link (a %s sandbox created with "
+                                 "network none has no device for one)",
+                                 sb->id, sb->ops->name)
                    : -1;
     } else if ((r = crl_vnet_attach(h->vnet, sb->slot, fd, rules.data, err)) == 0) {
         sb->net_linked = true;
@@ -203,6 +206,19 @@ int crl_backend_net_nameserver(const struct crl_sandbox *sb, char *buf, size_t c
     return inet_ntop(AF_INET, &a, buf, (socklen_t)cap) ? 0 : -1;
 }
 
+int crl_backend_net_address(const struct crl_sandbox *sb, char *addr, char *gw, size_t cap)
+{
+    const struct crl_host *h = sb->host;
+    if (!sb->net_linked || !h->vnet)
+        return -1;
+    struct in_addr a = {.s_addr = htonl(crl_vnet_address(h->vnet, sb->slot))};
+    struct in_addr g = {.s_addr = htonl(crl_vnet_gateway(h->vnet, sb->slot))};
+    return inet_ntop(AF_INET, &a, addr, (socklen_t)cap) &&
+                   inet_ntop(AF_INET, &g, gw, (socklen_t)cap)
+               ? 0
+               : -1;
+}
+
 json_t *crl_backend_net_json(const struct crl_sandbox *sb)
 {
     const struct crl_host *h = sb->host;
@@ -224,6 +240,17 @@ json_t *crl_backend_net_json(const struct crl_sandbox *sb)
     return o;
 }
 
+int crl_backend_net_tap(struct crl_sandbox *sb, int netns_fd, struct crl_err *err)
+{
+    struct crl_host *h = sb->host;
+    if (!sb->net_linked || !h->vnet)
+        return crl_err_set(err, CRL_E_INTERNAL, "sandbox %s has no network link", sb->id);
+    int tap = crl_vnet_vm_link(h->vnet, sb->slot, netns_fd, err);
+    if (tap >= 0)
+        sb->net_tap = true;
+    return tap;
+}
+
 void crl_backend_net_release(struct crl_sandbox *sb, int netns_fd, bool quarantine)
 {
     struct crl_host *h = sb->host;
@@ -231,6 +258,14 @@ void crl_backend_net_release(struct crl_sandbox *sb, int netns_fd, bool quaranti
         return;
     if (sb->net_linked && h->resolver)
         crl_resolver_detach(h->resolver, sb->slot);
+    if (sb->net_tap && !quarantine && h->vnet) {
+        struct crl_err err = CRL_ERR_INIT;
+        if (crl_vnet_vm_unlink(h->vnet, sb->slot, netns_fd, &err) < 0) {
+            crl_warn(sb->id, "network: %s: its namespace is not kept", err.msg);
+            quarantine = true;
+        }
+    }
+    sb->net_tap = false;
     if (!sb->net_linked || !h->vnet) {
         if (quarantine)
             close(netns_fd);

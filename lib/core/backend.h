@@ -174,6 +174,9 @@ int crl_backend_net_claim(struct crl_sandbox *sb, crl_net_claimed_fn done, struc
 /* Give the namespace back once nothing of the sandbox runs in it; with
  * `quarantine` (something may still), it is only closed. */
 void crl_backend_net_release(struct crl_sandbox *sb, int netns_fd, bool quarantine);
+/* A VM's network device behind the sandbox's link (lib/os/vnet.h's
+ * crl_vnet_vm_link): a tap's descriptor, or -1.  Release undoes it. */
+int crl_backend_net_tap(struct crl_sandbox *sb, int netns_fd, struct crl_err *err);
 /* Replace a running sandbox's network policy (taking `p`, heap-allocated,
  * on success): its rules are replaced in one transaction (in force for
  * the next connection; those open go on), what its names resolved to is
@@ -185,6 +188,8 @@ int crl_backend_net_set(struct crl_sandbox *sb, struct crl_net_policy *p, struct
  * resolver answers there), into buf; "" without a network.  And its
  * network's address, gateway and DNS counters for inspect (NULL: none). */
 int crl_backend_net_nameserver(const struct crl_sandbox *sb, char *buf, size_t cap);
+/* Its address and gateway (a /30), as text: -1 without a link. */
+int crl_backend_net_address(const struct crl_sandbox *sb, char *addr, char *gw, size_t cap);
 struct json_t *crl_backend_net_json(const struct crl_sandbox *sb);
 
 enum crl_kill_scope {
@@ -195,6 +200,10 @@ enum crl_kill_scope {
 
 struct crl_backend_ops {
     const char *name;
+    /* Its sandboxes' ports are on the loopback of their network namespace
+     * (netns), where a sandbox service of another connects (lib/api/service_server.c);
+     * a guest's are not. */
+    bool ports_on_netns;
     /* Start (the host's loop exists), and remove what a crashed corrald left. */
     int (*init)(struct crl_host *h, void **state, struct crl_err *err);
     int (*reconcile)(struct crl_host *h, void *state, struct crl_err *err);

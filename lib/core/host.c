@@ -322,7 +322,7 @@ static int check_services(struct crl_host *h, const struct crl_spec *spec, struc
         if (t->state > CRL_SB_PAUSED)
             return crl_err_set(err, CRL_E_INVALID, "services[%zu] (%s): sandbox %s is %s", i,
                                svc->name, t->id, crl_sb_state_name(t->state));
-        if (!t->ops->netns)
+        if (!t->ops->netns || !t->ops->ports_on_netns)
             return crl_err_set(err, CRL_E_UNSUPPORTED,
                                "services[%zu] (%s): sandbox %s is a %s sandbox, which has no "
                                "port another can reach in this version",

@@ -91,6 +91,7 @@ struct crl_sandbox {
     unsigned slot;
     bool has_slot;
     bool net_linked;        /* its namespace has a link to the sandboxes' network (backend.c) */
+    bool net_tap;           /* and a VM's tap bridged to it (crl_backend_net_tap) */
     bool slot_quarantined;  /* the backend could not empty it: never reuse it */
     bool destroy_requested; /* while creating */
     bool tearing_down;      /* the backend's destroy runs: it ends in crl_sandbox_destroyed */

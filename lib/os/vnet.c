@@ -6,7 +6,9 @@
 #include <net/if.h>
 #include <netlink/netlink.h>
 #include <netlink/route/addr.h>
+#include <linux/if_tun.h>
 #include <netlink/route/link.h>
+#include <netlink/route/link/bridge.h>
 #include <netlink/route/link/veth.h>
 #include <netlink/route/route.h>
 #include <jansson.h>
@@ -335,8 +337,9 @@ void crl_vnet_free(struct crl_vnet *v)
     free(v);
 }
 
+/* exist_ok: that address there already is no error. */
 static int add_address(struct nl_sock *sk, int ifindex, uint32_t a, unsigned prefix,
-                       const char *name, struct crl_err *err)
+                       const char *name, bool exist_ok, struct crl_err *err)
 {
     uint32_t be = htonl(a);
     struct rtnl_addr *ra = rtnl_addr_alloc();
@@ -352,7 +355,8 @@ static int add_address(struct nl_sock *sk, int ifindex, uint32_t a, unsigned pre
         nl_addr_put(local);
     if (ra)
         rtnl_addr_put(ra);
-    return r < 0 ? nl_failed(err, r, "add an address to", name) : 0;
+    return r < 0 && !(exist_ok && r == -NLE_EXIST) ? nl_failed(err, r, "add an address to", name)
+                                                   : 0;
 }
 
 static int link_up(int sock, const char *name, int *ifindex, struct crl_err *err)
@@ -396,7 +400,8 @@ static int link_settle(int sock, const char *name, struct crl_err *err)
                        name);
 }
 
-static int default_route(struct nl_sock *sk, int ifindex, uint32_t gw, struct crl_err *err)
+static int default_route(struct nl_sock *sk, int ifindex, uint32_t gw, bool exist_ok,
+                         struct crl_err *err)
 {
     uint32_t zero = 0, be = htonl(gw);
     struct rtnl_route *rt = rtnl_route_alloc();
@@ -422,7 +427,9 @@ static int default_route(struct nl_sock *sk, int ifindex, uint32_t gw, struct cr
         nl_addr_put(via);
     if (rt)
         rtnl_route_put(rt);
-    return r < 0 ? nl_failed(err, r, "add the default route of", "eth0") : 0;
+    return r < 0 && !(exist_ok && r == -NLE_EXIST)
+               ? nl_failed(err, r, "add the default route of", "eth0")
+               : 0;
 }
 
 /* Sockets and sysctl files of the sandbox's namespace: each is of the
@@ -577,7 +584,7 @@ static int attach(struct crl_vnet *v, unsigned slot, int netns_fd, const char *r
         goto undo;
     }
     if (link_up(sock, name, &ifindex, err) < 0 ||
-        add_address(v->setup.sk, ifindex, crl_vnet_gateway(v, slot), 30, name, err) < 0 ||
+        add_address(v->setup.sk, ifindex, crl_vnet_gateway(v, slot), 30, name, false, err) < 0 ||
         enter(v, netns_fd, &in, err) < 0)
         goto undo;
     r = write(in.no_ipv6, "1", 1) == 1 && write(in.ping, "0 2147483647", 12) == 12
@@ -590,9 +597,9 @@ static int attach(struct crl_vnet *v, unsigned slot, int netns_fd, const char *r
     if (r == 0)
         r = link_settle(sock, name, err);
     if (r == 0)
-        r = add_address(in.sk, sb_ifindex, crl_vnet_address(v, slot), 30, "eth0", err);
+        r = add_address(in.sk, sb_ifindex, crl_vnet_address(v, slot), 30, "eth0", false, err);
     if (r == 0)
-        r = default_route(in.sk, sb_ifindex, crl_vnet_gateway(v, slot), err);
+        r = default_route(in.sk, sb_ifindex, crl_vnet_gateway(v, slot), false, err);
     inside_close(&in);
     if (r < 0 || set_chain(v, &v->setup, slot, rules, true, err) < 0)
         goto undo;
@@ -608,6 +615,112 @@ int crl_vnet_attach(struct crl_vnet *v, unsigned slot, int netns_fd, const char 
     pthread_mutex_lock(&v->setup_lock);
     int r = attach(v, slot, netns_fd, rules, err);
     pthread_mutex_unlock(&v->setup_lock);
+    return r;
+}
+
+/* ---- a VM's link: eth0 bridged with a tap ---- */
+
+#define VM_BRIDGE "br0"
+#define VM_TAP "tap0"
+
+static int del_address(struct nl_sock *sk, int ifindex, uint32_t a, unsigned prefix,
+                       struct crl_err *err)
+{
+    uint32_t be = htonl(a);
+    struct rtnl_addr *ra = rtnl_addr_alloc();
+    struct nl_addr *local = nl_addr_build(AF_INET, &be, sizeof(be));
+    int r = -NLE_NOMEM;
+    if (ra && local) {
+        nl_addr_set_prefixlen(local, (int)prefix);
+        rtnl_addr_set_ifindex(ra, ifindex);
+        rtnl_addr_set_local(ra, local);
+        r = rtnl_addr_delete(sk, ra, 0);
+    }
+    if (local)
+        nl_addr_put(local);
+    if (ra)
+        rtnl_addr_put(ra);
+    return r < 0 ? nl_failed(err, r, "remove the address of", "eth0") : 0;
+}
+
+static int del_link(struct nl_sock *sk, const char *name, struct crl_err *err)
+{
+    struct rtnl_link *l = rtnl_link_alloc();
+    if (!l)
+        return crl_err_sys(err, ENOMEM, "link");
+    rtnl_link_set_name(l, name);
+    int r = rtnl_link_delete(sk, l);
+    rtnl_link_put(l);
+    return r < 0 && r != -NLE_NODEV && r != -NLE_OBJ_NOTFOUND ? nl_failed(err, r, "delete", name)
+                                                              : 0;
+}
+
+/* Back as attach left it: no bridge, no tap, eth0 with its address and
+ * route.  What is not there already is no error. */
+static int vm_unlink(struct crl_vnet *v, unsigned slot, struct inside *in, struct crl_err *err)
+{
+    int eth0;
+    if (del_link(in->sk, VM_BRIDGE, err) < 0 || del_link(in->sk, VM_TAP, err) < 0 ||
+        link_up(in->sock, "eth0", &eth0, err) < 0)
+        return -1;
+    if (add_address(in->sk, eth0, crl_vnet_address(v, slot), 30, "eth0", true, err) < 0)
+        return -1;
+    return default_route(in->sk, eth0, crl_vnet_gateway(v, slot), true, err);
+}
+
+int crl_vnet_vm_link(struct crl_vnet *v, unsigned slot, int netns_fd, struct crl_err *err)
+{
+    struct inside in;
+    int tap = -1, r = -1;
+    if (setns(netns_fd, CLONE_NEWNET) < 0)
+        return crl_err_sys(err, errno, "setns(the sandbox's netns)");
+    /* A tap is of the namespace /dev/net/tun was opened in; the new links
+     * take IPv6 off from the namespace's default. */
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof(ifr));
+    snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", VM_TAP);
+    ifr.ifr_flags = IFF_TAP | IFF_NO_PI;
+    tap = crl_openat(AT_FDCWD, "/dev/net/tun", O_RDWR, 0);
+    if (tap < 0 || ioctl(tap, TUNSETIFF, &ifr) < 0)
+        crl_err_sys(err, errno, "a tap in the sandbox's netns (/dev/net/tun)");
+    else if (write_sysctl("/proc/sys/net/ipv6/conf/default/disable_ipv6", "1", err) == 0)
+        r = 0;
+    crl_netns_return(v->host_netns);
+    if (r < 0 || enter(v, netns_fd, &in, err) < 0) {
+        close_fd(&tap);
+        return -1;
+    }
+    int eth0, br, tapi;
+    r = -1;
+    int nr = rtnl_link_bridge_add(in.sk, VM_BRIDGE);
+    if (nr < 0)
+        nl_failed(err, nr, "create the bridge", VM_BRIDGE);
+    else if (link_up(in.sock, VM_BRIDGE, &br, err) == 0 &&
+             link_up(in.sock, VM_TAP, &tapi, err) == 0 &&
+             link_up(in.sock, "eth0", &eth0, err) == 0) {
+        if ((nr = rtnl_link_enslave_ifindex(in.sk, br, eth0)) < 0 ||
+            (nr = rtnl_link_enslave_ifindex(in.sk, br, tapi)) < 0)
+            nl_failed(err, nr, "bridge eth0 and the tap on", VM_BRIDGE);
+        else
+            r = del_address(in.sk, eth0, crl_vnet_address(v, slot), 30, err);
+    }
+    if (r < 0) {
+        struct crl_err e2 = CRL_ERR_INIT;
+        close_fd(&tap); /* the tap goes with it */
+        if (vm_unlink(v, slot, &in, &e2) < 0)
+            crl_warn(NULL, "network: undoing a VM's link of slot %u: %s", slot, e2.msg);
+    }
+    inside_close(&in);
+    return r < 0 ? -1 : tap;
+}
+
+int crl_vnet_vm_unlink(struct crl_vnet *v, unsigned slot, int netns_fd, struct crl_err *err)
+{
+    struct inside in;
+    if (enter(v, netns_fd, &in, err) < 0)
+        return -1;
+    int r = vm_unlink(v, slot, &in, err);
+    inside_close(&in);
     return r;
 }
 

@@ -82,6 +82,18 @@ void crl_vnet_link_name(const struct crl_vnet *v, unsigned slot, char *buf, size
  * with the chain's own drop).  Undone in full on failure. */
 int crl_vnet_attach(struct crl_vnet *v, unsigned slot, int netns_fd, const char *rules,
                     struct crl_err *err);
+/* A VM's link (the microvm backend's): in `slot`'s namespace, which
+ * attach linked, eth0 and a new tap "tap0" are bridged ("br0") and eth0
+ * gives its address up, so that the guest behind the tap takes the
+ * sandbox's address and route: its frames leave by eth0, under the slot's
+ * rules, as a container's packets would.  Returns the tap's descriptor
+ * (for QEMU's -netdev tap,fd=), or -1 with nothing changed.  Enters the
+ * namespace for a moment, on the calling thread only. */
+int crl_vnet_vm_link(struct crl_vnet *v, unsigned slot, int netns_fd, struct crl_err *err);
+/* Undo it once nothing holds the tap (it goes with its last descriptor):
+ * eth0 as attach left it, so the namespace may be parked for any sandbox. */
+int crl_vnet_vm_unlink(struct crl_vnet *v, unsigned slot, int netns_fd, struct crl_err *err);
+
 /* Replace `slot`'s rules, atomically. */
 int crl_vnet_set_rules(struct crl_vnet *v, unsigned slot, const char *rules, struct crl_err *err);
 /* Remove `slot`'s link (its peer in the sandbox goes with it) and chain.

@@ -6,7 +6,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <net/if.h>
+#include <net/route.h>
+#include <netinet/in.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/mount.h>
 #include <sys/reboot.h>
 #include <sys/stat.h>
@@ -311,6 +316,73 @@ static int write_etc(const struct crl_agent_config *c, struct crl_err *err)
     return r;
 }
 
+static int if_up(int sock, const char *name, struct crl_err *err)
+{
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof(ifr));
+    snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", name);
+    if (ioctl(sock, SIOCGIFFLAGS, &ifr) < 0)
+        return crl_err_sys(err, errno, "SIOCGIFFLAGS %s", name);
+    ifr.ifr_flags |= IFF_UP;
+    if (ioctl(sock, SIOCSIFFLAGS, &ifr) < 0)
+        return crl_err_sys(err, errno, "%s up", name);
+    return 0;
+}
+
+static int set_in_addr(int sock, unsigned long req, const char *name, struct in_addr a,
+                       struct crl_err *err)
+{
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof(ifr));
+    snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", name);
+    struct sockaddr_in *sin = (struct sockaddr_in *)&ifr.ifr_addr;
+    sin->sin_family = AF_INET;
+    sin->sin_addr = a;
+    if (ioctl(sock, req, &ifr) < 0)
+        return crl_err_sys(err, errno, "%s of %s",
+                           req == SIOCSIFADDR ? "the address" : "the netmask", name);
+    return 0;
+}
+
+/* Loopback up; and the network device (eth0: the only one a guest has)
+ * with the sandbox's address and its default route, where it has one.
+ * IPv6 off on it, as on a container's eth0. */
+static int set_network(const struct crl_agent_config *c, struct crl_err *err)
+{
+    int sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (sock < 0)
+        return crl_err_sys(err, errno, "socket");
+    int r = if_up(sock, "lo", err);
+    if (r == 0 && c->net_address[0]) {
+        struct in_addr addr, gw, mask = {.s_addr = htonl(~0u << (32 - c->net_prefix))};
+        inet_pton(AF_INET, c->net_address, &addr); /* parse_config checked both */
+        inet_pton(AF_INET, c->net_gateway, &gw);
+        int fd = open("/proc/sys/net/ipv6/conf/eth0/disable_ipv6", O_WRONLY | O_CLOEXEC);
+        if (fd >= 0) {
+            ssize_t w = write(fd, "1", 1);
+            (void)w;
+            close(fd);
+        }
+        struct rtentry rt;
+        memset(&rt, 0, sizeof(rt));
+        struct sockaddr_in *dst = (struct sockaddr_in *)&rt.rt_dst;
+        struct sockaddr_in *via = (struct sockaddr_in *)&rt.rt_gateway;
+        struct sockaddr_in *gm = (struct sockaddr_in *)&rt.rt_genmask;
+        dst->sin_family = via->sin_family = gm->sin_family = AF_INET;
+        via->sin_addr = gw;
+        rt.rt_flags = RTF_UP | RTF_GATEWAY;
+        rt.rt_dev = (char *)"eth0";
+        if (set_in_addr(sock, SIOCSIFADDR, "eth0", addr, err) < 0 ||
+            set_in_addr(sock, SIOCSIFNETMASK, "eth0", mask, err) < 0 ||
+            if_up(sock, "eth0", err) < 0)
+            r = -1;
+        else if (ioctl(sock, SIOCADDRT, &rt) < 0)
+            r = crl_err_sys(err, errno, "the default route via %s", c->net_gateway);
+    }
+    close(sock);
+    return r;
+}
+
 int crl_ga_init_config(const struct crl_agent_config *c, bool first, struct crl_err *err)
 {
     if (set_identity(c, err) < 0)
@@ -322,5 +394,7 @@ int crl_ga_init_config(const struct crl_agent_config *c, bool first, struct crl_
         return crl_err_prefix(err, "the guest's root");
     if (!etc_done && write_etc(c, err) < 0)
         return crl_err_prefix(err, "the guest's /etc");
+    if (set_network(c, err) < 0)
+        return crl_err_prefix(err, "the guest's network");
     return 0;
 }

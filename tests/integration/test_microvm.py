@@ -69,11 +69,30 @@ def test_no_network_device_and_nothing_of_the_host(client, tmp_path):
         assert sb.exec("cat /proc/1/cmdline").stdout.startswith(b"/init")
 
 
+def test_a_network_device_when_the_policy_gives_one(corrald):
+    """With a network the guest has eth0, with the address and route of the
+    sandbox's link (test_network.py runs the policy tests on it); without,
+    none, and none to give it later.  Each kind has its own template."""
+    with corrald.client() as c:
+        with c.create(backend="microvm", network={"mode": "allow"}, **SMALL) as sb:
+            net = sb.inspect()["microvm"]["network"]
+            assert sorted(sb.exec("ls /sys/class/net").stdout.split()) == [b"eth0", b"lo"]
+            addr = sb.exec("ip -o -4 addr show eth0").stdout.decode()
+            assert f"inet {net['address']}/30" in addr, addr
+            assert f"default via {net['gateway']}" in sb.exec("ip route").stdout.decode()
+            with sb.fork() as f:  # a fork gets its own link, not its source's
+                assert f.inspect()["microvm"]["network"]["address"] != net["address"]
+        with c.create(backend="microvm", **SMALL) as sb:
+            with pytest.raises(corral.Conflict, match="no device"):
+                sb.set_network("allow")
+        shapes = {(t["memory_mb"], t["nic"]) for t in
+                  corrald.request("GET", "/v1/host").json()["backend_info"]["microvm"]["templates"]}
+        assert {(SMALL["memory_mb"], True), (SMALL["memory_mb"], False)} <= shapes
+
+
 def test_bad_input_is_refused_at_create(client):
     with pytest.raises(corral.InvalidSpec, match="at least 96"):
         client.create(backend="microvm", memory_mb=64, cpus=0.25)
-    with pytest.raises(corral.Unsupported, match="no network device"):
-        client.create(backend="microvm", network="allow", **SMALL)
 
 
 def test_a_missing_kernel_is_a_clear_error(corrald_factory):

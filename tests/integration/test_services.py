@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 import corral
-from conftest import SMALL, need_debian, wait_for
+from conftest import MICROVM_READY, SMALL, need_debian, wait_for
 from netlab import WEB
 from test_cli import corral as run_cli
 from test_network import lab_corrald  # noqa: F401 (a fixture)
@@ -46,13 +46,13 @@ SHOP = {"name": "shop", "kind": "http-mock", "routes": [
 ]}
 
 
-def debian(c, **kw):
-    return c.create(image="debian", memory_mb=256, **kw)
+def debian(c, backend="container", **kw):
+    return c.create(image="debian", memory_mb=256, backend=backend, **kw)
 
 
 @need_debian
-def test_a_mock_answers_by_name_and_logs_every_exchange(lab_corrald):
-    with lab_corrald.client() as c, debian(c, services=[SHOP]) as sb:
+def test_a_mock_answers_by_name_and_logs_every_exchange(lab_corrald, backend):
+    with lab_corrald.client() as c, debian(c, backend, services=[SHOP]) as sb:
         r = http(sb, "GET", "http://shop/items/9?color=red")
         assert r["status"] == 200 and json.loads(r["body"]) == {"id": 42, "name": "lamp"}
         assert r["headers"]["Content-Type"] == "application/json"
@@ -184,6 +184,15 @@ def test_bad_services_are_refused_with_the_field_named(lab_corrald):
             c.create(backend="function", services=[SHOP])
         assert "services" in str(e.value)
         assert c.list() == []
+
+
+@pytest.mark.skipif(not MICROVM_READY, reason="no microvm guest: `make microvm-guest` builds it")
+def test_a_service_cannot_reach_into_a_microvm_yet(lab_corrald):
+    # a guest's ports are not on its namespace's loopback, where a service connects
+    with lab_corrald.client() as c, c.create(**SMALL, backend="microvm") as vm:
+        with pytest.raises(corral.Unsupported) as e:
+            c.create(**SMALL, services=[{"name": "db", "sandbox": vm.id, "port": 80}])
+        assert vm.id in str(e.value) and "microvm" in str(e.value)
 
 
 @need_debian

@@ -428,6 +428,7 @@ static void ctr_shutdown(struct crl_host *h, void *state)
 
 const struct crl_backend_ops crl_container_backend = {
     .name = "container",
+    .ports_on_netns = true,
     .init = ctr_init,
     .reconcile = ctr_reconcile,
     .shutdown = ctr_shutdown,

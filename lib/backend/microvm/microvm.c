@@ -68,6 +68,7 @@ static void release_now(struct crl_timer *t)
             crl_warn(sb->id, "%s", err.msg);
     }
     crl_timer_stop(sb->host->loop, &m->release_timer);
+    close_fd(&m->tap_fd); /* QEMU is gone: the tap goes with this, its last descriptor */
     crl_backend_net_release(sb, m->netns_fd, false);
     for (size_t i = 0; i < MVM_SLOTS; i++)
         close_fd(&m->layer_fds[i]);
@@ -141,6 +142,9 @@ static void configure(struct mvm_sandbox *m)
     for (size_t i = 0; i < m->n_layers; i++)
         snprintf(c->layers[i], sizeof(c->layers[i]), "/dev/vd%c", (char)('a' + i));
     c->disk_mb = sb->spec.disk_mb;
+    if (m->tap_fd >= 0 &&
+        crl_backend_net_address(sb, c->net_address, c->net_gateway, sizeof(c->net_address)) == 0)
+        c->net_prefix = 30;
     char ns[64];
     crl_backend_net_nameserver(sb, ns, sizeof(ns));
     if (crl_etc_hostname(c->etc_hostname, sizeof(c->etc_hostname), sb->id) < 0 ||
@@ -244,6 +248,7 @@ static int launch(struct mvm_sandbox *m, int state_fd, int ram_fd,
         .incoming_fd = state_fd,
         .ram_fd = ram_fd,
         .netns_fd = m->netns_fd,
+        .tap_fd = m->tap_fd,
         .cg = m->cg,
         .uid = h->cfg.uid_base + sb->slot * 65536u,
         .gid = h->cfg.uid_base + sb->slot * 65536u,
@@ -285,14 +290,32 @@ static void start(struct mvm_sandbox *m)
     struct crl_err err = CRL_ERR_INIT;
     int r = m->sb->host->cfg.microvm_cold
                 ? -1
-                : mvm_template_get(crl_mvm_state, m->mem_mb, m->vcpus, &fd, &ram_fd, &hello,
-                                   template_waited, m);
+                : mvm_template_get(crl_mvm_state, m->mem_mb, m->vcpus, m->tap_fd >= 0, &fd, &ram_fd,
+                                   &hello, template_waited, m);
     if (r == 0) {
         m->waiting_template = true;
         return;
     }
     if (launch(m, r == 1 ? fd : -1, r == 1 ? ram_fd : -1, &hello, &err) < 0)
         fail_create(m, &err);
+}
+
+/* The sandbox's namespace has its link: its guest gets a network device
+ * bridged to it (lib/os/vnet.h), then it starts. */
+static void net_claimed(struct crl_sandbox *sb, int netns_fd, const struct crl_err *err)
+{
+    struct mvm_sandbox *m = sb->priv;
+    struct crl_err e2 = CRL_ERR_INIT;
+    if (!err) {
+        m->netns_fd = netns_fd;
+        if ((m->tap_fd = crl_backend_net_tap(sb, netns_fd, &e2)) < 0)
+            err = &e2;
+    }
+    if (err) {
+        fail_create(m, err);
+        return;
+    }
+    start(m);
 }
 
 static int mvm_create(struct crl_sandbox *sb, struct crl_err *err)
@@ -303,13 +326,6 @@ static int mvm_create(struct crl_sandbox *sb, struct crl_err *err)
         return crl_err_set(err, CRL_E_UNSUPPORTED, "%s", st->missing);
     if (!sb->image)
         return crl_err_set(err, CRL_E_INVALID, "a microvm sandbox needs an image");
-    enum crl_net_mode mode = crl_net_policy_mode(sb->spec.network);
-    if (mode != CRL_NET_NONE || sb->spec.services)
-        return crl_err_set(err, CRL_E_UNSUPPORTED,
-                           "%s%s: microvm sandboxes have no network device in this version; use "
-                           "the container backend for a network",
-                           sb->spec.services ? "services" : "network.mode ",
-                           sb->spec.services ? "" : crl_net_mode_name(mode));
     if (sb->spec.trajectory[0] && sb->spec.checkpoint != CRL_CKPT_NONE && !st->unpack[0])
         return crl_err_set(err, CRL_E_UNSUPPORTED, "trajectory.checkpoint %s: %s",
                            crl_checkpoint_mode_name(sb->spec.checkpoint), st->unpack_missing);
@@ -327,7 +343,7 @@ static int mvm_create(struct crl_sandbox *sb, struct crl_err *err)
     if (!m)
         return crl_err_sys(err, ENOMEM, "sandbox");
     m->sb = sb;
-    m->netns_fd = -1;
+    m->netns_fd = m->tap_fd = -1;
     for (int i = 0; i < MVM_SLOTS; i++)
         m->layer_fds[i] = -1;
     m->n_layers = nl;
@@ -351,8 +367,12 @@ static int mvm_create(struct crl_sandbox *sb, struct crl_err *err)
     };
     if (crl_cgroup_create(h->cgroups, name, &lim, &m->cg, err) < 0)
         goto fail;
-    if ((m->netns_fd = crl_backend_net_claim(sb, NULL, err)) < 0)
+    int ns = crl_backend_net_claim(sb, net_claimed, err);
+    if (ns == CRL_NET_PENDING)
+        return 0; /* net_claimed goes on */
+    if (ns < 0)
         goto fail;
+    m->netns_fd = ns;
     start(m);
     return 0;
 fail:
@@ -365,6 +385,14 @@ fail:
     free(m);
     sb->priv = NULL;
     return -1;
+}
+
+/* The namespace whose link a policy change acts on: a guest's network
+ * device is made at create, so one created without it has none to link. */
+static int mvm_netns(struct crl_sandbox *sb)
+{
+    struct mvm_sandbox *m = sb->priv;
+    return m && m->tap_fd >= 0 ? m->netns_fd : -1;
 }
 
 /* ---- pause, stats, info ---- */
@@ -423,6 +451,9 @@ static json_t *mvm_info(struct crl_sandbox *sb)
         if (m->vm.sess.hello_seen)
             json_object_set_new(o, "kernel", json_string(m->vm.sess.hello.kernel));
     }
+    json_t *net = m->tap_fd >= 0 ? crl_backend_net_json(sb) : NULL;
+    if (net)
+        json_object_set_new(o, "network", net);
     return o;
 }
 
@@ -569,6 +600,7 @@ const struct crl_backend_ops crl_microvm_backend = {
     .open = mvm_open,
     .stream = mvm_stream,
     .snapshot_start = mvm_snapshot_start,
+    .netns = mvm_netns,
     .restore = mvm_restore,
     .pause = mvm_pause,
     .resume = mvm_resume,

@@ -48,6 +48,12 @@
  * initramfs (64 MiB powers off in its firmware). */
 #define MVM_MIN_MEMORY_MB 96
 
+/* A launch's tap_fd: QEMU's child makes a tap in its own new network
+ * namespace (a template's network device, connected to nothing). */
+#define MVM_TAP_MAKE (-2)
+/* The MAC of every guest's network device (each is alone on its bridge). */
+#define MVM_MAC "52:54:00:c0:7a:01"
+
 struct mvm_vm;
 struct mvm_template;
 
@@ -92,6 +98,7 @@ struct mvm_launch {
     int incoming_fd;          /* a template's state to restore, or -1 */
     int ram_fd;               /* a template's RAM (a memfd), or -1: anonymous RAM */
     int netns_fd;             /* the network namespace QEMU runs in (-1: a new empty one) */
+    int tap_fd;               /* the network device's tap, -1 for none, or MVM_TAP_MAKE */
     struct crl_cgroup *cg;    /* NULL: none (a template's build) */
     uid_t uid;
     gid_t gid;
@@ -149,14 +156,15 @@ const char *mvm_accel_detect(const char *want, char *why, size_t cap, struct crl
 
 /* ---- template.c ---- */
 
-/* A restorable state for this shape: 1 with open descriptors of its
+/* A restorable state for this shape (with a network device or not): 1 with open descriptors of its
  * device state and its RAM (a sealed memfd) in *fd and *ram_fd (the caller
  * closes them) and its HELLO; 0 when one is being built (`waiting` is
  * called once it is, or once it failed); -1 when none can be had (boot
  * cold). */
 typedef void (*mvm_template_cb)(void *ctx);
-int mvm_template_get(struct mvm_state *st, unsigned mem_mb, unsigned vcpus, int *fd, int *ram_fd,
-                     struct crl_agent_hello *hello, mvm_template_cb waiting, void *ctx);
+int mvm_template_get(struct mvm_state *st, unsigned mem_mb, unsigned vcpus, bool nic, int *fd,
+                     int *ram_fd, struct crl_agent_hello *hello, mvm_template_cb waiting,
+                     void *ctx);
 /* Forget a waiter (its sandbox ended first). */
 void mvm_template_unwait(struct mvm_state *st, void *ctx);
 json_t *mvm_templates_json(struct mvm_state *st);
@@ -172,6 +180,7 @@ struct mvm_sandbox {
     bool vm_started;
     struct crl_cgroup *cg;
     int netns_fd;
+    int tap_fd; /* its network device's, bridged to its link (-1: none) */
     int layer_fds[MVM_SLOTS];
     size_t n_layers;
     unsigned mem_mb, vcpus;

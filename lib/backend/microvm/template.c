@@ -52,6 +52,7 @@ struct waiter {
 struct mvm_template {
     struct mvm_template *next;
     unsigned mem_mb, vcpus;
+    bool nic; /* with a network device: a clone's device set is its template's */
     enum tstate state;
     char path[PATH_MAX];
     struct crl_agent_hello hello;
@@ -239,7 +240,7 @@ static const struct mvm_vm_ops template_ops = {
 static int build(struct mvm_state *st, struct mvm_template *t, struct crl_err *err)
 {
     char name[48];
-    snprintf(name, sizeof(name), "template-%um-%uc", t->mem_mb, t->vcpus);
+    snprintf(name, sizeof(name), "template-%um-%uc%s", t->mem_mb, t->vcpus, t->nic ? "-nic" : "");
     snprintf(t->path, sizeof(t->path), "%s/%s.state", st->dir, name);
     if (t->ram_fd >= 0)
         close(t->ram_fd);
@@ -255,6 +256,7 @@ static int build(struct mvm_state *st, struct mvm_template *t, struct crl_err *e
         .incoming_fd = -1,
         .ram_fd = t->ram_fd,
         .netns_fd = -1,
+        .tap_fd = t->nic ? MVM_TAP_MAKE : -1, /* a tap of its own, in its own namespace */
         .uid = NOBODY,
         .gid = NOBODY,
     };
@@ -290,20 +292,20 @@ static void evict_one(struct mvm_state *st)
         return;
     struct mvm_template *t = *victim;
     *victim = t->next;
-    crl_info(NULL, "template %um-%uc forgotten (%u shapes at most): its shape boots a new one",
-             t->mem_mb, t->vcpus, MVM_MAX_TEMPLATES);
+    crl_info(NULL, "template %um-%uc%s forgotten (%u shapes at most): its shape boots a new one",
+             t->mem_mb, t->vcpus, t->nic ? "-nic" : "", MVM_MAX_TEMPLATES);
     if (t->path[0])
         unlink(t->path);
     close_fd(&t->ram_fd);
     free(t);
 }
 
-int mvm_template_get(struct mvm_state *st, unsigned mem_mb, unsigned vcpus, int *fd, int *ram_fd,
-                     struct crl_agent_hello *hello, mvm_template_cb waiting, void *ctx)
+int mvm_template_get(struct mvm_state *st, unsigned mem_mb, unsigned vcpus, bool nic, int *fd,
+                     int *ram_fd, struct crl_agent_hello *hello, mvm_template_cb waiting, void *ctx)
 {
     struct mvm_template *t = st->templates;
     unsigned n = 0;
-    while (t && (t->mem_mb != mem_mb || t->vcpus != vcpus)) {
+    while (t && (t->mem_mb != mem_mb || t->vcpus != vcpus || t->nic != nic)) {
         t = t->next;
         n++;
     }
@@ -314,6 +316,7 @@ int mvm_template_get(struct mvm_state *st, unsigned mem_mb, unsigned vcpus, int 
             return -1;
         t->mem_mb = mem_mb;
         t->vcpus = vcpus;
+        t->nic = nic;
         t->ram_fd = -1;
         t->state = T_FAILED;
         t->next = st->templates;
@@ -379,10 +382,10 @@ json_t *mvm_templates_json(struct mvm_state *st)
     json_t *a = json_array();
     for (struct mvm_template *t = st->templates; t && a; t = t->next) {
         json_t *o =
-            json_pack("{s:I, s:I, s:s, s:I, s:I, s:f, s:f}", "memory_mb", (json_int_t)t->mem_mb,
-                      "vcpus", (json_int_t)t->vcpus, "state", tstate_name(t->state), "restores",
-                      (json_int_t)t->restores, "state_bytes", (json_int_t)t->bytes,
-                      "boot_to_hello_s", t->hello_s, "save_s", t->save_s);
+            json_pack("{s:I, s:I, s:b, s:s, s:I, s:I, s:f, s:f}", "memory_mb",
+                      (json_int_t)t->mem_mb, "vcpus", (json_int_t)t->vcpus, "nic", t->nic, "state",
+                      tstate_name(t->state), "restores", (json_int_t)t->restores, "state_bytes",
+                      (json_int_t)t->bytes, "boot_to_hello_s", t->hello_s, "save_s", t->save_s);
         if (o)
             json_object_set_new(o, "ram_bytes", json_integer((json_int_t)t->ram_bytes));
         if (o && t->error[0])

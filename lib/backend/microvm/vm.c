@@ -18,6 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/if_tun.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
@@ -109,7 +112,7 @@ __attribute__((format(printf, 2, 3))) static void arg(struct argv_buf *a, const 
 /* The same devices, in the same order, for a template and every restore of
  * it: a migration stream only fits the machine it was saved from. */
 static int build_argv(const struct mvm_state *st, const struct mvm_launch *l, int kernel_fd,
-                      int initrd_fd, int agent_fd, int qmp_fd, const int *slot_fds,
+                      int initrd_fd, int agent_fd, int qmp_fd, const int *slot_fds, int tap_fd,
                       struct argv_buf *a, struct crl_err *err)
 {
     bool kvm = strcmp(st->accel, "kvm") == 0;
@@ -174,6 +177,14 @@ static int build_argv(const struct mvm_state *st, const struct mvm_launch *l, in
         arg(a, "-device");
         arg(a, "virtio-blk-device,drive=l%d", i);
     }
+    if (tap_fd >= 0) {
+        /* No vnet header (the same tap flags for a template's and its
+         * clones'), no vhost: QEMU's own virtio-net over the tap. */
+        arg(a, "-netdev");
+        arg(a, "tap,id=n0,fd=%d,vhost=off", tap_fd);
+        arg(a, "-device");
+        arg(a, "virtio-net-device,netdev=n0,mac=%s", MVM_MAC);
+    }
     if (l->incoming_fd >= 0) {
         /* The state comes over QMP once x-ignore-shared is set (QEMU 7.2
          * takes migration capabilities from QMP only). */
@@ -198,6 +209,7 @@ struct child {
     int n_cg;
     gid_t kvm_gid;
     pid_t parent;
+    int make_tap; /* >= 0: open a tap in the new namespace onto this descriptor */
 };
 
 /* In the forked child, before exec: only system calls (corrald has
@@ -241,6 +253,16 @@ static void child_run(const struct child *c)
     }
     if (c->l->netns_fd >= 0 ? setns(c->l->netns_fd, CLONE_NEWNET) < 0 : unshare(CLONE_NEWNET) < 0)
         child_fail(con, "the network namespace");
+    if (c->make_tap >= 0) {
+        struct ifreq ifr;
+        memset(&ifr, 0, sizeof(ifr));
+        memcpy(ifr.ifr_name, "tap0", 5);
+        ifr.ifr_flags = IFF_TAP | IFF_NO_PI;
+        int t = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
+        if (t < 0 || ioctl(t, TUNSETIFF, &ifr) < 0 || dup2(t, c->make_tap) < 0)
+            child_fail(con, "a tap in the template's namespace");
+        close(t);
+    }
     if (unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS) < 0)
         child_fail(con, "unshare mount, IPC and UTS namespaces");
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
@@ -689,6 +711,7 @@ int mvm_vm_start(struct mvm_state *st, struct mvm_vm *vm, const char *name,
     snprintf(vm->name, sizeof(vm->name), "%s", name);
     crl_buf_init(&vm->outq, CRL_BUF_UNBOUNDED);
     int agent[2] = {-1, -1}, qmp[2] = {-1, -1}, con[2] = {-1, -1};
+    cleanup_close int tap_hold = -1; /* a template's tap's number, until QEMU has it */
     cleanup_close int kernel_fd = open(st->kernel, O_RDONLY | O_CLOEXEC);
     cleanup_close int initrd_fd = open(st->initrd, O_RDONLY | O_CLOEXEC);
     if (kernel_fd < 0 || initrd_fd < 0)
@@ -703,7 +726,7 @@ int mvm_vm_start(struct mvm_state *st, struct mvm_vm *vm, const char *name,
         goto fail;
     }
     int slot_fds[MVM_SLOTS];
-    int keep[4 + MVM_SLOTS + 2];
+    int keep[4 + MVM_SLOTS + 3];
     int n_keep = 0;
     keep[n_keep++] = kernel_fd;
     keep[n_keep++] = initrd_fd;
@@ -715,9 +738,19 @@ int mvm_vm_start(struct mvm_state *st, struct mvm_vm *vm, const char *name,
     }
     if (l->ram_fd >= 0)
         keep[n_keep++] = l->ram_fd;
+    /* A template's tap is made by the child, in its namespace, onto a
+     * descriptor number held here meanwhile. */
+    tap_hold = l->tap_fd == MVM_TAP_MAKE ? open("/dev/null", O_RDWR | O_CLOEXEC) : -1;
+    int tap_fd = l->tap_fd == MVM_TAP_MAKE ? tap_hold : l->tap_fd;
+    if (l->tap_fd == MVM_TAP_MAKE && tap_hold < 0) {
+        crl_err_sys(err, errno, "open /dev/null");
+        goto fail;
+    }
+    if (tap_fd >= 0)
+        keep[n_keep++] = tap_fd;
     static struct argv_buf a; /* the loop's thread only */
     memset(&a, 0, sizeof(a));
-    if (build_argv(st, l, kernel_fd, initrd_fd, agent[1], qmp[1], slot_fds, &a, err) < 0)
+    if (build_argv(st, l, kernel_fd, initrd_fd, agent[1], qmp[1], slot_fds, tap_fd, &a, err) < 0)
         goto fail;
     struct child c = {
         .l = l,
@@ -727,6 +760,7 @@ int mvm_vm_start(struct mvm_state *st, struct mvm_vm *vm, const char *name,
         .console_w = con[1],
         .kvm_gid = strcmp(st->accel, "kvm") == 0 ? st->kvm_gid : 0,
         .parent = getpid(),
+        .make_tap = l->tap_fd == MVM_TAP_MAKE ? tap_hold : -1,
     };
     if (l->cg)
         c.n_cg = crl_cgroup_join_dirs(l->cg, c.cg_fds);
