@@ -9,7 +9,13 @@ initramfs (build/microvm: `make microvm-guest`), against its peer:
              agent's READY (the create's answer)
   restored   corrald with templates: a create restored from its shape's
              template, to READY; the template's own build is reported too
+  network    a restored create with a network device (policy allow, no
+             rules: a template of its own, a bridged tap), to READY
   exec       the round trip of `true` in a restored guest, through the API
+  checkpoint a snapshot of a layer of FILES files (4 KiB each and one of
+             1 MiB) written in the guest, taken through its agent, then one
+             after a file changed, and a fork from it (a restore through
+             the agent), against the same on a container in the same daemon
   density    K idle restored guests: each QEMU's PSS and RSS, MemAvailable's
              drop per guest, and how many fit in what is available
 
@@ -125,16 +131,42 @@ class Daemon:
         shutil.rmtree(self.base, ignore_errors=True)
 
 
-def creates(d, a, n):
+def creates(d, a, n, **spec):
     """n creates one after another: each create's latency, and the starts."""
     lat, kinds = [], []
     for _ in range(n):
         t0 = time.monotonic()
-        sb = d.client.create(backend="microvm", image=a.image, memory_mb=a.memory_mb, cpus=1)
+        sb = d.client.create(backend="microvm", image=a.image, memory_mb=a.memory_mb, cpus=1,
+                             **spec)
         lat.append(time.monotonic() - t0)
         kinds.append(sb.inspect()["microvm"]["start"])
         sb.destroy()
     return lat, kinds
+
+
+def checkpoints(d, a, backend):
+    """A layer of a.files small files and one of 1 MiB: the first snapshot,
+    one after a file changed, and a fork from the first (median of 3)."""
+    first, again, fork = [], [], []
+    for _ in range(3):
+        with d.client.create(backend=backend, image=a.image, memory_mb=a.memory_mb, cpus=1) as sb:
+            r = sb.exec(f"mkdir -p /srv/t && cd /srv/t && i=0; while [ $i -lt {a.files} ]; do "
+                        "head -c 4096 /dev/urandom > f$i; i=$((i+1)); done; "
+                        "head -c 1048576 /dev/urandom > big", timeout=300)
+            assert r.exit_code == 0, r.stderr
+            t = time.monotonic()
+            ck = sb.snapshot()["checkpoint"]
+            first.append(time.monotonic() - t)
+            sb.exec("echo changed > /srv/t/f0")
+            t = time.monotonic()
+            sb.snapshot()
+            again.append(time.monotonic() - t)
+            t = time.monotonic()
+            f = sb.fork(checkpoint=ck)
+            fork.append(time.monotonic() - t)
+            assert f.exec("ls /srv/t | wc -l").stdout.strip() == str(a.files + 1).encode()
+            f.destroy()
+    return first, again, fork
 
 
 def pss_kb(pid):
@@ -162,6 +194,7 @@ def main():
     p.add_argument("--memory-mb", type=int, default=256)
     p.add_argument("--iterations", type=int, default=10)
     p.add_argument("--density", type=int, default=10, help="idle guests for the density figure")
+    p.add_argument("--files", type=int, default=200, help="small files in the checkpointed layer")
     p.add_argument("--json", type=Path)
     a = p.parse_args()
     a.kernel = REPO / "build" / "microvm" / "vmlinuz"
@@ -191,6 +224,13 @@ def main():
         sb.destroy()
         lat, kinds = creates(d, a, a.iterations)
         fig["restored_s"], fig["restored_kinds"] = lat, kinds
+        creates(d, a, 1, network={"mode": "allow"})  # its template
+        lat, kinds = creates(d, a, a.iterations, network={"mode": "allow"})
+        fig["restored_net_s"], fig["restored_net_kinds"] = lat, kinds
+        for backend in ("microvm", "container"):
+            f1, f2, fk = checkpoints(d, a, backend)
+            fig[f"{backend}_snapshot_s"], fig[f"{backend}_snapshot_again_s"] = f1, f2
+            fig[f"{backend}_fork_s"] = fk
         # density: K idle guests, left to settle
         before = mem_available_kb()
         boxes = [d.client.create(backend="microvm", image=a.image, memory_mb=a.memory_mb, cpus=1)
@@ -214,8 +254,10 @@ def main():
     finally:
         d.stop()
 
-    med = {k: statistics.median(fig[k]) for k in ("plain_boot_s", "cold_s", "restored_s",
-                                                  "exec_rt_s")}
+    med = {k: statistics.median(fig[k]) for k in (
+        "plain_boot_s", "cold_s", "restored_s", "restored_net_s", "exec_rt_s",
+        "microvm_snapshot_s", "microvm_snapshot_again_s", "microvm_fork_s",
+        "container_snapshot_s", "container_snapshot_again_s", "container_fork_s")}
     per_vm_kb = statistics.median(fig["density_pss_kb"])
     print(f"microvm backend, {fig['accel']}, {a.memory_mb} MiB guests, image {a.image}, "
           f"kernel {fig['kernel']}, {a.iterations} iterations, {os.cpu_count()} CPUs")
@@ -223,9 +265,16 @@ def main():
     rows = [("plain QEMU boot to the agent's port (peer)", "plain_boot_s"),
             ("corral create, cold boot to READY", "cold_s"),
             ("corral create, restored to READY", "restored_s"),
+            ("  the same with a network device", "restored_net_s"),
             ("exec `true` round trip (restored guest)", "exec_rt_s")]
     for label, k in rows:
         print(f"  {label:38} {med[k] * 1e3:9.1f}ms {pct(fig[k], 90) * 1e3:9.1f}ms")
+    print(f"  checkpoint of {a.files} x 4 KiB + 1 MiB written in the sandbox (median of 3):")
+    for what, k in (("first snapshot", "snapshot_s"), ("after one file changed", "snapshot_again_s"),
+                    ("fork from the first (restore)", "fork_s")):
+        mv, ct = med[f"microvm_{k}"], med[f"container_{k}"]
+        print(f"    {what:34} microvm {mv * 1e3:8.1f}ms  container {ct * 1e3:8.1f}ms  "
+              f"({mv / ct:.1f}x)")
     print(f"  first create of the shape (template built + restored): "
           f"{fig['first_create_s'] * 1e3:.0f} ms")
     print(f"  starts: cold {sorted(set(fig['cold_kinds']))}, warm {sorted(set(fig['restored_kinds']))}")

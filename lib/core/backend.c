@@ -44,6 +44,17 @@ int crl_backend_pause_cgroup(struct crl_sandbox *sb, struct crl_cgroup *cg, bool
     return pause ? crl_cgroup_pause(cg, sb->id, last, err) : crl_cgroup_freeze(cg, false, err);
 }
 
+void crl_backend_cgroup_usage(struct crl_cgroup *cg, struct crl_usage *u)
+{
+    struct crl_cgroup_stats cs;
+    crl_cgroup_stats(cg, &cs);
+    u->cpu_s = (double)cs.cpu_ns / 1e9;
+    u->memory_bytes = cs.memory_bytes;
+    u->memory_peak_bytes = cs.memory_peak_bytes;
+    u->pids = cs.pids;
+    u->oom_kills = cs.oom_kills;
+}
+
 void crl_backend_pause_info(json_t *o, const struct crl_cgroup_reclaim *last)
 {
     if (o && last->how)

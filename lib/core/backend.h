@@ -156,6 +156,9 @@ int crl_restore_error(int code, const char *msg, bool live, struct crl_err *err)
  * before it ends anything: lib/core/sandbox.c.) */
 int crl_backend_pause_cgroup(struct crl_sandbox *sb, struct crl_cgroup *cg, bool pause,
                              struct crl_cgroup_reclaim *last, struct crl_err *err);
+/* A sandbox's usage from its cgroup (CPU, memory, peak, pids, OOM kills);
+ * disk is the backend's to fill. */
+void crl_backend_cgroup_usage(struct crl_cgroup *cg, struct crl_usage *u);
 /* "last_pause" (how memory was released, the charge before and after) in
  * a backend's info, once it has paused. */
 void crl_backend_pause_info(struct json_t *o, const struct crl_cgroup_reclaim *last);

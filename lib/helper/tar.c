@@ -11,7 +11,33 @@
 #include "apply.h"
 #include "stream.h"
 
-int crl_tar_out(int out_fd, char *msg, size_t msglen)
+int crl_tar_write_entry(struct archive *d, struct archive *w, struct archive_entry *e, char *msg,
+                        size_t msglen)
+{
+    if (archive_write_header(w, e) < ARCHIVE_WARN) {
+        snprintf(msg, msglen, "tar: %s", archive_error_string(w));
+        return -1;
+    }
+    if (archive_entry_filetype(e) != AE_IFREG || archive_entry_size(e) <= 0)
+        return 0;
+    const void *buf;
+    size_t len;
+    la_int64_t off;
+    int r;
+    /* read_disk hands out the file's data block by block. */
+    while ((r = archive_read_data_block(d, &buf, &len, &off)) == ARCHIVE_OK)
+        if (archive_write_data(w, buf, len) < 0) {
+            snprintf(msg, msglen, "tar: %s", archive_error_string(w));
+            return -1;
+        }
+    if (r != ARCHIVE_EOF) {
+        snprintf(msg, msglen, "reading %s: %s", archive_entry_pathname(e), archive_error_string(d));
+        return -1;
+    }
+    return 0;
+}
+
+int crl_tar_out_each(int out_fd, crl_tar_entry_fn each, void *ctx, char *msg, size_t msglen)
 {
     int ret = -1;
     struct archive *w = archive_write_new();
@@ -45,37 +71,15 @@ int crl_tar_out(int out_fd, char *msg, size_t msglen)
             goto out;
         }
         archive_read_disk_descend(d);
-        const char *name = archive_entry_pathname(e);
-        if (strcmp(name, ".") == 0) {
-            archive_entry_free(e);
-            continue;
-        }
-        if (strncmp(name, "./", 2) == 0)
-            archive_entry_copy_pathname(e, name + 2);
-        if (archive_write_header(w, e) < ARCHIVE_WARN) {
-            snprintf(msg, msglen, "tar: %s", archive_error_string(w));
-            archive_entry_free(e);
-            goto out;
-        }
-        if (archive_entry_filetype(e) == AE_IFREG && archive_entry_size(e) > 0) {
-            const void *buf;
-            size_t len;
-            la_int64_t off;
-            /* read_disk hands out the file's data block by block. */
-            while ((r = archive_read_data_block(d, &buf, &len, &off)) == ARCHIVE_OK)
-                if (archive_write_data(w, buf, len) < 0) {
-                    snprintf(msg, msglen, "tar: %s", archive_error_string(w));
-                    archive_entry_free(e);
-                    goto out;
-                }
-            if (r != ARCHIVE_EOF) {
-                snprintf(msg, msglen, "reading %s: %s", archive_entry_pathname(e),
-                         archive_error_string(d));
-                archive_entry_free(e);
-                goto out;
-            }
+        char name[8192];
+        snprintf(name, sizeof(name), "%s", archive_entry_pathname(e));
+        if (strcmp(name, ".") != 0) {
+            archive_entry_copy_pathname(e, strncmp(name, "./", 2) == 0 ? name + 2 : name);
+            r = each ? each(d, w, e, ctx, msg, msglen) : crl_tar_write_entry(d, w, e, msg, msglen);
         }
         archive_entry_free(e);
+        if (r < 0)
+            goto out;
     }
     if (archive_write_close(w) != ARCHIVE_OK) {
         snprintf(msg, msglen, "tar: %s", archive_error_string(w));
@@ -88,6 +92,11 @@ out:
     if (w)
         archive_write_free(w);
     return ret;
+}
+
+int crl_tar_out(int out_fd, char *msg, size_t msglen)
+{
+    return crl_tar_out_each(out_fd, NULL, NULL, msg, msglen);
 }
 
 int crl_tar_in(int in_fd, unsigned long *entries, char *msg, size_t msglen)

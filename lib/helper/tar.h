@@ -17,6 +17,19 @@
 /* Write the tree under the current directory to `out_fd` as a pax tar.
  * Returns 0, or -1 with a message in msg. */
 int crl_tar_out(int out_fd, char *msg, size_t msglen);
+
+/* The same walk with each entry (its name relative, "./" gone; never the
+ * root) handed to `each`, which writes it as it sees fit (with
+ * crl_tar_write_entry, changed or not, or other entries, or nothing):
+ * 0 to go on, -1 with a message in msg to stop. */
+struct archive;
+struct archive_entry;
+typedef int (*crl_tar_entry_fn)(struct archive *disk, struct archive *w, struct archive_entry *e,
+                                void *ctx, char *msg, size_t msglen);
+int crl_tar_out_each(int out_fd, crl_tar_entry_fn each, void *ctx, char *msg, size_t msglen);
+/* Write an entry read from disk: its header, and a regular file's data. */
+int crl_tar_write_entry(struct archive *disk, struct archive *w, struct archive_entry *e, char *msg,
+                        size_t msglen);
 /* Extract the tar (optionally gzip/zstd/xz compressed) read from `in_fd`
  * into the current directory, refusing absolute paths, '..' and paths
  * through symlinks.  *entries counts what was extracted. */

@@ -337,9 +337,12 @@ void crl_vnet_free(struct crl_vnet *v)
     free(v);
 }
 
-/* exist_ok: that address there already is no error. */
-static int add_address(struct nl_sock *sk, int ifindex, uint32_t a, unsigned prefix,
-                       const char *name, bool exist_ok, struct crl_err *err)
+enum addr_op { ADDR_ADD, ADDR_ADD_IF_MISSING, ADDR_DELETE };
+
+/* Add (ADDR_ADD_IF_MISSING: there already is no error) or remove an
+ * address of the link `name`. */
+static int address(struct nl_sock *sk, int ifindex, uint32_t a, unsigned prefix, const char *name,
+                   enum addr_op op, struct crl_err *err)
 {
     uint32_t be = htonl(a);
     struct rtnl_addr *ra = rtnl_addr_alloc();
@@ -349,14 +352,18 @@ static int add_address(struct nl_sock *sk, int ifindex, uint32_t a, unsigned pre
         nl_addr_set_prefixlen(local, (int)prefix);
         rtnl_addr_set_ifindex(ra, ifindex);
         rtnl_addr_set_local(ra, local);
-        r = rtnl_addr_add(sk, ra, 0);
+        r = op == ADDR_DELETE ? rtnl_addr_delete(sk, ra, 0) : rtnl_addr_add(sk, ra, 0);
     }
     if (local)
         nl_addr_put(local);
     if (ra)
         rtnl_addr_put(ra);
-    return r < 0 && !(exist_ok && r == -NLE_EXIST) ? nl_failed(err, r, "add an address to", name)
-                                                   : 0;
+    if (r == -NLE_EXIST && op == ADDR_ADD_IF_MISSING)
+        return 0;
+    return r < 0
+               ? nl_failed(err, r,
+                           op == ADDR_DELETE ? "remove the address of" : "add an address to", name)
+               : 0;
 }
 
 static int link_up(int sock, const char *name, int *ifindex, struct crl_err *err)
@@ -584,7 +591,7 @@ static int attach(struct crl_vnet *v, unsigned slot, int netns_fd, const char *r
         goto undo;
     }
     if (link_up(sock, name, &ifindex, err) < 0 ||
-        add_address(v->setup.sk, ifindex, crl_vnet_gateway(v, slot), 30, name, false, err) < 0 ||
+        address(v->setup.sk, ifindex, crl_vnet_gateway(v, slot), 30, name, ADDR_ADD, err) < 0 ||
         enter(v, netns_fd, &in, err) < 0)
         goto undo;
     r = write(in.no_ipv6, "1", 1) == 1 && write(in.ping, "0 2147483647", 12) == 12
@@ -597,7 +604,7 @@ static int attach(struct crl_vnet *v, unsigned slot, int netns_fd, const char *r
     if (r == 0)
         r = link_settle(sock, name, err);
     if (r == 0)
-        r = add_address(in.sk, sb_ifindex, crl_vnet_address(v, slot), 30, "eth0", false, err);
+        r = address(in.sk, sb_ifindex, crl_vnet_address(v, slot), 30, "eth0", ADDR_ADD, err);
     if (r == 0)
         r = default_route(in.sk, sb_ifindex, crl_vnet_gateway(v, slot), false, err);
     inside_close(&in);
@@ -623,26 +630,6 @@ int crl_vnet_attach(struct crl_vnet *v, unsigned slot, int netns_fd, const char 
 #define VM_BRIDGE "br0"
 #define VM_TAP "tap0"
 
-static int del_address(struct nl_sock *sk, int ifindex, uint32_t a, unsigned prefix,
-                       struct crl_err *err)
-{
-    uint32_t be = htonl(a);
-    struct rtnl_addr *ra = rtnl_addr_alloc();
-    struct nl_addr *local = nl_addr_build(AF_INET, &be, sizeof(be));
-    int r = -NLE_NOMEM;
-    if (ra && local) {
-        nl_addr_set_prefixlen(local, (int)prefix);
-        rtnl_addr_set_ifindex(ra, ifindex);
-        rtnl_addr_set_local(ra, local);
-        r = rtnl_addr_delete(sk, ra, 0);
-    }
-    if (local)
-        nl_addr_put(local);
-    if (ra)
-        rtnl_addr_put(ra);
-    return r < 0 ? nl_failed(err, r, "remove the address of", "eth0") : 0;
-}
-
 static int del_link(struct nl_sock *sk, const char *name, struct crl_err *err)
 {
     struct rtnl_link *l = rtnl_link_alloc();
@@ -663,7 +650,7 @@ static int vm_unlink(struct crl_vnet *v, unsigned slot, struct inside *in, struc
     if (del_link(in->sk, VM_BRIDGE, err) < 0 || del_link(in->sk, VM_TAP, err) < 0 ||
         link_up(in->sock, "eth0", &eth0, err) < 0)
         return -1;
-    if (add_address(in->sk, eth0, crl_vnet_address(v, slot), 30, "eth0", true, err) < 0)
+    if (address(in->sk, eth0, crl_vnet_address(v, slot), 30, "eth0", ADDR_ADD_IF_MISSING, err) < 0)
         return -1;
     return default_route(in->sk, eth0, crl_vnet_gateway(v, slot), true, err);
 }
@@ -702,7 +689,7 @@ int crl_vnet_vm_link(struct crl_vnet *v, unsigned slot, int netns_fd, struct crl
             (nr = rtnl_link_enslave_ifindex(in.sk, br, tapi)) < 0)
             nl_failed(err, nr, "bridge eth0 and the tap on", VM_BRIDGE);
         else
-            r = del_address(in.sk, eth0, crl_vnet_address(v, slot), 30, err);
+            r = address(in.sk, eth0, crl_vnet_address(v, slot), 30, "eth0", ADDR_DELETE, err);
     }
     if (r < 0) {
         struct crl_err e2 = CRL_ERR_INIT;

@@ -303,14 +303,8 @@ static void session_signal(pid_t leader, const struct crl_agent_signal *m)
             continue;
         char path[64], buf[512];
         snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
+        if (crl_read_file_at(AT_FDCWD, path, buf, sizeof(buf)) <= 0)
             continue;
-        ssize_t n = read(fd, buf, sizeof(buf) - 1);
-        close(fd);
-        if (n <= 0)
-            continue;
-        buf[n] = 0;
         char *rp = strrchr(buf, ')'); /* the command may hold anything but the last ')' */
         long ppid, pgrp, sid;
         char state;

@@ -91,34 +91,13 @@ static bool filter_xattrs(struct archive_entry *e)
     return opaque;
 }
 
-static int write_data(struct archive *d, struct archive *w, struct archive_entry *e, char *msg,
-                      size_t msglen)
-{
-    const void *buf;
-    size_t len;
-    la_int64_t off;
-    int r;
-    while ((r = archive_read_data_block(d, &buf, &len, &off)) == ARCHIVE_OK)
-        if (archive_write_data(w, buf, len) < 0) {
-            snprintf(msg, msglen, "tar: %s", archive_error_string(w));
-            return -1;
-        }
-    if (r != ARCHIVE_EOF) {
-        snprintf(msg, msglen, "reading %s: %s", archive_entry_pathname(e), archive_error_string(d));
-        return -1;
-    }
-    return 0;
-}
-
 /* One entry of the upper dir, transformed as the header says. */
-static int layer_entry(struct archive *d, struct archive *w, struct archive_entry *e, char *msg,
-                       size_t msglen)
+static int layer_entry(struct archive *d, struct archive *w, struct archive_entry *e, void *ctx,
+                       char *msg, size_t msglen)
 {
+    (void)ctx;
     char path[8192];
-    const char *name = archive_entry_pathname(e);
-    if (strncmp(name, "./", 2) == 0)
-        name += 2;
-    if (snprintf(path, sizeof(path), "%s", name) >= (int)sizeof(path))
+    if (snprintf(path, sizeof(path), "%s", archive_entry_pathname(e)) >= (int)sizeof(path))
         return 0; /* longer than any path the host takes */
     char dir[sizeof(path)];
     const char *slash = strrchr(path, '/');
@@ -140,7 +119,6 @@ static int layer_entry(struct archive *d, struct archive *w, struct archive_entr
     }
     if (type != AE_IFREG && type != AE_IFDIR && type != AE_IFLNK)
         return 0;
-    archive_entry_copy_pathname(e, path);
     bool opaque = filter_xattrs(e);
     if (archive_entry_uid(e) > 65535)
         archive_entry_set_uid(e, NOBODY);
@@ -148,11 +126,7 @@ static int layer_entry(struct archive *d, struct archive *w, struct archive_entr
         archive_entry_set_gid(e, NOBODY);
     archive_entry_set_uname(e, NULL);
     archive_entry_set_gname(e, NULL);
-    if (archive_write_header(w, e) < ARCHIVE_WARN) {
-        snprintf(msg, msglen, "tar: %s", archive_error_string(w));
-        return -1;
-    }
-    if (type == AE_IFREG && archive_entry_size(e) > 0 && write_data(d, w, e, msg, msglen) < 0)
+    if (crl_tar_write_entry(d, w, e, msg, msglen) < 0)
         return -1;
     if (type == AE_IFDIR && opaque && marker(w, path, ".wh..wh..opq", archive_entry_mtime(e)) < 0) {
         snprintf(msg, msglen, "tar: %s", archive_error_string(w));
@@ -163,58 +137,12 @@ static int layer_entry(struct archive *d, struct archive *w, struct archive_entr
 
 static int layer_out(char *msg, size_t msglen)
 {
-    int ret = -1;
-    struct archive *w = archive_write_new();
-    struct archive *d = archive_read_disk_new();
-    if (!w || !d) {
-        snprintf(msg, msglen, "libarchive: out of memory");
-        goto out;
-    }
     if (fchdir(CRL_GA_LAYER_FD) < 0 || chdir("upper") < 0) {
         snprintf(msg, msglen, "the writable layer: %s", strerror(errno));
-        goto out;
+        return -1;
     }
     close(CRL_GA_LAYER_FD);
-    archive_read_disk_set_symlink_physical(d);
-    archive_read_disk_set_behavior(d, ARCHIVE_READDISK_NO_TRAVERSE_MOUNTS);
-    if (archive_write_set_format_pax_restricted(w) != ARCHIVE_OK ||
-        archive_write_open_fd(w, 1) != ARCHIVE_OK) {
-        snprintf(msg, msglen, "tar: %s", archive_error_string(w));
-        goto out;
-    }
-    if (archive_read_disk_open(d, ".") != ARCHIVE_OK) {
-        snprintf(msg, msglen, "reading the writable layer: %s", archive_error_string(d));
-        goto out;
-    }
-    for (;;) {
-        struct archive_entry *e = archive_entry_new();
-        int r = archive_read_next_header2(d, e);
-        if (r == ARCHIVE_EOF) {
-            archive_entry_free(e);
-            break;
-        }
-        if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
-            snprintf(msg, msglen, "reading the writable layer: %s", archive_error_string(d));
-            archive_entry_free(e);
-            goto out;
-        }
-        archive_read_disk_descend(d);
-        r = strcmp(archive_entry_pathname(e), ".") == 0 ? 0 : layer_entry(d, w, e, msg, msglen);
-        archive_entry_free(e);
-        if (r < 0)
-            goto out;
-    }
-    if (archive_write_close(w) != ARCHIVE_OK) {
-        snprintf(msg, msglen, "tar: %s", archive_error_string(w));
-        goto out;
-    }
-    ret = 0;
-out:
-    if (d)
-        archive_read_free(d);
-    if (w)
-        archive_write_free(w);
-    return ret;
+    return crl_tar_out_each(1, layer_entry, NULL, msg, msglen);
 }
 
 int crl_ga_layer(char *const argv[])

@@ -311,13 +311,7 @@ static int ctr_stats(struct crl_sandbox *sb, struct crl_usage *u)
     memset(u, 0, sizeof(*u));
     if (!c || !c->cg)
         return -1;
-    struct crl_cgroup_stats cs;
-    crl_cgroup_stats(c->cg, &cs);
-    u->cpu_s = (double)cs.cpu_ns / 1e9;
-    u->memory_bytes = cs.memory_bytes;
-    u->memory_peak_bytes = cs.memory_peak_bytes;
-    u->pids = cs.pids;
-    u->oom_kills = cs.oom_kills;
+    crl_backend_cgroup_usage(c->cg, u);
     struct statfs sf;
     if (c->tmpfs_fd >= 0 && fstatfs(c->tmpfs_fd, &sf) == 0) {
         u->disk_limit_bytes = (uint64_t)sf.f_blocks * (uint64_t)sf.f_bsize;

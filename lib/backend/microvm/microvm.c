@@ -402,9 +402,8 @@ static int mvm_netns(struct crl_sandbox *sb)
 static int mvm_pause(struct crl_sandbox *sb, struct crl_err *err)
 {
     struct mvm_sandbox *m = sb->priv;
-    struct crl_cgroup_reclaim last;
-    return crl_backend_pause_cgroup(sb, m && m->ready && !m->releasing ? m->cg : NULL, true, &last,
-                                    err);
+    return crl_backend_pause_cgroup(sb, m && m->ready && !m->releasing ? m->cg : NULL, true,
+                                    m ? &m->last_pause : NULL, err);
 }
 
 static int mvm_resume(struct crl_sandbox *sb, struct crl_err *err)
@@ -419,13 +418,8 @@ static int mvm_stats(struct crl_sandbox *sb, struct crl_usage *u)
     memset(u, 0, sizeof(*u));
     if (!m || !m->cg)
         return -1;
-    struct crl_cgroup_stats cs;
-    crl_cgroup_stats(m->cg, &cs);
-    u->cpu_s = (double)cs.cpu_ns / 1e9;
-    u->memory_bytes = cs.memory_bytes;
-    u->memory_peak_bytes = cs.memory_peak_bytes;
-    u->pids = cs.pids;
-    u->oom_kills = cs.oom_kills + m->oom_kills;
+    crl_backend_cgroup_usage(m->cg, u);
+    u->oom_kills += m->oom_kills; /* the guest's kernel's, in its execs */
     u->disk_limit_bytes = (uint64_t)sb->spec.disk_mb << 20;
     u->disk_bytes = m->disk_bytes; /* as the guest said when its last process ended */
     return 0;
@@ -451,6 +445,7 @@ static json_t *mvm_info(struct crl_sandbox *sb)
         if (m->vm.sess.hello_seen)
             json_object_set_new(o, "kernel", json_string(m->vm.sess.hello.kernel));
     }
+    crl_backend_pause_info(o, &m->last_pause);
     json_t *net = m->tap_fd >= 0 ? crl_backend_net_json(sb) : NULL;
     if (net)
         json_object_set_new(o, "network", net);

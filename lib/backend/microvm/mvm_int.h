@@ -192,8 +192,9 @@ struct mvm_sandbox {
     bool failed_create;
     struct crl_err create_err;
     double t_create, t_ready;
-    uint64_t oom_kills;  /* execs the guest reported OOM-killed */
-    uint64_t disk_bytes; /* the writable layer's use, as the last EXIT said */
+    uint64_t oom_kills;                   /* execs the guest reported OOM-killed */
+    uint64_t disk_bytes;                  /* the writable layer's use, as the last EXIT said */
+    struct crl_cgroup_reclaim last_pause; /* what the last pause gave back */
     struct crl_timer release_timer;
     unsigned release_tries;
     struct mvm_proc *procs;

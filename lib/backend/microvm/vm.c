@@ -599,11 +599,17 @@ static void status_poll(struct crl_timer *t)
         mvm_vm_kill(vm, "qmp_lost", "query-status: %s", err.msg);
 }
 
+/* A step of a restore failed (err): the guest is killed, never handed out. */
+static bool restore_failed(struct mvm_vm *vm, const char *what, const struct crl_err *err)
+{
+    if (err && !vm->dying)
+        mvm_vm_kill(vm, "restore_failed", "%s: %s", what, err->msg);
+    return err != NULL;
+}
+
 static void cont_answered(struct crl_qmp *q, json_t *ret, const struct crl_err *err, void *ctx)
 {
-    struct mvm_vm *vm = ctx;
-    if (err && !vm->dying)
-        mvm_vm_kill(vm, "restore_failed", "cont after the restore: %s", err->msg);
+    restore_failed(ctx, "cont after the restore", err);
 }
 
 static void status_polled(struct crl_qmp *q, json_t *ret, const struct crl_err *err, void *ctx)
@@ -629,17 +635,13 @@ static void status_polled(struct crl_qmp *q, json_t *ret, const struct crl_err *
 
 static void incoming_answered(struct crl_qmp *q, json_t *ret, const struct crl_err *err, void *ctx)
 {
-    struct mvm_vm *vm = ctx;
-    if (err && !vm->dying)
-        mvm_vm_kill(vm, "restore_failed", "loading the template's state: %s", err->msg);
+    restore_failed(ctx, "loading the template's state", err);
 }
 
 static void incoming_started(struct crl_qmp *q, json_t *ret, const struct crl_err *err, void *ctx)
 {
     struct mvm_vm *vm = ctx;
-    if (err && !vm->dying)
-        mvm_vm_kill(vm, "restore_failed", "loading the template's state: %s", err->msg);
-    else if (!err)
+    if (!restore_failed(vm, "loading the template's state", err))
         status_poll(&vm->poll);
 }
 
