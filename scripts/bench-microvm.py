@@ -107,7 +107,9 @@ class Daemon:
         self.sock = self.base / "corrald.sock"
         self.log = open(self.base / "corrald.log", "wb")
         self.cgroup = f"corral-bench-{uuid.uuid4().hex[:8]}"
-        argv = [str(a.build / "corrald"), "--state", str(self.base / "state"),
+        # In a network namespace of its own: the links a network makes (and
+        # the ip_forward they set) stay out of this machine's.
+        argv = ["unshare", "--net", "--", str(a.build / "corrald"), "--state", str(self.base / "state"),
                 "--socket", str(self.sock), "--cgroup-parent", self.cgroup,
                 "--microvm-kernel", str(a.kernel), "--microvm-initrd", str(a.initrd),
                 "--images-from", str(a.images), "--max-sandboxes", "4096", *extra]
