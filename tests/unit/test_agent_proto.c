@@ -530,12 +530,17 @@ static void test_msg_round_trips(void)
     c->disk_mb = 512;
     snprintf(c->etc_hostname, sizeof(c->etc_hostname), "sb-42\n");
     snprintf(c->etc_hosts, sizeof(c->etc_hosts), "127.0.0.1\tlocalhost\n127.0.1.1\tsb-42\n");
+    snprintf(c->net_address, sizeof(c->net_address), "10.213.0.2");
+    snprintf(c->net_gateway, sizeof(c->net_gateway), "10.213.0.1");
+    c->net_prefix = 30;
     ok(crl_agent_build_config(c, &out, &n, &e) == 0 &&
            crl_agent_parse_config(out, n, &c[1], &e) == 0 && memcmp(&c[0], &c[1], sizeof(*c)) == 0,
        "CONFIG round trip (%s)", e.msg);
     free(out);
     c->disk[0] = 0;
     c->n_layers = 0;
+    c->net_address[0] = c->net_gateway[0] = 0;
+    c->net_prefix = 0;
     ok(crl_agent_build_config(c, &out, &n, &e) == 0 &&
            crl_agent_parse_config(out, n, &c[1], &e) == 0 && c[1].disk[0] == 0 &&
            c[1].n_layers == 0,
@@ -700,6 +705,20 @@ static void test_msg_refused(void)
          "{\"hostname\":\"a\",\"realtime_ns\":0,\"seed\":\"AAAAAAAAAAAAAAAAAAAAAA==\","
          "\"layers\":[],\"etc\":{\"hosts\":\"a\\u001bb\"}}",
          "^CONFIG: etc: hosts has byte 0x1b at offset 1$"},
+        {1,
+         "{\"hostname\":\"a\",\"realtime_ns\":0,\"seed\":\"AAAAAAAAAAAAAAAAAAAAAA==\","
+         "\"layers\":[],\"net\":{\"address\":\"10.0.0.300\",\"prefix\":30,"
+         "\"gateway\":\"10.0.0.1\"}}",
+         "^CONFIG: net: address and gateway are dotted IPv4$"},
+        {1,
+         "{\"hostname\":\"a\",\"realtime_ns\":0,\"seed\":\"AAAAAAAAAAAAAAAAAAAAAA==\","
+         "\"layers\":[],\"net\":{\"address\":\"10.0.0.2\",\"prefix\":0,"
+         "\"gateway\":\"10.0.0.1\"}}",
+         "^CONFIG: net: prefix 0 is out of range"},
+        {1,
+         "{\"hostname\":\"a\",\"realtime_ns\":0,\"seed\":\"AAAAAAAAAAAAAAAAAAAAAA==\","
+         "\"layers\":[],\"net\":{\"address\":\"10.0.0.2\",\"prefix\":30}}",
+         "^CONFIG: net: gateway is missing"},
         {2, "{\"argv\":[],\"cwd\":\"/\",\"uid\":0,\"gid\":0}",
          "^EXEC: argv has 0 entries \\(it may have 1 to 1024\\)$"},
         {2, "{\"argv\":[\"a\",1],\"cwd\":\"/\",\"uid\":0,\"gid\":0}",
