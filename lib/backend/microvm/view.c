@@ -10,8 +10,8 @@
  * that maps the sandbox's 65536 ids and nothing else (the ids its
  * container would have), under seccomp, and reaches nothing but the
  * tmpfs; the tmpfs is as big as the sandbox's disk, and a guest that takes
- * longer than VIEW_DEADLINE_MS to hand its layer over fails the
- * checkpoint. */
+ * longer than VIEW_DEADLINE_MS to hand its layer over is killed
+ * (checkpoint_timeout), the checkpoint failed. */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/mount.h>
@@ -37,6 +37,7 @@
 
 struct mvm_view {
     struct crl_snapshot_req *rq;
+    struct mvm_sandbox *m; /* until the guest's half ends */
     struct crl_loop *loop;
     char sbid[64];
     int mnt;    /* the tmpfs's root (fsmount), until the view is handed over */
@@ -250,6 +251,10 @@ static void deadline_passed(struct crl_timer *t)
     v->timed_out = true;
     if (!v->helper_done)
         syscall(SYS_pidfd_send_signal, v->pidfd, SIGKILL, NULL, 0);
+    if (!v->guest_done) /* its end ends the guest's half (mvm_procs_end) */
+        mvm_vm_kill(&v->m->vm, "checkpoint_timeout",
+                    "the guest did not hand its writable layer over in %u s",
+                    VIEW_DEADLINE_MS / 1000);
 }
 
 struct mvm_view *mvm_view_start(struct mvm_sandbox *m, struct crl_snapshot_req *rq, int *tar_w,
@@ -263,6 +268,7 @@ struct mvm_view *mvm_view_start(struct mvm_sandbox *m, struct crl_snapshot_req *
     if (!v)
         return crl_err_sys(err, ENOMEM, "checkpoint"), NULL;
     v->rq = rq;
+    v->m = m;
     v->loop = sb->host->loop;
     v->pidfd = v->msg_fd = -1;
     v->shift = sb->host->cfg.uid_base + sb->slot * 65536u;
@@ -310,6 +316,7 @@ fail:
 void mvm_view_guest_done(struct mvm_view *v, int code, const char *why)
 {
     v->guest_done = true;
+    v->m = NULL;
     v->guest_code = code;
     snprintf(v->guest_why, sizeof(v->guest_why), "%s", why ? why : "");
     maybe_done(v);
