@@ -55,8 +55,13 @@ def test_full_reaches_the_lab_internet_through_nat(lab_corrald, netlab, backend)
         gw = _net(sb)["gateway"]
         assert f"nameserver {gw}\n" in sb.exec("cat /etc/resolv.conf").stdout.decode()
         r = sb.exec("nslookup deb.example", timeout=15)
-        assert WEB[0].encode() in r.stdout, r.stdout + r.stderr
         assert "deb.example" in {q["name"].rstrip(".") for q in netlab.dns_log()}
+        # busybox's nslookup in a restored guest under TCG often prints no A
+        # answer though its socket received it (the guest's UDP counters show
+        # every reply delivered): a guest's names are asserted through glibc
+        # in test_names_allowed_exactly_and_by_wildcard, on each backend
+        if backend == "container":
+            assert WEB[0].encode() in r.stdout, r.stdout + r.stderr
         info = sb.inspect()
         assert info["spec"]["network"] == {"mode": "full"}
 
