@@ -233,13 +233,9 @@ int crl_backend_net_address(const struct crl_sandbox *sb, char *addr, char *gw, 
 json_t *crl_backend_net_json(const struct crl_sandbox *sb)
 {
     const struct crl_host *h = sb->host;
-    if (!sb->net_linked || !h->vnet)
-        return NULL;
     char addr[INET_ADDRSTRLEN], gw[INET_ADDRSTRLEN];
-    struct in_addr a = {.s_addr = htonl(crl_vnet_address(h->vnet, sb->slot))};
-    inet_ntop(AF_INET, &a, addr, sizeof(addr));
-    a.s_addr = htonl(crl_vnet_gateway(h->vnet, sb->slot));
-    inet_ntop(AF_INET, &a, gw, sizeof(gw));
+    if (crl_backend_net_address(sb, addr, gw, sizeof(addr)) < 0)
+        return NULL;
     json_t *rules = crl_vnet_rule_counters(h->vnet, sb->slot);
     json_t *o = json_pack("{s:s, s:s, s:o, s:o}", "address", addr, "gateway", gw, "dns",
                           crl_resolver_slot_json(h->resolver, sb->slot), "rules",

@@ -655,6 +655,27 @@ static int vm_unlink(struct crl_vnet *v, unsigned slot, struct inside *in, struc
     return default_route(in->sk, eth0, crl_vnet_gateway(v, slot), true, err);
 }
 
+int crl_vnet_tap_open(const char *name)
+{
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof(ifr));
+    size_t n = strlen(name);
+    if (n >= sizeof(ifr.ifr_name)) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    memcpy(ifr.ifr_name, name, n + 1);
+    ifr.ifr_flags = IFF_TAP | IFF_NO_PI;
+    int fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
+    if (fd >= 0 && ioctl(fd, TUNSETIFF, &ifr) < 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
 int crl_vnet_vm_link(struct crl_vnet *v, unsigned slot, int netns_fd, struct crl_err *err)
 {
     struct inside in;
@@ -663,12 +684,7 @@ int crl_vnet_vm_link(struct crl_vnet *v, unsigned slot, int netns_fd, struct crl
         return crl_err_sys(err, errno, "setns(the sandbox's netns)");
     /* A tap is of the namespace /dev/net/tun was opened in; the new links
      * take IPv6 off from the namespace's default. */
-    struct ifreq ifr;
-    memset(&ifr, 0, sizeof(ifr));
-    snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", VM_TAP);
-    ifr.ifr_flags = IFF_TAP | IFF_NO_PI;
-    tap = crl_openat(AT_FDCWD, "/dev/net/tun", O_RDWR, 0);
-    if (tap < 0 || ioctl(tap, TUNSETIFF, &ifr) < 0)
+    if ((tap = crl_vnet_tap_open(VM_TAP)) < 0)
         crl_err_sys(err, errno, "a tap in the sandbox's netns (/dev/net/tun)");
     else if (write_sysctl("/proc/sys/net/ipv6/conf/default/disable_ipv6", "1", err) == 0)
         r = 0;

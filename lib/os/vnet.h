@@ -82,6 +82,12 @@ void crl_vnet_link_name(const struct crl_vnet *v, unsigned slot, char *buf, size
  * with the chain's own drop).  Undone in full on failure. */
 int crl_vnet_attach(struct crl_vnet *v, unsigned slot, int netns_fd, const char *rules,
                     struct crl_err *err);
+/* A tap named `name` in the calling thread's network namespace, with the
+ * flags every VM's tap has (no packet info, no vnet header: a template's
+ * and its clones' must match).  System calls only, so a forked child of a
+ * threaded process may make one.  Its descriptor, or -1 with errno. */
+int crl_vnet_tap_open(const char *name);
+
 /* A VM's link (the microvm backend's): in `slot`'s namespace, which
  * attach linked, eth0 and a new tap "tap0" are bridged ("br0") and eth0
  * gives its address up, so that the guest behind the tap takes the

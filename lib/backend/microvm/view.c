@@ -43,7 +43,6 @@ struct mvm_view {
     int mnt;    /* the tmpfs's root (fsmount), until the view is handed over */
     int msg_fd; /* corral-unpack's stderr */
     int pidfd;
-    pid_t pid;
     uid_t shift;
     struct crl_watch w_pid;
     struct crl_timer deadline;
@@ -92,7 +91,8 @@ static void write_file(pid_t pid, const char *name, const char *text)
 static void child_fail(const char *what)
 {
     char line[128];
-    int n = snprintf(line, sizeof(line), "starting corral-unpack: %s: %s\n", what, strerror(errno));
+    const char *es = strerrordesc_np(errno); /* not strerror: no locale in a forked child */
+    int n = snprintf(line, sizeof(line), "starting corral-unpack: %s: %s\n", what, es ? es : "?");
     ssize_t w = write(2, line, (size_t)n);
     (void)w;
     _exit(CRL_STREAM_FAILED);
@@ -282,18 +282,18 @@ struct mvm_view *mvm_view_start(struct mvm_sandbox *m, struct crl_snapshot_req *
         goto fail;
     }
     /* Its last words fit a pipe: it never blocks on them. */
-    v->pid = fork();
-    if (v->pid < 0) {
+    pid_t pid = fork();
+    if (pid < 0) {
         crl_err_sys(err, errno, "fork for corral-unpack");
         goto fail;
     }
-    if (v->pid == 0)
+    if (pid == 0)
         child_run(st->unpack, tar[0], msg[1], v->mnt, v->shift);
-    v->pidfd = (int)syscall(SYS_pidfd_open, v->pid, 0);
+    v->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
     if (v->pidfd < 0) {
-        crl_err_sys(err, errno, "pidfd_open(corral-unpack %d)", (int)v->pid);
-        kill(v->pid, SIGKILL);
-        waitpid(v->pid, NULL, 0);
+        crl_err_sys(err, errno, "pidfd_open(corral-unpack %d)", (int)pid);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
         goto fail;
     }
     close(tar[0]);

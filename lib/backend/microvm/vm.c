@@ -18,9 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <linux/if_tun.h>
-#include <net/if.h>
-#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
@@ -31,6 +28,7 @@
 #include <unistd.h>
 
 #include "../../agent/msg.h"
+#include "../../os/vnet.h"
 #include "../../util/cleanup.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"
@@ -254,12 +252,8 @@ static void child_run(const struct child *c)
     if (c->l->netns_fd >= 0 ? setns(c->l->netns_fd, CLONE_NEWNET) < 0 : unshare(CLONE_NEWNET) < 0)
         child_fail(con, "the network namespace");
     if (c->make_tap >= 0) {
-        struct ifreq ifr;
-        memset(&ifr, 0, sizeof(ifr));
-        memcpy(ifr.ifr_name, "tap0", 5);
-        ifr.ifr_flags = IFF_TAP | IFF_NO_PI;
-        int t = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
-        if (t < 0 || ioctl(t, TUNSETIFF, &ifr) < 0 || dup2(t, c->make_tap) < 0)
+        int t = crl_vnet_tap_open("tap0");
+        if (t < 0 || dup2(t, c->make_tap) < 0)
             child_fail(con, "a tap in the template's namespace");
         close(t);
     }
