@@ -207,6 +207,11 @@ struct crl_backend_ops {
      * (netns), where a sandbox service of another connects (lib/api/service_server.c);
      * a guest's are not. */
     bool ports_on_netns;
+    /* For admission control: the memory a new sandbox is expected to take
+     * from the host before it can be measured (0: 1 MiB), and the most
+     * descriptors corrald holds open for each live one. */
+    unsigned admit_mb;
+    unsigned fds_held;
     /* Start (the host's loop exists), and remove what a crashed corrald left. */
     int (*init)(struct crl_host *h, void **state, struct crl_err *err);
     int (*reconcile)(struct crl_host *h, void *state, struct crl_err *err);

@@ -9,6 +9,7 @@
 #include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -36,16 +37,17 @@ void crl_host_config_defaults(struct crl_host_config *c)
 {
     memset(c, 0, sizeof(*c));
     c->state_dir = "/var/lib/corral";
-    c->max_sandboxes = 4096;
+    c->admission = CRL_ADMIT_MEASURED;
+    c->max_sandboxes = 32768;
     c->overcommit = 1.0;
     c->cpu_overcommit = 16.0;
-    c->reserve_mb = 512;
+    c->reserve_mb = CRL_HOST_RESERVE_AUTO;
     c->retry_after_s = 1;
     c->cgroup_parent = "corral";
     c->lock_dir = "/run/corral";
     c->uid_base = 1u << 30; /* far above any uid a distribution hands out */
-    c->uid_slots = 16384;
-    c->spawners = 0; /* one per CPU, at most 4 */
+    c->uid_slots = 32768;   /* 2^30 + 32768 x 65536 ids stay below 2^32 */
+    c->spawners = 0;        /* one per CPU, at most 4 */
     c->netns_pool = 256;
     c->network_range = "10.213.0.0/16";
     c->resolver_port = 10053;
@@ -178,17 +180,87 @@ struct crl_sandbox *crl_host_find(struct crl_host *h, const char *id, struct crl
 
 /* ---- capacity ---- */
 
-static int admit(struct crl_host *h, const struct crl_spec *s, struct crl_err *err)
+/* Memory the host can give out to sandboxes in reserved admission. */
+static uint64_t mem_cap_mb(const struct crl_host *h)
+{
+    uint64_t cap = h->mem_total_mb > h->reserve_mb ? h->mem_total_mb - h->reserve_mb : 0;
+    return (uint64_t)((double)cap * h->cfg.overcommit);
+}
+
+/* A meminfo field in MiB, or -1. */
+static int64_t meminfo_mb(const char *path, const char *field)
+{
+    char buf[8192];
+    if (crl_read_file_at(AT_FDCWD, path, buf, sizeof(buf)) < 0)
+        return -1;
+    size_t n = strlen(field);
+    for (char *p = buf; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (strncmp(p, field, n) == 0 && p[n] == ':')
+            return (int64_t)(strtoull(p + n + 1, NULL, 10) / 1024);
+    return -1;
+}
+
+#define MEM_READ_NS (100 * 1000000ull) /* MemAvailable is read at most this often */
+
+/* What measured admission may still give out: MemAvailable, read at most
+ * every MEM_READ_NS (a read costs tens of microseconds, a create less than
+ * a millisecond), less what the creates admitted since are expected to
+ * take.  Those in flight when it is read are not in it yet; the reserve
+ * covers them. */
+static uint64_t mem_available_mb(struct crl_host *h)
+{
+    unsigned long long now = crl_now_ns();
+    if (!h->mem_read_ns || now - h->mem_read_ns >= MEM_READ_NS) {
+        int64_t v =
+            meminfo_mb(h->cfg.meminfo_path ? h->cfg.meminfo_path : "/proc/meminfo", "MemAvailable");
+        h->mem_avail_mb = v > 0 ? (uint64_t)v : 0;
+        h->mem_since_mb = 0;
+        h->mem_read_ns = now;
+    }
+    return h->mem_avail_mb > h->mem_since_mb ? h->mem_avail_mb - h->mem_since_mb : 0;
+}
+
+static unsigned admit_mb(const struct crl_backend_ops *ops)
+{
+    return ops->admit_mb ? ops->admit_mb : 1;
+}
+
+/* The descriptors corrald keeps for itself whatever its sandboxes hold:
+ * connections, pipes of running commands, image imports. */
+#define FDS_SPARE 1024
+
+static int admit(struct crl_host *h, const struct crl_backend_ops *ops, const struct crl_spec *s,
+                 struct crl_err *err)
 {
     if (h->shutting_down)
         return crl_err_set(err, CRL_E_UNAVAILABLE, "corrald is shutting down");
-    uint64_t mem_cap =
-        h->mem_total_mb > h->cfg.reserve_mb ? h->mem_total_mb - h->cfg.reserve_mb : 0;
-    mem_cap = (uint64_t)((double)mem_cap * h->cfg.overcommit);
-    double cpu_cap = h->ncpus * h->cfg.cpu_overcommit;
     if (h->live >= h->cfg.max_sandboxes)
         return crl_err_set(err, CRL_E_CAPACITY, "host is full: %u of %u sandboxes are running",
                            h->live, h->cfg.max_sandboxes);
+    if (h->nofile && h->fds_held + ops->fds_held + FDS_SPARE > h->nofile)
+        return crl_err_set(err, CRL_E_CAPACITY,
+                           "host is full: corrald may open %" PRIu64
+                           " files (RLIMIT_NOFILE) and its %u sandboxes hold %" PRIu64
+                           " of them; raise its limit (systemd: LimitNOFILE=) for more",
+                           h->nofile, h->live, h->fds_held);
+    if (h->cfg.admission == CRL_ADMIT_MEASURED) {
+        uint64_t avail = mem_available_mb(h), want = admit_mb(ops);
+        if (avail < h->reserve_mb + want)
+            return crl_err_set(err, CRL_E_CAPACITY,
+                               "host is under memory pressure: %" PRIu64 " MiB available, %" PRIu64
+                               " MiB kept for the host (--reserve-mb), and a new %s sandbox "
+                               "takes about %" PRIu64 " MiB",
+                               avail, h->reserve_mb, ops->name, want);
+        uint64_t room = h->mem_total_mb > h->reserve_mb ? h->mem_total_mb - h->reserve_mb : 0;
+        if (s->memory_mb > room)
+            return crl_err_set(err, CRL_E_CAPACITY,
+                               "host is too small: the sandbox asks for %u MiB of memory and the "
+                               "host has %" PRIu64 " MiB for sandboxes",
+                               s->memory_mb, room);
+        return 0;
+    }
+    uint64_t mem_cap = mem_cap_mb(h);
+    double cpu_cap = h->ncpus * h->cfg.cpu_overcommit;
     if (h->reserved_mb + s->memory_mb > mem_cap)
         return crl_err_set(err, CRL_E_CAPACITY,
                            "host is full: %" PRIu64 " of %" PRIu64
@@ -207,10 +279,13 @@ static void reserve(struct crl_host *h, struct crl_sandbox *sb, bool on)
     if (on) {
         h->reserved_mb += sb->spec.memory_mb;
         h->reserved_cpus += sb->spec.cpus;
+        h->fds_held += sb->ops->fds_held;
+        h->mem_since_mb += admit_mb(sb->ops);
         h->live++;
     } else {
         h->reserved_mb -= sb->spec.memory_mb;
         h->reserved_cpus -= sb->spec.cpus;
+        h->fds_held -= sb->ops->fds_held;
         h->live--;
     }
 }
@@ -344,7 +419,7 @@ int crl_host_create(struct crl_host *h, struct crl_spec *spec, crl_sandbox_cb cb
                            "backend '%s' is not available on this host (available: %s)",
                            spec->backend, names[0] ? names : "none");
     }
-    if (admit(h, spec, err) < 0) {
+    if (admit(h, ops, spec, err) < 0) {
         h->counters.rejected_capacity++;
         return -1;
     }
@@ -385,15 +460,6 @@ int crl_host_destroy(struct crl_host *h, struct crl_sandbox *sb, const char *rea
 }
 
 /* ---- host ---- */
-
-static uint64_t mem_total_mb(void)
-{
-    char buf[4096];
-    if (crl_read_file_at(AT_FDCWD, "/proc/meminfo", buf, sizeof(buf)) < 0)
-        return 0;
-    char *p = strstr(buf, "MemTotal:");
-    return p ? strtoull(p + 9, NULL, 10) / 1024 : 0;
-}
 
 /* Mounts below the state dir in the host's namespace: none are made there
  * today, but a crashed corrald must never leave one behind, so look. */
@@ -550,7 +616,14 @@ int crl_host_open(const struct crl_host_config *cfg, struct crl_loop *loop, stru
         crl_etc_nameservers("/etc/resolv.conf", h->nameservers, sizeof(h->nameservers));
     if (crl_netns_pool_new(cfg->netns_pool, &h->netns, err) < 0)
         goto fail;
-    h->mem_total_mb = mem_total_mb();
+    int64_t total = meminfo_mb(cfg->meminfo_path ? cfg->meminfo_path : "/proc/meminfo", "MemTotal");
+    h->mem_total_mb = total > 0 ? (uint64_t)total : 0;
+    h->reserve_mb = cfg->reserve_mb;
+    if (cfg->reserve_mb == CRL_HOST_RESERVE_AUTO)
+        h->reserve_mb = h->mem_total_mb / 20 > 512 ? h->mem_total_mb / 20 : 512;
+    struct rlimit nofile;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY)
+        h->nofile = nofile.rlim_cur;
     long nc = sysconf(_SC_NPROCESSORS_ONLN);
     h->ncpus = nc > 0 ? (unsigned)nc : 1;
     if (!h->cfg.uid_slots ||
@@ -663,9 +736,8 @@ json_t *crl_host_list_json(struct crl_host *h, const struct crl_kv *sel, size_t 
 
 json_t *crl_host_info_json(struct crl_host *h)
 {
-    uint64_t mem_cap =
-        h->mem_total_mb > h->cfg.reserve_mb ? h->mem_total_mb - h->cfg.reserve_mb : 0;
-    mem_cap = (uint64_t)((double)mem_cap * h->cfg.overcommit);
+    bool measured = h->cfg.admission == CRL_ADMIT_MEASURED;
+    uint64_t mem_cap = mem_cap_mb(h), avail = measured ? mem_available_mb(h) : 0;
     double cpu_cap = h->ncpus * h->cfg.cpu_overcommit;
     unsigned max =
         h->cfg.max_sandboxes < h->cfg.uid_slots ? h->cfg.max_sandboxes : h->cfg.uid_slots;
@@ -678,19 +750,26 @@ json_t *crl_host_info_json(struct crl_host *h)
         if (bi)
             json_object_set_new(info, ops->name, bi);
     }
+    /* free memory: what measured admission may still give out, or what
+     * the reservations leave */
+    uint64_t free_mb = measured ? (avail > h->reserve_mb ? avail - h->reserve_mb : 0)
+                                : (mem_cap > h->reserved_mb ? mem_cap - h->reserved_mb : 0);
     json_t *o = json_pack(
-        "{s:s, s:s, s:f, s:{s:I, s:i, s:i, s:f, s:f, s:I, s:f, s:i}, s:{s:i, s:I, s:f}, s:{s:I, "
-        "s:f, s:i}, s:o, s:s}",
+        "{s:s, s:s, s:f, s:{s:s, s:I, s:i, s:i, s:f, s:f, s:I, s:f, s:i, s:I}, s:{s:i, s:I, s:f, "
+        "s:I}, s:{s:I, s:f, s:i}, s:o, s:s}",
         "host_id", h->cfg.host_id, "state_dir", h->state_dir, "uptime_s",
-        crl_wall_s() - h->started_at, "capacity", "memory_mb", (json_int_t)h->mem_total_mb, "cpus",
-        (json_int_t)h->ncpus, "max_sandboxes", (json_int_t)max, "overcommit", h->cfg.overcommit,
-        "cpu_overcommit", h->cfg.cpu_overcommit, "sandbox_memory_mb", (json_int_t)mem_cap,
-        "sandbox_cpus", cpu_cap, "reserve_mb", (json_int_t)h->cfg.reserve_mb, "used", "sandboxes",
+        crl_wall_s() - h->started_at, "capacity", "admission", measured ? "measured" : "reserved",
+        "memory_mb", (json_int_t)h->mem_total_mb, "cpus", (json_int_t)h->ncpus, "max_sandboxes",
+        (json_int_t)max, "overcommit", h->cfg.overcommit, "cpu_overcommit", h->cfg.cpu_overcommit,
+        "sandbox_memory_mb", (json_int_t)mem_cap, "sandbox_cpus", cpu_cap, "reserve_mb",
+        (json_int_t)h->reserve_mb, "files", (json_int_t)h->nofile, "used", "sandboxes",
         (json_int_t)h->live, "memory_mb", (json_int_t)h->reserved_mb, "cpus", h->reserved_cpus,
-        "free", "memory_mb", (json_int_t)(mem_cap > h->reserved_mb ? mem_cap - h->reserved_mb : 0),
-        "cpus", cpu_cap - h->reserved_cpus, "sandboxes",
-        (json_int_t)(max > h->live ? max - h->live : 0), "backends", backends, "cgroup",
-        crl_cgroup_mgr_describe(h->cgroups));
+        "files", (json_int_t)h->fds_held, "free", "memory_mb", (json_int_t)free_mb, "cpus",
+        cpu_cap - h->reserved_cpus, "sandboxes", (json_int_t)(max > h->live ? max - h->live : 0),
+        "backends", backends, "cgroup", crl_cgroup_mgr_describe(h->cgroups));
+    if (o && measured)
+        json_object_set_new(json_object_get(o, "capacity"), "memory_available_mb",
+                            json_integer((json_int_t)avail));
     if (o)
         json_object_set_new(o, "backend_info", info);
     else
@@ -727,6 +806,11 @@ char *crl_host_metrics(struct crl_host *h)
     GAUGE("reserved_memory_bytes", "Memory reserved by live sandboxes.", "%" PRIu64,
           h->reserved_mb << 20);
     GAUGE("reserved_cpus", "CPUs reserved by live sandboxes.", "%.2f", h->reserved_cpus);
+    if (h->cfg.admission == CRL_ADMIT_MEASURED)
+        GAUGE("memory_available_bytes", "The host's available memory as admission control sees it.",
+              "%" PRIu64, mem_available_mb(h) << 20);
+    GAUGE("files_held", "Descriptors corrald holds for its live sandboxes.", "%" PRIu64,
+          h->fds_held);
     GAUGE("netns_pool_idle", "Idle network namespaces ready for reuse.", "%u",
           crl_netns_idle(h->netns));
     static const struct crl_dns_counters none;

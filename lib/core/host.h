@@ -24,6 +24,18 @@ struct crl_resolver;
 struct crl_netlog;
 struct crl_worker;
 
+/* How a create is admitted.  measured: while the host's available memory
+ * (MemAvailable, less what creates admitted since it was read are expected
+ * to take) stays above the reserve; limits are the kernel's to enforce, and
+ * CPU limits are quotas that reserve nothing.  reserved: the sum of the
+ * sandboxes' memory limits stays within the host's memory less the reserve
+ * times --overcommit, and their CPU limits within CPUs x --cpu-overcommit. */
+enum crl_admission { CRL_ADMIT_MEASURED = 0, CRL_ADMIT_RESERVED };
+
+/* reserve_mb's default: 512 MiB or a twentieth of the host's memory,
+ * whichever is more. */
+#define CRL_HOST_RESERVE_AUTO UINT32_MAX
+
 struct crl_host_config {
     const char *state_dir;
     /* The backends this host serves (borrowed: they outlive the host); a
@@ -41,12 +53,14 @@ struct crl_host_config {
     size_t n_images_from;
     const char *busybox_bin;
     char host_id[16];
-    /* admission control */
+    /* admission control (docs/architecture.md, "Admission") */
+    enum crl_admission admission;
     unsigned max_sandboxes;
-    double overcommit;     /* reserved sandbox memory may reach capacity x this */
-    double cpu_overcommit; /* CPU limits are quotas, not reservations: they may add up to more */
-    unsigned reserve_mb;   /* memory kept for the host itself */
+    double overcommit;     /* reserved: sandbox memory may reach capacity x this */
+    double cpu_overcommit; /* reserved: CPU limits may add up to CPUs x this */
+    unsigned reserve_mb;   /* memory kept for the host itself; CRL_HOST_RESERVE_AUTO */
     unsigned retry_after_s;
+    const char *meminfo_path; /* NULL: /proc/meminfo (the unit tests give a file) */
     /* isolation */
     enum crl_cgroup_version cgroup_version;
     const char *cgroup_root;
@@ -103,9 +117,17 @@ struct crl_host {
     /* capacity and what is reserved now */
     uint64_t mem_total_mb;
     unsigned ncpus;
+    uint64_t reserve_mb; /* cfg.reserve_mb, CRL_HOST_RESERVE_AUTO worked out */
     uint64_t reserved_mb;
     double reserved_cpus;
     unsigned live;
+    /* measured admission: MemAvailable when last read (mem_read_ns), and
+     * what creates admitted since are expected to take */
+    uint64_t mem_avail_mb, mem_since_mb;
+    unsigned long long mem_read_ns;
+    /* descriptors: corrald's RLIMIT_NOFILE, and what live sandboxes hold */
+    uint64_t nofile;
+    uint64_t fds_held;
     struct crl_sb_counters counters;
     struct crl_sb_owner owner; /* what its sandboxes see of it */
     void **backend_state;      /* each registered backend's, in cfg.backends' order */

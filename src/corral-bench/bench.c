@@ -29,8 +29,8 @@ static const struct {
 } all_opts[] = {
     {{"start-daemon", no_argument, 0, OPT_START}, 0},
     {{"iterations", required_argument, 0, OPT_ITER}, 0},
-    {{"imports", required_argument, 0, OPT_IMPORTS}, CRL_BENCH_TAKES_COUNTS},
-    {{"sandboxes", required_argument, 0, OPT_SANDBOXES}, CRL_BENCH_TAKES_COUNTS},
+    {{"imports", required_argument, 0, OPT_IMPORTS}, CRL_BENCH_TAKES_IMPORTS},
+    {{"sandboxes", required_argument, 0, OPT_SANDBOXES}, CRL_BENCH_TAKES_SANDBOXES},
     {{"image", required_argument, 0, OPT_IMAGE}, CRL_BENCH_TAKES_IMAGE},
     {{"json", no_argument, 0, OPT_JSON}, 0},
     {{"baseline", required_argument, 0, OPT_BASELINE}, CRL_BENCH_TAKES_BASELINE},

@@ -1,6 +1,6 @@
 /* corral-bench: the benchmarks behind `corral bench` (docs/benchmarks.md),
  * a program of its own so that the CLI carries none of them.  Each bench
- * is a command (cycle.c, functions.c, images.c, traj*.c) over the bench
+ * is a command (cycle.c, density.c, functions.c, images.c, traj*.c) over the bench
  * library of this directory: this file runs a command (its options, the
  * private daemons, the load around it, the report, the exit status);
  * samples.c times; peer.c and python.c are what Corral is compared with;
@@ -30,7 +30,8 @@ struct crl_bench_opts {
 enum {
     CRL_BENCH_TAKES_IMAGE = 1,
     CRL_BENCH_TAKES_BASELINE = 2,
-    CRL_BENCH_TAKES_COUNTS = 4, /* --imports and --sandboxes */
+    CRL_BENCH_TAKES_IMPORTS = 4,
+    CRL_BENCH_TAKES_SANDBOXES = 8,
 };
 
 struct crl_bench_run;
@@ -58,8 +59,9 @@ struct crl_bench_cmd {
     struct crl_bench_ops ops;
 };
 
-/* The benches (cycle.c, functions.c, images.c, traj.c). */
+/* The benches (cycle.c, density.c, functions.c, images.c, traj.c). */
 extern const struct crl_bench_cmd crl_bench_cycle;     /* corral bench */
+extern const struct crl_bench_cmd crl_bench_density;   /* corral bench density */
 extern const struct crl_bench_cmd crl_bench_functions; /* corral bench functions */
 extern const struct crl_bench_cmd crl_bench_images;    /* corral bench images */
 extern const struct crl_bench_cmd crl_bench_traj;      /* corral bench traj */

@@ -17,6 +17,7 @@
 static const char help[] =
     "usage: corral bench [OPTIONS]\n"
     "       corral bench images [OPTIONS]  (image import, create and disk: see its --help)\n"
+    "       corral bench density [OPTIONS]  (idle sandboxes by the thousand: memory, latency)\n"
     "       corral bench functions [OPTIONS]  (the function backend's calls: see its --help)\n"
     "       corral bench traj [OPTIONS]  (trajectories: step overhead, fast-forward, restore)\n"
     "\n"

@@ -552,7 +552,7 @@ const struct crl_bench_cmd crl_bench_images = {
     .name = "bench images",
     .help = help,
     .root = "to mount the image's layer and for umoci",
-    .takes = CRL_BENCH_TAKES_IMAGE | CRL_BENCH_TAKES_COUNTS,
+    .takes = CRL_BENCH_TAKES_IMAGE | CRL_BENCH_TAKES_IMPORTS | CRL_BENCH_TAKES_SANDBOXES,
     .count_min = 1,
     .count_max = 100000,
     .defaults = {.image = "debian", .iterations = 50, .imports = 3, .sandboxes = 100},

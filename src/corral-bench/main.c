@@ -1,4 +1,4 @@
-/* corral-bench [cycle|functions|images|traj] [OPTIONS]: main() only
+/* corral-bench [cycle|density|functions|images|traj] [OPTIONS]: main() only
  * dispatches to one bench; with no name (or options first) it is the
  * sandbox cycle, as `corral bench` is. */
 #include <string.h>
@@ -9,9 +9,8 @@ static const struct {
     const char *name;
     const struct crl_bench_cmd *cmd;
 } benches[] = {
-    {"cycle", &crl_bench_cycle},
-    {"functions", &crl_bench_functions},
-    {"images", &crl_bench_images},
+    {"cycle", &crl_bench_cycle},         {"density", &crl_bench_density},
+    {"functions", &crl_bench_functions}, {"images", &crl_bench_images},
     {"traj", &crl_bench_traj},
 };
 

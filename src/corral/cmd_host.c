@@ -1,5 +1,6 @@
 /* corral host: the host's capacity, what is used and what is free. */
 #include <stdio.h>
+#include <string.h>
 
 #include "cli.h"
 
@@ -22,22 +23,37 @@ static void show(json_t *h)
     json_t *b;
     json_array_foreach(json_object_get(h, "backends"), i, b) printf(" %s", json_string_value(b));
     printf("\n");
-    printf("capacity:   %lld MiB memory (%lld MiB for sandboxes, %lld reserved), %lld CPUs "
-           "(%g for sandbox limits), %lld sandboxes\n",
+    bool measured = strcmp(crl_cli_str(cap, "admission", ""), "measured") == 0;
+    printf("capacity:   %lld MiB memory (%lld kept for the host), %lld CPUs, %lld sandboxes, "
+           "%lld files\n",
            json_integer_value(json_object_get(cap, "memory_mb")),
-           json_integer_value(json_object_get(cap, "sandbox_memory_mb")),
            json_integer_value(json_object_get(cap, "reserve_mb")),
            json_integer_value(json_object_get(cap, "cpus")),
-           json_number_value(json_object_get(cap, "sandbox_cpus")),
-           json_integer_value(json_object_get(cap, "max_sandboxes")));
-    printf("used:       %lld sandboxes, %lld MiB memory, %g CPUs\n",
+           json_integer_value(json_object_get(cap, "max_sandboxes")),
+           json_integer_value(json_object_get(cap, "files")));
+    if (measured)
+        printf("admission:  measured (%lld MiB available now; limits are enforced, not "
+               "reserved)\n",
+               json_integer_value(json_object_get(cap, "memory_available_mb")));
+    else
+        printf("admission:  reserved (%lld MiB of memory limits, %g CPUs of CPU limits)\n",
+               json_integer_value(json_object_get(cap, "sandbox_memory_mb")),
+               json_number_value(json_object_get(cap, "sandbox_cpus")));
+    printf("used:       %lld sandboxes, %lld MiB of memory limits, %g CPUs of CPU limits, %lld "
+           "files\n",
            json_integer_value(json_object_get(used, "sandboxes")),
            json_integer_value(json_object_get(used, "memory_mb")),
-           json_number_value(json_object_get(used, "cpus")));
-    printf("free:       %lld sandboxes, %lld MiB memory, %g CPUs\n",
-           json_integer_value(json_object_get(free_, "sandboxes")),
-           json_integer_value(json_object_get(free_, "memory_mb")),
-           json_number_value(json_object_get(free_, "cpus")));
+           json_number_value(json_object_get(used, "cpus")),
+           json_integer_value(json_object_get(used, "files")));
+    if (measured)
+        printf("free:       %lld sandboxes, %lld MiB of memory\n",
+               json_integer_value(json_object_get(free_, "sandboxes")),
+               json_integer_value(json_object_get(free_, "memory_mb")));
+    else
+        printf("free:       %lld sandboxes, %lld MiB memory, %g CPUs\n",
+               json_integer_value(json_object_get(free_, "sandboxes")),
+               json_integer_value(json_object_get(free_, "memory_mb")),
+               json_number_value(json_object_get(free_, "cpus")));
     json_t *vm = json_object_get(json_object_get(h, "backend_info"), "microvm");
     if (vm && json_object_get(vm, "not_set_up")) {
         printf("microvm:    %s\n", crl_cli_str(vm, "not_set_up", ""));

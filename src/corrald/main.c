@@ -25,6 +25,8 @@
 
 #define MAX_IMAGES_FROM 16
 
+enum { OPT_ADMISSION = 1100 };
+
 static const char usage[] =
     "usage: corrald [options]\n"
     "  --state DIR            state directory (default /var/lib/corral)\n"
@@ -37,17 +39,24 @@ static const char usage[] =
     "  --image-max-layer-mb N an imported layer may expand to N MiB (default 16384)\n"
     "  --image-max-mb N       an import may expand and spool N MiB in all (default 65536)\n"
     "  --busybox PATH         static busybox for the busybox image (default /bin/busybox)\n"
-    "  --max-sandboxes N      admission: at most N live sandboxes (default 4096)\n"
-    "  --overcommit X         admission: sandbox memory up to X times the host's (default 1)\n"
-    "  --cpu-overcommit X     admission: CPU limits up to X times the host's CPUs (default 16)\n"
-    "  --reserve-mb N         admission: memory kept for the host (default 512)\n"
+    "  --admission measured|reserved\n"
+    "                         measured (default): admit while the host's available memory\n"
+    "                         stays above --reserve-mb, limits enforced but not reserved;\n"
+    "                         reserved: the sandboxes' limits must fit the host\n"
+    "  --max-sandboxes N      admission: at most N live sandboxes (default 32768)\n"
+    "  --overcommit X         reserved admission: memory limits up to X times the host's\n"
+    "                         (default 1; implies --admission reserved)\n"
+    "  --cpu-overcommit X     reserved admission: CPU limits up to X times the host's CPUs\n"
+    "                         (default 16; implies --admission reserved)\n"
+    "  --reserve-mb N         admission: memory kept for the host (default 512 or 5% of\n"
+    "                         the host's memory, whichever is more)\n"
     "  --cgroup auto|v1|v2    cgroup hierarchy to use (default auto)\n"
     "  --cgroup-root DIR      where cgroups are mounted (default /sys/fs/cgroup)\n"
     "  --cgroup-parent NAME   corrald's cgroup (default corral)\n"
     "  --cgroup-no-limits     accept a cgroup v2 tree without the memory and pids\n"
     "                         controllers: sandboxes then run unlimited (for tests only)\n"
     "  --uid-base N           first host uid of sandbox slot 0 (default 1073741824)\n"
-    "  --uid-slots N          sandbox slots of 65536 ids each (default 16384)\n"
+    "  --uid-slots N          sandbox slots of 65536 ids each (default 32768)\n"
     "  --spawner PATH         corral-spawner binary (default: next to corrald)\n"
     "  --spawners N           spawner processes (default: CPUs, at most 4)\n"
     "  --network-range CIDR   sandboxes' addresses, a /30 each (default 10.213.0.0/16)\n"
@@ -137,6 +146,7 @@ int main(int argc, char **argv)
     enum crl_log_level level = CRL_LOG_INFO;
     enum crl_log_format format = CRL_LOG_TEXT;
     unsigned long v;
+    bool admission_given = false;
     static const struct option opts[] = {{"state", required_argument, 0, 's'},
                                          {"socket", required_argument, 0, 'S'},
                                          {"listen", required_argument, 0, 'l'},
@@ -147,6 +157,7 @@ int main(int argc, char **argv)
                                          {"image-max-layer-mb", required_argument, 0, 'y'},
                                          {"image-max-mb", required_argument, 0, 'Y'},
                                          {"busybox", required_argument, 0, 'b'},
+                                         {"admission", required_argument, 0, OPT_ADMISSION},
                                          {"max-sandboxes", required_argument, 0, 'm'},
                                          {"overcommit", required_argument, 0, 'o'},
                                          {"reserve-mb", required_argument, 0, 'r'},
@@ -228,8 +239,21 @@ int main(int argc, char **argv)
                 return 2;
             }
             *(c == 'o' ? &hc.overcommit : &hc.cpu_overcommit) = x;
+            if (!admission_given)
+                hc.admission = CRL_ADMIT_RESERVED;
             break;
         }
+        case OPT_ADMISSION:
+            if (strcmp(optarg, "measured") == 0)
+                hc.admission = CRL_ADMIT_MEASURED;
+            else if (strcmp(optarg, "reserved") == 0)
+                hc.admission = CRL_ADMIT_RESERVED;
+            else {
+                fprintf(stderr, "corrald: --admission: '%s' is not measured or reserved\n", optarg);
+                return 2;
+            }
+            admission_given = true;
+            break;
         case 'r':
             if (parse_uint("--reserve-mb", optarg, 1 << 30, &v) < 0)
                 return 2;

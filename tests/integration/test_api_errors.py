@@ -3,6 +3,7 @@ HTTP, and the corral exceptions the SDK raises for them."""
 
 import asyncio
 import json
+import os
 import threading
 import uuid
 
@@ -307,3 +308,53 @@ def test_error_from_a_body_that_is_not_json():
                                     json.dumps({"error": {"code": "capacity_exceeded",
                                                           "message": "full"}}).encode())
     assert type(e) is corral.CapacityError and e.retry_after == 7
+
+
+def test_default_admission_holds_many_idle_sandboxes(corrald_factory):
+    """With default flags, admission goes by the memory the host has
+    available, not by the sandboxes' limits: 48 sandboxes of the default
+    limits (512 MiB, 1 CPU) fit this host, where reserving their limits
+    stopped the 33rd (32 CPUs of quota on 2 CPUs x 16)."""
+    d = corrald_factory([])
+    with d.client() as c:
+        cap = c.host()["capacity"]
+        assert cap["admission"] == "measured"
+        assert cap["memory_available_mb"] > cap["reserve_mb"] > 0
+        made = []
+        try:
+            for _ in range(48):
+                made.append(c.create())
+            assert made[-1].exec("true").exit_code == 0
+            used = c.host()["used"]
+            assert used["sandboxes"] == 48
+            assert used["cpus"] == 48  # counted, not reserved
+            assert used["files"] > 0
+        finally:
+            for sb in made:
+                sb.destroy()
+        assert c.host()["used"]["files"] == 0
+
+
+def test_measured_admission_refuses_under_memory_pressure(corrald_factory):
+    """A host whose available memory is below what it keeps for itself
+    refuses a create with a 503 that says so, and makes nothing."""
+    with open("/proc/meminfo") as f:
+        total_mb = int(f.read().split()[1]) // 1024
+    d = corrald_factory(["--reserve-mb", str(total_mb)])
+    resp = d.request("POST", "/v1/sandboxes", {"resources": SMALL})
+    check(resp, 503, "capacity_exceeded", "under memory pressure", "MiB available",
+          f"{total_mb} MiB kept for the host (--reserve-mb)")
+    assert int(resp.headers["retry-after"]) >= 1
+    assert d.sandboxes() == []
+
+
+def test_overcommit_flags_mean_reserved_admission(corrald_factory):
+    """--cpu-overcommit (or --overcommit) turns on reserved admission: the
+    sandboxes' CPU limits must fit the host's CPUs times it."""
+    cpus = os.cpu_count()
+    d = corrald_factory(["--cpu-overcommit", "1"])
+    with d.client() as c:
+        assert c.host()["capacity"]["admission"] == "reserved"
+        with c.create(memory_mb=64, cpus=cpus):
+            resp = d.request("POST", "/v1/sandboxes", {"resources": {"memory_mb": 64, "cpus": 1}})
+            check(resp, 503, "capacity_exceeded", "CPUs are reserved")

@@ -190,6 +190,7 @@ static int fake_resume(struct crl_sandbox *sb, struct crl_err *err)
 /* Only what the host and sandbox.c call: the rest stays NULL. */
 static const struct crl_backend_ops fake_backend = {
     .name = "fake",
+    .fds_held = 3,
     .init = fake_init,
     .reconcile = fake_reconcile,
     .shutdown = fake_shutdown,
@@ -238,6 +239,7 @@ static struct crl_host *host_open(void (*tweak)(struct crl_host_config *c))
     c.cgroup_parent = "corral-test";
     snprintf(c.host_id, sizeof(c.host_id), "t");
     c.reserve_mb = 0;
+    c.admission = CRL_ADMIT_RESERVED; /* test_admission_measured has the other */
     c.uid_slots = 8;
     c.tombstone_s = 0.2;
     if (tweak)
@@ -765,11 +767,101 @@ static void test_close(void)
     crl_rm_rf_at(AT_FDCWD, tmp);
 }
 
+/* ---- measured admission: from a meminfo file of the test's ---- */
+
+static char meminfo[64];
+
+static void write_meminfo(unsigned avail_mb)
+{
+    char text[128];
+    snprintf(text, sizeof(text),
+             "MemTotal:        4194304 kB\nMemFree: 1 kB\nMemAvailable: %u kB\n", avail_mb * 1024);
+    FILE *f = fopen(meminfo, "w");
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0)
+        bail_out("cannot write the test's meminfo");
+}
+
+static void measured(struct crl_host_config *c)
+{
+    c->admission = CRL_ADMIT_MEASURED;
+    c->meminfo_path = meminfo;
+}
+
+static void test_admission_measured(void)
+{
+    snprintf(meminfo, sizeof(meminfo), "/tmp/corral-test-meminfo-%d", (int)getpid());
+    write_meminfo(2000);
+    struct crl_host *h = host_open(measured);
+    struct crl_err e;
+    h->reserve_mb = 1000;
+    h->mem_read_ns = 0;
+    struct crl_sandbox *a = create_ready(h, 3000, 60), *b = create_ready(h, 3000, 60);
+    ok(a && b, "two sandboxes limited to 3000 MiB and 60 CPUs each fit a host of 4096 MiB "
+               "and 4 CPUs: limits are enforced, not reserved");
+    is_int((long long)h->reserved_mb, 6000, "their limits are still counted");
+
+    write_meminfo(1000);
+    h->mem_read_ns = 0;
+    ok(!create(h, spec_of(64, 1), NULL, &e) && e.code == CRL_E_CAPACITY,
+       "with the host's available memory at the reserve, a create is refused");
+    is_str(e.msg,
+           "host is under memory pressure: 1000 MiB available, 1000 MiB kept for the host "
+           "(--reserve-mb), and a new fake sandbox takes about 1 MiB",
+           "saying what is available, what is kept and what a sandbox takes");
+    is_int(crl_errc_http_status(e.code), 503, "a 503");
+
+    write_meminfo(1001);
+    h->mem_read_ns = 0;
+    struct crl_sandbox *c = create_ready(h, 64, 1);
+    ok(c != NULL, "1 MiB more and it is admitted");
+    ok(!create(h, spec_of(64, 1), NULL, &e) && e.code == CRL_E_CAPACITY,
+       "and what it is expected to take counts until the memory is read again");
+
+    ok(!create(h, spec_of(3097, 1), NULL, &e) && e.code == CRL_E_CAPACITY,
+       "a limit above what the host has for sandboxes is refused");
+    is_str(e.msg,
+           "host is too small: the sandbox asks for 3097 MiB of memory and the host has 3096 "
+           "MiB for sandboxes",
+           "naming both");
+
+    write_meminfo(3000);
+    h->mem_read_ns = 0;
+    is_int((long long)h->fds_held, 9, "the live sandboxes hold the backend's descriptors each");
+    h->nofile = 9 + 1024 + 3;
+    struct crl_sandbox *d = create_ready(h, 64, 1);
+    ok(d != NULL, "a sandbox is admitted while corrald's descriptors allow it");
+    ok(!create(h, spec_of(64, 1), NULL, &e) && e.code == CRL_E_CAPACITY, "not beyond");
+    like(e.msg,
+         "^host is full: corrald may open 1036 files \\(RLIMIT_NOFILE\\) and its 4 sandboxes "
+         "hold 12 of them",
+         "naming the limit");
+
+    json_t *info = crl_host_info_json(h);
+    json_t *cap = json_object_get(info, "capacity");
+    is_str(json_string_value(json_object_get(cap, "admission")), "measured",
+           "the host says how it admits");
+    is_int(json_integer_value(json_object_get(cap, "memory_available_mb")), 2999,
+           "and the memory it sees, less what the newest sandbox is expected to take");
+    is_int(json_integer_value(json_object_get(json_object_get(info, "used"), "files")), 12,
+           "and the descriptors in use");
+    json_decref(info);
+
+    struct crl_sandbox *all[] = {a, b, c, d};
+    for (size_t i = 0; i < 4; i++) {
+        destroy_wait(h, all[i]);
+        crl_sandbox_unref(all[i]);
+    }
+    is_int((long long)h->fds_held, 0, "destroyed sandboxes give their descriptors back");
+    host_close(h);
+    unlink(meminfo);
+}
+
 int main(void)
 {
     crl_log_setup(CRL_LOG_ERROR, CRL_LOG_TEXT, "test_host");
     TAP_RUN(test_states, 20);
     TAP_RUN(test_admission, 20);
+    TAP_RUN(test_admission_measured, 20);
     TAP_RUN(test_ttls, 30);
     TAP_RUN(test_create_fails_now, 20);
     TAP_RUN(test_create_fails_later, 20);

@@ -51,7 +51,6 @@ static void release(struct crl_sandbox *sb, bool quarantine)
     crl_backend_net_release(sb, c->netns_fd, quarantine);
     c->netns_fd = -1;
     close_fd(&c->pidfd);
-    close_fd(&c->root_fd);
     close_fd(&c->tmpfs_fd);
     free(c);
     sb->priv = NULL;
@@ -175,7 +174,7 @@ void crl_ctr_create_done(struct crl_sandbox *sb, const struct crl_spawn_reply *r
 {
     struct ctr_sandbox *c = sb->priv;
     struct crl_err err = CRL_ERR_INIT;
-    if (r->err || nfds != 3) {
+    if (r->err || nfds != 2) {
         for (int i = 0; i < nfds; i++)
             close(fds[i]);
         if (r->err)
@@ -190,8 +189,7 @@ void crl_ctr_create_done(struct crl_sandbox *sb, const struct crl_spawn_reply *r
         return;
     }
     c->pidfd = fds[0];
-    c->root_fd = fds[1];
-    c->tmpfs_fd = fds[2];
+    c->tmpfs_fd = fds[1];
     c->pid = r->pid;
     crl_watch_start(sb->host->loop, &c->w_init, c->pidfd, EPOLLIN, init_exited, sb);
     crl_sandbox_created(sb, NULL);
@@ -258,7 +256,7 @@ static int ctr_create(struct crl_sandbox *sb, struct crl_err *err)
     struct ctr_sandbox *c = calloc(1, sizeof(*c));
     if (!c)
         return crl_err_sys(err, ENOMEM, "sandbox");
-    c->netns_fd = c->pidfd = c->root_fd = c->tmpfs_fd = -1;
+    c->netns_fd = c->pidfd = c->tmpfs_fd = -1;
     sb->priv = c;
     char name[32];
     snprintf(name, sizeof(name), "s%u", sb->slot);
@@ -423,6 +421,8 @@ static void ctr_shutdown(struct crl_host *h, void *state)
 const struct crl_backend_ops crl_container_backend = {
     .name = "container",
     .ports_on_netns = true,
+    .admit_mb = 1, /* an idle one takes about 0.8 MiB, most of it the kernel's */
+    .fds_held = 8, /* pidfd, netns, tmpfs, and its cgroup in 5 v1 hierarchies (3 on v2) */
     .init = ctr_init,
     .reconcile = ctr_reconcile,
     .shutdown = ctr_shutdown,

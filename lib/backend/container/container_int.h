@@ -77,7 +77,6 @@ struct ctr_sandbox {
     int netns_fd;
     int pidfd;
     pid_t pid;
-    int root_fd;
     int tmpfs_fd;
     struct crl_timens timens; /* its clock offsets, fixed at create */
     unsigned spawner;

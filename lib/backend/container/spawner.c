@@ -260,7 +260,9 @@ fail:
         pending_free(pc);
 }
 
-/* PID 1 reported: forward its pidfd, root and tmpfs to corrald. */
+/* PID 1 reported: forward its pidfd and tmpfs to corrald (its root, which
+ * corrald has no use for, is closed here: every descriptor corrald holds
+ * per sandbox counts against its RLIMIT_NOFILE, docs/architecture.md). */
 static void create_reported(struct pending_create *pc)
 {
     struct crl_spawn_reply r;
@@ -285,8 +287,8 @@ static void create_reported(struct pending_create *pc)
         for (int i = 0; i < nfds; i++)
             close(fds[i]);
     } else {
-        int out[3] = {pc->pidfd, fds[0], fds[1]};
-        crl_spawner_reply(pc->id, 0, CRL_STEP_NONE, pc->pid, out, 3, NULL);
+        int out[2] = {pc->pidfd, fds[1]};
+        crl_spawner_reply(pc->id, 0, CRL_STEP_NONE, pc->pid, out, 2, NULL);
         close(fds[0]);
         close(fds[1]);
     }

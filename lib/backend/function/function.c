@@ -415,6 +415,8 @@ static void fn_shutdown(struct crl_host *h, void *state)
 
 const struct crl_backend_ops crl_function_backend = {
     .name = "function",
+    .admit_mb = 2, /* a keeper: a fork of its runtime's zygote, most pages shared */
+    .fds_held = 9, /* measured: its keeper's pidfd and sockets, its cgroups */
     .init = fn_init,
     .reconcile = fn_reconcile,
     .shutdown = fn_shutdown,
