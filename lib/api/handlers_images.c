@@ -26,6 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../core/pool.h"
 #include "../core/spec.h"
 #include "../util/cleanup.h"
 #include "../util/fdio.h"
@@ -523,8 +524,16 @@ void crl_h_image_inspect(struct crl_req *r)
 
 void crl_h_image_remove(struct crl_req *r)
 {
-    struct crl_err err = CRL_ERR_INIT;
-    if (crl_image_remove(r->api->host->images, r->route.name, &err) < 0) {
+    struct crl_err err = CRL_ERR_INIT, ignored = CRL_ERR_INIT;
+    struct crl_host *h = r->api->host;
+    /* A pool's ready sandboxes do not keep an image: they go with it. */
+    struct crl_image *img = crl_image_get(h->images, r->route.name, &ignored);
+    unsigned spare = img ? 1 + crl_pools_image_users(h, img) : 0;
+    int rc = crl_image_remove(h->images, r->route.name, spare, &err);
+    if (rc == 0 && img)
+        crl_pools_drain_image(h, img);
+    crl_image_put(img);
+    if (rc < 0) {
         crl_req_error(r, &err);
         return;
     }

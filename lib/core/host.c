@@ -20,6 +20,7 @@
 #include "../util/worker.h"
 #include "etc.h"
 #include "netlog.h"
+#include "pool.h"
 #include "resolver.h"
 #include "services.h"
 
@@ -172,7 +173,7 @@ static void table_remove(struct crl_host *h, struct crl_sandbox *sb)
 struct crl_sandbox *crl_host_find(struct crl_host *h, const char *id, struct crl_err *err)
 {
     for (struct crl_sandbox *sb = h->by_id[id_bucket(id)]; sb; sb = sb->next_hash)
-        if (strcmp(sb->id, id) == 0)
+        if (strcmp(sb->id, id) == 0 && !sb->pool) /* a pool's is nobody's yet */
             return sb;
     crl_err_set(err, CRL_E_NOT_FOUND, "sandbox '%s' not found", id);
     return NULL;
@@ -229,11 +230,26 @@ static unsigned admit_mb(const struct crl_backend_ops *ops)
  * connections, pipes of running commands, image imports. */
 #define FDS_SPARE 1024
 
+/* Admit a create; a pool's (`pool`) must leave room for explicit ones: a
+ * reserve's worth of memory more, and descriptors and slots to spare. */
 static int admit(struct crl_host *h, const struct crl_backend_ops *ops, const struct crl_spec *s,
-                 struct crl_err *err)
+                 bool pool, struct crl_err *err)
 {
     if (h->shutting_down)
         return crl_err_set(err, CRL_E_UNAVAILABLE, "corrald is shutting down");
+    if (pool && (h->live + 1 >= h->cfg.max_sandboxes ||
+                 (h->nofile && h->fds_held + ops->fds_held + 2 * FDS_SPARE > h->nofile)))
+        return crl_err_set(err, CRL_E_CAPACITY,
+                           "no room to spare for a pool: %u of %u sandboxes are running, corrald "
+                           "holds %" PRIu64 " of %" PRIu64 " files",
+                           h->live, h->cfg.max_sandboxes, h->fds_held, h->nofile);
+    if (pool && h->cfg.admission == CRL_ADMIT_MEASURED &&
+        mem_available_mb(h) < 2 * h->reserve_mb + admit_mb(ops))
+        return crl_err_set(err, CRL_E_CAPACITY,
+                           "no room to spare for a pool: %" PRIu64
+                           " MiB available, and a pool leaves twice the reserve (%" PRIu64
+                           " MiB) to explicit creates",
+                           mem_available_mb(h), 2 * h->reserve_mb);
     if (h->live >= h->cfg.max_sandboxes)
         return crl_err_set(err, CRL_E_CAPACITY, "host is full: %u of %u sandboxes are running",
                            h->live, h->cfg.max_sandboxes);
@@ -261,7 +277,7 @@ static int admit(struct crl_host *h, const struct crl_backend_ops *ops, const st
     }
     uint64_t mem_cap = mem_cap_mb(h);
     double cpu_cap = h->ncpus * h->cfg.cpu_overcommit;
-    if (h->reserved_mb + s->memory_mb > mem_cap)
+    if (h->reserved_mb + s->memory_mb + (pool ? h->reserve_mb : 0) > mem_cap)
         return crl_err_set(err, CRL_E_CAPACITY,
                            "host is full: %" PRIu64 " of %" PRIu64
                            " MiB of sandbox memory are reserved and %u more were asked for",
@@ -406,21 +422,74 @@ static int check_services(struct crl_host *h, const struct crl_spec *spec, struc
     return 0;
 }
 
-int crl_host_create(struct crl_host *h, struct crl_spec *spec, crl_sandbox_cb cb, void *ctx,
-                    struct crl_err *err)
+/* The backend of a spec, once its services' targets are checked. */
+static const struct crl_backend_ops *spec_backend(struct crl_host *h, const struct crl_spec *spec,
+                                                  struct crl_err *err)
 {
     if (check_services(h, spec, err) < 0)
-        return -1;
+        return NULL;
     const struct crl_backend_ops *ops = backend_find(h, spec->backend);
     if (!ops) {
         char names[256];
         backend_names(h, names, sizeof(names));
-        return crl_err_set(err, CRL_E_UNSUPPORTED,
-                           "backend '%s' is not available on this host (available: %s)",
-                           spec->backend, names[0] ? names : "none");
+        crl_err_set(err, CRL_E_UNSUPPORTED,
+                    "backend '%s' is not available on this host (available: %s)", spec->backend,
+                    names[0] ? names : "none");
     }
-    if (admit(h, ops, spec, err) < 0) {
-        h->counters.rejected_capacity++;
+    return ops;
+}
+
+int crl_host_check_spec(struct crl_host *h, const struct crl_spec *spec, struct crl_err *err)
+{
+    if (!spec_backend(h, spec, err))
+        return -1;
+    struct crl_image *img = h->images ? crl_image_get(h->images, spec->image, err) : NULL;
+    if (h->images && !img)
+        return -1;
+    crl_image_put(img);
+    return 0;
+}
+
+/* Hand a pool's ready sandbox over to a create of `spec`: it takes what a
+ * claim sets; the spec's rest is the template's and goes. */
+static int claim(struct crl_host *h, struct crl_sandbox *sb, struct crl_spec *spec,
+                 crl_sandbox_cb cb, void *ctx, struct crl_err *err)
+{
+    int rc = crl_sandbox_claim(sb, spec, cb, ctx, err);
+    if (rc == 0) {
+        crl_spec_free(spec); /* ownership moved in, as for a create */
+        memset(spec, 0, sizeof(*spec));
+        h->counters.claimed++;
+        crl_info(sb->id, "claimed from a pool");
+    } else {
+        crl_host_destroy(h, sb, "claim_failed", NULL, NULL, NULL);
+    }
+    crl_sandbox_unref(sb); /* the pool's */
+    return rc;
+}
+
+/* Refused for capacity: counted, and a pool gives up an idle sandbox so
+ * that the next create is admitted. */
+static void refused(struct crl_host *h, const struct crl_pool *pool)
+{
+    if (pool)
+        return;
+    h->counters.rejected_capacity++;
+    crl_pools_shed(h);
+}
+
+static int create(struct crl_host *h, struct crl_spec *spec, struct crl_pool *pool,
+                  crl_sandbox_cb cb, void *ctx, struct crl_err *err)
+{
+    const struct crl_backend_ops *ops = spec_backend(h, spec, err);
+    if (!ops)
+        return -1;
+    struct crl_sandbox *claimed = pool ? NULL : crl_pools_claim(h, spec);
+    if (claimed)
+        return claim(h, claimed, spec, cb, ctx, err);
+    if (admit(h, ops, spec, pool != NULL, err) < 0) {
+        if (err->code == CRL_E_CAPACITY)
+            refused(h, pool);
         return -1;
     }
     struct crl_sandbox *sb = calloc(1, sizeof(*sb));
@@ -429,6 +498,7 @@ int crl_host_create(struct crl_host *h, struct crl_spec *spec, crl_sandbox_cb cb
     sb->host = h;
     sb->owner = &h->owner;
     sb->ops = ops;
+    sb->pool = pool;
     sb->spec = *spec;
     memset(spec, 0, sizeof(*spec)); /* ownership moved */
     sb->refs = 1;                   /* the table's */
@@ -443,7 +513,7 @@ int crl_host_create(struct crl_host *h, struct crl_spec *spec, crl_sandbox_cb cb
     if (slot_alloc(h, &sb->slot) < 0) {
         crl_image_put(sb->image);
         crl_sandbox_unref(sb);
-        h->counters.rejected_capacity++;
+        refused(h, pool);
         return crl_err_set(err, CRL_E_CAPACITY, "host is full: all %u sandbox slots are in use",
                            h->cfg.uid_slots);
     }
@@ -451,6 +521,18 @@ int crl_host_create(struct crl_host *h, struct crl_spec *spec, crl_sandbox_cb cb
     reserve(h, sb, true);
     table_add(h, sb);
     return crl_sandbox_build(sb, cb, ctx, err); /* on failure, sb is gone */
+}
+
+int crl_host_create(struct crl_host *h, struct crl_spec *spec, crl_sandbox_cb cb, void *ctx,
+                    struct crl_err *err)
+{
+    return create(h, spec, NULL, cb, ctx, err);
+}
+
+int crl_host_create_pooled(struct crl_host *h, struct crl_spec *spec, struct crl_pool *pool,
+                           crl_sandbox_cb cb, void *ctx, struct crl_err *err)
+{
+    return create(h, spec, pool, cb, ctx, err);
 }
 
 int crl_host_destroy(struct crl_host *h, struct crl_sandbox *sb, const char *reason,
@@ -676,6 +758,7 @@ void crl_host_close(struct crl_host *h)
     if (!h)
         return;
     h->shutting_down = true;
+    crl_pools_free(h);
     /* Destroy what is live and wait for the backends to finish. */
     unsigned pending = 0;
     for (struct crl_sandbox *sb = h->sandboxes; sb; sb = sb->next)
@@ -729,7 +812,7 @@ json_t *crl_host_list_json(struct crl_host *h, const struct crl_kv *sel, size_t 
 {
     json_t *a = json_array();
     for (struct crl_sandbox *sb = h->sandboxes; sb; sb = sb->next)
-        if (crl_spec_labels_match(&sb->spec, sel, n_sel))
+        if (!sb->pool && crl_spec_labels_match(&sb->spec, sel, n_sel))
             json_array_append_new(a, crl_sandbox_json(sb));
     return json_pack("{s:o}", "sandboxes", a);
 }
@@ -770,10 +853,12 @@ json_t *crl_host_info_json(struct crl_host *h)
     if (o && measured)
         json_object_set_new(json_object_get(o, "capacity"), "memory_available_mb",
                             json_integer((json_int_t)avail));
-    if (o)
+    if (o) {
         json_object_set_new(o, "backend_info", info);
-    else
+        json_object_update_new(o, crl_pools_json(h));
+    } else {
         json_decref(info);
+    }
     return o;
 }
 
@@ -792,7 +877,8 @@ char *crl_host_metrics(struct crl_host *h)
                    "# HELP corral_" name " " help "\n# TYPE corral_" name " gauge\ncorral_" name \
                    " " fmt "\n",                                                                 \
                    v)
-    COUNTER("sandboxes_created_total", "Sandboxes that became ready.", c->created);
+    COUNTER("sandboxes_created_total", "Sandboxes that became ready (a pool's included).",
+            c->created);
     COUNTER("sandboxes_create_failed_total", "Creates that failed after admission.",
             c->create_failed);
     COUNTER("sandboxes_rejected_total", "Creates refused by admission control.",
@@ -811,6 +897,7 @@ char *crl_host_metrics(struct crl_host *h)
               "%" PRIu64, mem_available_mb(h) << 20);
     GAUGE("files_held", "Descriptors corrald holds for its live sandboxes.", "%" PRIu64,
           h->fds_held);
+    COUNTER("sandboxes_claimed_total", "Creates served by a pool's ready sandbox.", c->claimed);
     GAUGE("netns_pool_idle", "Idle network namespaces ready for reuse.", "%u",
           crl_netns_idle(h->netns));
     static const struct crl_dns_counters none;
@@ -824,6 +911,7 @@ char *crl_host_metrics(struct crl_host *h)
             dns->failed);
 #undef COUNTER
 #undef GAUGE
+    crl_pools_metrics(h, &b);
     for (size_t i = 0; i < h->cfg.n_backends; i++)
         if (h->cfg.backends[i]->metrics)
             h->cfg.backends[i]->metrics(h, h->backend_state[i], &b);

@@ -109,6 +109,7 @@ struct crl_host {
     struct crl_worker *net_worker; /* with vnet: sandboxes' links are made there */
     char nameservers[256];         /* cfg.dns_upstream, or the host's */
     struct crl_sandbox *sandboxes; /* every known sandbox, live or tombstoned */
+    struct crl_pool *pools;        /* warm pools (pool.c) */
     size_t n_sandboxes;
     struct crl_sandbox **by_id;                /* CRL_HOST_BUCKETS chains */
     struct crl_sandbox *tomb_head, *tomb_tail; /* ended sandboxes kept for accounting */
@@ -149,6 +150,13 @@ void crl_host_close(struct crl_host *h);
 int crl_host_create(struct crl_host *h, struct crl_spec *spec, crl_sandbox_cb cb, void *ctx,
                     struct crl_err *err);
 struct crl_sandbox *crl_host_find(struct crl_host *h, const char *id, struct crl_err *err);
+/* What a create of spec needs of this host: its backend, its image, its
+ * services' targets (a pool's template is checked so when it is set). */
+int crl_host_check_spec(struct crl_host *h, const struct crl_spec *spec, struct crl_err *err);
+/* For lib/core/pool.c: a create for `pool`, admitted only with room to
+ * spare for explicit creates, hidden from the API until claimed. */
+int crl_host_create_pooled(struct crl_host *h, struct crl_spec *spec, struct crl_pool *pool,
+                           crl_sandbox_cb cb, void *ctx, struct crl_err *err);
 /* Destroy (idempotent); cb runs once it is gone: crl_sandbox_destroy(). */
 int crl_host_destroy(struct crl_host *h, struct crl_sandbox *sb, const char *reason,
                      crl_sandbox_cb cb, void *ctx, struct crl_err *err);

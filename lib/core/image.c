@@ -478,7 +478,8 @@ json_t *crl_image_list_json(struct crl_image_store *s)
     return json_pack("{s:o}", "images", a);
 }
 
-int crl_image_remove(struct crl_image_store *s, const char *name, struct crl_err *err)
+int crl_image_remove(struct crl_image_store *s, const char *name, unsigned spare,
+                     struct crl_err *err)
 {
     char canon[CRL_IMAGE_NAME_MAX + 1];
     if (crl_store_name_canon(name, canon, err) < 0)
@@ -489,6 +490,7 @@ int crl_image_remove(struct crl_image_store *s, const char *name, struct crl_err
         return -1;
     int r = -1;
     unsigned users = users_of(s, rec->id, store == 0 ? "store" : "images-from");
+    users = users > spare ? users - spare : 0;
     if (store != 0)
         crl_err_set(err, CRL_E_CONFLICT, "image %s is in the read-only store %s", canon,
                     crl_store_dir(s->stores[store]));

@@ -60,8 +60,10 @@ json_t *crl_image_list_json(struct crl_image_store *s);
 /* One image's JSON (inspect); NULL with CRL_E_NOT_FOUND. */
 json_t *crl_image_inspect_json(struct crl_image_store *s, const char *name, struct crl_err *err);
 /* Remove a tag of the writable store: CRL_E_CONFLICT while a sandbox uses
- * the image, or when it is in a read-only store. */
-int crl_image_remove(struct crl_image_store *s, const char *name, struct crl_err *err);
+ * the image (but `spare` references: the caller's own, and those of warm
+ * pools, which the caller drains), or when it is in a read-only store. */
+int crl_image_remove(struct crl_image_store *s, const char *name, unsigned spare,
+                     struct crl_err *err);
 /* Tag `src` (any store) as `dst` in the writable store; *out: dst's JSON. */
 int crl_image_tag(struct crl_image_store *s, const char *src, const char *dst, json_t **out,
                   struct crl_err *err);

@@ -145,11 +145,29 @@ void crl_sandbox_touch(struct crl_sandbox *sb)
 
 /* ---- lifecycle ---- */
 
+static void start_ttls(struct crl_sandbox *sb)
+{
+    struct crl_loop *loop = sb->owner->loop;
+    if (sb->spec.ttl_s)
+        crl_timer_start(loop, &sb->ttl_timer, (uint64_t)sb->spec.ttl_s * NS_PER_S, ttl_expired, sb);
+    if (sb->spec.idle_ttl_s)
+        crl_timer_start(loop, &sb->idle_timer, (uint64_t)sb->spec.idle_ttl_s * NS_PER_S, idle_check,
+                        sb);
+}
+
+static const struct crl_err claim_lost = {.code = CRL_E_UNAVAILABLE,
+                                          .msg = "the sandbox ended before it was handed over"};
+
 /* Give back everything held for a sandbox that has ended. */
 static void release(struct crl_sandbox *sb)
 {
     crl_timer_stop(sb->owner->loop, &sb->ttl_timer);
     crl_timer_stop(sb->owner->loop, &sb->idle_timer);
+    if (sb->claim_timer.heap_idx) { /* ended between its claim and the answer */
+        crl_timer_stop(sb->owner->loop, &sb->claim_timer);
+        notify(&sb->create_waiters, sb, &claim_lost);
+        crl_sandbox_unref(sb);
+    }
     sb->owner->release(sb);
     if (sb->image) {
         crl_image_put(sb->image);
@@ -177,7 +195,6 @@ int crl_sandbox_build(struct crl_sandbox *sb, crl_sandbox_cb cb, void *ctx, stru
 
 void crl_sandbox_created(struct crl_sandbox *sb, const struct crl_err *err)
 {
-    struct crl_loop *loop = sb->owner->loop;
     crl_sandbox_ref(sb);
     if (err) {
         /* The backend has already undone its part: nothing of it remains. */
@@ -195,15 +212,45 @@ void crl_sandbox_created(struct crl_sandbox *sb, const struct crl_err *err)
     sb->ready_at = crl_wall_s();
     sb->owner->counters->created++;
     crl_info(sb->id, "ready in %.1f ms", (sb->ready_at - sb->created_at) * 1e3);
-    if (sb->spec.ttl_s)
-        crl_timer_start(loop, &sb->ttl_timer, (uint64_t)sb->spec.ttl_s * NS_PER_S, ttl_expired, sb);
-    if (sb->spec.idle_ttl_s)
-        crl_timer_start(loop, &sb->idle_timer, (uint64_t)sb->spec.idle_ttl_s * NS_PER_S, idle_check,
-                        sb);
+    start_ttls(sb);
     notify(&sb->create_waiters, sb, NULL);
     if (sb->destroy_requested) /* its reason and waiters are in place */
         teardown(sb, CRL_SB_DESTROYING);
     crl_sandbox_unref(sb);
+}
+
+static void claim_done(struct crl_timer *t)
+{
+    struct crl_sandbox *sb = t->data;
+    notify(&sb->create_waiters, sb, NULL);
+    crl_sandbox_unref(sb);
+}
+
+int crl_sandbox_claim(struct crl_sandbox *sb, struct crl_spec *spec, crl_sandbox_cb cb, void *ctx,
+                      struct crl_err *err)
+{
+    if (add_waiter(&sb->create_waiters, cb, ctx, err) < 0)
+        return -1;
+    struct crl_kv labels[CRL_SPEC_MAX_LABELS];
+    memcpy(labels, sb->spec.labels, sizeof(labels));
+    memcpy(sb->spec.labels, spec->labels, sizeof(labels));
+    memcpy(spec->labels, labels, sizeof(labels));
+    size_t n = sb->spec.n_labels;
+    sb->spec.n_labels = spec->n_labels;
+    spec->n_labels = n;
+    char **env = sb->spec.env, *cwd = sb->spec.cwd;
+    sb->spec.env = spec->env;
+    sb->spec.cwd = spec->cwd;
+    spec->env = env;
+    spec->cwd = cwd;
+    sb->spec.ttl_s = spec->ttl_s;
+    sb->spec.idle_ttl_s = spec->idle_ttl_s;
+    sb->created_at = sb->ready_at = crl_wall_s();
+    sb->last_active_ns = crl_now_ns();
+    start_ttls(sb);
+    crl_sandbox_ref(sb); /* until the answer */
+    crl_timer_start(sb->owner->loop, &sb->claim_timer, 0, claim_done, sb);
+    return 0;
 }
 
 void crl_sandbox_failed(struct crl_sandbox *sb, const char *reason, const char *fmt, ...)

@@ -43,6 +43,7 @@ const char *crl_sb_state_name(enum crl_sb_state s);
 
 struct crl_sandbox;
 struct crl_session;
+struct crl_pool;
 typedef void (*crl_sandbox_cb)(struct crl_sandbox *sb, const struct crl_err *err, void *ctx);
 typedef void (*crl_sandbox_hook)(struct crl_sandbox *sb);
 
@@ -54,7 +55,7 @@ struct crl_sb_waiter {
 
 /* What the lives of a host's sandboxes add up to (its metrics). */
 struct crl_sb_counters {
-    uint64_t created, create_failed, destroyed, failed, rejected_capacity;
+    uint64_t created, create_failed, destroyed, failed, rejected_capacity, claimed;
     uint64_t execs, exec_timeouts, exec_ooms;
 };
 
@@ -98,6 +99,11 @@ struct crl_sandbox {
     unsigned refs;          /* requests holding it; freed at 0 once gone */
     uint64_t next_seq;
     struct crl_timer ttl_timer, idle_timer, tombstone_timer;
+    struct crl_timer claim_timer; /* a claim's answer, on the loop's next turn */
+    /* The warm pool it waits in, unclaimed (lib/core/pool.h): nobody's yet,
+     * so the API neither lists nor finds it. */
+    struct crl_pool *pool;
+    struct crl_sandbox *pool_next;
     struct crl_sb_waiter *create_waiters, *destroy_waiters;
     struct crl_proc *procs;
     struct crl_session *sessions; /* session.c's */
@@ -132,6 +138,13 @@ int crl_sandbox_build(struct crl_sandbox *sb, crl_sandbox_cb cb, void *ctx, stru
  * destroyed (the backend has its teardown under way or done). */
 int crl_sandbox_destroy(struct crl_sandbox *sb, const char *reason, crl_sandbox_cb cb, void *ctx,
                         struct crl_err *err);
+
+/* Host -> sandbox: a ready sandbox of a pool becomes a create's: it takes
+ * spec's labels, TTLs (which run from now) and execs' env and cwd (spec
+ * gets the sandbox's old ones, for the caller to free), and cb runs on the
+ * loop's next turn, as if it had just been made. */
+int crl_sandbox_claim(struct crl_sandbox *sb, struct crl_spec *spec, crl_sandbox_cb cb, void *ctx,
+                      struct crl_err *err);
 
 /* Backend -> host. */
 void crl_sandbox_created(struct crl_sandbox *sb, const struct crl_err *err);

@@ -54,6 +54,21 @@ static void show(json_t *h)
                json_integer_value(json_object_get(free_, "sandboxes")),
                json_integer_value(json_object_get(free_, "memory_mb")),
                json_number_value(json_object_get(free_, "cpus")));
+    json_t *p;
+    json_array_foreach(json_object_get(h, "pools"), i, p)
+    {
+        printf("pool:       %s: %lld ready (min %lld, max %lld, target %lld), %lld claims, %lld "
+               "misses, %lld died; %s",
+               crl_cli_str(p, "name", "?"), json_integer_value(json_object_get(p, "ready")),
+               json_integer_value(json_object_get(p, "min")),
+               json_integer_value(json_object_get(p, "max")),
+               json_integer_value(json_object_get(p, "target")),
+               json_integer_value(json_object_get(p, "claims")),
+               json_integer_value(json_object_get(p, "misses")),
+               json_integer_value(json_object_get(p, "died")), crl_cli_str(p, "state", "?"));
+        const char *why = crl_cli_str(p, "error", crl_cli_str(p, "waiting", NULL));
+        printf("%s%s\n", why ? ": " : "", why ? why : "");
+    }
     json_t *vm = json_object_get(json_object_get(h, "backend_info"), "microvm");
     if (vm && json_object_get(vm, "not_set_up")) {
         printf("microvm:    %s\n", crl_cli_str(vm, "not_set_up", ""));

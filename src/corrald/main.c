@@ -19,13 +19,23 @@
 #include "../../lib/backend/microvm/microvm.h"
 #include "../../lib/core/backend.h"
 #include "../../lib/core/host.h"
+#include "../../lib/core/pool.h"
 #include "../../lib/util/cleanup.h"
 #include "../../lib/util/fdio.h"
 #include "../../lib/util/log.h"
 
 #define MAX_IMAGES_FROM 16
+#define MAX_POOLS 64
 
-enum { OPT_ADMISSION = 1100 };
+enum { OPT_ADMISSION = 1100, OPT_POOL };
+
+static int set_pools(struct crl_host *h, const char *const *flags, size_t n, struct crl_err *err)
+{
+    for (size_t i = 0; i < n; i++)
+        if (crl_pool_set_flag(h, flags[i], err) < 0)
+            return -1;
+    return 0;
+}
 
 static const char usage[] =
     "usage: corrald [options]\n"
@@ -44,6 +54,10 @@ static const char usage[] =
     "                         stays above --reserve-mb, limits enforced but not reserved;\n"
     "                         reserved: the sandboxes' limits must fit the host\n"
     "  --max-sandboxes N      admission: at most N live sandboxes (default 32768)\n"
+    "  --pool NAME:MIN:MAX[:SPEC]\n"
+    "                         keep MIN to MAX ready sandboxes of SPEC (a create's JSON\n"
+    "                         body; default {}) for creates that match it (repeatable;\n"
+    "                         also PUT /v1/pools/NAME)\n"
     "  --overcommit X         reserved admission: memory limits up to X times the host's\n"
     "                         (default 1; implies --admission reserved)\n"
     "  --cpu-overcommit X     reserved admission: CPU limits up to X times the host's CPUs\n"
@@ -141,6 +155,8 @@ int main(int argc, char **argv)
     hc.n_backends = CRL_ARRAY_SIZE(backends);
     struct crl_api_config ac = {.unix_path = "/run/corral/corrald.sock", .checkpoint_gc_s = 3600};
     const char *images_from[MAX_IMAGES_FROM];
+    const char *pools[MAX_POOLS];
+    size_t n_pools = 0;
     size_t n_from = 0;
     const char *token_file = NULL;
     enum crl_log_level level = CRL_LOG_INFO;
@@ -158,6 +174,7 @@ int main(int argc, char **argv)
                                          {"image-max-mb", required_argument, 0, 'Y'},
                                          {"busybox", required_argument, 0, 'b'},
                                          {"admission", required_argument, 0, OPT_ADMISSION},
+                                         {"pool", required_argument, 0, OPT_POOL},
                                          {"max-sandboxes", required_argument, 0, 'm'},
                                          {"overcommit", required_argument, 0, 'o'},
                                          {"reserve-mb", required_argument, 0, 'r'},
@@ -243,6 +260,13 @@ int main(int argc, char **argv)
                 hc.admission = CRL_ADMIT_RESERVED;
             break;
         }
+        case OPT_POOL:
+            if (n_pools == MAX_POOLS) {
+                fprintf(stderr, "corrald: at most %d --pool\n", MAX_POOLS);
+                return 2;
+            }
+            pools[n_pools++] = optarg;
+            break;
         case OPT_ADMISSION:
             if (strcmp(optarg, "measured") == 0)
                 hc.admission = CRL_ADMIT_MEASURED;
@@ -448,7 +472,8 @@ int main(int argc, char **argv)
         crl_error(NULL, "event loop: %s", strerror(errno));
         return 1;
     }
-    if (crl_host_open(&hc, loop, &host, &err) < 0 || crl_api_start(host, &ac, &api, &err) < 0) {
+    if (crl_host_open(&hc, loop, &host, &err) < 0 || set_pools(host, pools, n_pools, &err) < 0 ||
+        crl_api_start(host, &ac, &api, &err) < 0) {
         crl_error(NULL, "%s", err.msg);
         crl_host_close(host);
         return 1;

@@ -817,6 +817,8 @@ static void test_admission_measured(void)
     ok(!create(h, spec_of(64, 1), NULL, &e) && e.code == CRL_E_CAPACITY,
        "and what it is expected to take counts until the memory is read again");
 
+    write_meminfo(3000);
+    h->mem_read_ns = 0;
     ok(!create(h, spec_of(3097, 1), NULL, &e) && e.code == CRL_E_CAPACITY,
        "a limit above what the host has for sandboxes is refused");
     is_str(e.msg,
@@ -824,8 +826,6 @@ static void test_admission_measured(void)
            "MiB for sandboxes",
            "naming both");
 
-    write_meminfo(3000);
-    h->mem_read_ns = 0;
     is_int((long long)h->fds_held, 9, "the live sandboxes hold the backend's descriptors each");
     h->nofile = 9 + 1024 + 3;
     struct crl_sandbox *d = create_ready(h, 64, 1);

@@ -23,6 +23,8 @@ static void test_routes(void)
         {"/healthz", CRL_EP_HEALTHZ, "", "", "GET"},
         {"/metrics", CRL_EP_METRICS, "", "", "GET"},
         {"/v1/host", CRL_EP_HOST, "", "", "GET"},
+        {"/v1/pools", CRL_EP_POOLS, "", "", "GET"},
+        {"/v1/pools/small", CRL_EP_POOL, "", "", "GET, DELETE, PUT"},
         {"/v1/images", CRL_EP_IMAGES, "", "", "GET, POST"},
         {"/v1/sandboxes", CRL_EP_SANDBOXES, "", "", "GET, POST"},
         {"/v1/sandboxes/", CRL_EP_SANDBOXES, "", "", "GET, POST"},

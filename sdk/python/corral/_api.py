@@ -272,6 +272,16 @@ def function_result(name: str, answer: JSONObject) -> Any:
     raise FunctionError(name, answer)
 
 
+def pool_target(name: str) -> str:
+    return "/v1/pools/" + urllib.parse.quote(str(name), safe="")
+
+
+def pool_body(min: int, max: int, template: Mapping[str, Any] | None,
+              fields: Mapping[str, Any]) -> JSONObject:
+    """PUT /v1/pools/{name}'s body: the template is a create's spec."""
+    return {"min": min, "max": max, "template": build_spec(template, **fields)}
+
+
 def tag_body(source: str, target: str) -> JSONObject:
     return {"source": source, "target": target}
 

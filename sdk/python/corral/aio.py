@@ -93,6 +93,20 @@ class AsyncClient:
             image: JSONObject = (await self._call(call)).json()
         return image
 
+    async def pools(self) -> JSONList:
+        """The host's warm pools; see Client.pools()."""
+        return (await self._json("GET", "/v1/pools"))["pools"]
+
+    async def set_pool(self, name: str, min: int, max: int,
+                       template: Mapping[str, Any] | None = None, **fields: Any) -> JSONObject:
+        """Make or change a warm pool; see Client.set_pool()."""
+        return await self._json("PUT", _api.pool_target(name),
+                                _api.pool_body(min, max, template, fields))
+
+    async def remove_pool(self, name: str) -> None:
+        """Remove a pool; see Client.remove_pool()."""
+        await self._json("DELETE", _api.pool_target(name))
+
     async def remove_image(self, name: str) -> None:
         """Remove an image's tag; see Client.remove_image()."""
         await self._call(_api.json_call("DELETE", _api.image_target(name)))

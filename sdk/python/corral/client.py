@@ -79,6 +79,24 @@ class Client:
         """The host's capacity and use: a dict."""
         return self._json("GET", "/v1/host")
 
+    def pools(self) -> JSONList:
+        """The host's warm pools: a list of dicts (``name``, ``template``,
+        ``min``, ``max``, ``target``, ``ready``, ``claims``, ``misses``,
+        ``died``, ``state``, ``error``...)."""
+        return self._json("GET", "/v1/pools")["pools"]
+
+    def set_pool(self, name: str, min: int, max: int,
+                 template: Mapping[str, Any] | None = None, **fields: Any) -> JSONObject:
+        """Keep ``min`` to ``max`` ready sandboxes of ``template`` (a spec, as
+        create() takes, with the keyword fields over it): a create() of that
+        spec (labels, TTLs, env and cwd aside) is then a claim of one."""
+        return self._json("PUT", _api.pool_target(name),
+                          _api.pool_body(min, max, template, fields))
+
+    def remove_pool(self, name: str) -> None:
+        """Remove a pool; its ready sandboxes are destroyed."""
+        self._json("DELETE", _api.pool_target(name))
+
     def images(self) -> JSONList:
         """The images sandboxes can be created from: a list of dicts."""
         return self._json("GET", "/v1/images")["images"]
