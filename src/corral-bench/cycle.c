@@ -16,6 +16,7 @@
 #include "api.h"
 #include "bench.h"
 #include "peer.h"
+#include "python.h"
 
 static const char help[] =
     "usage: corral bench [OPTIONS]\n"
@@ -30,7 +31,8 @@ static const char help[] =
     "  2. exec round trips of /bin/true in one live sandbox: p50, p99;\n"
     "  3. with a warm pool of the same spec (PUT /v1/pools/corral-bench, as many\n"
     "     ready as there are iterations): creates that are claims, one at a time,\n"
-    "     and cycles two in parallel;\n"
+    "     and cycles two in parallel; and the cycles and execs again through the\n"
+    "     Python SDK (../sdk/python beside this program), its own cost included;\n"
     "  4. the peers: `crun run` of a writable copy of the busybox rootfs, one at a time and\n"
     "     two in parallel, and posix_spawn+wait of the same /bin/true;\n"
     "  5. the ratios: our cycles/s over crun's at concurrency 2 (without and with\n"
@@ -214,11 +216,101 @@ static int run_pool(const char *url, json_t *spec, size_t warm, size_t n,
     return rc;
 }
 
+/* ---- through the Python SDK ---- */
+
+/* The same cycles and execs driven by the Python SDK (sdk/python beside
+ * the build: ../sdk/python from this program's directory), in a python3 of
+ * its own: two threads with a client each share n cycles, then one client
+ * times n execs.  It prints "C ms" per cycle, "W s" for their wall time,
+ * "E ms" per exec.  argv: the SDK's directory, url, warm, n, memory_mb. */
+static const char sdk_script[] =
+    "import sys, threading, time\n"
+    "sys.path.insert(0, sys.argv[1])\n"
+    "import corral\n"
+    "url, warm, n, mem = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])\n"
+    "spec = dict(image='busybox', memory_mb=mem, labels={'corral-bench': '1'})\n"
+    "def cycle(c, out):\n"
+    "    t = time.perf_counter()\n"
+    "    sb = c.create(**spec)\n"
+    "    assert sb.exec(['/bin/true']).exit_code == 0\n"
+    "    sb.destroy()\n"
+    "    out.append((time.perf_counter() - t) * 1e3)\n"
+    "def share(k, out):\n"
+    "    with corral.Client(url) as c:\n"
+    "        for _ in range(k):\n"
+    "            cycle(c, out)\n"
+    "share(warm, [])\n"
+    "out = []\n"
+    "ts = [threading.Thread(target=share, args=(n // 2 + i * (n % 2), out)) for i in range(2)]\n"
+    "t0 = time.perf_counter()\n"
+    "[t.start() for t in ts]\n"
+    "[t.join() for t in ts]\n"
+    "wall = time.perf_counter() - t0\n"
+    "print('\\n'.join('C %.6f' % ms for ms in out))\n"
+    "print('W %.6f' % wall)\n"
+    "with corral.Client(url) as c, c.create(**spec) as sb:\n"
+    "    for i in range(warm + n):\n"
+    "        t = time.perf_counter()\n"
+    "        assert sb.exec(['/bin/true']).exit_code == 0\n"
+    "        if i >= warm:\n"
+    "            print('E %.6f' % ((time.perf_counter() - t) * 1e3))\n";
+
+static int run_sdk(const char *url, size_t warm, size_t n, struct crl_bench_samples *cycles,
+                   struct crl_bench_samples *execs, struct crl_err *err)
+{
+    char bench[PATH_MAX], sdk[PATH_MAX + 32], python[PATH_MAX], nums[3][24];
+    if (crl_sibling_path("corral-bench", bench, sizeof(bench), err) < 0 ||
+        crl_bench_python_find(python, sizeof(python), err) < 0)
+        return -1;
+    char *slash = strrchr(bench, '/');
+    if (slash)
+        *slash = 0;
+    snprintf(sdk, sizeof(sdk), "%s/../sdk/python", bench);
+    if (access(sdk, R_OK) < 0)
+        return crl_err_set(err, CRL_E_NOT_FOUND, "no Python SDK at %s", sdk);
+    const char *u = url ? url : getenv("CORRAL_URL");
+    snprintf(nums[0], sizeof(nums[0]), "%zu", warm);
+    snprintf(nums[1], sizeof(nums[1]), "%zu", n);
+    snprintf(nums[2], sizeof(nums[2]), "%d", 64);
+    char *const argv[] = {"python3", "-I",
+                          "-c",      (char *)sdk_script,
+                          sdk,       (char *)(u ? u : "unix:///run/corral/corrald.sock"),
+                          nums[0],   nums[1],
+                          nums[2],   NULL};
+    int status;
+    cleanup_free char *out = NULL;
+    if (crl_bench_capture(python, argv, &status, &out, err) < 0)
+        return -1;
+    if (status != 0)
+        return crl_err_set(err, CRL_E_INTERNAL, "the SDK's run ended with wait status %d", status);
+    if (crl_bench_samples_alloc(cycles, n, err) < 0 || crl_bench_samples_alloc(execs, n, err) < 0)
+        return -1;
+    cycles->n = execs->n = 0;
+    for (char *line = out; line && *line;) {
+        double v = strtod(line + 1, NULL);
+        if (line[0] == 'C' && cycles->n < n)
+            cycles->ms[cycles->n++] = v;
+        else if (line[0] == 'E' && execs->n < n)
+            crl_bench_samples_add(execs, v); /* one after another: their sum is the wall time */
+        else if (line[0] == 'W')
+            cycles->wall_s = v;
+        line = strchr(line, '\n');
+        line = line ? line + 1 : NULL;
+    }
+    if (cycles->n != n || execs->n != n)
+        return crl_err_set(err, CRL_E_INTERNAL,
+                           "the SDK's run printed %zu cycles and %zu execs of %zu each", cycles->n,
+                           execs->n, n);
+    return 0;
+}
+
 /* ---- the run ---- */
 
 struct results {
     struct cycles c1, c2, pool2;
-    struct crl_bench_samples claim;
+    struct crl_bench_samples claim, sdk2, sdk_exec;
+    bool sdk_ok;
+    char sdk_err[480];
     struct crl_bench_samples exec, crun1, crun2, spawn;
     bool crun_ok;
     char crun_err[480];
@@ -227,10 +319,11 @@ struct results {
 static void results_free(void *res)
 {
     struct results *r = res;
-    crl_bench_samples_free_each(
-        &r->c1.cycle, &r->c1.create, &r->c1.exec, &r->c1.destroy, &r->c2.cycle, &r->c2.create,
-        &r->c2.exec, &r->c2.destroy, &r->exec, &r->pool2.cycle, &r->pool2.create, &r->pool2.exec,
-        &r->pool2.destroy, &r->claim, &r->crun1, &r->crun2, &r->spawn, NULL);
+    crl_bench_samples_free_each(&r->c1.cycle, &r->c1.create, &r->c1.exec, &r->c1.destroy,
+                                &r->c2.cycle, &r->c2.create, &r->c2.exec, &r->c2.destroy, &r->exec,
+                                &r->pool2.cycle, &r->pool2.create, &r->pool2.exec,
+                                &r->pool2.destroy, &r->claim, &r->sdk2, &r->sdk_exec, &r->crun1,
+                                &r->crun2, &r->spawn, NULL);
 }
 
 /* The peers, on `rootfs`: crun (which may fail: the report says so) and
@@ -278,6 +371,14 @@ static int measure_with(struct crl_bench_run *run, const char *rootfs, struct re
                    n);
     if (run_pool(run->url, spec, warm, n, &r->claim, &r->pool2, err) < 0)
         return -1;
+    crl_bench_step(run, "through the Python SDK: cycles 2 in parallel, exec round trips (%zu each)",
+                   n);
+    struct crl_err serr = CRL_ERR_INIT;
+    r->sdk_ok = run_sdk(run->url, warm, n, &r->sdk2, &r->sdk_exec, &serr) == 0;
+    if (!r->sdk_ok) {
+        snprintf(r->sdk_err, sizeof(r->sdk_err), "%s", serr.msg);
+        fprintf(stderr, "corral: bench: the Python SDK's run failed: %s\n", serr.msg);
+    }
     return measure_peers(run, rootfs, warm, r, err);
 }
 
@@ -317,9 +418,14 @@ static void report(const struct crl_bench_run *run, void *res)
         k2 = crl_bench_stats_of(&r->crun2);
     }
     struct crl_bench_stats cl = crl_bench_stats_of(&r->claim),
-                           p2 = crl_bench_stats_of(&r->pool2.cycle);
+                           p2 = crl_bench_stats_of(&r->pool2.cycle), s2 = {0}, se = {0};
+    if (r->sdk_ok) {
+        s2 = crl_bench_stats_of(&r->sdk2);
+        se = crl_bench_stats_of(&r->sdk_exec);
+    }
     double ratio = r->crun_ok ? crl_bench_ratio(c2.rate, k2.rate) : NAN;
     double pool_ratio = r->crun_ok ? crl_bench_ratio(p2.rate, k2.rate) : NAN;
+    double sdk_ratio = r->sdk_ok && r->crun_ok ? crl_bench_ratio(s2.rate, k2.rate) : NAN;
     double exec_x = crl_bench_ratio(ex.p50, sp.p50);
 
     if (!run->o.json_only) {
@@ -334,6 +440,12 @@ static void report(const struct crl_bench_run *run, void *res)
         crl_bench_table_row(&table, "corral exec /bin/true (live sandbox)", &ex, true);
         crl_bench_table_row(&table, "corral create from a warm pool (claim)", &cl, true);
         crl_bench_table_row(&table, "corral cycle with a pool, 2 in parallel", &p2, true);
+        if (r->sdk_ok) {
+            crl_bench_table_row(&table, "Python SDK cycle, 2 in parallel", &s2, true);
+            crl_bench_table_row(&table, "Python SDK exec /bin/true (live sandbox)", &se, true);
+        } else {
+            printf("  %-40s %s\n", "Python SDK", "failed (see above)");
+        }
         if (r->crun_ok) {
             crl_bench_table_row(&table, "crun run /bin/true, 1 at a time", &k1, true);
             crl_bench_table_row(&table, "crun run /bin/true, 2 in parallel", &k2, true);
@@ -348,10 +460,17 @@ static void report(const struct crl_bench_run *run, void *res)
                    c2.rate, k2.rate, ratio, ratio >= 6 ? "holds" : "does NOT hold");
             printf("  with a pool: corral %.1f / crun %.1f = %.2fx (goal >= 6x: %s)\n", p2.rate,
                    k2.rate, pool_ratio, pool_ratio >= 6 ? "holds" : "does NOT hold");
+            if (r->sdk_ok)
+                printf("  through the Python SDK: %.1f / crun %.1f = %.2fx (goal >= 6x: %s)\n",
+                       s2.rate, k2.rate, sdk_ratio, sdk_ratio >= 6 ? "holds" : "does NOT hold");
         }
         printf("  exec p50: corral %.2f ms vs posix_spawn %.2f ms = %.1fx, +%.2f ms through "
                "the API (goal <= 1.3x: %s)\n",
                ex.p50, sp.p50, exec_x, ex.p50 - sp.p50, exec_x <= 1.3 ? "holds" : "does NOT hold");
+        if (r->sdk_ok)
+            printf("  the SDK's own cost: exec p50 %.2f ms through it vs %.2f ms from C "
+                   "(+%.2f ms)\n",
+                   se.p50, ex.p50, se.p50 - ex.p50);
         printf("  claim p50: %.3f ms (goal <= 0.5 ms: %s)\n\n", cl.p50,
                cl.p50 <= 0.5 ? "holds" : "does NOT hold");
     }
@@ -365,6 +484,12 @@ static void report(const struct crl_bench_run *run, void *res)
     json_object_set_new(j, "corral_exec", crl_bench_stats_json(&ex, true));
     json_object_set_new(j, "corral_pool_claim", crl_bench_stats_json(&cl, true));
     json_object_set_new(j, "corral_pool_cycle_c2", crl_bench_stats_json(&p2, true));
+    json_object_set_new(j, "sdk_cycle_c2",
+                        r->sdk_ok ? crl_bench_stats_json(&s2, true) : json_null());
+    json_object_set_new(j, "sdk_exec", r->sdk_ok ? crl_bench_stats_json(&se, true) : json_null());
+    if (!r->sdk_ok)
+        json_object_set_new(j, "sdk_error", json_string(r->sdk_err));
+    json_object_set_new(j, "ratio_sdk_cycles_c2_vs_crun", crl_bench_json_real(sdk_ratio));
     json_object_set_new(j, "crun_cycle_c1",
                         r->crun_ok ? crl_bench_stats_json(&k1, true) : json_null());
     json_object_set_new(j, "crun_cycle_c2",
