@@ -36,14 +36,16 @@ struct crl_cgroup_mgr {
     bool own_open;
 };
 
+/* A sandbox's cgroup holds no descriptor of its directories: corrald runs
+ * thousands of sandboxes against its RLIMIT_NOFILE, and an openat below the
+ * hierarchy's parent costs microseconds (cg_open()).  The one exception is
+ * v2's memory.peak, whose reset is per open file. */
 struct crl_cgroup {
     struct crl_cgroup_mgr *m;
     char name[64];
-    int fd[V1_MAX]; /* the sandbox cgroup in each hierarchy */
     uint64_t cpu_base_ns;
     uint64_t oom_base;
     int peak_fd; /* v2: memory.peak, reset for this fd */
-    int init_fd; /* v2: <name>/init, where PID 1 lives and leaves hang */
 };
 
 static int write_at(int dirfd, const char *file, const char *value, struct crl_err *err)
@@ -610,31 +612,61 @@ int crl_cgroup_mgr_remove_parent(struct crl_cgroup_mgr *m, struct crl_err *err)
 
 /* ---- a sandbox's cgroup ---- */
 
+/* The sandbox's cgroup directory in hierarchy h (v2: 0), or `sub` below it,
+ * opened for the caller; cpuacct is cpu's where the two are one hierarchy.
+ * -1 with errno (ENOENT for a hierarchy this host lacks). */
+static int cg_open(const struct crl_cgroup *cg, int h, const char *sub)
+{
+    const struct crl_cgroup_mgr *m = cg->m;
+    if (m->version == CRL_CGROUP_V1 && h == H_CPUACCT && m->parent_fd[H_CPUACCT] < 0)
+        h = H_CPU;
+    if (m->parent_fd[h] < 0) {
+        errno = ENOENT;
+        return -1;
+    }
+    char path[160];
+    snprintf(path, sizeof(path), "%s%s%s", cg->name, sub ? "/" : "", sub ? sub : "");
+    return crl_openat(m->parent_fd[h], path, O_RDONLY | O_DIRECTORY, 0);
+}
+
+/* The directory init lives in, below which exec leaves go: the sandbox's
+ * cgroup in the freezer hierarchy on v1, its init/ on v2. */
+static int leaf_parent_open(const struct crl_cgroup *cg)
+{
+    return cg->m->version == CRL_CGROUP_V1 ? cg_open(cg, H_FREEZER, NULL) : cg_open(cg, 0, "init");
+}
+
 static int set_limits(struct crl_cgroup *cg, const struct crl_cgroup_limits *l, struct crl_err *err)
 {
     struct crl_cgroup_mgr *m = cg->m;
     char v[64];
     if (m->version == CRL_CGROUP_V1) {
+        cleanup_close int mem = cg_open(cg, H_MEMORY, NULL), pids = cg_open(cg, H_PIDS, NULL),
+                          cpu = cg_open(cg, H_CPU, NULL);
+        if (mem < 0 || pids < 0)
+            return crl_err_sys(err, errno, "open the memory and pids cgroups");
         snprintf(v, sizeof(v), "%" PRIu64, l->memory_bytes);
         /* memsw may never be below the memory limit: lift it, set, lower it.
          * memsw exists where swap accounting does; no swap beyond the limit. */
-        bool memsw = crl_write_file_at(cg->fd[H_MEMORY], "memory.memsw.limit_in_bytes", "-1") == 0;
-        if (write_at(cg->fd[H_MEMORY], "memory.limit_in_bytes", v, err) < 0)
+        bool memsw = crl_write_file_at(mem, "memory.memsw.limit_in_bytes", "-1") == 0;
+        if (write_at(mem, "memory.limit_in_bytes", v, err) < 0)
             return -1;
-        if (memsw && write_at(cg->fd[H_MEMORY], "memory.memsw.limit_in_bytes", v, err) < 0)
+        if (memsw && write_at(mem, "memory.memsw.limit_in_bytes", v, err) < 0)
             return -1;
         snprintf(v, sizeof(v), "%u", l->pids);
-        if (write_at(cg->fd[H_PIDS], "pids.max", v, err) < 0)
+        if (write_at(pids, "pids.max", v, err) < 0)
             return -1;
-        if (cg->fd[H_CPU] >= 0) {
+        if (cpu >= 0) {
             snprintf(v, sizeof(v), "%ld", (long)(l->cpus * 100000));
-            if (write_at(cg->fd[H_CPU], "cpu.cfs_period_us", "100000", err) < 0 ||
-                write_at(cg->fd[H_CPU], "cpu.cfs_quota_us", v, err) < 0)
+            if (write_at(cpu, "cpu.cfs_period_us", "100000", err) < 0 ||
+                write_at(cpu, "cpu.cfs_quota_us", v, err) < 0)
                 return -1;
         }
         return 0;
     }
-    int fd = cg->fd[0];
+    cleanup_close int fd = cg_open(cg, 0, NULL);
+    if (fd < 0)
+        return crl_err_sys(err, errno, "open the cgroup");
     if (m->v2_memory) {
         snprintf(v, sizeof(v), "%" PRIu64, l->memory_bytes);
         if (write_at(fd, "memory.max", v, err) < 0)
@@ -656,16 +688,19 @@ static int set_limits(struct crl_cgroup *cg, const struct crl_cgroup_limits *l, 
 
 static uint64_t read_cpu_ns(struct crl_cgroup *cg)
 {
-    if (cg->m->version == CRL_CGROUP_V1)
-        return cg->fd[H_CPUACCT] >= 0 ? read_u64_at(cg->fd[H_CPUACCT], "cpuacct.usage") : 0;
-    return read_keyed_at(cg->fd[0], "cpu.stat", "usage_usec") * 1000;
+    bool v1 = cg->m->version == CRL_CGROUP_V1;
+    cleanup_close int fd = cg_open(cg, v1 ? H_CPUACCT : 0, NULL);
+    if (fd < 0)
+        return 0;
+    return v1 ? read_u64_at(fd, "cpuacct.usage")
+              : read_keyed_at(fd, "cpu.stat", "usage_usec") * 1000;
 }
 
 static uint64_t read_oom_kills(struct crl_cgroup *cg)
 {
-    if (cg->m->version == CRL_CGROUP_V1)
-        return read_keyed_at(cg->fd[H_MEMORY], "memory.oom_control", "oom_kill");
-    return read_keyed_at(cg->fd[0], "memory.events", "oom_kill");
+    bool v1 = cg->m->version == CRL_CGROUP_V1;
+    cleanup_close int fd = cg_open(cg, v1 ? H_MEMORY : 0, NULL);
+    return read_keyed_at(fd, v1 ? "memory.oom_control" : "memory.events", "oom_kill");
 }
 
 int crl_cgroup_create(struct crl_cgroup_mgr *m, const char *name,
@@ -676,10 +711,8 @@ int crl_cgroup_create(struct crl_cgroup_mgr *m, const char *name,
     if (!cg)
         return crl_err_sys(err, ENOMEM, "cgroup");
     cg->m = m;
-    cg->peak_fd = cg->init_fd = -1;
+    cg->peak_fd = -1;
     snprintf(cg->name, sizeof(cg->name), "%s", name);
-    for (int i = 0; i < V1_MAX; i++)
-        cg->fd[i] = -1;
     bool reused = false;
     for (int i = 0; i < m->nh; i++) {
         if (m->parent_fd[i] < 0)
@@ -691,32 +724,31 @@ int crl_cgroup_create(struct crl_cgroup_mgr *m, const char *name,
             }
             reused = true;
         }
-        cg->fd[i] = crl_openat(m->parent_fd[i], name, O_RDONLY | O_DIRECTORY, 0);
-        if (cg->fd[i] < 0) {
-            crl_err_sys(err, errno, "open %s/%s", m->parent_path[i], name);
-            goto fail;
-        }
     }
     if (m->version == CRL_CGROUP_V1) {
-        /* v1 shares cpu,cpuacct: point the missing one at its twin */
-        if (cg->fd[H_CPUACCT] < 0 && cg->fd[H_CPU] >= 0)
-            cg->fd[H_CPUACCT] = fcntl(cg->fd[H_CPU], F_DUPFD_CLOEXEC, 0);
+        cleanup_close int mem = cg_open(cg, H_MEMORY, NULL), acct = cg_open(cg, H_CPUACCT, NULL),
+                          frz = cg_open(cg, H_FREEZER, NULL);
         if (reused) {
             /* The last tenant's peaks go.  Its page-cache charges (image
              * files it read first) stay: force_empty would evict those pages
              * from the host's cache and the next sandbox would read them from
              * disk again (measured: 2% of a create-exec-destroy cycle's CPU). */
-            crl_write_file_at(cg->fd[H_MEMORY], "memory.max_usage_in_bytes", "0");
-            if (cg->fd[H_CPUACCT] >= 0)
-                crl_write_file_at(cg->fd[H_CPUACCT], "cpuacct.usage", "0");
+            crl_write_file_at(mem, "memory.max_usage_in_bytes", "0");
+            if (acct >= 0)
+                crl_write_file_at(acct, "cpuacct.usage", "0");
         }
-        if (v1_freeze_at(cg->fd[H_FREEZER], "THAWED") < 0 && errno != ENOENT) {
+        if (v1_freeze_at(frz, "THAWED") < 0 && errno != ENOENT) {
             crl_err_sys(err, errno, "thaw %s", name);
             goto fail;
         }
     } else {
+        cleanup_close int fd = cg_open(cg, 0, NULL);
+        if (fd < 0) {
+            crl_err_sys(err, errno, "open %s/%s", m->parent_path[0], name);
+            goto fail;
+        }
         if (reused)
-            crl_write_file_at(cg->fd[0], "cgroup.freeze", "0");
+            crl_write_file_at(fd, "cgroup.freeze", "0");
         /* Controllers for the leaves below. */
         char ctl[64] = "";
         size_t off = 0;
@@ -726,24 +758,19 @@ int crl_cgroup_create(struct crl_cgroup_mgr *m, const char *name,
             off += (size_t)snprintf(ctl + off, sizeof(ctl) - off, "+pids ");
         if (m->v2_cpu)
             off += (size_t)snprintf(ctl + off, sizeof(ctl) - off, "+cpu ");
-        if (off && crl_write_file_at(cg->fd[0], "cgroup.subtree_control", ctl) < 0) {
+        if (off && crl_write_file_at(fd, "cgroup.subtree_control", ctl) < 0) {
             crl_err_sys(err, errno, "enabling controllers in %s", name);
             goto fail;
         }
         /* With controllers on, processes may only live in leaves ("no
          * internal processes"): the sandbox's init lives in init/, with its
          * cgroup namespace rooted there, and exec leaves go below it. */
-        if (mkdirat(cg->fd[0], "init", 0755) < 0 && errno != EEXIST) {
+        if (mkdirat(fd, "init", 0755) < 0 && errno != EEXIST) {
             crl_err_sys(err, errno, "mkdir %s/init", name);
             goto fail;
         }
-        cg->init_fd = crl_openat(cg->fd[0], "init", O_RDONLY | O_DIRECTORY, 0);
-        if (cg->init_fd < 0) {
-            crl_err_sys(err, errno, "open %s/init", name);
-            goto fail;
-        }
         if (m->v2_memory) {
-            cg->peak_fd = crl_openat(cg->fd[0], "memory.peak", O_RDWR, 0);
+            cg->peak_fd = crl_openat(fd, "memory.peak", O_RDWR, 0);
             /* Since 6.12 a write resets the peak as seen through this fd. */
             if (cg->peak_fd >= 0 && write(cg->peak_fd, "reset", 5) < 0 && reused) {
                 close(cg->peak_fd);
@@ -768,18 +795,13 @@ const char *crl_cgroup_name(const struct crl_cgroup *cg)
     return cg->name;
 }
 
-/* The cgroup init lives in, below which exec leaves go: the sandbox's cgroup
- * in the freezer hierarchy on v1, its init/ on v2. */
-static int leaf_parent_fd(struct crl_cgroup *cg)
-{
-    return cg->m->version == CRL_CGROUP_V1 ? cg->fd[H_FREEZER] : cg->init_fd;
-}
-
 int crl_cgroup_attach_fds(struct crl_cgroup *cg, const char *leaf, int *fds, int *nfds,
                           struct crl_err *err)
 {
     int n = 0;
-    int lp = leaf_parent_fd(cg);
+    cleanup_close int lp = leaf_parent_open(cg);
+    if (lp < 0)
+        return crl_err_sys(err, errno, "open cgroup %s", cg->name);
     if (mkdirat(lp, leaf, 0755) < 0 && errno != EEXIST)
         return crl_err_sys(err, errno, "mkdir cgroup %s/%s", cg->name, leaf);
     char path[128];
@@ -789,7 +811,9 @@ int crl_cgroup_attach_fds(struct crl_cgroup *cg, const char *leaf, int *fds, int
     n++;
     int hs[CRL_CGROUP_MAX_FDS], n_others = v1_others(cg->m, hs);
     for (int i = 0; i < n_others; i++) {
-        if ((fds[n] = crl_openat(cg->fd[hs[i]], "cgroup.procs", O_WRONLY, 0)) < 0) {
+        snprintf(path, sizeof(path), "%s/cgroup.procs", cg->name);
+        int h = hs[i] == H_CPUACCT && cg->m->parent_fd[H_CPUACCT] < 0 ? H_CPU : hs[i];
+        if ((fds[n] = crl_openat(cg->m->parent_fd[h], path, O_WRONLY, 0)) < 0) {
             int e = errno;
             for (int k = 0; k < n; k++)
                 close(fds[k]);
@@ -801,20 +825,29 @@ int crl_cgroup_attach_fds(struct crl_cgroup *cg, const char *leaf, int *fds, int
     return 0;
 }
 
-int crl_cgroup_join_dirs(struct crl_cgroup *cg, int *fds)
+int crl_cgroup_join_dirs(struct crl_cgroup *cg, int *fds, struct crl_err *err)
 {
     int hs[CRL_CGROUP_MAX_FDS], n_others = v1_others(cg->m, hs), n = 0;
-    fds[n++] = leaf_parent_fd(cg);
+    if ((fds[n++] = leaf_parent_open(cg)) < 0)
+        goto fail;
     for (int i = 0; i < n_others; i++)
-        fds[n++] = cg->fd[hs[i]];
+        if ((fds[n++] = cg_open(cg, hs[i], NULL)) < 0)
+            goto fail;
     return n;
+fail:;
+    int e = errno;
+    for (int i = 0; i < n - 1; i++)
+        close(fds[i]);
+    return crl_err_sys(err, e, "open cgroup %s", cg->name);
 }
 
 int crl_cgroup_leaf_dir(struct crl_cgroup *cg, const char *leaf, struct crl_err *err)
 {
     if (cg->m->version == CRL_CGROUP_V1)
         return crl_err_set(err, CRL_E_UNSUPPORTED, "cgroup v1 has no CLONE_INTO_CGROUP");
-    int lp = leaf_parent_fd(cg);
+    cleanup_close int lp = leaf_parent_open(cg);
+    if (lp < 0)
+        return crl_err_sys(err, errno, "open cgroup %s", cg->name);
     if (mkdirat(lp, leaf, 0755) < 0 && errno != EEXIST)
         return crl_err_sys(err, errno, "mkdir cgroup %s/%s", cg->name, leaf);
     int fd = crl_openat(lp, leaf, O_RDONLY | O_DIRECTORY, 0);
@@ -825,7 +858,9 @@ int crl_cgroup_leaf_dir(struct crl_cgroup *cg, const char *leaf, struct crl_err 
 
 int crl_cgroup_kill_leaf(struct crl_cgroup *cg, const char *leaf, pid_t spare, struct crl_err *err)
 {
-    cleanup_close int fd = crl_openat(leaf_parent_fd(cg), leaf, O_RDONLY | O_DIRECTORY, 0);
+    char sub[128];
+    snprintf(sub, sizeof(sub), "%s%s", cg->m->version == CRL_CGROUP_V1 ? "" : "init/", leaf);
+    cleanup_close int fd = cg_open(cg, cg->m->version == CRL_CGROUP_V1 ? H_FREEZER : 0, sub);
     if (fd < 0)
         return errno == ENOENT ? 0 : crl_err_sys(err, errno, "open cgroup %s/%s", cg->name, leaf);
     return kill_tree(cg->m, fd, spare);
@@ -833,12 +868,16 @@ int crl_cgroup_kill_leaf(struct crl_cgroup *cg, const char *leaf, pid_t spare, s
 
 int crl_cgroup_kill_all(struct crl_cgroup *cg, struct crl_err *err)
 {
-    return kill_tree(cg->m, leaf_parent_fd(cg), 0);
+    cleanup_close int fd = leaf_parent_open(cg);
+    if (fd < 0)
+        return errno == ENOENT ? 0 : crl_err_sys(err, errno, "open cgroup %s", cg->name);
+    return kill_tree(cg->m, fd, 0);
 }
 
 int crl_cgroup_remove_leaf(struct crl_cgroup *cg, const char *leaf)
 {
-    if (unlinkat(leaf_parent_fd(cg), leaf, AT_REMOVEDIR) < 0 && errno != ENOENT)
+    cleanup_close int lp = leaf_parent_open(cg);
+    if (lp >= 0 && unlinkat(lp, leaf, AT_REMOVEDIR) < 0 && errno != ENOENT)
         return -1;
     return 0;
 }
@@ -871,16 +910,19 @@ int crl_cgroup_count(struct crl_cgroup *cg, const char *leaf)
 {
     if (!leaf) {
         /* the whole sandbox: the pids controller counts tasks for us */
-        if (cg->m->version == CRL_CGROUP_V1)
-            return (int)read_u64_at(cg->fd[H_PIDS], "pids.current");
-        if (cg->m->v2_pids)
-            return (int)read_u64_at(cg->fd[0], "pids.current");
-        return count_tree(cg->fd[0]);
+        bool v1 = cg->m->version == CRL_CGROUP_V1;
+        cleanup_close int fd = cg_open(cg, v1 ? H_PIDS : 0, NULL);
+        if (fd < 0)
+            return errno == ENOENT ? 0 : -1;
+        if (v1 || cg->m->v2_pids)
+            return (int)read_u64_at(fd, "pids.current");
+        return count_tree(fd);
     }
     char buf[65536];
     char path[128];
     snprintf(path, sizeof(path), "%s/cgroup.procs", leaf);
-    ssize_t n = crl_read_file_at(leaf_parent_fd(cg), path, buf, sizeof(buf));
+    cleanup_close int lp = leaf_parent_open(cg);
+    ssize_t n = lp < 0 ? -1 : crl_read_file_at(lp, path, buf, sizeof(buf));
     if (n < 0)
         return errno == ENOENT ? 0 : -1;
     int count = 0;
@@ -892,13 +934,15 @@ int crl_cgroup_count(struct crl_cgroup *cg, const char *leaf)
 int crl_cgroup_freeze(struct crl_cgroup *cg, bool frozen, struct crl_err *err)
 {
     int r;
-    if (cg->m->version == CRL_CGROUP_V1) {
-        r = v1_freeze_at(cg->fd[H_FREEZER], frozen ? "FROZEN" : "THAWED");
+    bool v1 = cg->m->version == CRL_CGROUP_V1;
+    cleanup_close int fd = cg_open(cg, v1 ? H_FREEZER : 0, NULL);
+    if (v1) {
+        r = v1_freeze_at(fd, frozen ? "FROZEN" : "THAWED");
     } else {
-        r = crl_write_file_at(cg->fd[0], "cgroup.freeze", frozen ? "1" : "0");
+        r = crl_write_file_at(fd, "cgroup.freeze", frozen ? "1" : "0");
         /* cgroup.events says "frozen 1" once every task has stopped */
         for (int i = 0; r == 0 && frozen && i < 2000; i++) {
-            if (read_keyed_at(cg->fd[0], "cgroup.events", "frozen") == 1)
+            if (read_keyed_at(fd, "cgroup.events", "frozen") == 1)
                 break;
             sleep_ms(1);
         }
@@ -910,9 +954,9 @@ int crl_cgroup_freeze(struct crl_cgroup *cg, bool frozen, struct crl_err *err)
 
 static uint64_t memory_charge(struct crl_cgroup *cg)
 {
-    if (cg->m->version == CRL_CGROUP_V1)
-        return read_u64_at(cg->fd[H_MEMORY], "memory.usage_in_bytes");
-    return read_u64_at(cg->fd[0], "memory.current");
+    bool v1 = cg->m->version == CRL_CGROUP_V1;
+    cleanup_close int fd = cg_open(cg, v1 ? H_MEMORY : 0, NULL);
+    return read_u64_at(fd, v1 ? "memory.usage_in_bytes" : "memory.current");
 }
 
 int crl_cgroup_reclaim(struct crl_cgroup *cg, struct crl_cgroup_reclaim *r, struct crl_err *err)
@@ -923,18 +967,19 @@ int crl_cgroup_reclaim(struct crl_cgroup *cg, struct crl_cgroup_reclaim *r, stru
     if (m->version == CRL_CGROUP_V2 && !m->v2_memory)
         return 0; /* no memory controller: nothing charged, nothing to reclaim */
     int rc;
+    cleanup_close int fd = cg_open(cg, m->version == CRL_CGROUP_V1 ? H_MEMORY : 0, NULL);
     if (m->version == CRL_CGROUP_V1) {
         /* Reclaims with tasks in the cgroup, frozen or not (measured on
          * 6.18: 100 MiB of page cache in 0.12 s); gives up on what it
          * cannot free (anonymous memory and tmpfs, without swap). */
         r->how = "memory.force_empty";
-        rc = crl_write_file_at(cg->fd[H_MEMORY], "memory.force_empty", "0");
+        rc = crl_write_file_at(fd, "memory.force_empty", "0");
     } else {
         /* Ask for all of it: EAGAIN says less could be freed, as expected. */
         char v[32];
         snprintf(v, sizeof(v), "%" PRIu64, r->before_bytes ? r->before_bytes : 1);
         r->how = "memory.reclaim";
-        rc = crl_write_file_at(cg->fd[0], "memory.reclaim", v);
+        rc = crl_write_file_at(fd, "memory.reclaim", v);
         if (rc < 0 && errno == EAGAIN)
             rc = 0;
     }
@@ -953,11 +998,13 @@ int crl_cgroup_stats(struct crl_cgroup *cg, struct crl_cgroup_stats *st)
     uint64_t oom = read_oom_kills(cg);
     st->oom_kills = oom > cg->oom_base ? oom - cg->oom_base : 0;
     if (cg->m->version == CRL_CGROUP_V1) {
-        st->memory_bytes = read_u64_at(cg->fd[H_MEMORY], "memory.usage_in_bytes");
-        st->memory_peak_bytes = read_u64_at(cg->fd[H_MEMORY], "memory.max_usage_in_bytes");
-        st->pids = (unsigned)read_u64_at(cg->fd[H_PIDS], "pids.current");
+        cleanup_close int mem = cg_open(cg, H_MEMORY, NULL), pids = cg_open(cg, H_PIDS, NULL);
+        st->memory_bytes = read_u64_at(mem, "memory.usage_in_bytes");
+        st->memory_peak_bytes = read_u64_at(mem, "memory.max_usage_in_bytes");
+        st->pids = (unsigned)read_u64_at(pids, "pids.current");
     } else {
-        st->memory_bytes = read_u64_at(cg->fd[0], "memory.current");
+        cleanup_close int fd = cg_open(cg, 0, NULL);
+        st->memory_bytes = read_u64_at(fd, "memory.current");
         if (cg->peak_fd >= 0) {
             char buf[32];
             ssize_t n = pread(cg->peak_fd, buf, sizeof(buf) - 1, 0);
@@ -966,7 +1013,7 @@ int crl_cgroup_stats(struct crl_cgroup *cg, struct crl_cgroup_stats *st)
                 st->memory_peak_bytes = strtoull(buf, NULL, 10);
             }
         }
-        st->pids = (unsigned)read_u64_at(cg->fd[0], "pids.current");
+        st->pids = (unsigned)read_u64_at(fd, "pids.current");
     }
     if (st->memory_peak_bytes < st->memory_bytes)
         st->memory_peak_bytes = st->memory_bytes;
@@ -976,7 +1023,7 @@ int crl_cgroup_stats(struct crl_cgroup *cg, struct crl_cgroup_stats *st)
 int crl_cgroup_tidy(struct crl_cgroup *cg, bool remove)
 {
     struct remove_ctx r = {.wait = false};
-    int lp = leaf_parent_fd(cg);
+    cleanup_close int lp = leaf_parent_open(cg);
     if (lp >= 0 && each_child(lp, remove_child, &r) < 0 && !r.err)
         r.err = errno;
     for (int i = 0; remove && i < V1_MAX; i++)
@@ -996,13 +1043,8 @@ int crl_cgroup_release(struct crl_cgroup *cg, bool remove, struct crl_err *err)
     if (crl_cgroup_tidy(cg, remove) < 0)
         ret = crl_err_sys(err, errno, "removing %s of cgroup %s", remove ? "all" : "the leaves",
                           cg->name);
-    for (int i = 0; i < V1_MAX; i++)
-        if (cg->fd[i] >= 0)
-            close(cg->fd[i]);
     if (cg->peak_fd >= 0)
         close(cg->peak_fd);
-    if (cg->init_fd >= 0)
-        close(cg->init_fd);
     free(cg);
     return ret;
 }

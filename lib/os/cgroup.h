@@ -91,11 +91,10 @@ int crl_cgroup_attach_fds(struct crl_cgroup *cg, const char *leaf, int *fds, int
  * the manager keeps them open): for a helper of corrald's that joined a
  * sandbox's cgroup for a moment and goes back.  Returns how many, or -1. */
 int crl_cgroup_mgr_own_dirs(struct crl_cgroup_mgr *m, int *fds, struct crl_err *err);
-/* The directories of leaf "." (borrowed: the cgroup keeps them open),
+/* The directories of leaf "." (opened for the caller, who closes them),
  * CRL_CGROUP_MAX_FDS at most, for a process that joins on its own by
- * writing itself into each one's cgroup.procs: so corrald opens nothing.
- * Returns how many. */
-int crl_cgroup_join_dirs(struct crl_cgroup *cg, int *fds);
+ * writing itself into each one's cgroup.procs.  Returns how many, or -1. */
+int crl_cgroup_join_dirs(struct crl_cgroup *cg, int *fds, struct crl_err *err);
 /* v2: the directory of the leaf (made if needed), for clone3's
  * CLONE_INTO_CGROUP; -1 with CRL_E_UNSUPPORTED on v1.  Caller closes it. */
 int crl_cgroup_leaf_dir(struct crl_cgroup *cg, const char *leaf, struct crl_err *err);

@@ -23,6 +23,7 @@
 #include <linux/magic.h>
 
 #include "../../lib/os/cgroup.h"
+#include "../../lib/util/cleanup.h"
 #include "../../lib/util/fdio.h"
 #include "tap.h"
 
@@ -490,7 +491,7 @@ static void test_v1_join_and_own_dirs(void)
         return;
     int join[CRL_CGROUP_MAX_FDS], own[CRL_CGROUP_MAX_FDS];
     struct crl_err e = CRL_ERR_INIT;
-    int nj = crl_cgroup_join_dirs(cg, join);
+    int nj = crl_cgroup_join_dirs(cg, join, &e);
     int no = crl_cgroup_mgr_own_dirs(m, own, &e);
     ok(nj >= 3 && no == nj, "as many of our own dirs as join dirs (%d, %d): %s", nj, no, e.msg);
     int p[2];
@@ -543,6 +544,7 @@ static void test_v1_join_and_own_dirs(void)
     waitpid(pid, &status, 0);
     ok(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the worker's writes all worked (%d)",
        WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    close_fds(join, nj); /* opened for us */
     release(cg, true);
     crl_cgroup_mgr_free(m);
 }

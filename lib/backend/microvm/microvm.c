@@ -584,7 +584,7 @@ static void mvm_shutdown(struct crl_host *h, void *state)
 const struct crl_backend_ops crl_microvm_backend = {
     .name = "microvm",
     .admit_mb = 48, /* a restored guest's QEMU, idle: about 46 MiB (docs/benchmarks.md) */
-    .fds_held = 12, /* measured: QMP and agent sockets, pidfd, console pipe, netns, cgroups */
+    .fds_held = 8,  /* measured: QMP and agent sockets, pidfd, console pipe, netns (v2: +1) */
     .init = mvm_init,
     .reconcile = mvm_reconcile,
     .shutdown = mvm_shutdown,

@@ -758,16 +758,18 @@ int mvm_vm_start(struct mvm_state *st, struct mvm_vm *vm, const char *name,
         .parent = getpid(),
         .make_tap = l->tap_fd == MVM_TAP_MAKE ? tap_hold : -1,
     };
-    if (l->cg)
-        c.n_cg = crl_cgroup_join_dirs(l->cg, c.cg_fds);
+    if (l->cg && (c.n_cg = crl_cgroup_join_dirs(l->cg, c.cg_fds, err)) < 0)
+        goto fail;
     vm->t_start = crl_wall_s();
     pid_t pid = fork();
-    if (pid < 0) {
-        crl_err_sys(err, errno, "fork for QEMU");
-        goto fail;
-    }
     if (pid == 0)
         child_run(&c);
+    int fork_errno = errno;
+    close_fds(c.cg_fds, c.n_cg); /* the child has its copies */
+    if (pid < 0) {
+        crl_err_sys(err, fork_errno, "fork for QEMU");
+        goto fail;
+    }
     vm->pid = pid;
     vm->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
     if (vm->pidfd < 0) {
