@@ -103,9 +103,17 @@ static void drain(struct crl_pool *p, const char *reason)
 
 static void fill(struct crl_pool *p);
 
+/* How many it keeps ready: a second of recent claims on top of the floor,
+ * within the ceiling. */
+static unsigned target_of(const struct crl_pool *p)
+{
+    unsigned want = p->min + (unsigned)ceil(p->rate);
+    return want < p->max ? want : p->max;
+}
+
+/* Its timer is stopped already (retire()). */
 static void pool_free(struct crl_pool *p)
 {
-    crl_timer_stop(p->h->loop, &p->tick);
     json_decref(p->template);
     free(p->key);
     free(p);
@@ -172,12 +180,10 @@ static void fill(struct crl_pool *p)
 static void tick(struct crl_timer *t)
 {
     struct crl_pool *p = t->data;
-    /* A second of recent claims on top of the floor, smoothed over a few
-     * seconds, within the ceiling. */
+    /* The claims' rate, smoothed over a few seconds. */
     p->rate = 0.8 * p->rate + 0.2 * (double)p->claims_tick * (double)NS_PER_S / (double)TICK_NS;
     p->claims_tick = 0;
-    unsigned want = p->min + (unsigned)ceil(p->rate);
-    p->target = want < p->max ? want : p->max;
+    p->target = target_of(p);
     /* One that died while it waited is never handed out. */
     for (struct crl_sandbox **pp = &p->head; *pp;) {
         struct crl_sandbox *sb = *pp;
@@ -263,7 +269,7 @@ int crl_pool_set(struct crl_host *h, const char *name, json_t *template, unsigne
     p->key = key;
     p->min = min;
     p->max = max;
-    p->target = min + (unsigned)ceil(p->rate) < max ? min + (unsigned)ceil(p->rate) : max;
+    p->target = target_of(p);
     p->error[0] = 0;
     p->retry_at_ns = 0;
     crl_info(NULL, "pool %s: %u to %u ready sandboxes of %s", name, min, max, key);
@@ -300,6 +306,16 @@ int crl_pool_set_flag(struct crl_host *h, const char *flag, struct crl_err *err)
     return rc;
 }
 
+/* Off the host's list already: no more ticks, and freed once no create of
+ * its is in flight (pool_created() frees it after the last). */
+static void retire(struct crl_pool *p)
+{
+    crl_timer_stop(p->h->loop, &p->tick);
+    p->removed = true;
+    if (p->n_creating == 0)
+        pool_free(p);
+}
+
 static void unlink_pool(struct crl_host *h, struct crl_pool *p)
 {
     for (struct crl_pool **pp = &h->pools; *pp; pp = &(*pp)->next)
@@ -307,11 +323,8 @@ static void unlink_pool(struct crl_host *h, struct crl_pool *p)
             *pp = p->next;
             break;
         }
-    crl_timer_stop(h->loop, &p->tick);
     drain(p, "pool_removed");
-    p->removed = true;
-    if (p->n_creating == 0)
-        pool_free(p);
+    retire(p);
 }
 
 int crl_pool_remove(struct crl_host *h, const char *name, struct crl_err *err)
@@ -330,16 +343,13 @@ void crl_pools_free(struct crl_host *h)
         struct crl_pool *p = h->pools;
         h->pools = p->next;
         p->next = NULL;
-        crl_timer_stop(h->loop, &p->tick);
         /* Idle ones stay in the table for the host's close to destroy. */
         struct crl_sandbox *sb;
         while ((sb = pop(p))) {
             sb->pool = NULL;
             crl_sandbox_unref(sb);
         }
-        p->removed = true;
-        if (p->n_creating == 0)
-            pool_free(p);
+        retire(p);
     }
 }
 

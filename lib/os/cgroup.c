@@ -612,14 +612,20 @@ int crl_cgroup_mgr_remove_parent(struct crl_cgroup_mgr *m, struct crl_err *err)
 
 /* ---- a sandbox's cgroup ---- */
 
+/* The hierarchy whose parent holds controller h's files: cpuacct is cpu's
+ * where the two are one hierarchy. */
+static int hier(const struct crl_cgroup_mgr *m, int h)
+{
+    return m->version == CRL_CGROUP_V1 && h == H_CPUACCT && m->parent_fd[H_CPUACCT] < 0 ? H_CPU : h;
+}
+
 /* The sandbox's cgroup directory in hierarchy h (v2: 0), or `sub` below it,
- * opened for the caller; cpuacct is cpu's where the two are one hierarchy.
- * -1 with errno (ENOENT for a hierarchy this host lacks). */
+ * opened for the caller.  -1 with errno (ENOENT for a hierarchy this host
+ * lacks). */
 static int cg_open(const struct crl_cgroup *cg, int h, const char *sub)
 {
     const struct crl_cgroup_mgr *m = cg->m;
-    if (m->version == CRL_CGROUP_V1 && h == H_CPUACCT && m->parent_fd[H_CPUACCT] < 0)
-        h = H_CPU;
+    h = hier(m, h);
     if (m->parent_fd[h] < 0) {
         errno = ENOENT;
         return -1;
@@ -629,11 +635,16 @@ static int cg_open(const struct crl_cgroup *cg, int h, const char *sub)
     return crl_openat(m->parent_fd[h], path, O_RDONLY | O_DIRECTORY, 0);
 }
 
-/* The directory init lives in, below which exec leaves go: the sandbox's
- * cgroup in the freezer hierarchy on v1, its init/ on v2. */
-static int leaf_parent_open(const struct crl_cgroup *cg)
+/* The directory init lives in, below which exec leaves go (the sandbox's
+ * cgroup in the freezer hierarchy on v1, its init/ on v2), or with `leaf`
+ * that leaf, opened for the caller. */
+static int leaf_open(const struct crl_cgroup *cg, const char *leaf)
 {
-    return cg->m->version == CRL_CGROUP_V1 ? cg_open(cg, H_FREEZER, NULL) : cg_open(cg, 0, "init");
+    bool v1 = cg->m->version == CRL_CGROUP_V1;
+    char sub[128];
+    snprintf(sub, sizeof(sub), "%s%s%s", v1 ? "" : "init", !v1 && leaf ? "/" : "",
+             leaf ? leaf : "");
+    return cg_open(cg, v1 ? H_FREEZER : 0, sub[0] ? sub : NULL);
 }
 
 static int set_limits(struct crl_cgroup *cg, const struct crl_cgroup_limits *l, struct crl_err *err)
@@ -686,21 +697,32 @@ static int set_limits(struct crl_cgroup *cg, const struct crl_cgroup_limits *l, 
     return 0;
 }
 
-static uint64_t read_cpu_ns(struct crl_cgroup *cg)
+/* From the directory of the cpu accounting (v1: cpuacct; v2: the cgroup). */
+static uint64_t read_cpu_ns_at(const struct crl_cgroup_mgr *m, int fd)
 {
-    bool v1 = cg->m->version == CRL_CGROUP_V1;
-    cleanup_close int fd = cg_open(cg, v1 ? H_CPUACCT : 0, NULL);
     if (fd < 0)
         return 0;
-    return v1 ? read_u64_at(fd, "cpuacct.usage")
-              : read_keyed_at(fd, "cpu.stat", "usage_usec") * 1000;
+    return m->version == CRL_CGROUP_V1 ? read_u64_at(fd, "cpuacct.usage")
+                                       : read_keyed_at(fd, "cpu.stat", "usage_usec") * 1000;
+}
+
+/* From the directory of the memory controller (v1: memory; v2: the cgroup). */
+static uint64_t read_oom_kills_at(const struct crl_cgroup_mgr *m, int fd)
+{
+    return read_keyed_at(fd, m->version == CRL_CGROUP_V1 ? "memory.oom_control" : "memory.events",
+                         "oom_kill");
+}
+
+static uint64_t read_cpu_ns(struct crl_cgroup *cg)
+{
+    cleanup_close int fd = cg_open(cg, cg->m->version == CRL_CGROUP_V1 ? H_CPUACCT : 0, NULL);
+    return read_cpu_ns_at(cg->m, fd);
 }
 
 static uint64_t read_oom_kills(struct crl_cgroup *cg)
 {
-    bool v1 = cg->m->version == CRL_CGROUP_V1;
-    cleanup_close int fd = cg_open(cg, v1 ? H_MEMORY : 0, NULL);
-    return read_keyed_at(fd, v1 ? "memory.oom_control" : "memory.events", "oom_kill");
+    cleanup_close int fd = cg_open(cg, cg->m->version == CRL_CGROUP_V1 ? H_MEMORY : 0, NULL);
+    return read_oom_kills_at(cg->m, fd);
 }
 
 int crl_cgroup_create(struct crl_cgroup_mgr *m, const char *name,
@@ -799,7 +821,7 @@ int crl_cgroup_attach_fds(struct crl_cgroup *cg, const char *leaf, int *fds, int
                           struct crl_err *err)
 {
     int n = 0;
-    cleanup_close int lp = leaf_parent_open(cg);
+    cleanup_close int lp = leaf_open(cg, NULL);
     if (lp < 0)
         return crl_err_sys(err, errno, "open cgroup %s", cg->name);
     if (mkdirat(lp, leaf, 0755) < 0 && errno != EEXIST)
@@ -812,8 +834,7 @@ int crl_cgroup_attach_fds(struct crl_cgroup *cg, const char *leaf, int *fds, int
     int hs[CRL_CGROUP_MAX_FDS], n_others = v1_others(cg->m, hs);
     for (int i = 0; i < n_others; i++) {
         snprintf(path, sizeof(path), "%s/cgroup.procs", cg->name);
-        int h = hs[i] == H_CPUACCT && cg->m->parent_fd[H_CPUACCT] < 0 ? H_CPU : hs[i];
-        if ((fds[n] = crl_openat(cg->m->parent_fd[h], path, O_WRONLY, 0)) < 0) {
+        if ((fds[n] = crl_openat(cg->m->parent_fd[hier(cg->m, hs[i])], path, O_WRONLY, 0)) < 0) {
             int e = errno;
             for (int k = 0; k < n; k++)
                 close(fds[k]);
@@ -828,7 +849,7 @@ int crl_cgroup_attach_fds(struct crl_cgroup *cg, const char *leaf, int *fds, int
 int crl_cgroup_join_dirs(struct crl_cgroup *cg, int *fds, struct crl_err *err)
 {
     int hs[CRL_CGROUP_MAX_FDS], n_others = v1_others(cg->m, hs), n = 0;
-    if ((fds[n++] = leaf_parent_open(cg)) < 0)
+    if ((fds[n++] = leaf_open(cg, NULL)) < 0)
         goto fail;
     for (int i = 0; i < n_others; i++)
         if ((fds[n++] = cg_open(cg, hs[i], NULL)) < 0)
@@ -845,7 +866,7 @@ int crl_cgroup_leaf_dir(struct crl_cgroup *cg, const char *leaf, struct crl_err 
 {
     if (cg->m->version == CRL_CGROUP_V1)
         return crl_err_set(err, CRL_E_UNSUPPORTED, "cgroup v1 has no CLONE_INTO_CGROUP");
-    cleanup_close int lp = leaf_parent_open(cg);
+    cleanup_close int lp = leaf_open(cg, NULL);
     if (lp < 0)
         return crl_err_sys(err, errno, "open cgroup %s", cg->name);
     if (mkdirat(lp, leaf, 0755) < 0 && errno != EEXIST)
@@ -858,9 +879,7 @@ int crl_cgroup_leaf_dir(struct crl_cgroup *cg, const char *leaf, struct crl_err 
 
 int crl_cgroup_kill_leaf(struct crl_cgroup *cg, const char *leaf, pid_t spare, struct crl_err *err)
 {
-    char sub[128];
-    snprintf(sub, sizeof(sub), "%s%s", cg->m->version == CRL_CGROUP_V1 ? "" : "init/", leaf);
-    cleanup_close int fd = cg_open(cg, cg->m->version == CRL_CGROUP_V1 ? H_FREEZER : 0, sub);
+    cleanup_close int fd = leaf_open(cg, leaf);
     if (fd < 0)
         return errno == ENOENT ? 0 : crl_err_sys(err, errno, "open cgroup %s/%s", cg->name, leaf);
     return kill_tree(cg->m, fd, spare);
@@ -868,7 +887,7 @@ int crl_cgroup_kill_leaf(struct crl_cgroup *cg, const char *leaf, pid_t spare, s
 
 int crl_cgroup_kill_all(struct crl_cgroup *cg, struct crl_err *err)
 {
-    cleanup_close int fd = leaf_parent_open(cg);
+    cleanup_close int fd = leaf_open(cg, NULL);
     if (fd < 0)
         return errno == ENOENT ? 0 : crl_err_sys(err, errno, "open cgroup %s", cg->name);
     return kill_tree(cg->m, fd, 0);
@@ -876,7 +895,7 @@ int crl_cgroup_kill_all(struct crl_cgroup *cg, struct crl_err *err)
 
 int crl_cgroup_remove_leaf(struct crl_cgroup *cg, const char *leaf)
 {
-    cleanup_close int lp = leaf_parent_open(cg);
+    cleanup_close int lp = leaf_open(cg, NULL);
     if (lp >= 0 && unlinkat(lp, leaf, AT_REMOVEDIR) < 0 && errno != ENOENT)
         return -1;
     return 0;
@@ -921,7 +940,7 @@ int crl_cgroup_count(struct crl_cgroup *cg, const char *leaf)
     char buf[65536];
     char path[128];
     snprintf(path, sizeof(path), "%s/cgroup.procs", leaf);
-    cleanup_close int lp = leaf_parent_open(cg);
+    cleanup_close int lp = leaf_open(cg, NULL);
     ssize_t n = lp < 0 ? -1 : crl_read_file_at(lp, path, buf, sizeof(buf));
     if (n < 0)
         return errno == ENOENT ? 0 : -1;
@@ -993,18 +1012,21 @@ int crl_cgroup_reclaim(struct crl_cgroup *cg, struct crl_cgroup_reclaim *r, stru
 int crl_cgroup_stats(struct crl_cgroup *cg, struct crl_cgroup_stats *st)
 {
     memset(st, 0, sizeof(*st));
-    uint64_t cpu = read_cpu_ns(cg);
-    st->cpu_ns = cpu > cg->cpu_base_ns ? cpu - cg->cpu_base_ns : 0;
-    uint64_t oom = read_oom_kills(cg);
+    bool v1 = cg->m->version == CRL_CGROUP_V1;
+    /* Each directory opened once: a list reads every sandbox's. */
+    cleanup_close int mem = cg_open(cg, v1 ? H_MEMORY : 0, NULL);
+    cleanup_close int cpu = v1 ? cg_open(cg, H_CPUACCT, NULL) : -1;
+    cleanup_close int pids = v1 ? cg_open(cg, H_PIDS, NULL) : -1;
+    uint64_t cpu_ns = read_cpu_ns_at(cg->m, v1 ? cpu : mem);
+    st->cpu_ns = cpu_ns > cg->cpu_base_ns ? cpu_ns - cg->cpu_base_ns : 0;
+    uint64_t oom = read_oom_kills_at(cg->m, mem);
     st->oom_kills = oom > cg->oom_base ? oom - cg->oom_base : 0;
-    if (cg->m->version == CRL_CGROUP_V1) {
-        cleanup_close int mem = cg_open(cg, H_MEMORY, NULL), pids = cg_open(cg, H_PIDS, NULL);
+    if (v1) {
         st->memory_bytes = read_u64_at(mem, "memory.usage_in_bytes");
         st->memory_peak_bytes = read_u64_at(mem, "memory.max_usage_in_bytes");
         st->pids = (unsigned)read_u64_at(pids, "pids.current");
     } else {
-        cleanup_close int fd = cg_open(cg, 0, NULL);
-        st->memory_bytes = read_u64_at(fd, "memory.current");
+        st->memory_bytes = read_u64_at(mem, "memory.current");
         if (cg->peak_fd >= 0) {
             char buf[32];
             ssize_t n = pread(cg->peak_fd, buf, sizeof(buf) - 1, 0);
@@ -1013,7 +1035,7 @@ int crl_cgroup_stats(struct crl_cgroup *cg, struct crl_cgroup_stats *st)
                 st->memory_peak_bytes = strtoull(buf, NULL, 10);
             }
         }
-        st->pids = (unsigned)read_u64_at(fd, "pids.current");
+        st->pids = (unsigned)read_u64_at(mem, "pids.current");
     }
     if (st->memory_peak_bytes < st->memory_bytes)
         st->memory_peak_bytes = st->memory_bytes;
@@ -1023,7 +1045,7 @@ int crl_cgroup_stats(struct crl_cgroup *cg, struct crl_cgroup_stats *st)
 int crl_cgroup_tidy(struct crl_cgroup *cg, bool remove)
 {
     struct remove_ctx r = {.wait = false};
-    cleanup_close int lp = leaf_parent_open(cg);
+    cleanup_close int lp = leaf_open(cg, NULL);
     if (lp >= 0 && each_child(lp, remove_child, &r) < 0 && !r.err)
         r.err = errno;
     for (int i = 0; remove && i < V1_MAX; i++)

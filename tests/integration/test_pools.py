@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import corral
-from conftest import BUILD, wait_for
+from conftest import BUILD, wait_for, wait_gone
 
 TEMPLATE = {"image": "busybox", "resources": {"memory_mb": 64, "cpus": 0.5}}
 POOL_FLAG = "small:2:8:" + json.dumps(TEMPLATE)
@@ -39,6 +39,17 @@ def pool_inits(d):
         except OSError:
             continue
     return pids
+
+
+def full_pool(corrald_factory):
+    """A corrald whose pool "small" is full, and the host pids of its two
+    ready sandboxes' inits."""
+    d = corrald_factory(["--pool", POOL_FLAG])
+    with d.client() as c:
+        ready(c, 2)
+    inits = pool_inits(d)
+    assert len(inits) == 2
+    return d, inits
 
 
 def test_a_create_that_matches_a_pool_is_a_claim(corrald_factory):
@@ -118,17 +129,14 @@ def test_pools_through_the_api(corrald_factory):
 
 
 def test_a_pool_sandbox_that_dies_is_replaced_not_handed_out(corrald_factory):
-    d = corrald_factory(["--pool", POOL_FLAG])
+    d, inits = full_pool(corrald_factory)
     with d.client() as c:
-        ready(c, 2)
-        inits = pool_inits(d)
-        assert len(inits) == 2
         for pid in inits:
             os.kill(pid, signal.SIGKILL)
         wait_for(lambda: pool(c)["died"] == 2 and pool(c)["ready"] == 2, 20,
                  "the dead to be counted and replaced")
         assert not set(pool_inits(d)) & set(inits)
-        with c.create(**{"image": "busybox", "memory_mb": 64, "cpus": 0.5}) as sb:
+        with c.create(image="busybox", memory_mb=64, cpus=0.5) as sb:
             assert sb.exec("true").exit_code == 0
             assert pool(c)["claims"] == 1
 
@@ -198,16 +206,11 @@ def test_a_pool_waits_while_memory_is_short(corrald_factory):
 
 
 def test_kill_9_of_corrald_with_full_pools_leaves_nothing(corrald_factory):
-    d = corrald_factory(["--pool", POOL_FLAG])
-    with d.client() as c:
-        ready(c, 2)
-    inits = pool_inits(d)
-    assert len(inits) == 2
+    d, inits = full_pool(corrald_factory)
     d.proc.send_signal(signal.SIGKILL)
     d.proc.wait()
     d.start()  # reconcile
     with d.client() as c:
         ready(c, 2)
-    from conftest import wait_gone
     assert wait_gone(inits) == [], "the old pool's sandboxes are gone"
     assert len(pool_inits(d)) == 2, "only the new pool's are there"
