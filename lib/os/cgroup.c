@@ -817,10 +817,8 @@ const char *crl_cgroup_name(const struct crl_cgroup *cg)
     return cg->name;
 }
 
-int crl_cgroup_attach_fds(struct crl_cgroup *cg, const char *leaf, int *fds, int *nfds,
-                          struct crl_err *err)
+int crl_cgroup_leaf_procs(struct crl_cgroup *cg, const char *leaf, struct crl_err *err)
 {
-    int n = 0;
     cleanup_close int lp = leaf_open(cg, NULL);
     if (lp < 0)
         return crl_err_sys(err, errno, "open cgroup %s", cg->name);
@@ -828,9 +826,20 @@ int crl_cgroup_attach_fds(struct crl_cgroup *cg, const char *leaf, int *fds, int
         return crl_err_sys(err, errno, "mkdir cgroup %s/%s", cg->name, leaf);
     char path[128];
     snprintf(path, sizeof(path), "%s/cgroup.procs", leaf);
-    if ((fds[n] = crl_openat(lp, path, O_WRONLY, 0)) < 0)
+    int fd = crl_openat(lp, path, O_WRONLY, 0);
+    if (fd < 0)
         return crl_err_sys(err, errno, "open cgroup %s/%s", cg->name, path);
+    return fd;
+}
+
+int crl_cgroup_attach_fds(struct crl_cgroup *cg, const char *leaf, int *fds, int *nfds,
+                          struct crl_err *err)
+{
+    int n = 0;
+    if ((fds[n] = crl_cgroup_leaf_procs(cg, leaf, err)) < 0)
+        return -1;
     n++;
+    char path[128];
     int hs[CRL_CGROUP_MAX_FDS], n_others = v1_others(cg->m, hs);
     for (int i = 0; i < n_others; i++) {
         snprintf(path, sizeof(path), "%s/cgroup.procs", cg->name);

@@ -81,9 +81,15 @@ int crl_cgroup_tidy(struct crl_cgroup *cg, bool remove);
 int crl_cgroup_release(struct crl_cgroup *cg, bool remove, struct crl_err *err);
 const char *crl_cgroup_name(const struct crl_cgroup *cg);
 
+/* The cgroup.procs of the leaf `leaf` ("e<N>" for an exec), created if
+ * needed: a process already in the sandbox's cgroups (a fork of its PID 1)
+ * joins the leaf with one write there.  Caller closes the fd. */
+int crl_cgroup_leaf_procs(struct crl_cgroup *cg, const char *leaf, struct crl_err *err);
+
 /* cgroup.procs descriptors a new process writes itself (or its pid) into
- * to join the leaf `leaf` ("." for PID 1, "e<N>" for an exec).  The leaf is
- * created if needed.  Caller closes the fds. */
+ * to join the leaf `leaf` ("." for PID 1, "e<N>" for an exec) from
+ * outside the sandbox's cgroups: the leaf's first, then the sandbox's in
+ * v1's other hierarchies.  Caller closes the fds. */
 int crl_cgroup_attach_fds(struct crl_cgroup *cg, const char *leaf, int *fds, int *nfds,
                           struct crl_err *err);
 /* The directories of the cgroup the calling process (corrald) is in, in

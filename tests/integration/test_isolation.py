@@ -107,6 +107,50 @@ def test_devices_and_other_trees(probe_sb):
     assert r.stdout.split() == [b"00", b"00", b"00", b"00", b"ok"]
 
 
+def test_pid1_forks_every_command_and_is_out_of_reach(probe_sb):
+    """The sandbox's PID 1 holds its identity and forks each command; nothing
+    in the sandbox can signal it, trace it, take its descriptors (its
+    socket to the spawner is fd 3), read its memory or replace it."""
+    host_pid = init_pid(probe_sb)
+    # every command is a child of PID 1, with the identity PID 1 holds
+    assert probe_sb.exec("echo $PPID").stdout == b"1\n"
+    status = Path(f"/proc/{host_pid}/status").read_text()
+    for key, want in (("Seccomp", "2"), ("NoNewPrivs", "1"), ("CapBnd", f"{DEFAULT_CAPS:016x}")):
+        assert re.search(rf"^{key}:\s+{want}$", status, re.M), (key, status)
+    # root in the sandbox sends them and the kernel drops them: KILL, STOP,
+    # TERM, INT, HUP, USR1, CHLD
+    for sig in (9, 19, 15, 2, 1, 10, 17):
+        assert probe(probe_sb, "signal", "1", str(sig)).exit_code == 0, sig
+    assert probe(probe_sb, "ptrace", "1").exit_code == errno.EPERM
+    assert probe(probe_sb, "pidfd-getfd", "1", "3").exit_code == errno.EPERM
+    for path in ("/proc/1/fd/3", "/proc/1/mem", "/proc/1/environ", "/proc/1/exe"):
+        assert probe(probe_sb, "open", path).exit_code == errno.EACCES, path
+    assert probe(probe_sb, "write", "/proc/1/exe").exit_code == errno.EACCES
+    # the same PID 1, running (not stopped), and serving
+    assert init_pid(probe_sb) == host_pid
+    assert re.search(r"^State:\s+S", Path(f"/proc/{host_pid}/status").read_text(), re.M)
+    r = probe_sb.exec("echo alive; exit 3")
+    assert (r.exit_code, r.stdout) == (3, b"alive\n")
+    # an end the command chooses is reported as the kernel saw it
+    r = probe_sb.exec("kill -9 $$")
+    assert (r.signal, r.exit_code, r.reason) == (9, None, "signaled"), r
+
+
+def test_a_command_that_cannot_start_says_why_and_leaves_nothing(probe_sb):
+    r = probe_sb.exec("ls /proc").stdout.split()
+    before = sorted(p for p in r if p.isdigit())
+    with pytest.raises(corral.NotFound, match="no-such-command"):
+        probe_sb.exec(["no-such-command"])
+    with pytest.raises(corral.Error, match="/no/such/dir"):
+        probe_sb.exec(["true"], cwd="/no/such/dir")
+    probe_sb.files.write("/tmp/not-executable", b"#!/bin/sh\n", mode=0o644)
+    with pytest.raises(corral.Error, match="/tmp/not-executable"):
+        probe_sb.exec(["/tmp/not-executable"])
+    # no child of PID 1 is left over from the failed starts
+    r = probe_sb.exec("ls /proc").stdout.split()
+    assert len([p for p in r if p.isdigit()]) <= len(before) + 1, (before, r)
+
+
 MASKED_FILES = ["/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug",
                 "/proc/kpagecount", "/proc/kpageflags", "/proc/kpagecgroup",
                 "/proc/latency_stats", "/proc/kmsg", "/proc/config.gz"]

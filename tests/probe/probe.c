@@ -68,14 +68,14 @@ static int ptrace_child(void)
 
 static int usage(void)
 {
-    fputs("usage: corral-probe CHECK [ARG]\n"
+    fputs("usage: corral-probe CHECK [ARG...]\n"
           "  open PATH | write PATH | kill PID | mount | umount PATH | unshare-user | unshare-net\n"
           "  clone-newns | setns | bpf | keyctl | userfaultfd | perf | kexec | init-module\n"
           "  io-uring | ptrace PID | mknod | reboot | swapon | settime | net-connect\n"
           "  sysrq | read-kcore | uid | caps | nnp | fds | forks N | alloc-mb N | seccomp\n"
           "  ids | prctl-nnp | prctl-seccomp | open-fds | socket-inet | socketpair\n"
           "  tcp-connect PORT | unix-connect PATH | abstract-connect NAME | clocks\n"
-          "  ptrace-child\n",
+          "  ptrace-child | signal PID SIG | pidfd-getfd PID FD\n",
           stderr);
     return 100;
 }
@@ -92,6 +92,14 @@ int main(int argc, char **argv)
         return result(open(arg, O_WRONLY | O_CREAT | O_TRUNC, 0644));
     if (!strcmp(c, "kill") && arg)
         return result(kill((pid_t)strtol(arg, NULL, 10), 0));
+    if (!strcmp(c, "signal") && argc > 3)
+        return result(kill((pid_t)strtol(arg, NULL, 10), (int)strtol(argv[3], NULL, 10)));
+    if (!strcmp(c, "pidfd-getfd") && argc > 3) {
+        long pidfd = syscall(SYS_pidfd_open, (pid_t)strtol(arg, NULL, 10), 0);
+        if (pidfd < 0)
+            return errno;
+        return result(syscall(SYS_pidfd_getfd, pidfd, (int)strtol(argv[3], NULL, 10), 0));
+    }
     if (!strcmp(c, "mount"))
         return result(mount("none", "/tmp", "tmpfs", 0, NULL));
     if (!strcmp(c, "umount") && arg)

@@ -108,8 +108,11 @@ extern struct ctr_state *crl_ctr_state; /* one container backend per host proces
 
 /* A spawner that takes requests (the least loaded), or NULL with err. */
 struct spawner *crl_ctr_pick_spawner(struct ctr_state *st, struct crl_err *err);
-/* The spawner a sandbox lives on, if it is up; NULL with err. */
+/* A spawner for a request about a running sandbox (the least loaded);
+ * NULL with err. */
 struct spawner *crl_ctr_spawner_for(struct crl_sandbox *sb, struct crl_err *err);
+/* The spawner that created the sandbox and holds its PID 1; NULL with err. */
+struct spawner *crl_ctr_home_spawner(struct crl_sandbox *sb, struct crl_err *err);
 /* Send a request (its fds with it) and remember what answers it. */
 int crl_ctr_send_req(struct spawner *s, struct crl_spawn_req *rq, size_t len, const int *fds,
                      int nfds, enum pending_kind kind, struct crl_sandbox *sb, void *obj,

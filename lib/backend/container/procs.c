@@ -58,7 +58,8 @@ int crl_ctr_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *er
 {
     struct ctr_state *st = crl_ctr_state;
     struct ctr_sandbox *c = sb->priv;
-    struct spawner *s = crl_ctr_spawner_for(sb, err);
+    /* Its PID 1 forks it, through the spawner that created it. */
+    struct spawner *s = crl_ctr_home_spawner(sb, err);
     if (!s)
         return -1;
     struct ctr_proc *cp = calloc(1, sizeof(*cp));
@@ -66,23 +67,24 @@ int crl_ctr_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *er
         return crl_err_sys(err, ENOMEM, "process");
     p->priv = cp;
     snprintf(cp->leaf, sizeof(cp->leaf), "e%llu", (unsigned long long)p->seq);
-    int fds[4 + CRL_CGROUP_MAX_FDS] = {-1, -1, -1, -1};
+    int fds[4] = {-1, -1, -1, -1};
     int ncg = 0;
-    if (pipe_pair(&p->in_fd, &fds[1], true, err) < 0 ||
-        pipe_pair(&p->out_fd, &fds[2], false, err) < 0 ||
-        pipe_pair(&p->err_fd, &fds[3], false, err) < 0)
+    if (pipe_pair(&p->in_fd, &fds[0], true, err) < 0 ||
+        pipe_pair(&p->out_fd, &fds[1], false, err) < 0 ||
+        pipe_pair(&p->err_fd, &fds[2], false, err) < 0)
         goto fail;
-    if (crl_cgroup_attach_fds(c->cg, cp->leaf, fds + 4, &ncg, err) < 0)
+    /* A fork of PID 1 is in the sandbox's cgroups already: only the leaf. */
+    if ((fds[3] = crl_cgroup_leaf_procs(c->cg, cp->leaf, err)) < 0)
         goto fail;
-    fds[0] = c->pidfd;
+    ncg = 1;
     struct crl_spawn_req *rq = (struct crl_spawn_req *)st->msg;
     memset(rq, 0, sizeof(*rq));
     rq->op = CRL_SPAWN_EXEC;
+    rq->u.exec.pid1 = c->pid;
     rq->u.exec.uid = p->uid;
     rq->u.exec.gid = p->gid;
     rq->u.exec.n_cgroup_fds = (uint32_t)ncg;
     rq->u.exec.flags = p->setsid ? CRL_EXEC_F_SETSID : 0;
-    rq->u.exec.timens = c->timens;
     size_t cap = CRL_SPAWN_MAX_MSG - sizeof(*rq), off = 0;
     for (char **a = p->argv; *a && off != (size_t)-1; a++, rq->u.exec.argc++)
         off = pack(rq->strings, off, cap, *a);
@@ -96,14 +98,14 @@ int crl_ctr_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *er
         goto fail;
     }
     rq->strings_len = (uint32_t)off;
-    if (crl_ctr_send_req(s, rq, sizeof(*rq) + off, fds, 4 + ncg, P_SPAWN, sb, p, NULL, err) < 0)
+    if (crl_ctr_send_req(s, rq, sizeof(*rq) + off, fds, 3 + ncg, P_SPAWN, sb, p, NULL, err) < 0)
         goto fail;
     cp->spawner = s->idx;
-    for (int i = 1; i < 4 + ncg; i++)
+    for (int i = 0; i < 3 + ncg; i++)
         close(fds[i]);
     return 0;
 fail:
-    for (int i = 1; i < 4 + ncg; i++)
+    for (int i = 0; i < 3 + ncg; i++)
         if (fds[i] >= 0)
             close(fds[i]);
     spawn_failed_cleanup(p, cp, c);
@@ -160,7 +162,9 @@ int crl_ctr_kill(struct crl_sandbox *sb, struct crl_proc *p, enum crl_kill_scope
 {
     struct ctr_sandbox *c = sb->priv;
     struct ctr_proc *cp = p->priv;
-    /* Before its start is confirmed it is already in its leaf: kill there. */
+    /* Before its start is reported it may not be in its leaf yet, but it
+     * runs nothing of its own until it is, and exec.c kills it again once
+     * it is reported started (exec_started). */
     if (p->exited || !cp)
         return 0;
     if (scope != CRL_KILL_PROC && c && c->cg) {

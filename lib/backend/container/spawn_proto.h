@@ -26,7 +26,8 @@
 enum crl_spawn_op {
     CRL_SPAWN_CREATE = 1, /* fds: image layer mounts (top first), netns, cgroup.procs...;
                              strings: the run-time files (struct crl_spawn_create) */
-    CRL_SPAWN_EXEC,       /* fds: sandbox PID 1 pidfd, stdin, stdout, stderr, cgroup.procs... */
+    CRL_SPAWN_EXEC,       /* fds: stdin, stdout, stderr, cgroup.procs...; to the spawner
+                             that created the sandbox, whose PID 1 forks it */
     CRL_SPAWN_OPEN,       /* fds: sandbox PID 1 pidfd */
     CRL_SPAWN_STREAM,     /* fds: pidfd, data pipe, message pipe, cgroup.procs... */
     CRL_SPAWN_RESTORE,    /* as STREAM, the data a checkpoint's tar (read-only); applied
@@ -113,11 +114,11 @@ struct crl_spawn_create {
 #define CRL_EXEC_F_SETSID 1u
 
 struct crl_spawn_exec {
+    int32_t pid1;      /* the sandbox's PID 1, as the spawner sees it */
     uint32_t uid, gid; /* inside the sandbox */
     uint32_t n_cgroup_fds;
     uint32_t argc, envc; /* strings: argv..., env..., cwd */
     uint32_t flags;
-    struct crl_timens timens; /* the sandbox's, from its create */
 };
 
 struct crl_spawn_open {
@@ -162,6 +163,46 @@ struct crl_spawn_reply {
     int64_t utime_us, stime_us,
         maxrss_kb; /* EXITED: rusage of the process and its waited children */
     char msg[256];
+};
+
+/* ---- between a spawner and a sandbox's PID 1 (src/corral-init) ----
+ *
+ * On the socket the sandbox was created over, which PID 1 keeps: the
+ * spawner asks it to fork a process (CRL_INIT_EXEC, fds: stdin, stdout,
+ * stderr and the child's end of a control socket; strings as
+ * crl_spawn_exec's), PID 1 answers with the child's pid in the sandbox and
+ * a pidfd (CRL_INIT_FORKED), and tells of each such child's end, from its
+ * own wait4() (CRL_INIT_EXITED).  The child waits on its control socket for
+ * one byte (the spawner has put it in its cgroups), becomes the user and
+ * executes the command; if it cannot, it writes a struct crl_init_failed
+ * there, and a control socket that closes with nothing on it means the
+ * command runs (it is close-on-exec). */
+enum crl_init_op { CRL_INIT_EXEC = 1, CRL_INIT_FORKED, CRL_INIT_EXITED };
+
+#define CRL_INIT_MAX_MSG CRL_SPAWN_MAX_MSG
+
+struct crl_init_exec {
+    uint32_t op;
+    uint32_t uid, gid;
+    uint32_t flags; /* CRL_EXEC_F_* */
+    uint32_t argc, envc;
+    uint64_t id;
+    uint32_t strings_len;
+    char strings[];
+};
+
+struct crl_init_note {
+    uint32_t op;
+    int32_t err; /* FORKED: errno of a fork that failed */
+    uint64_t id; /* FORKED: the request's */
+    int32_t pid; /* in the sandbox's pid namespace */
+    int32_t status;
+    int64_t utime_us, stime_us, maxrss_kb; /* EXITED */
+};
+
+struct crl_init_failed {
+    int32_t err;
+    uint32_t step; /* enum crl_spawn_step */
 };
 
 #endif

@@ -1,9 +1,12 @@
 /* The container spawner: see spawn_proto.h for its place in the system,
  * spawner_int.h for how its files divide the work.
  *
- * One loop over three kinds of event: requests from corrald, the create
- * sockets of sandboxes still building their root, and SIGCHLD.  Requests are
- * handled at once; only sandbox creation waits, on the new PID 1's report. */
+ * One loop over the events of: requests from corrald, SIGCHLD, and what
+ * waits on a sandbox (spawner_watch): the create sockets of sandboxes still
+ * building their root, then the same sockets to their PID 1s, which fork
+ * their commands, and the control sockets of commands starting.  Requests
+ * are handled at once; a create waits on its PID 1's report, an exec on
+ * the PID 1's fork and the command's exec. */
 #include "spawner.h"
 
 #include <errno.h>
@@ -14,6 +17,7 @@
 #include <linux/seccomp.h>
 #include <sched.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +38,7 @@
 #include "../../util/log.h"
 #include "../../util/rawclone.h"
 #include "../../util/rawsys.h"
+#include "../../util/run.h"
 #include "spawner_int.h"
 
 struct spawner crl_spawner;
@@ -78,7 +83,7 @@ static int write_id_map(pid_t pid, const char *file, uint32_t base, uint32_t cou
     return crl_write_file_at(AT_FDCWD, path, map);
 }
 
-static int write_pid(int procs_fd, pid_t pid)
+int crl_spawner_write_pid(int procs_fd, pid_t pid)
 {
     char buf[16];
     int n = snprintf(buf, sizeof(buf), "%d", pid);
@@ -111,6 +116,8 @@ static int idmapped_layer(int layer_fd, int userns)
     return tree;
 }
 
+static void create_ready(struct spawner_watch *w);
+
 static void handle_create(const struct crl_spawn_req *rq, int *fds, int nfds)
 {
     const struct crl_spawn_create *c = &rq->u.create;
@@ -140,8 +147,10 @@ static void handle_create(const struct crl_spawn_req *rq, int *fds, int nfds)
     pc->id = rq->id;
     pc->pidfd = -1;
     pc->sock = -1;
-    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) < 0) {
-        err = errno;
+    /* It carries the sandbox's commands after the create, as large as ours. */
+    struct crl_err e = CRL_ERR_INIT;
+    if (crl_seqpacket_pair(pair, CRL_INIT_MAX_MSG, &e) < 0) {
+        err = e.sys_errno ? e.sys_errno : EIO;
         goto fail;
     }
     pc->sock = pair[0];
@@ -149,6 +158,7 @@ static void handle_create(const struct crl_spawn_req *rq, int *fds, int nfds)
     pc->args.workdir = crl_spawner.workdir;
     pc->args.init_fd = crl_spawner.init_fd;
     pc->args.last_cap = crl_spawner.last_cap;
+    pc->args.seccomp = &crl_spawner.seccomp;
     snprintf(pc->args.tmpfs_opts, sizeof(pc->args.tmpfs_opts), "size=%um,mode=0755", c->disk_mb);
     snprintf(pc->args.hostname, sizeof(pc->args.hostname), "%s", c->hostname);
     crl_timens_format(&c->timens, pc->args.timens, sizeof(pc->args.timens));
@@ -189,6 +199,9 @@ static void handle_create(const struct crl_spawn_req *rq, int *fds, int nfds)
     }
     ip->pid = pid;
     ip->stack = stack;
+    ip->sock = -1;
+    ip->w.ready = crl_spawner_init_ready;
+    pc->ip = ip;
     ip->next = crl_spawner.inits;
     crl_spawner.inits = ip;
     stack = MAP_FAILED;
@@ -201,7 +214,7 @@ static void handle_create(const struct crl_spawn_req *rq, int *fds, int nfds)
     }
     step = CRL_STEP_CGROUP;
     for (unsigned i = 0; i < c->n_cgroup_fds; i++)
-        if (write_pid(cgroup_fds[i], pid) < 0) {
+        if (crl_spawner_write_pid(cgroup_fds[i], pid) < 0) {
             err = errno;
             goto kill;
         }
@@ -239,7 +252,8 @@ static void handle_create(const struct crl_spawn_req *rq, int *fds, int nfds)
         close(lower[i]);
     if (sent < 0)
         goto kill;
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = pc};
+    pc->w.ready = create_ready;
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &pc->w};
     if (epoll_ctl(crl_spawner.epfd, EPOLL_CTL_ADD, pc->sock, &ev) < 0) {
         err = errno;
         goto kill;
@@ -291,6 +305,14 @@ static void create_reported(struct pending_create *pc)
         crl_spawner_reply(pc->id, 0, CRL_STEP_NONE, pc->pid, out, 2, NULL);
         close(fds[0]);
         close(fds[1]);
+        /* The socket is PID 1's from now on: it forks the sandbox's commands. */
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = pc->ip ? &pc->ip->w : NULL};
+        /* Never blocking on it: a frozen sandbox's PID 1 reads nothing. */
+        if (pc->ip && fcntl(pc->sock, F_SETFL, O_NONBLOCK) == 0 &&
+            epoll_ctl(crl_spawner.epfd, EPOLL_CTL_MOD, pc->sock, &ev) == 0) {
+            pc->ip->sock = pc->sock;
+            pc->sock = -1;
+        }
     }
     for (struct pending_create **pp = &crl_spawner.pending; *pp; pp = &(*pp)->next)
         if (*pp == pc) {
@@ -300,17 +322,23 @@ static void create_reported(struct pending_create *pc)
     pending_free(pc);
 }
 
+static void create_ready(struct spawner_watch *w)
+{
+    create_reported((struct pending_create *)((char *)w - offsetof(struct pending_create, w)));
+}
+
 /* ---- children ---- */
 
-void crl_spawner_send_exited(pid_t pid, int status, const struct rusage *ru)
+void crl_spawner_send_exited(pid_t pid, int status, int64_t utime_us, int64_t stime_us,
+                             int64_t maxrss_kb)
 {
     struct crl_spawn_reply r = {
         .op = CRL_SPAWN_EXITED,
         .pid = pid,
         .status = status,
-        .utime_us = (int64_t)ru->ru_utime.tv_sec * 1000000 + ru->ru_utime.tv_usec,
-        .stime_us = (int64_t)ru->ru_stime.tv_sec * 1000000 + ru->ru_stime.tv_usec,
-        .maxrss_kb = ru->ru_maxrss,
+        .utime_us = utime_us,
+        .stime_us = stime_us,
+        .maxrss_kb = maxrss_kb,
     };
     crl_spawner_send_reply(&r, NULL, 0);
 }
@@ -326,17 +354,21 @@ static void reap(void)
         pid_t pid = wait4(-1, &status, WNOHANG | __WALL, &ru);
         if (pid <= 0)
             break;
-        if (crl_spawner_exec_reaped(pid, status, &ru))
-            continue;
         for (struct init_proc **pp = &crl_spawner.inits; *pp; pp = &(*pp)->next)
             if ((*pp)->pid == pid) {
                 struct init_proc *ip = *pp;
                 *pp = ip->next;
+                crl_spawner_init_gone(ip);
+                for (struct pending_create *pc = crl_spawner.pending; pc; pc = pc->next)
+                    if (pc->ip == ip)
+                        pc->ip = NULL;
                 munmap(ip->stack, INIT_STACK);
                 free(ip);
                 break;
             }
-        crl_spawner_send_exited(pid, status, &ru);
+        crl_spawner_send_exited(
+            pid, status, (int64_t)ru.ru_utime.tv_sec * 1000000 + ru.ru_utime.tv_usec,
+            (int64_t)ru.ru_stime.tv_sec * 1000000 + ru.ru_stime.tv_usec, ru.ru_maxrss);
     }
 }
 
@@ -386,7 +418,9 @@ int crl_spawner_main(int sock, const char *workdir, const char *init_path)
     /* 0-2 must be taken, or a pipe we receive could land there. */
     for (int fd; (fd = open("/dev/null", O_RDWR)) >= 0 && fd <= 2;)
         ;
-    if (crl_write_file_at(AT_FDCWD, "/proc/self/oom_score_adj", "-1000") < 0)
+    crl_spawner.oom_protected =
+        crl_write_file_at(AT_FDCWD, "/proc/self/oom_score_adj", "-1000") == 0;
+    if (!crl_spawner.oom_protected)
         crl_debug(NULL, "spawner: oom_score_adj -1000 refused (%s): OOM kills may pick us",
                   strerror(errno));
     prctl(PR_SET_DUMPABLE, 0);
@@ -441,7 +475,8 @@ int crl_spawner_main(int sock, const char *workdir, const char *init_path)
             } else if (p == &crl_spawner.sigfd) {
                 reap();
             } else {
-                create_reported(p);
+                struct spawner_watch *w = p;
+                w->ready(w);
             }
         }
     }

@@ -1,5 +1,5 @@
-/* Entering a sandbox from the spawner: the identity, an exec's two
- * CLONE_VM stages, opening a path inside (spawner_int.h). */
+/* Entering a sandbox from the spawner: the identity, an exec (a fork of the
+ * sandbox's PID 1), opening a path inside (spawner_int.h). */
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -8,6 +8,7 @@
 #include <linux/seccomp.h>
 #include <sched.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,16 +32,7 @@
 #include "../../util/rawsys.h"
 #include "spawner_int.h"
 
-static const char default_path[] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-
 /* ---- identity inside a sandbox ---- */
-
-struct kernel_sigaction {
-    void *handler;
-    unsigned long flags;
-    void *restorer;
-    unsigned long mask;
-};
 
 /* Join the sandbox's user namespace (pidfd of its init) and become uid:gid
  * there, with Docker's capabilities for root and none for anyone else.  We
@@ -79,290 +71,309 @@ NO_SAN long crl_spawner_enter_identity(int pid1fd, uid_t uid, gid_t gid, int las
     return crl_raw5(SYS_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
 }
 
-/* ---- exec: two CLONE_VM stages, no copy of any address space ----
+/* ---- exec: a fork of the sandbox's PID 1 ----
  *
- * A (not a vfork child: the spawner goes on at once) joins the exec's
- * cgroups while still host root, enters the sandbox's namespaces but its
- * user namespace, and vforks B into its pid namespace as a child of the
- * spawner (CLONE_PARENT).  B stays host root, so nothing in the sandbox may
- * signal it, until it takes the sandbox identity just before it executes
- * the command.  Nothing here waits on anything a sandbox can stop: a B
- * stopped in that last moment holds only its own A, and corrald's timeout
- * kills both through the exec's cgroup. */
+ * corral-init holds every part of the sandbox's identity and forks each
+ * command (spawn_proto.h has the protocol): we send it the stdio and the
+ * child's end of a control socket, it answers with the child's pidfd, we
+ * put the child in the exec's cgroups and say go, and the control socket
+ * closing with nothing on it (close-on-exec) says the command runs.  The
+ * child's end comes from PID 1's wait4(), which nothing in the sandbox can
+ * touch (corral-init says why); a PID 1 that dies takes every process of
+ * the sandbox with it, and those are reported killed. */
 
-struct exec_job {
-    uint64_t id;
-    int fds[4 + CRL_SPAWN_MAX_CGROUP_FDS]; /* pid1fd, stdin, stdout, stderr, cgroup.procs... */
-    int nfds;
-    char *strings; /* a copy of the request's */
-    char **argv;
-    char **envp;
-    const char *cwd;
-    const char *path; /* PATH for the search, from envp or the default */
-    uid_t uid;
-    gid_t gid;
-    unsigned flags;
-    int last_cap;
-    const struct sock_fprog *seccomp;
-    char timens[96]; /* the sandbox's clock offsets, for timens_offsets */
-    char *stacks;    /* A's and B's */
-    pid_t a_pid;
-    volatile int b_pid; /* CLONE_PARENT_SETTID: set before B runs */
-    volatile int err;
-    volatile int step;
-    bool b_reaped; /* B ended before A's end was seen */
-    int b_status;
-    struct rusage b_ru;
-    struct exec_job *next;
+enum job_state {
+    J_FORKING,  /* asked PID 1, no pid yet */
+    J_STARTING, /* in its cgroups and told to go; the control socket open */
+    J_FAILED,   /* it said why it cannot run, or we killed it: the error
+                   waits for its end, so its cgroup leaf is empty by then */
+    J_RUNNING,  /* corrald knows its pid: its end goes to corrald */
 };
 
-NO_SAN static void job_fail(struct exec_job *j, long r, int step)
-{
-    j->err = (int)-r;
-    j->step = step;
-    crl_raw_exit(127);
-}
-
-#define JCHECK(expr, step)           \
-    do {                             \
-        long r_ = (expr);            \
-        if (r_ < 0)                  \
-            job_fail(j, r_, (step)); \
-    } while (0)
-
-/* execvp without libc: search PATH, remember EACCES, as POSIX describes. */
-NO_SAN static long exec_search(struct exec_job *j)
-{
-    const char *file = j->argv[0];
-    for (const char *s = file; *s; s++)
-        if (*s == '/')
-            return crl_raw3(SYS_execve, file, j->argv, j->envp);
-    unsigned long flen = crl_raw_strlen(file);
-    char buf[4096];
-    long last = -ENOENT;
-    bool eacces = false;
-    for (const char *p = j->path;;) {
-        const char *e = p;
-        while (*e && *e != ':')
-            e++;
-        unsigned long dlen = (unsigned long)(e - p);
-        if (dlen + flen + 2 <= sizeof(buf)) {
-            unsigned long k = 0;
-            for (unsigned long i = 0; i < dlen; i++)
-                buf[k++] = p[i];
-            if (dlen)
-                buf[k++] = '/';
-            for (unsigned long i = 0; i <= flen; i++)
-                buf[k++] = file[i];
-            last = crl_raw3(SYS_execve, buf, j->argv, j->envp);
-            if (last == -EACCES)
-                eacces = true;
-            else if (last != -ENOENT && last != -ENOTDIR)
-                return last;
-        }
-        if (!*e)
-            break;
-        p = e + 1;
-    }
-    return eacces ? -EACCES : last;
-}
-
-NO_SAN static int stage_b(void *arg)
-{
-    struct exec_job *j = arg;
-    /* Signals: nothing blocked, nothing ignored (the spawner ignores SIGPIPE). */
-    unsigned long none = 0;
-    crl_raw4(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, sizeof(none));
-    struct kernel_sigaction dfl = {0};
-    crl_raw4(SYS_rt_sigaction, SIGPIPE, &dfl, NULL, sizeof(unsigned long));
-    if (j->flags & CRL_EXEC_F_SETSID)
-        crl_raw0(SYS_setsid);
-    struct rlimit nofile = {1024, 65536}, core = {0, 0};
-    crl_raw4(SYS_prlimit64, 0, RLIMIT_NOFILE, &nofile, NULL);
-    crl_raw4(SYS_prlimit64, 0, RLIMIT_CORE, &core, NULL);
-    /* stdio: through high numbers first, so no target is also a source */
-    int hi[3];
-    for (int i = 0; i < 3; i++) {
-        long r = crl_raw3(SYS_fcntl, j->fds[1 + i], F_DUPFD_CLOEXEC, 100);
-        JCHECK(r, CRL_STEP_EXEC);
-        hi[i] = (int)r;
-    }
-    for (int i = 0; i < 3; i++)
-        JCHECK(crl_raw3(SYS_dup3, hi[i], i, 0), CRL_STEP_EXEC);
-    /* everything else goes, but the init's pidfd, until the exec */
-    int pid1fd = (int)crl_raw3(SYS_fcntl, j->fds[0], F_DUPFD_CLOEXEC, 3);
-    JCHECK(pid1fd, CRL_STEP_EXEC);
-    if (pid1fd > 3)
-        crl_raw3(SYS_close_range, 3, (unsigned)pid1fd - 1, 0);
-    crl_raw3(SYS_close_range, (unsigned)pid1fd + 1, ~0u, 0);
-    int step;
-    JCHECK(crl_spawner_enter_identity(pid1fd, j->uid, j->gid, j->last_cap, &step), step);
-    JCHECK(crl_raw5(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), CRL_STEP_SECCOMP);
-    JCHECK(crl_raw1(SYS_chdir, j->cwd), CRL_STEP_CWD);
-    JCHECK(crl_raw3(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, j->seccomp), CRL_STEP_SECCOMP);
-    job_fail(j, exec_search(j), CRL_STEP_EXEC);
-    return 127;
-}
-
-NO_SAN static int stage_a(void *arg)
-{
-    struct exec_job *j = arg;
-    /* The spawner asks the OOM killer to spare it; the user's processes
-     * must not inherit that (as host root we may also lower the floor). */
-    long fd = crl_raw4(SYS_openat, AT_FDCWD, "/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC, 0);
-    if (fd >= 0) {
-        crl_raw3(SYS_write, fd, "0", 1);
-        crl_raw1(SYS_close, fd);
-    }
-    /* Join the exec's cgroups while still host root: B inherits them, and a
-     * kill of the exec's leaf reaches us both. */
-    for (int i = 4; i < j->nfds; i++)
-        JCHECK(crl_raw3(SYS_write, j->fds[i], "0", 1), CRL_STEP_CGROUP);
-    /* The sandbox's clocks.  setns() into its init's time namespace wants
-     * a single-threaded caller, which a CLONE_VM child is not; so a
-     * namespace of our own, with the sandbox's offsets, that B enters
-     * when it executes the command: every process sees the same clocks. */
-    JCHECK(crl_raw1(SYS_unshare, CLONE_NEWTIME), CRL_STEP_TIMENS);
-    long tfd = crl_raw4(SYS_openat, AT_FDCWD, "/proc/self/timens_offsets", O_WRONLY | O_CLOEXEC, 0);
-    JCHECK(tfd, CRL_STEP_TIMENS);
-    long w = crl_raw3(SYS_write, tfd, j->timens, crl_raw_strlen(j->timens));
-    crl_raw1(SYS_close, tfd);
-    JCHECK(w, CRL_STEP_TIMENS);
-    JCHECK(crl_raw2(SYS_setns, j->fds[0], ALL_NS & ~CLONE_NEWUSER), CRL_STEP_SETNS);
-    long b = crl_raw_clone(CLONE_VM | CLONE_VFORK | CLONE_PARENT | CLONE_PARENT_SETTID,
-                           j->stacks + 2 * STAGE_STACK, (int *)&j->b_pid, stage_b, j);
-    if (b < 0)
-        job_fail(j, b, CRL_STEP_CLONE);
-    return 0;
-}
+struct exec_job {
+    struct spawner_watch w; /* on ctl */
+    uint64_t id;            /* corrald's request */
+    struct init_proc *ip;
+    enum job_state state;
+    int ctl; /* our end of the child's control socket */
+    int cgroup_fds[CRL_SPAWN_MAX_CGROUP_FDS];
+    int n_cgroup_fds;
+    int pidfd;
+    pid_t pid;    /* on the host */
+    pid_t ns_pid; /* in the sandbox, as PID 1 reports it */
+    int err;      /* J_FAILED: what to answer */
+    unsigned step;
+    bool ended; /* its end came before we saw the control socket close */
+    struct crl_init_note end;
+    struct exec_job *next;
+};
 
 static struct exec_job *jobs;
 
 static void job_free(struct exec_job *j)
 {
-    for (int i = 0; i < j->nfds; i++)
-        if (j->fds[i] >= 0)
-            close(j->fds[i]);
-    if (j->stacks)
-        munmap(j->stacks, 2 * STAGE_STACK);
-    free(j->strings);
-    free(j->argv);
-    free(j->envp);
+    for (struct exec_job **pp = &jobs; *pp; pp = &(*pp)->next)
+        if (*pp == j) {
+            *pp = j->next;
+            break;
+        }
+    if (j->ctl >= 0) {
+        epoll_ctl(crl_spawner.epfd, EPOLL_CTL_DEL, j->ctl, NULL);
+        close(j->ctl);
+    }
+    for (int i = 0; i < j->n_cgroup_fds; i++)
+        close(j->cgroup_fds[i]);
+    if (j->pidfd >= 0)
+        close(j->pidfd);
     free(j);
 }
 
-static char *env_get(char **envp, const char *name)
-{
-    size_t n = strlen(name);
-    for (char **e = envp; e && *e; e++)
-        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=')
-            return *e + n + 1;
-    return NULL;
-}
-
-/* Split "argv... env... cwd" from the request's string area into j. */
-static int job_strings(struct exec_job *j, const struct crl_spawn_req *rq)
+/* The request's strings: argc + envc + 1 of them (the cwd last), each
+ * ending in NUL, filling the area exactly.  PID 1 trusts this. */
+static bool strings_ok(const struct crl_spawn_req *rq)
 {
     const struct crl_spawn_exec *x = &rq->u.exec;
-    size_t n = (size_t)x->argc + x->envc + 1;
-    j->strings = malloc(rq->strings_len ? rq->strings_len : 1);
-    j->argv = calloc((size_t)x->argc + 1, sizeof(char *));
-    j->envp = calloc((size_t)x->envc + 1, sizeof(char *));
-    if (!j->strings || !j->argv || !j->envp)
-        return -ENOMEM;
-    memcpy(j->strings, rq->strings, rq->strings_len);
-    const char *p = j->strings, *end = j->strings + rq->strings_len;
-    for (size_t i = 0; i < n; i++) {
-        const char *z = memchr(p, 0, (size_t)(end - p));
-        if (!z)
-            return -EPROTO;
-        if (i < x->argc)
-            j->argv[i] = (char *)p;
-        else if (i < (size_t)x->argc + x->envc)
-            j->envp[i - x->argc] = (char *)p;
-        else
-            j->cwd = p;
-        p = z + 1;
-    }
-    const char *path = env_get(j->envp, "PATH");
-    j->path = path ? path : default_path;
-    return 0;
+    size_t want = (size_t)x->argc + x->envc + 1, n = 0;
+    for (uint32_t i = 0; i < rq->strings_len; i++)
+        if (rq->strings[i] == 0)
+            n++;
+    return x->argc > 0 && n == want && rq->strings_len && rq->strings[rq->strings_len - 1] == 0;
 }
 
 void crl_spawner_handle_exec(const struct crl_spawn_req *rq, int *fds, int nfds)
 {
     const struct crl_spawn_exec *x = &rq->u.exec;
-    if ((unsigned)nfds != 4 + x->n_cgroup_fds || x->argc == 0 ||
-        nfds > 4 + CRL_SPAWN_MAX_CGROUP_FDS) {
+    if ((unsigned)nfds != 3 + x->n_cgroup_fds || x->n_cgroup_fds > CRL_SPAWN_MAX_CGROUP_FDS ||
+        !strings_ok(rq)) {
         crl_spawner_reply(rq->id, EPROTO, CRL_STEP_NONE, 0, NULL, 0, "exec: malformed request");
         return;
     }
+    struct init_proc *ip = crl_spawner.inits;
+    while (ip && !(ip->pid == x->pid1 && ip->sock >= 0))
+        ip = ip->next;
+    if (!ip) {
+        crl_spawner_reply(rq->id, ESRCH, CRL_STEP_SETNS, 0, NULL, 0,
+                          "the sandbox's init is not running");
+        return;
+    }
     struct exec_job *j = calloc(1, sizeof(*j));
-    int r = j ? job_strings(j, rq) : -ENOMEM;
-    if (r == 0) {
-        j->stacks = mmap(NULL, 2 * STAGE_STACK, PROT_READ | PROT_WRITE,
-                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-        if (j->stacks == MAP_FAILED) {
-            j->stacks = NULL;
-            r = -ENOMEM;
-        }
-    }
-    if (r < 0) {
-        if (j)
-            job_free(j);
-        crl_spawner_reply(rq->id, -r, CRL_STEP_NONE, 0, NULL, 0, "exec: malformed request");
+    size_t len = sizeof(struct crl_init_exec) + rq->strings_len;
+    cleanup_free struct crl_init_exec *m = malloc(len);
+    int pair[2];
+    if (!j || !m || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) < 0) {
+        crl_spawner_reply(rq->id, j && m ? errno : ENOMEM, CRL_STEP_NONE, 0, NULL, 0, NULL);
+        free(j);
         return;
     }
-    /* The job owns the descriptors now. */
-    for (int i = 0; i < nfds; i++) {
-        j->fds[i] = fds[i];
-        fds[i] = -1;
+    *m = (struct crl_init_exec){.op = CRL_INIT_EXEC,
+                                .uid = x->uid,
+                                .gid = x->gid,
+                                .flags = x->flags,
+                                .argc = x->argc,
+                                .envc = x->envc,
+                                .id = rq->id,
+                                .strings_len = rq->strings_len};
+    memcpy(m->strings, rq->strings, rq->strings_len);
+    int out[4] = {fds[0], fds[1], fds[2], pair[1]};
+    ssize_t sent = crl_send_fds(ip->sock, m, len, out, 4);
+    int e = errno;
+    close(pair[1]);
+    if (sent < 0) {
+        close(pair[0]);
+        free(j);
+        crl_spawner_reply(rq->id, e, CRL_STEP_SYNC, 0, NULL, 0,
+                          e == EAGAIN ? "the sandbox's PID 1 is not taking commands (frozen?)"
+                                      : "the sandbox's PID 1");
+        return;
     }
-    j->nfds = nfds;
+    j->w.ready = NULL; /* watched from the go on */
     j->id = rq->id;
-    j->uid = x->uid;
-    j->gid = x->gid;
-    j->flags = x->flags;
-    j->last_cap = crl_spawner.last_cap;
-    j->seccomp = &crl_spawner.seccomp;
-    crl_timens_format(&x->timens, j->timens, sizeof(j->timens));
-    j->b_pid = -1;
-    long a = crl_raw_clone(CLONE_VM | SIGCHLD, j->stacks + STAGE_STACK, NULL, stage_a, j);
-    if (a < 0) {
-        crl_spawner_reply(rq->id, (int)-a, CRL_STEP_CLONE, 0, NULL, 0, NULL);
-        job_free(j);
-        return;
+    j->ip = ip;
+    j->state = J_FORKING;
+    j->ctl = pair[0];
+    j->pidfd = -1;
+    /* The job keeps the cgroup.procs descriptors until the child is in. */
+    for (unsigned i = 0; i < x->n_cgroup_fds; i++) {
+        j->cgroup_fds[i] = fds[3 + i];
+        fds[3 + i] = -1;
     }
-    j->a_pid = (pid_t)a;
+    j->n_cgroup_fds = (int)x->n_cgroup_fds;
     j->next = jobs;
     jobs = j;
 }
 
-/* A ended: B executed the command, or failed before, or was killed. */
-static void job_finished(struct exec_job *j, int a_status)
+/* The host's pid of a pidfd's process (its fdinfo), or -1 once it is gone. */
+static pid_t pidfd_pid(int pidfd)
 {
-    if (!j->err && (!WIFEXITED(a_status) || WEXITSTATUS(a_status) != 0)) {
-        j->err = ECANCELED; /* killed before the command started (a timeout, a destroy) */
-        j->step = CRL_STEP_EXEC;
-    }
-    if (j->err) {
-        /* B never ran the command: its end is nobody's business */
-        if (j->b_pid > 0 && !j->b_reaped)
-            while (waitpid(j->b_pid, NULL, __WALL) < 0 && errno == EINTR)
-                ;
-        crl_spawner_reply(j->id, j->err, (unsigned)j->step, 0, NULL, 0, NULL);
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", pidfd);
+    if (crl_read_file_at(AT_FDCWD, path, buf, sizeof(buf)) < 0)
+        return -1;
+    const char *p = strstr(buf, "\nPid:");
+    return p ? (pid_t)strtol(p + 5, NULL, 10) : -1;
+}
+
+/* It cannot run: kill it (if it may still) and answer once it has ended. */
+static void job_fail(struct exec_job *j, int err, unsigned step)
+{
+    if (j->pidfd >= 0)
+        syscall(SYS_pidfd_send_signal, j->pidfd, SIGKILL, NULL, 0);
+    j->state = J_FAILED;
+    j->err = err;
+    j->step = step;
+}
+
+static void ctl_ready(struct spawner_watch *w);
+
+/* PID 1 forked it (or could not): into its cgroups, then go. */
+static void job_forked(struct exec_job *j, const struct crl_init_note *n, int pidfd)
+{
+    if (n->err || pidfd < 0) {
+        if (pidfd >= 0)
+            close(pidfd);
+        crl_spawner_reply(j->id, n->err ? n->err : EPROTO, CRL_STEP_CLONE, 0, NULL, 0, NULL);
+        job_free(j);
         return;
     }
-    if (j->b_reaped) {
-        /* It ran and ended already: say it started, then that it ended. */
-        crl_spawner_reply(j->id, 0, CRL_STEP_NONE, j->b_pid, NULL, 0, NULL);
-        crl_spawner_send_exited(j->b_pid, j->b_status, &j->b_ru);
+    j->pidfd = pidfd;
+    j->ns_pid = n->pid;
+    j->pid = pidfd_pid(pidfd);
+    j->state = J_STARTING;
+    if (j->pid <= 0) {
+        job_fail(j, ECANCELED, CRL_STEP_EXEC); /* killed already, before it started */
         return;
     }
-    int pidfd = (int)syscall(SYS_pidfd_open, j->b_pid, 0);
-    crl_spawner_reply(j->id, 0, CRL_STEP_NONE, j->b_pid, &pidfd, pidfd >= 0 ? 1 : 0, NULL);
-    if (pidfd >= 0)
-        close(pidfd);
+    for (int i = 0; i < j->n_cgroup_fds; i++)
+        if (crl_spawner_write_pid(j->cgroup_fds[i], j->pid) < 0) {
+            job_fail(j, errno, CRL_STEP_CGROUP);
+            return;
+        }
+    /* PID 1 keeps our -1000 (where we have it) for itself; its commands
+     * are the OOM killer's like any process. */
+    if (crl_spawner.oom_protected) {
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/oom_score_adj", j->pid);
+        crl_write_file_at(AT_FDCWD, path, "0");
+    }
+    j->w.ready = ctl_ready;
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &j->w};
+    char go = 'g';
+    if (epoll_ctl(crl_spawner.epfd, EPOLL_CTL_ADD, j->ctl, &ev) < 0 ||
+        send(j->ctl, &go, 1, MSG_NOSIGNAL) != 1) {
+        int e = errno;
+        epoll_ctl(crl_spawner.epfd, EPOLL_CTL_DEL, j->ctl, NULL);
+        job_fail(j, e, CRL_STEP_SYNC);
+    }
+}
+
+static void job_ended(struct exec_job *j, const struct crl_init_note *n)
+{
+    crl_spawner_send_exited(j->pid, n->status, n->utime_us, n->stime_us, n->maxrss_kb);
+    job_free(j);
+}
+
+/* Started: corrald learns its pid (and a pidfd, while it lives). */
+static void job_started(struct exec_job *j)
+{
+    epoll_ctl(crl_spawner.epfd, EPOLL_CTL_DEL, j->ctl, NULL);
+    close(j->ctl);
+    j->ctl = -1;
+    j->state = J_RUNNING;
+    if (j->ended) {
+        crl_spawner_reply(j->id, 0, CRL_STEP_NONE, j->pid, NULL, 0, NULL);
+        job_ended(j, &j->end);
+        return;
+    }
+    crl_spawner_reply(j->id, 0, CRL_STEP_NONE, j->pid, &j->pidfd, 1, NULL);
+}
+
+/* The child's control socket: closed by its exec, or why it failed. */
+static void ctl_ready(struct spawner_watch *w)
+{
+    struct exec_job *j = (struct exec_job *)((char *)w - offsetof(struct exec_job, w));
+    struct crl_init_failed f;
+    ssize_t n = recv(j->ctl, &f, sizeof(f), MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    if (j->state != J_STARTING)
+        return;
+    if (n == (ssize_t)sizeof(f) && f.err > 0) {
+        epoll_ctl(crl_spawner.epfd, EPOLL_CTL_DEL, j->ctl, NULL);
+        job_fail(j, f.err, f.step < CRL_STEP__COUNT ? f.step : CRL_STEP_EXEC);
+        if (j->ended) {
+            crl_spawner_reply(j->id, j->err, j->step, 0, NULL, 0, NULL);
+            job_free(j);
+        }
+        return;
+    }
+    job_started(j);
+}
+
+static struct exec_job *job_of(struct init_proc *ip, bool by_id, uint64_t id, pid_t ns_pid)
+{
+    for (struct exec_job *j = jobs; j; j = j->next)
+        if (j->ip == ip && (by_id ? j->id == id && j->state == J_FORKING
+                                  : j->ns_pid == ns_pid && j->state != J_FORKING))
+            return j;
+    return NULL;
+}
+
+void crl_spawner_init_ready(struct spawner_watch *w)
+{
+    struct init_proc *ip = (struct init_proc *)((char *)w - offsetof(struct init_proc, w));
+    struct crl_init_note n;
+    int fd = -1, nfd = 1;
+    ssize_t r = crl_recv_fds(ip->sock, &n, sizeof(n), &fd, &nfd);
+    if (r < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    if (r != (ssize_t)sizeof(n)) {
+        if (nfd == 1)
+            close(fd);
+        crl_spawner_init_gone(ip);
+        return;
+    }
+    struct exec_job *j = NULL;
+    if (n.op == CRL_INIT_FORKED && (j = job_of(ip, true, n.id, 0))) {
+        job_forked(j, &n, nfd == 1 ? fd : -1);
+        return;
+    }
+    if (nfd == 1)
+        close(fd);
+    if (n.op != CRL_INIT_EXITED || !(j = job_of(ip, false, 0, n.pid)))
+        return;
+    if (j->state == J_RUNNING) {
+        job_ended(j, &n);
+    } else if (j->state == J_FAILED) {
+        crl_spawner_reply(j->id, j->err, j->step, 0, NULL, 0, NULL);
+        job_free(j);
+    } else {
+        j->ended = true; /* its control socket has yet to be seen */
+        j->end = n;
+    }
+}
+
+void crl_spawner_init_gone(struct init_proc *ip)
+{
+    if (ip->sock < 0)
+        return;
+    epoll_ctl(crl_spawner.epfd, EPOLL_CTL_DEL, ip->sock, NULL);
+    close(ip->sock);
+    ip->sock = -1;
+    /* Its pid namespace went with it, and every process in it. */
+    for (struct exec_job *j = jobs, *next; j; j = next) {
+        next = j->next;
+        if (j->ip != ip)
+            continue;
+        if (j->state == J_RUNNING) {
+            struct crl_init_note killed = {.status = SIGKILL};
+            job_ended(j, &killed);
+            continue;
+        }
+        if (j->state != J_FAILED)
+            j->err = ECANCELED, j->step = CRL_STEP_EXEC; /* killed before it started */
+        crl_spawner_reply(j->id, j->err, j->step, 0, NULL, 0, NULL);
+        job_free(j);
+    }
 }
 
 /* ---- open a path inside a sandbox ---- */
@@ -467,25 +478,4 @@ void crl_spawner_handle_open(const struct crl_spawn_req *rq, int *fds, int nfds)
         .op = CRL_SPAWN_REPLY, .id = rq->id, .kind = o.kind, .size = o.size};
     crl_spawner_send_reply(&r, &fd, 1);
     close(fd);
-}
-
-bool crl_spawner_exec_reaped(pid_t pid, int status, const struct rusage *ru)
-{
-    for (struct exec_job **pp = &jobs; *pp; pp = &(*pp)->next) {
-        struct exec_job *j = *pp;
-        if (pid == j->a_pid) {
-            *pp = j->next;
-            job_finished(j, status);
-            job_free(j);
-            return true;
-        }
-        if (pid == j->b_pid) {
-            /* B before its A: keep its end until corrald knows it started */
-            j->b_reaped = true;
-            j->b_status = status;
-            j->b_ru = *ru;
-            return true;
-        }
-    }
-    return false;
 }

@@ -2,8 +2,8 @@
  * spawner is for):
  *
  *   spawner.c         the loop, replies, creating a sandbox's PID 1, reaping
- *   spawner_exec.c    entering a sandbox: the identity, an exec's two
- *                     CLONE_VM stages, opening a path inside it
+ *   spawner_exec.c    entering a sandbox: the identity, an exec (forked by
+ *                     the sandbox's PID 1), opening a path inside it
  *   spawner_stream.c  a forked helper inside the sandbox: tar in and out,
  *                     an upload, a checkpoint's restore */
 #ifndef CRL_CONTAINER_SPAWNER_INT_H
@@ -23,32 +23,29 @@
 #define NO_SAN __attribute__((no_sanitize("address", "undefined")))
 #define INIT_STACK (64 * 1024)
 #define STAGE_STACK (64 * 1024)
-#define ALL_NS                                                                                 \
-    (CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET | \
-     CLONE_NEWCGROUP)
+/* Something the loop watches: `ready` runs when its descriptor is readable. */
+struct spawner_watch {
+    void (*ready)(struct spawner_watch *w);
+};
 
-/* Capabilities root keeps inside a sandbox (Docker's default set); the rest
- * leave the bounding set before anything of the user's runs. */
-#define KEEP_CAPS                                                                                \
-    ((1ull << CAP_CHOWN) | (1ull << CAP_DAC_OVERRIDE) | (1ull << CAP_FSETID) |                   \
-     (1ull << CAP_FOWNER) | (1ull << CAP_MKNOD) | (1ull << CAP_NET_RAW) | (1ull << CAP_SETGID) | \
-     (1ull << CAP_SETUID) | (1ull << CAP_SETFCAP) | (1ull << CAP_SETPCAP) |                      \
-     (1ull << CAP_NET_BIND_SERVICE) | (1ull << CAP_SYS_CHROOT) | (1ull << CAP_KILL) |            \
-     (1ull << CAP_AUDIT_WRITE))
-
-/* A PID 1 we created: its stack is ours to free once it is reaped. */
+/* A PID 1 we created: its stack is ours to free once it is reaped.  Once it
+ * is up, the socket it forks the sandbox's commands through (spawn_proto.h). */
 struct init_proc {
     pid_t pid;
     void *stack;
+    int sock; /* -1 until it reports, and once it is gone */
+    struct spawner_watch w;
     struct init_proc *next;
 };
 
 /* A sandbox whose PID 1 is still building its root. */
 struct pending_create {
+    struct spawner_watch w; /* on sock */
     uint64_t id;
     pid_t pid;
     int pidfd;
     int sock; /* our end of the create socket */
+    struct init_proc *ip;
     struct crl_init_args args;
     struct pending_create *next;
 };
@@ -61,8 +58,9 @@ struct spawner {
     struct sock_fprog seccomp;
     struct sock_fprog no_new_code;
     char workdir[256];
-    int last_cap; /* /proc/sys/kernel/cap_last_cap */
-    int init_fd;  /* O_PATH of corral-init */
+    int last_cap;       /* /proc/sys/kernel/cap_last_cap */
+    int init_fd;        /* O_PATH of corral-init */
+    bool oom_protected; /* we have oom_score_adj -1000, which no process of a sandbox may */
     struct init_proc *inits;
     struct pending_create *pending;
     char *msg; /* receive buffer, CRL_SPAWN_MAX_MSG */
@@ -76,9 +74,11 @@ extern struct spawner crl_spawner; /* the one of this process */
 void crl_spawner_reply(uint64_t id, int err, unsigned step, pid_t pid, const int *fds, int nfds,
                        const char *msg);
 void crl_spawner_send_reply(const struct crl_spawn_reply *r, const int *fds, int nfds);
-/* A process of ours ended: EXITED, with its status and usage. */
-void crl_spawner_send_exited(pid_t pid, int status, const struct rusage *ru);
-/* The text /proc/PID/timens_offsets takes. */
+/* A process of a sandbox's ended: EXITED, with its status and usage. */
+void crl_spawner_send_exited(pid_t pid, int status, int64_t utime_us, int64_t stime_us,
+                             int64_t maxrss_kb);
+/* Put `pid` in the cgroup whose cgroup.procs is open at procs_fd. */
+int crl_spawner_write_pid(int procs_fd, pid_t pid);
 
 /* ---- spawner_exec.c ---- */
 
@@ -86,10 +86,14 @@ void crl_spawner_send_exited(pid_t pid, int status, const struct rusage *ru);
  * Docker's capabilities for root and none for anyone else.  Raw syscalls:
  * runs in CLONE_VM children.  0 or -errno, the failed step in *step. */
 NO_SAN long crl_spawner_enter_identity(int pid1fd, uid_t uid, gid_t gid, int last_cap, int *step);
+/* EXEC: ask the sandbox's PID 1 to fork the command. */
 void crl_spawner_handle_exec(const struct crl_spawn_req *rq, int *fds, int nfds);
+/* A PID 1's socket is readable: a fork done, or a child's end. */
+void crl_spawner_init_ready(struct spawner_watch *w);
+/* A PID 1 is gone (its socket closed, or it was reaped): what it was
+ * starting failed, what it ran was killed with it. */
+void crl_spawner_init_gone(struct init_proc *ip);
 void crl_spawner_handle_open(const struct crl_spawn_req *rq, int *fds, int nfds);
-/* A reaped pid that was an exec's stage: handled (true), or not an exec's. */
-bool crl_spawner_exec_reaped(pid_t pid, int status, const struct rusage *ru);
 
 /* ---- spawner_stream.c ---- */
 

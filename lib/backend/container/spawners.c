@@ -38,6 +38,22 @@ struct spawner *crl_ctr_pick_spawner(struct ctr_state *st, struct crl_err *err)
     return best;
 }
 
+/* The spawner that created a running sandbox, which holds its PID 1. */
+struct spawner *crl_ctr_home_spawner(struct crl_sandbox *sb, struct crl_err *err)
+{
+    struct ctr_sandbox *c = sb->priv;
+    if (!c || c->releasing || c->init_dead) {
+        crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
+        return NULL;
+    }
+    struct spawner *s = &crl_ctr_state->sp[c->spawner];
+    if (!s->ready) {
+        crl_err_set(err, CRL_E_UNAVAILABLE, "the spawner of sandbox %s is restarting", sb->id);
+        return NULL;
+    }
+    return s;
+}
+
 /* The spawner for a request about a running sandbox. */
 struct spawner *crl_ctr_spawner_for(struct crl_sandbox *sb, struct crl_err *err)
 {
