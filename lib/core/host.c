@@ -302,7 +302,10 @@ static void reserve(struct crl_host *h, struct crl_sandbox *sb, bool on)
         h->reserved_mb -= sb->spec.memory_mb;
         h->reserved_cpus -= sb->spec.cpus;
         h->fds_held -= sb->ops->fds_held;
-        h->live--;
+        if (sb->stopped)
+            h->releasing--; /* no longer live since it stopped */
+        else
+            h->live--;
     }
 }
 
@@ -376,6 +379,12 @@ static void owner_release(struct crl_sandbox *sb)
         sb->has_slot = false;
     }
     reserve(h, sb, false);
+}
+
+static void owner_stopped(struct crl_sandbox *sb)
+{
+    sb->host->live--;
+    sb->host->releasing++;
 }
 
 static void owner_retire(struct crl_sandbox *sb, bool keep)
@@ -721,8 +730,11 @@ int crl_host_open(const struct crl_host_config *cfg, struct crl_loop *loop, stru
         crl_err_sys(err, ENOMEM, "slots");
         goto fail;
     }
-    h->owner = (struct crl_sb_owner){
-        .loop = loop, .counters = &h->counters, .release = owner_release, .retire = owner_retire};
+    h->owner = (struct crl_sb_owner){.loop = loop,
+                                     .counters = &h->counters,
+                                     .release = owner_release,
+                                     .retire = owner_retire,
+                                     .stopped = owner_stopped};
     for (size_t i = 0; i < cfg->n_backends; i++) {
         const struct crl_backend_ops *ops = cfg->backends[i];
         if (ops->init(h, &h->backend_state[i], err) < 0 ||
@@ -747,6 +759,8 @@ static void drain_destroyed(struct crl_sandbox *sb, const struct crl_err *err, v
 
 static bool tearing_down(struct crl_host *h)
 {
+    if (h->releasing) /* stopped, perhaps forgotten already, not yet released */
+        return true;
     for (struct crl_sandbox *sb = h->sandboxes; sb; sb = sb->next)
         if (sb->tearing_down)
             return true;
@@ -839,7 +853,7 @@ json_t *crl_host_info_json(struct crl_host *h)
                                 : (mem_cap > h->reserved_mb ? mem_cap - h->reserved_mb : 0);
     json_t *o = json_pack(
         "{s:s, s:s, s:f, s:{s:s, s:I, s:i, s:i, s:f, s:f, s:I, s:f, s:i, s:I}, s:{s:i, s:I, s:f, "
-        "s:I}, s:{s:I, s:f, s:i}, s:o, s:s}",
+        "s:I, s:I}, s:{s:I, s:f, s:i}, s:o, s:s}",
         "host_id", h->cfg.host_id, "state_dir", h->state_dir, "uptime_s",
         crl_wall_s() - h->started_at, "capacity", "admission", measured ? "measured" : "reserved",
         "memory_mb", (json_int_t)h->mem_total_mb, "cpus", (json_int_t)h->ncpus, "max_sandboxes",
@@ -847,9 +861,10 @@ json_t *crl_host_info_json(struct crl_host *h)
         "sandbox_memory_mb", (json_int_t)mem_cap, "sandbox_cpus", cpu_cap, "reserve_mb",
         (json_int_t)h->reserve_mb, "files", (json_int_t)h->nofile, "used", "sandboxes",
         (json_int_t)h->live, "memory_mb", (json_int_t)h->reserved_mb, "cpus", h->reserved_cpus,
-        "files", (json_int_t)h->fds_held, "free", "memory_mb", (json_int_t)free_mb, "cpus",
-        cpu_cap - h->reserved_cpus, "sandboxes", (json_int_t)(max > h->live ? max - h->live : 0),
-        "backends", backends, "cgroup", crl_cgroup_mgr_describe(h->cgroups));
+        "files", (json_int_t)h->fds_held, "releasing", (json_int_t)h->releasing, "free",
+        "memory_mb", (json_int_t)free_mb, "cpus", cpu_cap - h->reserved_cpus, "sandboxes",
+        (json_int_t)(max > h->live ? max - h->live : 0), "backends", backends, "cgroup",
+        crl_cgroup_mgr_describe(h->cgroups));
     if (o && measured)
         json_object_set_new(json_object_get(o, "capacity"), "memory_available_mb",
                             json_integer((json_int_t)avail));

@@ -122,6 +122,7 @@ struct crl_host {
     uint64_t reserved_mb;
     double reserved_cpus;
     unsigned live;
+    unsigned releasing; /* stopped (destroyed, as their users see them), resources still held */
     /* measured admission: MemAvailable when last read (mem_read_ns), and
      * what creates admitted since are expected to take */
     uint64_t mem_avail_mb, mem_since_mb;

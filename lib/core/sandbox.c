@@ -268,30 +268,53 @@ void crl_sandbox_failed(struct crl_sandbox *sb, const char *reason, const char *
     teardown(sb, CRL_SB_FAILED); /* the backend's resources go; the record stays */
 }
 
-void crl_sandbox_destroyed(struct crl_sandbox *sb)
+/* Destroyed as far as its user can tell: the end is logged and answered. */
+static void destroyed_now(struct crl_sandbox *sb)
 {
-    /* A failed sandbox ended when it failed (and may have been destroyed,
-     * as far as its user knows, meanwhile). */
-    bool ended = sb->state == CRL_SB_FAILED || sb->state == CRL_SB_DESTROYED;
-    sb->tearing_down = false;
-    release(sb);
+    sb->state = CRL_SB_DESTROYED;
+    sb->ended_at = crl_wall_s();
+    sb->owner->counters->destroyed++;
+    crl_info(sb->id,
+             "destroyed reason=%s lifetime_s=%.3f cpu_s=%.3f memory_peak_bytes=%" PRIu64
+             " disk_bytes=%" PRIu64,
+             sb->end_reason, sb->ended_at - sb->created_at, sb->usage.cpu_s,
+             sb->usage.memory_peak_bytes, sb->usage.disk_bytes);
+    notify(&sb->destroy_waiters, sb, NULL);
+}
+
+/* The layers above let go of it (a trajectory detaches). */
+static void run_on_gone(struct crl_sandbox *sb)
+{
     if (sb->on_gone) {
         void (*gone)(struct crl_sandbox *) = sb->on_gone;
         sb->on_gone = NULL;
         gone(sb);
     }
-    if (!ended) {
-        sb->state = CRL_SB_DESTROYED;
-        sb->ended_at = crl_wall_s();
-        sb->owner->counters->destroyed++;
-        crl_info(sb->id,
-                 "destroyed reason=%s lifetime_s=%.3f cpu_s=%.3f memory_peak_bytes=%" PRIu64
-                 " disk_bytes=%" PRIu64,
-                 sb->end_reason, sb->ended_at - sb->created_at, sb->usage.cpu_s,
-                 sb->usage.memory_peak_bytes, sb->usage.disk_bytes);
-        notify(&sb->destroy_waiters, sb, NULL);
-    }
-    sb->owner->retire(sb, true);
+}
+
+void crl_sandbox_stopped(struct crl_sandbox *sb)
+{
+    if (sb->state != CRL_SB_DESTROYING || !sb->tearing_down || sb->stopped)
+        return;
+    sb->stopped = true;
+    run_on_gone(sb);
+    sb->owner->stopped(sb);
+    destroyed_now(sb);
+    sb->owner->retire(sb, true); /* the teardown's reference keeps it until released */
+}
+
+void crl_sandbox_destroyed(struct crl_sandbox *sb)
+{
+    /* A failed sandbox ended when it failed (and may have been destroyed,
+     * as far as its user knows, meanwhile); a stopped one when it stopped. */
+    bool ended = sb->state == CRL_SB_FAILED || sb->state == CRL_SB_DESTROYED;
+    sb->tearing_down = false;
+    release(sb);
+    run_on_gone(sb);
+    if (!ended)
+        destroyed_now(sb);
+    if (!sb->stopped) /* else retired when it stopped */
+        sb->owner->retire(sb, true);
     crl_sandbox_unref(sb); /* the one taken when the teardown began */
 }
 

@@ -71,6 +71,9 @@ struct crl_sb_owner {
     /* Take an ended sandbox out of the host's table with the table's
      * reference: at once, or (`bury`) after the host's tombstone time. */
     void (*retire)(struct crl_sandbox *sb, bool bury);
+    /* A destroy stopped everything of it (crl_sandbox_stopped): it no longer
+     * counts as running, though `release` has yet to give back the rest. */
+    void (*stopped)(struct crl_sandbox *sb);
 };
 
 #define CRL_SB_END_HOOKS 4
@@ -96,6 +99,7 @@ struct crl_sandbox {
     bool slot_quarantined;  /* the backend could not empty it: never reuse it */
     bool destroy_requested; /* while creating */
     bool tearing_down;      /* the backend's destroy runs: it ends in crl_sandbox_destroyed */
+    bool stopped;           /* ... and nothing of it runs any more (crl_sandbox_stopped) */
     unsigned refs;          /* requests holding it; freed at 0 once gone */
     uint64_t next_seq;
     struct crl_timer ttl_timer, idle_timer, tombstone_timer;
@@ -110,7 +114,8 @@ struct crl_sandbox {
     unsigned n_sessions;
     crl_sandbox_hook end_hooks[CRL_SB_END_HOOKS]; /* see crl_sandbox_on_end() */
     /* Checkpoints and the trajectory (lib/traj/traj.h), owned by the layer
-     * above the host; on_gone runs once, when the backend has torn it down. */
+     * above the host; on_gone runs once, when nothing of the sandbox runs
+     * any more (crl_sandbox_stopped) or the backend has torn it down. */
     struct crl_traj_sb *traj;
     void (*on_gone)(struct crl_sandbox *sb);
     /* Its services' exchanges (lib/api/service_server.c): the newest, and
@@ -151,6 +156,11 @@ void crl_sandbox_created(struct crl_sandbox *sb, const struct crl_err *err);
 void crl_sandbox_failed(struct crl_sandbox *sb, const char *reason, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void crl_sandbox_destroyed(struct crl_sandbox *sb);
+/* Optional, before crl_sandbox_destroyed() of a destroy: nothing of the
+ * sandbox runs any more, so its destroy is answered now and the layers
+ * above let go of it (on_gone); its resources (slot, cgroups, admission)
+ * stay held until crl_sandbox_destroyed(). */
+void crl_sandbox_stopped(struct crl_sandbox *sb);
 
 /* Layers above that run things in a sandbox (sessions) hear of its end
  * here: each hook runs once, when the sandbox starts to end (destroyed or

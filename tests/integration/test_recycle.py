@@ -6,7 +6,7 @@ sees none of it (docs/architecture.md, "Reuse instead of churn")."""
 
 import json
 
-from conftest import need_debian
+from conftest import need_debian, wait_for
 
 # Run with python3 in the first sandbox: each trace it tries to leave, and
 # whether the kernel let it.  ctypes reaches what the image has no tool for.
@@ -112,12 +112,19 @@ def cgroup_file(d, cgroup, ctl, name):
 
 
 @need_debian
+def released(c):
+    """A destroy answers once nothing of the sandbox runs; its slot is given
+    back just after: wait for that, so the next create takes it again."""
+    wait_for(lambda: c.host()["used"]["releasing"] == 0, 10, "destroyed sandboxes' release")
+
+
 def test_a_recycled_slot_keeps_nothing_of_its_last_tenant(corrald_factory):
     d = corrald_factory([])
     with d.client() as c:
         with c.create(image="debian", memory_mb=256, cpus=0.5) as clean:
             fresh = json.loads(clean.exec(["python3", "-c", LOOK]).stdout)
             fresh_slot = slot_of(clean)
+        released(c)
         first = c.create(image="debian", memory_mb=200, cpus=0.5, pids=77,
                          env={"TRACE_ME": "1"})
         assert slot_of(first) == fresh_slot, "the slot is reused"
@@ -130,6 +137,7 @@ def test_a_recycled_slot_keeps_nothing_of_its_last_tenant(corrald_factory):
         assert left["sem"] and left["mqueue"] and left["abstract_socket"]
         assert not left["netns_config"], "root in a sandbox cannot configure its netns"
         first.destroy()
+        released(c)
 
         second = c.create(image="debian", memory_mb=256, cpus=0.5)
         try:

@@ -113,6 +113,10 @@ static void init_exited(struct crl_watch *w, uint32_t ev)
         return;
     }
     start_drain(sb);
+    /* Its pid namespace died with it, and start_drain() has killed what ran
+     * outside (stream helpers): nothing of it runs, so the destroy is
+     * answered now and the cgroups are tidied and released after. */
+    crl_sandbox_stopped(sb);
 }
 
 static void ctr_destroy(struct crl_sandbox *sb)
