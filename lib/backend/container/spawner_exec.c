@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -266,9 +267,40 @@ static void job_forked(struct exec_job *j, const struct crl_init_note *n, int pi
     }
 }
 
+/* The kernel keeps a process's end with its pidfd since Linux 6.15
+ * (PIDFD_GET_INFO with PIDFD_INFO_EXIT, once it is reaped); the first
+ * published layout of struct pidfd_info, whose spare word became
+ * exit_code, a wait status. */
+struct pidfd_info_v0 {
+    uint64_t mask, cgroupid;
+    uint32_t pid, tgid, ppid, ruid, rgid, euid, egid, suid, sgid, fsuid, fsgid;
+    int32_t exit_code;
+};
+#define PIDFD_INFO_EXIT_ (1ull << 3)
+#define PIDFD_GET_INFO_ _IOWR(0xFF, 11, struct pidfd_info_v0)
+
+static bool kernel_status(int pidfd, int *status)
+{
+    struct pidfd_info_v0 info = {.mask = PIDFD_INFO_EXIT_};
+    if (pidfd < 0 || ioctl(pidfd, PIDFD_GET_INFO_, &info) < 0 || !(info.mask & PIDFD_INFO_EXIT_))
+        return false;
+    *status = info.exit_code;
+    return true;
+}
+
+/* Its end, as the kernel recorded it where it can say (PID 1's wait4()
+ * gave the same, and nothing in the sandbox can make it say otherwise:
+ * this is a second witness, not the first), else as PID 1 reported it. */
 static void job_ended(struct exec_job *j, const struct crl_init_note *n)
 {
-    crl_spawner_send_exited(j->pid, n->status, n->utime_us, n->stime_us, n->maxrss_kb);
+    int status = n->status, ks;
+    if (kernel_status(j->pidfd, &ks)) {
+        if (ks != status && n->op == CRL_INIT_EXITED)
+            crl_warn(NULL, "spawner: PID 1 (pid %d) reported status %#x for pid %d, the kernel %#x",
+                     j->ip->pid, status, j->pid, ks);
+        status = ks;
+    }
+    crl_spawner_send_exited(j->pid, status, n->utime_us, n->stime_us, n->maxrss_kb);
     job_free(j);
 }
 
