@@ -159,7 +159,10 @@ static const struct crl_err claim_lost = {.code = CRL_E_UNAVAILABLE,
                                           .msg = "the sandbox ended before it was handed over"};
 
 /* Give back everything held for a sandbox that has ended. */
-static void release(struct crl_sandbox *sb)
+/* What a sandbox that runs nothing any more has no use for: its timers,
+ * and its image (which may then be removed: what the kernel still holds of
+ * its layers goes when the sandbox's mounts do). */
+static void let_go(struct crl_sandbox *sb)
 {
     crl_timer_stop(sb->owner->loop, &sb->ttl_timer);
     crl_timer_stop(sb->owner->loop, &sb->idle_timer);
@@ -168,11 +171,16 @@ static void release(struct crl_sandbox *sb)
         notify(&sb->create_waiters, sb, &claim_lost);
         crl_sandbox_unref(sb);
     }
-    sb->owner->release(sb);
     if (sb->image) {
         crl_image_put(sb->image);
         sb->image = NULL;
     }
+}
+
+static void release(struct crl_sandbox *sb)
+{
+    let_go(sb);
+    sb->owner->release(sb);
 }
 
 int crl_sandbox_build(struct crl_sandbox *sb, crl_sandbox_cb cb, void *ctx, struct crl_err *err)
@@ -297,6 +305,7 @@ void crl_sandbox_stopped(struct crl_sandbox *sb)
     if (sb->state != CRL_SB_DESTROYING || !sb->tearing_down || sb->stopped)
         return;
     sb->stopped = true;
+    let_go(sb);
     run_on_gone(sb);
     sb->owner->stopped(sb);
     destroyed_now(sb);

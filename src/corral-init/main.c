@@ -205,7 +205,7 @@ __attribute__((noreturn)) static void child(const struct crl_init_exec *rq, cons
     argv[rq->argc] = 0;
     for (unsigned i = 0; i < rq->envc; i++, p += crl_raw_strlen(p) + 1) {
         envp[i] = p;
-        if (is_path(p))
+        if (path == default_path && is_path(p)) /* the first, as getenv() finds */
             path = p + 5;
     }
     envp[rq->envc] = 0;
