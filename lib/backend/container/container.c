@@ -112,11 +112,12 @@ static void init_exited(struct crl_watch *w, uint32_t ev)
         crl_sandbox_failed(sb, "init_exited", "the sandbox's init process (pid %d) died", c->pid);
         return;
     }
-    start_drain(sb);
-    /* Its pid namespace died with it, and start_drain() has killed what ran
+    /* Its pid namespace died with it, and start_drain() kills what ran
      * outside (stream helpers): nothing of it runs, so the destroy is
-     * answered now and the cgroups are tidied and released after. */
+     * answered now and the cgroups are tidied and released after (or at
+     * once, by start_drain(), which may free the sandbox: last). */
     crl_sandbox_stopped(sb);
+    start_drain(sb);
 }
 
 static void ctr_destroy(struct crl_sandbox *sb)

@@ -72,7 +72,7 @@ static void pending_free(struct pending_create *pc)
     }
     if (pc->pidfd >= 0)
         close(pc->pidfd);
-    free(pc);
+    crl_spawner_free_later(&pc->w, pc);
 }
 
 static int write_id_map(pid_t pid, const char *file, uint32_t base, uint32_t count)
@@ -327,6 +327,21 @@ static void create_ready(struct spawner_watch *w)
     create_reported((struct pending_create *)((char *)w - offsetof(struct pending_create, w)));
 }
 
+void crl_spawner_free_later(struct spawner_watch *w, void *p)
+{
+    struct spawner *s = &crl_spawner;
+    w->ready = NULL;
+    if (s->n_graves == s->cap_graves) {
+        size_t cap = s->cap_graves ? 2 * s->cap_graves : 16;
+        void **g = realloc(s->graves, cap * sizeof(*g));
+        if (!g)
+            return; /* leaked, rather than freed under an event still to come */
+        s->graves = g;
+        s->cap_graves = cap;
+    }
+    s->graves[s->n_graves++] = p;
+}
+
 /* ---- children ---- */
 
 void crl_spawner_send_exited(pid_t pid, int status, int64_t utime_us, int64_t stime_us,
@@ -363,7 +378,7 @@ static void reap(void)
                     if (pc->ip == ip)
                         pc->ip = NULL;
                 munmap(ip->stack, INIT_STACK);
-                free(ip);
+                crl_spawner_free_later(&ip->w, ip);
                 break;
             }
         crl_spawner_send_exited(
@@ -476,8 +491,12 @@ int crl_spawner_main(int sock, const char *workdir, const char *init_path)
                 reap();
             } else {
                 struct spawner_watch *w = p;
-                w->ready(w);
+                if (w->ready) /* else freed by an event before it in this turn */
+                    w->ready(w);
             }
         }
+        for (size_t i = 0; i < crl_spawner.n_graves; i++)
+            free(crl_spawner.graves[i]);
+        crl_spawner.n_graves = 0;
     }
 }

@@ -126,7 +126,7 @@ static void job_free(struct exec_job *j)
         close(j->cgroup_fds[i]);
     if (j->pidfd >= 0)
         close(j->pidfd);
-    free(j);
+    crl_spawner_free_later(&j->w, j);
 }
 
 /* The request's strings: argc + envc + 1 of them (the cwd last), each

@@ -63,7 +63,9 @@ struct spawner {
     bool oom_protected; /* we have oom_score_adj -1000, which no process of a sandbox may */
     struct init_proc *inits;
     struct pending_create *pending;
-    char *msg; /* receive buffer, CRL_SPAWN_MAX_MSG */
+    char *msg;     /* receive buffer, CRL_SPAWN_MAX_MSG */
+    void **graves; /* freed after this turn's events (crl_spawner_free_later) */
+    size_t n_graves, cap_graves;
 };
 
 extern struct spawner crl_spawner; /* the one of this process */
@@ -77,6 +79,9 @@ void crl_spawner_send_reply(const struct crl_spawn_reply *r, const int *fds, int
 /* A process of a sandbox's ended: EXITED, with its status and usage. */
 void crl_spawner_send_exited(pid_t pid, int status, int64_t utime_us, int64_t stime_us,
                              int64_t maxrss_kb);
+/* Free p, which holds the watch w, once the loop has handled this turn's
+ * events: one of them may still name it.  The watch is off from now on. */
+void crl_spawner_free_later(struct spawner_watch *w, void *p);
 /* Put `pid` in the cgroup whose cgroup.procs is open at procs_fd. */
 int crl_spawner_write_pid(int procs_fd, pid_t pid);
 
