@@ -126,7 +126,7 @@ void crl_h_exec(struct crl_req *r)
     struct crl_exec_req req;
     struct run *x;
     if (crl_req_sandbox(r, &err) < 0 || !(x = run_new(r, &err)) ||
-        crl_exec_req_parse(r->body.data, r->body.len, false, &req, &err) < 0) {
+        crl_exec_req_parse(r->body.data, r->body.len, CRL_EXEC_KIND_EXEC, &req, &err) < 0) {
         crl_req_error(r, &err);
         return;
     }
@@ -181,7 +181,7 @@ void crl_h_session_run(struct crl_req *r)
     struct crl_session *s = crl_session_find(r->sb, r->route.sub, &err);
     struct run *x;
     if (!s || !(x = run_new(r, &err)) ||
-        crl_exec_req_parse(r->body.data, r->body.len, true, &req, &err) < 0) {
+        crl_exec_req_parse(r->body.data, r->body.len, CRL_EXEC_KIND_SESSION, &req, &err) < 0) {
         crl_req_error(r, &err);
         return;
     }

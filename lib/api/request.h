@@ -52,6 +52,7 @@ struct crl_api {
     char importer_path[4096];
     struct crl_functions *functions; /* <state>/functions, read when asked */
     struct crl_tunnel *tunnels;      /* upgraded port-proxy connections (handlers_ports.c) */
+    struct crl_attach *attaches;     /* upgraded attaches to processes (handlers_processes.c) */
     struct crl_trajs *trajs;         /* <state>/trajectories */
     struct crl_svc_server *svc;      /* the sandboxes' services, once one has any */
 };

@@ -25,6 +25,12 @@ enum crl_endpoint {
     CRL_EP_SESSION,          /* DELETE close */
     CRL_EP_SESSION_RUN,      /* POST */
     CRL_EP_FILES,            /* GET read, PUT write */
+    CRL_EP_PROCESSES,        /* GET list, POST start */
+    CRL_EP_PROCESS,          /* GET inspect, DELETE forget */
+    CRL_EP_PROCESS_OUTPUT,   /* GET: NDJSON from an offset */
+    CRL_EP_PROCESS_STDIN,    /* POST: bytes to its stdin */
+    CRL_EP_PROCESS_ATTACH,   /* GET with Upgrade: its terminal's bytes both ways */
+    CRL_EP_PROCESS_ACTION,   /* POST signal|resize|wait */
     CRL_EP_SANDBOX_ACTION,   /* POST pause|resume|snapshot|fork, PATCH network, GET services */
     CRL_EP_PORT,             /* any method: a request to a port in the sandbox */
     CRL_EP_FUNCTIONS,        /* GET list */
@@ -43,9 +49,10 @@ enum crl_endpoint {
 struct crl_route {
     enum crl_endpoint ep;
     char id[CRL_ROUTE_ID_MAX];     /* sandbox id */
-    char sub[CRL_ROUTE_ID_MAX];    /* session id, or the action's name */
+    char sub[CRL_ROUTE_ID_MAX];    /* session id, process id, or the action's name */
     char name[CRL_ROUTE_NAME_MAX]; /* image name: all of the path after /v1/images/;
-                                      a function's name; a trajectory's id */
+                                      a function's name; a trajectory's id; a process's
+                                      action */
     /* methods the endpoint takes, for 405 and Allow */
     const char *allow;
     int entry; /* the entry in routes.def for the method asked for, or -1 */

@@ -10,6 +10,7 @@
 #include "handlers_functions.h"
 #include "handlers_images.h"
 #include "handlers_pools.h"
+#include "handlers_processes.h"
 #include "handlers_sandboxes.h"
 #include "handlers_traj.h"
 #include "service_server.h"

@@ -22,6 +22,7 @@
 #include "api.h"
 #include "handlers_images.h"
 #include "handlers_ports.h"
+#include "handlers_processes.h"
 #include "service_server.h"
 #include "request.h"
 #include "routes.h"
@@ -385,6 +386,7 @@ void crl_api_stop(struct crl_api *a)
     for (struct crl_req *r = a->reqs; r; r = r->next)
         crl_req_resume(r);
     crl_h_ports_stop(a); /* MHD stops with no upgraded connection open */
+    crl_h_processes_stop(a);
     crl_service_server_stop(a);
     if (a->unix_d) {
         crl_watch_stop(a->host->loop, &a->unix_w);

@@ -4,8 +4,11 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "../util/buf.h"
@@ -17,6 +20,43 @@
 #include "netrules.h"
 #include "resolver.h"
 #include "sandbox.h"
+
+int crl_backend_pty_resize(struct crl_sandbox *sb, struct crl_proc *p, unsigned rows, unsigned cols,
+                           struct crl_err *err)
+{
+    struct winsize ws = {.ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols};
+    int fd = p->out_fd >= 0 ? p->out_fd : p->in_fd;
+    if (!p->tty || fd < 0)
+        return crl_err_set(err, CRL_E_CONFLICT, "process %d of %s has no terminal", (int)p->ns_pid,
+                           sb->id);
+    if (ioctl(fd, TIOCSWINSZ, &ws) < 0)
+        return crl_err_sys(err, errno, "resizing the terminal of process %d", (int)p->ns_pid);
+    return 0;
+}
+
+int crl_backend_signal_host(struct crl_sandbox *sb, struct crl_proc *p, struct crl_cgroup *cg,
+                            const char *leaf, int sig, enum crl_signal_scope scope,
+                            struct crl_err *err)
+{
+    if (!p->started || p->exited || p->pidfd < 0)
+        return crl_err_set(err, CRL_E_CONFLICT, "process %d of %s has ended", (int)p->ns_pid,
+                           sb->id);
+    if (scope == CRL_SIGNAL_TREE) {
+        if (!cg)
+            return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
+        return crl_cgroup_signal_leaf(cg, leaf, sig, err) < 0 ? -1 : 0;
+    }
+    /* The group is the one it leads (a session leader cannot leave it),
+     * while it lives: the pidfd says it does, so its pid is its own. */
+    int r =
+        (int)syscall(SYS_pidfd_send_signal, p->pidfd, scope == CRL_SIGNAL_GROUP ? 0 : sig, NULL, 0);
+    if (r == 0 && scope == CRL_SIGNAL_GROUP)
+        r = kill(-p->pid, sig);
+    if (r < 0 && errno == ESRCH)
+        return crl_err_set(err, CRL_E_CONFLICT, "process %d of %s has ended", (int)p->ns_pid,
+                           sb->id);
+    return r < 0 ? crl_err_sys(err, errno, "signal %d to process %d", sig, (int)p->ns_pid) : 0;
+}
 
 int crl_restore_error(int code, const char *msg, bool live, struct crl_err *err)
 {

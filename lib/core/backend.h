@@ -51,10 +51,16 @@ struct crl_proc {
     uid_t uid;
     gid_t gid;
     bool setsid;
+    /* A terminal of its own (a pseudo-terminal of the sandbox's, rows x
+     * cols, as its controlling terminal and stdio; it is a session leader):
+     * then in_fd and out_fd are corrald's ends of it and err_fd is -1. */
+    bool tty;
+    unsigned short rows, cols;
     /* corrald's ends of its stdio; set by the backend before on_start */
     int in_fd, out_fd, err_fd;
     /* at run time */
-    pid_t pid;
+    pid_t pid;    /* as the backend addresses it (a container's: the host's) */
+    pid_t ns_pid; /* as the sandbox sees it: what a user names it by */
     int pidfd;
     uint64_t seq; /* unique per sandbox; names the cgroup leaf */
     bool started, exited;
@@ -201,6 +207,25 @@ enum crl_kill_scope {
     CRL_KILL_DESCENDANTS, /* everything it started, but not it (a session's shell) */
 };
 
+/* Whom a signal a user sends to a process reaches. */
+enum crl_signal_scope {
+    CRL_SIGNAL_PROC,  /* the process */
+    CRL_SIGNAL_GROUP, /* its process group (it leads one: it was started with setsid) */
+    CRL_SIGNAL_TREE,  /* it and every process it started, however detached */
+};
+
+/* For a backend whose terminals' masters corrald holds (in_fd): set the
+ * window size there, which the kernel tells the foreground program with
+ * SIGWINCH. */
+int crl_backend_pty_resize(struct crl_sandbox *sb, struct crl_proc *p, unsigned rows, unsigned cols,
+                           struct crl_err *err);
+
+/* For a backend whose processes are the host's (a pidfd, a host pid that
+ * leads its process group, a cgroup leaf of its own): the signal op. */
+int crl_backend_signal_host(struct crl_sandbox *sb, struct crl_proc *p, struct crl_cgroup *cg,
+                            const char *leaf, int sig, enum crl_signal_scope scope,
+                            struct crl_err *err);
+
 struct crl_backend_ops {
     const char *name;
     /* Its sandboxes' ports are on the loopback of their network namespace
@@ -229,6 +254,12 @@ struct crl_backend_ops {
     int (*spawn)(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *err);
     /* Kill a process, everything it started, or only what it started. */
     int (*kill)(struct crl_sandbox *sb, struct crl_proc *p, enum crl_kill_scope scope);
+    /* A user's signal (any number 1..64) to a started process that has not
+     * been reported ended; and a terminal's new size (p->tty). */
+    int (*signal)(struct crl_sandbox *sb, struct crl_proc *p, int sig, enum crl_signal_scope scope,
+                  struct crl_err *err);
+    int (*resize)(struct crl_sandbox *sb, struct crl_proc *p, unsigned rows, unsigned cols,
+                  struct crl_err *err);
     int (*open)(struct crl_sandbox *sb, struct crl_open_req *o, struct crl_err *err);
     int (*stream)(struct crl_sandbox *sb, struct crl_stream_req *t, struct crl_err *err);
 

@@ -43,6 +43,7 @@ const char *crl_sb_state_name(enum crl_sb_state s);
 
 struct crl_sandbox;
 struct crl_session;
+struct crl_process;
 struct crl_pool;
 typedef void (*crl_sandbox_cb)(struct crl_sandbox *sb, const struct crl_err *err, void *ctx);
 typedef void (*crl_sandbox_hook)(struct crl_sandbox *sb);
@@ -112,6 +113,8 @@ struct crl_sandbox {
     struct crl_proc *procs;
     struct crl_session *sessions; /* session.c's */
     unsigned n_sessions;
+    struct crl_process *processes; /* process.c's: background processes, oldest first */
+    unsigned n_processes_live, n_processes_ended;
     crl_sandbox_hook end_hooks[CRL_SB_END_HOOKS]; /* see crl_sandbox_on_end() */
     /* Checkpoints and the trajectory (lib/traj/traj.h), owned by the layer
      * above the host; on_gone runs once, when nothing of the sandbox runs

@@ -629,7 +629,31 @@ void crl_exec_req_free(struct crl_exec_req *r)
     crl_strv_free(r->env);
     free(r->cwd);
     free(r->stdin_data);
+    free(r->tag);
     memset(r, 0, sizeof(*r));
+}
+
+int crl_tty_size_parse(json_t *v, const char *what, unsigned short *rows, unsigned short *cols,
+                       struct crl_err *err)
+{
+    static const char *const keys[] = {"rows", "cols"};
+    if (!json_is_object(v))
+        return crl_err_set(err, CRL_E_INVALID, "%s must be an object {\"rows\", \"cols\"}, not %s",
+                           what, crl_json_type_name(v));
+    if (crl_json_check_keys(v, what, keys, CRL_ARRAY_SIZE(keys), err))
+        return -1;
+    unsigned r = CRL_TTY_DEFAULT_ROWS, c = CRL_TTY_DEFAULT_COLS;
+    json_t *f;
+    char name[64];
+    snprintf(name, sizeof(name), "%s.rows", what);
+    if ((f = json_object_get(v, "rows")) && crl_json_get_uint(f, name, 1, CRL_TTY_MAX, &r, err) < 0)
+        return -1;
+    snprintf(name, sizeof(name), "%s.cols", what);
+    if ((f = json_object_get(v, "cols")) && crl_json_get_uint(f, name, 1, CRL_TTY_MAX, &c, err) < 0)
+        return -1;
+    *rows = (unsigned short)r;
+    *cols = (unsigned short)c;
+    return 0;
 }
 
 static int parse_cmd(json_t *v, bool session, struct crl_exec_req *r, struct crl_err *err)
@@ -689,23 +713,53 @@ static int parse_cmd(json_t *v, bool session, struct crl_exec_req *r, struct crl
     return 0;
 }
 
-int crl_exec_req_parse(const char *json, size_t len, bool session, struct crl_exec_req *r,
-                       struct crl_err *err)
+int crl_exec_req_parse(const char *json, size_t len, enum crl_exec_kind kind,
+                       struct crl_exec_req *r, struct crl_err *err)
 {
     static const char *const exec_keys[] = {"cmd",  "stdin",     "stdin_b64",        "env",   "cwd",
                                             "user", "timeout_s", "max_output_bytes", "stream"};
     static const char *const session_keys[] = {"cmd", "timeout_s", "max_output_bytes", "stream"};
+    static const char *const process_keys[] = {
+        "cmd",  "stdin",     "stdin_b64", "env", "cwd",
+        "user", "timeout_s", "tty",       "tag", "output_buffer_bytes"};
+    bool session = kind == CRL_EXEC_KIND_SESSION;
     json_t *root;
     memset(r, 0, sizeof(*r));
-    r->timeout_s = CRL_EXEC_DEFAULT_TIMEOUT_S;
+    r->timeout_s = kind == CRL_EXEC_KIND_PROCESS ? 0 : CRL_EXEC_DEFAULT_TIMEOUT_S;
     r->max_output = CRL_EXEC_DEFAULT_OUTPUT;
+    r->ring_bytes = CRL_PROCESS_RING_DEFAULT;
     if (crl_json_load(json, len, &root, err) < 0)
         return -1;
     json_t *f;
     const char *s;
-    if (session ? crl_json_check_keys(root, "", session_keys, CRL_ARRAY_SIZE(session_keys), err)
-                : crl_json_check_keys(root, "", exec_keys, CRL_ARRAY_SIZE(exec_keys), err))
+    int bad = kind == CRL_EXEC_KIND_SESSION
+                  ? crl_json_check_keys(root, "", session_keys, CRL_ARRAY_SIZE(session_keys), err)
+              : kind == CRL_EXEC_KIND_PROCESS
+                  ? crl_json_check_keys(root, "", process_keys, CRL_ARRAY_SIZE(process_keys), err)
+                  : crl_json_check_keys(root, "", exec_keys, CRL_ARRAY_SIZE(exec_keys), err);
+    if (bad)
         goto fail;
+    if ((f = json_object_get(root, "tty")) && !json_is_false(f)) {
+        r->tty = true;
+        r->rows = CRL_TTY_DEFAULT_ROWS;
+        r->cols = CRL_TTY_DEFAULT_COLS;
+        if (!json_is_true(f) && crl_tty_size_parse(f, "tty", &r->rows, &r->cols, err) < 0)
+            goto fail;
+    }
+    if ((f = json_object_get(root, "tag"))) {
+        if (crl_json_get_string(f, "tag", CRL_PROCESS_TAG_MAX, &s, err) < 0)
+            goto fail;
+        if (!(r->tag = strdup(s))) {
+            crl_err_sys(err, ENOMEM, "tag");
+            goto fail;
+        }
+    }
+    if ((f = json_object_get(root, "output_buffer_bytes"))) {
+        unsigned v;
+        if (crl_json_get_uint(f, "output_buffer_bytes", 0, CRL_PROCESS_RING_MAX, &v, err) < 0)
+            goto fail;
+        r->ring_bytes = v;
+    }
     /* An exec without cmd runs the image's entrypoint and cmd. */
     if (!(f = json_object_get(root, "cmd")) && session) {
         crl_err_set(err, CRL_E_INVALID, "cmd is required");

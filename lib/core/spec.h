@@ -89,11 +89,30 @@ struct crl_exec_req {
     double timeout_s; /* 0: none */
     size_t max_output;
     bool stream;
+    /* a background process's (POST .../processes) */
+    bool tty;
+    unsigned short rows, cols; /* tty: its window */
+    char *tag;
+    size_t ring_bytes; /* output kept for clients that attach */
 };
 
+#define CRL_TTY_DEFAULT_ROWS 24
+#define CRL_TTY_DEFAULT_COLS 80
+#define CRL_TTY_MAX 4096 /* rows or columns */
+#define CRL_PROCESS_TAG_MAX 128
+#define CRL_PROCESS_RING_DEFAULT (1u << 20)
+#define CRL_PROCESS_RING_MAX (64u << 20)
+
+/* What a request runs: an exec, a session's command (cmd only, a
+ * string), a background process (no output cap or stream; a terminal, a
+ * tag and how much output to keep instead; no timeout unless given). */
+enum crl_exec_kind { CRL_EXEC_KIND_EXEC, CRL_EXEC_KIND_SESSION, CRL_EXEC_KIND_PROCESS };
+
 void crl_exec_req_free(struct crl_exec_req *r);
-/* `session` restricts cmd to a string and rejects fields a session run does not take. */
-int crl_exec_req_parse(const char *json, size_t len, bool session, struct crl_exec_req *r,
+int crl_exec_req_parse(const char *json, size_t len, enum crl_exec_kind kind,
+                       struct crl_exec_req *r, struct crl_err *err);
+/* A terminal's size: {"rows": R, "cols": C}, each 1..CRL_TTY_MAX. */
+int crl_tty_size_parse(json_t *v, const char *what, unsigned short *rows, unsigned short *cols,
                        struct crl_err *err);
 
 struct crl_session_req {

@@ -359,11 +359,11 @@ static bool pidset_add(struct pidset *s, pid_t pid)
     }
 }
 
-/* SIGKILL every process listed in cgfd's cgroup.procs but `spare` and those
- * in `seen`.  The whole file is read (a large cgroup lists thousands) and
+/* Send `sig` to every process listed in cgfd's cgroup.procs but `spare` and
+ * those in `seen`.  The whole file is read (a large cgroup lists thousands) and
  * only complete lines are acted on: a number cut short would be some other
  * process.  Returns how many new ones were signalled. */
-static int kill_procs_at(int cgfd, pid_t spare, struct pidset *seen)
+static int kill_procs_at(int cgfd, int sig, pid_t spare, struct pidset *seen)
 {
     cleanup_close int fd = crl_openat(cgfd, "cgroup.procs", O_RDONLY, 0);
     if (fd < 0)
@@ -384,7 +384,7 @@ static int kill_procs_at(int cgfd, pid_t spare, struct pidset *seen)
             char *end;
             long pid = strtol(line, &end, 10);
             if (end != line && *end == 0 && pid > 0 && pid != spare &&
-                pidset_add(seen, (pid_t)pid) && kill((pid_t)pid, SIGKILL) == 0)
+                pidset_add(seen, (pid_t)pid) && kill((pid_t)pid, sig) == 0)
                 count++;
             line = nl + 1;
         }
@@ -428,6 +428,7 @@ static int with_child(int parent_fd, const char *name, int (*fn)(int fd, void *c
 }
 
 struct kill_ctx {
+    int sig;
     pid_t spare;
     int count;
     struct pidset seen;
@@ -443,7 +444,7 @@ static int kill_child(int parent_fd, const char *name, void *ctx)
 static int kill_tree_procs_fn(int fd, void *ctx)
 {
     struct kill_ctx *k = ctx;
-    k->count += kill_procs_at(fd, k->spare, &k->seen);
+    k->count += kill_procs_at(fd, k->sig, k->spare, &k->seen);
     each_child(fd, kill_child, k);
     return 0;
 }
@@ -451,7 +452,7 @@ static int kill_tree_procs_fn(int fd, void *ctx)
 /* Kill every process in fd's cgroup and all below it, once each. */
 static int kill_tree_procs(int cgfd, pid_t spare)
 {
-    struct kill_ctx k = {.spare = spare};
+    struct kill_ctx k = {.sig = SIGKILL, .spare = spare};
     kill_tree_procs_fn(cgfd, &k);
     free(k.seen.v);
     return k.count;
@@ -492,7 +493,7 @@ static int kill_tree(struct crl_cgroup_mgr *m, int fd, pid_t spare)
 {
     if (m->version == CRL_CGROUP_V2 && !spare && crl_write_file_at(fd, "cgroup.kill", "1") == 0)
         return 1;
-    struct kill_ctx k = {.spare = spare};
+    struct kill_ctx k = {.sig = SIGKILL, .spare = spare};
     for (int sweep = 0; sweep < 64; sweep++) {
         int before = k.count;
         kill_tree_procs_fn(fd, &k);
@@ -892,6 +893,17 @@ int crl_cgroup_kill_leaf(struct crl_cgroup *cg, const char *leaf, pid_t spare, s
     if (fd < 0)
         return errno == ENOENT ? 0 : crl_err_sys(err, errno, "open cgroup %s/%s", cg->name, leaf);
     return kill_tree(cg->m, fd, spare);
+}
+
+int crl_cgroup_signal_leaf(struct crl_cgroup *cg, const char *leaf, int sig, struct crl_err *err)
+{
+    cleanup_close int fd = leaf_open(cg, leaf);
+    if (fd < 0)
+        return errno == ENOENT ? 0 : crl_err_sys(err, errno, "open cgroup %s/%s", cg->name, leaf);
+    struct kill_ctx k = {.sig = sig};
+    kill_tree_procs_fn(fd, &k);
+    free(k.seen.v);
+    return k.count;
 }
 
 int crl_cgroup_kill_all(struct crl_cgroup *cg, struct crl_err *err)

@@ -107,6 +107,10 @@ int crl_cgroup_leaf_dir(struct crl_cgroup *cg, const char *leaf, struct crl_err 
 /* Kill every process in a leaf (an exec's tree) but `spare` (0: none),
  * atomically with respect to forks.  Returns how many were signalled. */
 int crl_cgroup_kill_leaf(struct crl_cgroup *cg, const char *leaf, pid_t spare, struct crl_err *err);
+/* Send `sig` once to every process in a leaf: one sweep, so a process
+ * forked meanwhile may miss it (only SIGKILL, above, chases forks).
+ * Returns how many were signalled. */
+int crl_cgroup_signal_leaf(struct crl_cgroup *cg, const char *leaf, int sig, struct crl_err *err);
 /* Kill every process in the whole sandbox cgroup. */
 int crl_cgroup_kill_all(struct crl_cgroup *cg, struct crl_err *err);
 /* Remove an empty leaf; -1 with errno EBUSY while processes remain. */

@@ -307,3 +307,13 @@ int crl_sibling_path(const char *name, char *out, size_t cap, struct crl_err *er
         return crl_err_set(err, CRL_E_INTERNAL, "the path of %s is too long", name);
     return 0;
 }
+
+pid_t crl_pidfd_pid(int pidfd)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", pidfd);
+    if (crl_read_file_at(AT_FDCWD, path, buf, sizeof(buf)) < 0)
+        return -1;
+    const char *p = strstr(buf, "\nPid:");
+    return p ? (pid_t)strtol(p + 5, NULL, 10) : -1;
+}

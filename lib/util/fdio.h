@@ -24,6 +24,9 @@ int crl_reopen(int fd, int flags);
  * to cap-1 bytes and NUL-terminate.  Both return -1 with errno on failure. */
 int crl_write_file_at(int dirfd, const char *path, const char *s);
 ssize_t crl_read_file_at(int dirfd, const char *path, char *buf, size_t cap);
+/* The pid (in our pid namespace) of a pidfd's process, from its fdinfo;
+ * -1 once it is gone. */
+pid_t crl_pidfd_pid(int pidfd);
 /* Read a whole (regular, bounded) file into malloc'd memory. */
 int crl_read_file_alloc(const char *path, size_t max, char **out, size_t *len, struct crl_err *err);
 

@@ -26,6 +26,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -38,7 +39,8 @@
 /* Descriptors the clone child leaves us (see init.c). */
 enum { SYNC_FD = 3, ROOT_FD = 4, TMPFS_FD = 5 };
 
-/* The fds a CRL_INIT_EXEC brings: stdin, stdout, stderr, the control socket. */
+/* The fds a CRL_INIT_EXEC brings: stdin, stdout, stderr, the control
+ * socket; with CRL_EXEC_F_TTY only the last. */
 enum { EXEC_FDS = 4, CTL = 3 };
 
 /* Children we forked and have yet to report the end of. */
@@ -71,8 +73,8 @@ __attribute__((used)) void *memcpy(void *d, const void *s, unsigned long n)
     return d;
 }
 
-/* Send `len` bytes of msg with up to two descriptors. */
-static long send_fds(const void *msg, unsigned long len, const int *fds, int nfds)
+/* Send `len` bytes of msg with up to two descriptors on `sock`. */
+static long send_fds(int sock, const void *msg, unsigned long len, const int *fds, int nfds)
 {
     union {
         char buf[CMSG_SPACE(sizeof(int) * 2)];
@@ -92,7 +94,7 @@ static long send_fds(const void *msg, unsigned long len, const int *fds, int nfd
     }
     long r;
     do
-        r = crl_raw3(SYS_sendmsg, SYNC_FD, &mh, MSG_NOSIGNAL);
+        r = crl_raw3(SYS_sendmsg, sock, &mh, MSG_NOSIGNAL);
     while (r == -EINTR);
     return r;
 }
@@ -149,24 +151,70 @@ static int is_path(const char *s)
     return s[0] == 'P' && s[1] == 'A' && s[2] == 'T' && s[3] == 'H' && s[4] == '=';
 }
 
-/* fds: stdin, stdout, stderr, control, at whatever numbers they came. */
-__attribute__((noreturn)) static void child(const struct crl_init_exec *rq, const int *fds)
+/* A terminal of the sandbox's own, opened as its root: its slave becomes
+ * our controlling terminal and stdio, owned by the user we become, and
+ * its master goes to the spawner on the control socket. */
+static long open_tty(const struct crl_init_exec *rq)
+{
+    /* 0-2 are free now: both ends go above them, out of the way of the dups */
+    long m = crl_raw4(SYS_openat, AT_FDCWD, "/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC, 0);
+    if (m >= 0 && m < CTL) {
+        long hi = crl_raw3(SYS_fcntl, m, F_DUPFD_CLOEXEC, 100);
+        crl_raw1(SYS_close, m);
+        m = hi;
+    }
+    if (m < 0)
+        return m;
+    int unlock = 0;
+    struct winsize ws = {.ws_row = rq->rows, .ws_col = rq->cols};
+    long s = crl_raw3(SYS_ioctl, m, TIOCSPTLCK, &unlock);
+    if (s >= 0)
+        s = crl_raw3(SYS_ioctl, m, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (s >= 0 && s < CTL) {
+        long hi = crl_raw3(SYS_fcntl, s, F_DUPFD_CLOEXEC, 100);
+        crl_raw1(SYS_close, s);
+        s = hi;
+    }
+    long r = s;
+    if (r >= 0 && (r = crl_raw3(SYS_ioctl, s, TIOCSWINSZ, &ws)) >= 0 &&
+        (r = crl_raw3(SYS_fchown, s, rq->uid, -1)) >= 0 && (r = crl_raw2(SYS_fchmod, s, 0620)) >= 0)
+        for (int i = 0; i < 3 && r >= 0; i++)
+            r = crl_raw3(SYS_dup3, s, i, 0);
+    if (s >= 0)
+        crl_raw1(SYS_close, s);
+    if (r >= 0)
+        r = crl_raw3(SYS_ioctl, 0, TIOCSCTTY, 0);
+    if (r >= 0) {
+        struct crl_init_failed f = {.err = 0, .step = CRL_STEP_TTY};
+        int fd = (int)m;
+        r = send_fds(CTL, &f, sizeof(f), &fd, 1);
+    }
+    crl_raw1(SYS_close, m);
+    return r < 0 ? r : 0;
+}
+
+/* fds: stdin, stdout, stderr, control (or the control socket alone, for a
+ * terminal), at whatever numbers they came. */
+__attribute__((noreturn)) static void child(const struct crl_init_exec *rq, const int *fds,
+                                            int nfds)
 {
     /* Signals: nothing blocked (we block all), nothing ignored (we ignore none). */
     unsigned long none = 0;
     crl_raw4(SYS_rt_sigprocmask, SIG_SETMASK, &none, 0, sizeof(none));
     /* stdio and the control socket through high numbers first, so no target
      * is also a source; then nothing else, our socket to the spawner least. */
-    int hi[EXEC_FDS];
-    for (int i = 0; i < EXEC_FDS; i++) {
-        long r = crl_raw3(SYS_fcntl, fds[i], F_DUPFD_CLOEXEC, 100);
+    int hi[EXEC_FDS], first = EXEC_FDS - nfds;
+    for (int i = first; i < EXEC_FDS; i++) {
+        long r = crl_raw3(SYS_fcntl, fds[i - first], F_DUPFD_CLOEXEC, 100);
         if (r < 0)
             crl_raw_exit(127); /* nowhere to say it: the spawner sees EOF before a pid */
         hi[i] = (int)r;
     }
-    for (int i = 0; i < EXEC_FDS; i++)
+    for (int i = first; i < EXEC_FDS; i++)
         if (crl_raw3(SYS_dup3, hi[i], i, i == CTL ? O_CLOEXEC : 0) < 0)
             crl_raw_exit(127);
+    if (first)
+        crl_raw3(SYS_close_range, 0, CTL - 1, 0); /* the terminal comes there */
     crl_raw3(SYS_close_range, EXEC_FDS, ~0u, 0);
 
     /* The spawner puts us in the exec's cgroups, then says go: nothing of
@@ -179,8 +227,10 @@ __attribute__((noreturn)) static void child(const struct crl_init_exec *rq, cons
     if (r != 1)
         crl_raw_exit(127);
 
-    if (rq->flags & CRL_EXEC_F_SETSID)
+    if (rq->flags & (CRL_EXEC_F_SETSID | CRL_EXEC_F_TTY))
         crl_raw0(SYS_setsid);
+    if ((rq->flags & CRL_EXEC_F_TTY) && (r = open_tty(rq)) < 0)
+        child_fail(r, CRL_STEP_TTY);
     struct rlimit nofile = {1024, 65536}, core = {0, 0};
     if (crl_raw4(SYS_prlimit64, 0, RLIMIT_NOFILE, &nofile, 0) < 0) {
         /* the hard limit above ours needs a capability the host's root may lack */
@@ -249,7 +299,8 @@ static void serve(void)
     }
     struct crl_init_note note = {.op = CRL_INIT_FORKED, .id = in.rq.id};
     int pidfd = -1;
-    if (nfds != EXEC_FDS || (mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) ||
+    int want = (unsigned long)n >= sizeof(in.rq) && (in.rq.flags & CRL_EXEC_F_TTY) ? 1 : EXEC_FDS;
+    if (nfds != want || (mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) ||
         (unsigned long)n < sizeof(in.rq) || in.rq.op != CRL_INIT_EXEC ||
         sizeof(in.rq) + in.rq.strings_len != (unsigned long)n) {
         note.err = EPROTO;
@@ -258,7 +309,7 @@ static void serve(void)
     } else {
         long pid = crl_raw5(SYS_clone, SIGCHLD | CLONE_PIDFD, 0, &pidfd, 0, 0);
         if (pid == 0)
-            child(&in.rq, fds);
+            child(&in.rq, fds, nfds);
         if (pid < 0) {
             note.err = (int32_t)-pid;
         } else {
@@ -271,7 +322,7 @@ static void serve(void)
     /* A large request leaves no pages resident behind it. */
     if (n > 16384)
         crl_raw3(SYS_madvise, in.bytes, sizeof(in.bytes), MADV_DONTNEED);
-    send_fds(&note, sizeof(note), &pidfd, pidfd >= 0 ? 1 : 0);
+    send_fds(SYNC_FD, &note, sizeof(note), &pidfd, pidfd >= 0 ? 1 : 0);
     if (pidfd >= 0)
         crl_raw1(SYS_close, pidfd);
 }
@@ -297,7 +348,7 @@ static void reap(void)
                 .stime_us = (int64_t)ru.ru_stime.tv_sec * 1000000 + ru.ru_stime.tv_usec,
                 .maxrss_kb = ru.ru_maxrss,
             };
-            send_fds(&note, sizeof(note), 0, 0);
+            send_fds(SYNC_FD, &note, sizeof(note), 0, 0);
             break;
         }
     }
@@ -315,7 +366,7 @@ __attribute__((noreturn, used)) void crl_init_entry(void)
     r.op = CRL_SPAWN_REPLY;
     int up[2] = {ROOT_FD, TMPFS_FD};
     /* If nobody hears this, the spawner is gone: so are we. */
-    if (send_fds(&r, sizeof(r), up, 2) < 0)
+    if (send_fds(SYNC_FD, &r, sizeof(r), up, 2) < 0)
         crl_raw_exit(1);
     crl_raw3(SYS_close_range, SYNC_FD + 1, ~0u, 0);
 

@@ -115,15 +115,22 @@ static void fuzz_spec(const char *buf, size_t len)
     crl_spec_free(&s);
 }
 
-static void fuzz_exec(const char *buf, size_t len, bool session)
+static void fuzz_exec(const char *buf, size_t len, enum crl_exec_kind kind)
 {
     struct crl_exec_req r;
     struct crl_err e = CRL_ERR_INIT;
-    if (crl_exec_req_parse(buf, len, session, &r, &e) < 0) {
+    bool session = kind == CRL_EXEC_KIND_SESSION;
+    if (crl_exec_req_parse(buf, len, kind, &r, &e) < 0) {
         check_refusal(&e);
-        CHECK(r.argv == NULL && r.env == NULL && r.cwd == NULL && r.stdin_data == NULL);
+        CHECK(r.argv == NULL && r.env == NULL && r.cwd == NULL && r.stdin_data == NULL &&
+              r.tag == NULL);
         return;
     }
+    /* a terminal's size is within bounds; only a process has a terminal or a tag */
+    CHECK(!r.tty || (r.rows >= 1 && r.rows <= CRL_TTY_MAX && r.cols >= 1 && r.cols <= CRL_TTY_MAX));
+    CHECK(kind == CRL_EXEC_KIND_PROCESS || (!r.tty && !r.tag));
+    CHECK(!r.tag || strlen(r.tag) <= CRL_PROCESS_TAG_MAX);
+    CHECK(r.ring_bytes <= CRL_PROCESS_RING_MAX);
     /* no cmd: an exec runs the image's entrypoint and cmd; a session needs one */
     CHECK(session ? r.argv != NULL : true);
     CHECK(!r.argv || (r.argv[0] && r.argv[0][0]));
@@ -176,8 +183,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     memcpy(buf, data, size);
     fuzz_spec(buf, size);
-    fuzz_exec(buf, size, false);
-    fuzz_exec(buf, size, true);
+    fuzz_exec(buf, size, CRL_EXEC_KIND_EXEC);
+    fuzz_exec(buf, size, CRL_EXEC_KIND_SESSION);
+    fuzz_exec(buf, size, CRL_EXEC_KIND_PROCESS);
     fuzz_session(buf, size);
     fuzz_user(buf, size);
     free(buf);

@@ -47,11 +47,16 @@ static void spec_ok(const char *json)
         crl_spec_free(&s);
 }
 
+static enum crl_exec_kind kind_of(bool session)
+{
+    return session ? CRL_EXEC_KIND_SESSION : CRL_EXEC_KIND_EXEC;
+}
+
 static void exec_bad(const char *json, bool session, enum crl_errc code, const char *re)
 {
     struct crl_exec_req q;
     struct crl_err e = CRL_ERR_INIT;
-    int r = crl_exec_req_parse(json, strlen(json), session, &q, &e);
+    int r = crl_exec_req_parse(json, strlen(json), kind_of(session), &q, &e);
     if (!ok(r < 0 && e.code == code, "%s %.120s: refused as %s", session ? "session run" : "exec",
             json, code_name(code)))
         diag("returned %d, code %s, message '%s'", r, code_name(e.code), e.msg);
@@ -64,7 +69,7 @@ static void exec_bad(const char *json, bool session, enum crl_errc code, const c
 static bool exec_good(const char *json, bool session, struct crl_exec_req *q)
 {
     struct crl_err e = CRL_ERR_INIT;
-    int r = crl_exec_req_parse(json, strlen(json), session, q, &e);
+    int r = crl_exec_req_parse(json, strlen(json), kind_of(session), q, &e);
     if (!ok(r == 0, "%s %.120s: accepted", session ? "session run" : "exec", json))
         diag("refused: %s (%s)", e.msg, code_name(e.code));
     return r == 0;
@@ -952,6 +957,55 @@ static void test_exec_session(void)
              "^timeout_s must be between");
 }
 
+static void test_exec_process(void)
+{
+    struct crl_exec_req q;
+    struct crl_err e = CRL_ERR_INIT;
+    const char *j = "{\"cmd\": \"top\"}";
+    ok(crl_exec_req_parse(j, strlen(j), CRL_EXEC_KIND_PROCESS, &q, &e) == 0, "a bare process");
+    ok(q.timeout_s == 0 && !q.tty && !q.tag && q.ring_bytes == CRL_PROCESS_RING_DEFAULT,
+       "a process has no timeout, no terminal and the default output buffer");
+    crl_exec_req_free(&q);
+    j = "{\"cmd\": [\"vi\"], \"tty\": true, \"tag\": \"ed\", \"output_buffer_bytes\": 0}";
+    ok(crl_exec_req_parse(j, strlen(j), CRL_EXEC_KIND_PROCESS, &q, &e) == 0, "a terminal");
+    ok(q.tty && q.rows == CRL_TTY_DEFAULT_ROWS && q.cols == CRL_TTY_DEFAULT_COLS && q.tag &&
+           strcmp(q.tag, "ed") == 0 && q.ring_bytes == 0,
+       "tty: true is 24x80; the tag and a buffer of 0 are kept");
+    crl_exec_req_free(&q);
+    j = "{\"cmd\": \"sh\", \"tty\": {\"rows\": 50, \"cols\": 200}}";
+    ok(crl_exec_req_parse(j, strlen(j), CRL_EXEC_KIND_PROCESS, &q, &e) == 0 && q.rows == 50 &&
+           q.cols == 200,
+       "a terminal's size");
+    crl_exec_req_free(&q);
+
+    static const struct {
+        const char *json;
+        const char *re;
+    } bad[] = {
+        {"{\"cmd\": \"sh\", \"tty\": {\"rows\": 0}}", "^tty.rows must be between 1 and 4096"},
+        {"{\"cmd\": \"sh\", \"tty\": {\"rows\": 5, \"cols\": 100000}}",
+         "^tty.cols must be between 1 and 4096"},
+        {"{\"cmd\": \"sh\", \"tty\": {\"width\": 5}}", "unknown field 'tty.width'"},
+        {"{\"cmd\": \"sh\", \"tty\": 3}", "^tty must be an object"},
+        {"{\"cmd\": \"sh\", \"stream\": true}", "^unknown field 'stream'$"},
+        {"{\"cmd\": \"sh\", \"output_buffer_bytes\": 1e12}", "^output_buffer_bytes must be"},
+        {"{\"cmd\": \"sh\", \"tag\": 7}", "^tag must be a string"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        e = (struct crl_err)CRL_ERR_INIT;
+        int rc =
+            crl_exec_req_parse(bad[i].json, strlen(bad[i].json), CRL_EXEC_KIND_PROCESS, &q, &e);
+        ok(rc < 0 && e.code == CRL_E_INVALID, "process %s: refused", bad[i].json);
+        like(e.msg, bad[i].re, "process %s: message matches /%s/", bad[i].json, bad[i].re);
+        if (rc == 0)
+            crl_exec_req_free(&q);
+    }
+    j = "{\"cmd\": \"sh\", \"tty\": true}";
+    ok(crl_exec_req_parse(j, strlen(j), CRL_EXEC_KIND_EXEC, &q, &e) < 0 &&
+           strstr(e.msg, "unknown field 'tty'"),
+       "an exec takes no terminal");
+}
+
 static void test_session_req(void)
 {
     struct crl_session_req r;
@@ -1013,6 +1067,7 @@ int main(void)
     TAP_RUN(test_exec_user, 10);
     TAP_RUN(test_exec_limits, 10);
     TAP_RUN(test_exec_session, 10);
+    TAP_RUN(test_exec_process, 10);
     TAP_RUN(test_session_req, 10);
     return done_testing();
 }

@@ -149,6 +149,8 @@ void crl_ctr_remove_leaf(struct crl_sandbox *sb, const char *leaf);
 
 int crl_ctr_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *err);
 int crl_ctr_kill(struct crl_sandbox *sb, struct crl_proc *p, enum crl_kill_scope scope);
+int crl_ctr_signal(struct crl_sandbox *sb, struct crl_proc *p, int sig, enum crl_signal_scope scope,
+                   struct crl_err *err);
 int crl_ctr_open(struct crl_sandbox *sb, struct crl_open_req *o, struct crl_err *err);
 int crl_ctr_stream(struct crl_sandbox *sb, struct crl_stream_req *t, struct crl_err *err);
 int crl_ctr_snapshot(struct crl_sandbox *sb, struct crl_snapshot_view *v, struct crl_err *err);

@@ -67,14 +67,15 @@ int crl_ctr_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *er
         return crl_err_sys(err, ENOMEM, "process");
     p->priv = cp;
     snprintf(cp->leaf, sizeof(cp->leaf), "e%llu", (unsigned long long)p->seq);
+    /* Pipes for its stdio, or none: a terminal's master comes back. */
     int fds[4] = {-1, -1, -1, -1};
-    int ncg = 0;
-    if (pipe_pair(&p->in_fd, &fds[0], true, err) < 0 ||
-        pipe_pair(&p->out_fd, &fds[1], false, err) < 0 ||
-        pipe_pair(&p->err_fd, &fds[2], false, err) < 0)
+    int nstdio = p->tty ? 0 : 3, ncg = 0;
+    if (!p->tty && (pipe_pair(&p->in_fd, &fds[0], true, err) < 0 ||
+                    pipe_pair(&p->out_fd, &fds[1], false, err) < 0 ||
+                    pipe_pair(&p->err_fd, &fds[2], false, err) < 0))
         goto fail;
     /* A fork of PID 1 is in the sandbox's cgroups already: only the leaf. */
-    if ((fds[3] = crl_cgroup_leaf_procs(c->cg, cp->leaf, err)) < 0)
+    if ((fds[nstdio] = crl_cgroup_leaf_procs(c->cg, cp->leaf, err)) < 0)
         goto fail;
     ncg = 1;
     struct crl_spawn_req *rq = (struct crl_spawn_req *)st->msg;
@@ -84,7 +85,9 @@ int crl_ctr_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *er
     rq->u.exec.uid = p->uid;
     rq->u.exec.gid = p->gid;
     rq->u.exec.n_cgroup_fds = (uint32_t)ncg;
-    rq->u.exec.flags = p->setsid ? CRL_EXEC_F_SETSID : 0;
+    rq->u.exec.flags = (p->setsid ? CRL_EXEC_F_SETSID : 0) | (p->tty ? CRL_EXEC_F_TTY : 0);
+    rq->u.exec.rows = p->rows;
+    rq->u.exec.cols = p->cols;
     size_t cap = CRL_SPAWN_MAX_MSG - sizeof(*rq), off = 0;
     for (char **a = p->argv; *a && off != (size_t)-1; a++, rq->u.exec.argc++)
         off = pack(rq->strings, off, cap, *a);
@@ -98,14 +101,15 @@ int crl_ctr_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *er
         goto fail;
     }
     rq->strings_len = (uint32_t)off;
-    if (crl_ctr_send_req(s, rq, sizeof(*rq) + off, fds, 3 + ncg, P_SPAWN, sb, p, NULL, err) < 0)
+    if (crl_ctr_send_req(s, rq, sizeof(*rq) + off, fds, nstdio + ncg, P_SPAWN, sb, p, NULL, err) <
+        0)
         goto fail;
     cp->spawner = s->idx;
-    for (int i = 0; i < 3 + ncg; i++)
+    for (int i = 0; i < nstdio + ncg; i++)
         close(fds[i]);
     return 0;
 fail:
-    for (int i = 0; i < 3 + ncg; i++)
+    for (int i = 0; i < 4; i++)
         if (fds[i] >= 0)
             close(fds[i]);
     spawn_failed_cleanup(p, cp, c);
@@ -118,7 +122,8 @@ void crl_ctr_spawn_done(struct spawner *s, struct crl_sandbox *sb, struct crl_pr
                         const struct crl_spawn_reply *r, int *fds, int nfds)
 {
     struct ctr_proc *cp = p->priv;
-    if (r->err || nfds > 1) {
+    int want = !!(r->kind & CRL_EXEC_R_PIDFD) + !!(r->kind & CRL_EXEC_R_TTY);
+    if (r->err || nfds != want || p->tty != !!(r->kind & CRL_EXEC_R_TTY)) {
         for (int i = 0; i < nfds; i++)
             close(fds[i]);
         struct crl_err err = CRL_ERR_INIT;
@@ -134,7 +139,14 @@ void crl_ctr_spawn_done(struct spawner *s, struct crl_sandbox *sb, struct crl_pr
         return;
     }
     p->pid = r->pid;
-    p->pidfd = nfds ? fds[0] : -1; /* none when it has ended already: its exit follows */
+    p->ns_pid = r->ns_pid;
+    /* no pidfd when it has ended already: its exit follows */
+    p->pidfd = r->kind & CRL_EXEC_R_PIDFD ? fds[0] : -1;
+    if (p->tty) {
+        p->in_fd = fds[want - 1];
+        if ((p->out_fd = fcntl(p->in_fd, F_DUPFD_CLOEXEC, 0)) < 0)
+            crl_log_syscall(sb->id, errno, "dup of a terminal");
+    }
     p->started = true;
     crl_ctr_add_running(s, r->pid, P_SPAWN, sb, p, NULL);
     p->on_start(p, NULL);
@@ -177,6 +189,14 @@ int crl_ctr_kill(struct crl_sandbox *sb, struct crl_proc *p, enum crl_kill_scope
         syscall(SYS_pidfd_send_signal, p->pidfd, SIGKILL, NULL, 0) < 0 && errno != ESRCH)
         crl_log_syscall(sb->id, errno, "pidfd_send_signal(%d, SIGKILL)", p->pid);
     return 0;
+}
+
+int crl_ctr_signal(struct crl_sandbox *sb, struct crl_proc *p, int sig, enum crl_signal_scope scope,
+                   struct crl_err *err)
+{
+    struct ctr_sandbox *c = sb->priv;
+    struct ctr_proc *cp = p->priv;
+    return crl_backend_signal_host(sb, p, c ? c->cg : NULL, cp ? cp->leaf : "", sig, scope, err);
 }
 
 /* ---- files ---- */

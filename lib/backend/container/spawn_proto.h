@@ -62,6 +62,7 @@ enum crl_spawn_step {
     CRL_STEP_CWD,
     CRL_STEP_EXEC,
     CRL_STEP_OPEN,
+    CRL_STEP_TTY,
     CRL_STEP__COUNT
 };
 
@@ -92,6 +93,7 @@ static inline const char *crl_spawn_step_name(uint32_t step)
         [CRL_STEP_CWD] = "change to the working directory",
         [CRL_STEP_EXEC] = "execute",
         [CRL_STEP_OPEN] = "open",
+        [CRL_STEP_TTY] = "open a terminal",
     };
     return step < CRL_STEP__COUNT && names[step] ? names[step] : "spawn";
 }
@@ -112,6 +114,10 @@ struct crl_spawn_create {
 };
 
 #define CRL_EXEC_F_SETSID 1u
+/* A terminal of the sandbox's own (its /dev/ptmx) as the command's
+ * controlling terminal and stdio, rows x cols: the request brings no
+ * stdio, and the reply brings the terminal's master after the pidfd. */
+#define CRL_EXEC_F_TTY 2u
 
 struct crl_spawn_exec {
     int32_t pid1;      /* the sandbox's PID 1, as the spawner sees it */
@@ -119,6 +125,7 @@ struct crl_spawn_exec {
     uint32_t n_cgroup_fds;
     uint32_t argc, envc; /* strings: argv..., env..., cwd */
     uint32_t flags;
+    uint16_t rows, cols; /* CRL_EXEC_F_TTY */
 };
 
 struct crl_spawn_open {
@@ -150,15 +157,19 @@ struct crl_spawn_req {
 
 /* For OPEN, `kind` says what was opened. */
 enum crl_open_kind { CRL_OPEN_REGULAR = 1, CRL_OPEN_DIRECTORY = 2 };
+/* For EXEC, `kind` says which descriptors came, in this order. */
+#define CRL_EXEC_R_PIDFD 1u /* its pidfd (none when it has ended already) */
+#define CRL_EXEC_R_TTY 2u   /* its terminal's master */
 
 struct crl_spawn_reply {
     uint32_t op; /* CRL_SPAWN_REPLY or CRL_SPAWN_EXITED */
     int32_t err; /* errno, 0 on success */
     uint64_t id; /* the request's id; 0 for EXITED */
     int32_t pid;
+    int32_t ns_pid; /* EXEC: the pid as the sandbox sees it */
     uint32_t step;  /* enum crl_spawn_step where err happened */
     int32_t status; /* EXITED: wait status */
-    uint32_t kind;  /* OPEN: enum crl_open_kind */
+    uint32_t kind;  /* OPEN: enum crl_open_kind; EXEC: CRL_EXEC_R_* */
     int64_t size;   /* OPEN: st_size */
     int64_t utime_us, stime_us,
         maxrss_kb; /* EXITED: rusage of the process and its waited children */
@@ -176,7 +187,12 @@ struct crl_spawn_reply {
  * one byte (the spawner has put it in its cgroups), becomes the user and
  * executes the command; if it cannot, it writes a struct crl_init_failed
  * there, and a control socket that closes with nothing on it means the
- * command runs (it is close-on-exec). */
+ * command runs (it is close-on-exec).  With CRL_EXEC_F_TTY the request
+ * brings only the control socket: the child opens a terminal of the
+ * sandbox's own (/dev/ptmx, as the sandbox's root, before it becomes the
+ * user), makes it its controlling terminal and stdio, and sends its master
+ * on the control socket first, as a struct crl_init_failed with err 0 and
+ * the descriptor (which the spawner checks is a terminal's master). */
 enum crl_init_op { CRL_INIT_EXEC = 1, CRL_INIT_FORKED, CRL_INIT_EXITED };
 
 #define CRL_INIT_MAX_MSG CRL_SPAWN_MAX_MSG
@@ -185,6 +201,7 @@ struct crl_init_exec {
     uint32_t op;
     uint32_t uid, gid;
     uint32_t flags; /* CRL_EXEC_F_* */
+    uint16_t rows, cols;
     uint32_t argc, envc;
     uint64_t id;
     uint32_t strings_len;

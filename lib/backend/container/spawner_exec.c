@@ -20,6 +20,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -100,6 +101,8 @@ struct exec_job {
     int cgroup_fds[CRL_SPAWN_MAX_CGROUP_FDS];
     int n_cgroup_fds;
     int pidfd;
+    int tty; /* a terminal's master, from the child (CRL_EXEC_F_TTY) */
+    bool want_tty;
     pid_t pid;    /* on the host */
     pid_t ns_pid; /* in the sandbox, as PID 1 reports it */
     int err;      /* J_FAILED: what to answer */
@@ -126,6 +129,8 @@ static void job_free(struct exec_job *j)
         close(j->cgroup_fds[i]);
     if (j->pidfd >= 0)
         close(j->pidfd);
+    if (j->tty >= 0)
+        close(j->tty);
     crl_spawner_free_later(&j->w, j);
 }
 
@@ -144,8 +149,9 @@ static bool strings_ok(const struct crl_spawn_req *rq)
 void crl_spawner_handle_exec(const struct crl_spawn_req *rq, int *fds, int nfds)
 {
     const struct crl_spawn_exec *x = &rq->u.exec;
-    if ((unsigned)nfds != 3 + x->n_cgroup_fds || x->n_cgroup_fds > CRL_SPAWN_MAX_CGROUP_FDS ||
-        !strings_ok(rq)) {
+    unsigned stdio = x->flags & CRL_EXEC_F_TTY ? 0 : 3;
+    if ((unsigned)nfds != stdio + x->n_cgroup_fds || x->n_cgroup_fds > CRL_SPAWN_MAX_CGROUP_FDS ||
+        !strings_ok(rq) || ((x->flags & CRL_EXEC_F_TTY) && (!x->rows || !x->cols))) {
         crl_spawner_reply(rq->id, EPROTO, CRL_STEP_NONE, 0, NULL, 0, "exec: malformed request");
         return;
     }
@@ -170,13 +176,16 @@ void crl_spawner_handle_exec(const struct crl_spawn_req *rq, int *fds, int nfds)
                                 .uid = x->uid,
                                 .gid = x->gid,
                                 .flags = x->flags,
+                                .rows = x->rows,
+                                .cols = x->cols,
                                 .argc = x->argc,
                                 .envc = x->envc,
                                 .id = rq->id,
                                 .strings_len = rq->strings_len};
     memcpy(m->strings, rq->strings, rq->strings_len);
     int out[4] = {fds[0], fds[1], fds[2], pair[1]};
-    ssize_t sent = crl_send_fds(ip->sock, m, len, out, 4);
+    ssize_t sent = stdio ? crl_send_fds(ip->sock, m, len, out, 4)
+                         : crl_send_fds(ip->sock, m, len, &pair[1], 1);
     int e = errno;
     close(pair[1]);
     if (sent < 0) {
@@ -192,26 +201,16 @@ void crl_spawner_handle_exec(const struct crl_spawn_req *rq, int *fds, int nfds)
     j->ip = ip;
     j->state = J_FORKING;
     j->ctl = pair[0];
-    j->pidfd = -1;
+    j->pidfd = j->tty = -1;
+    j->want_tty = !stdio;
     /* The job keeps the cgroup.procs descriptors until the child is in. */
     for (unsigned i = 0; i < x->n_cgroup_fds; i++) {
-        j->cgroup_fds[i] = fds[3 + i];
-        fds[3 + i] = -1;
+        j->cgroup_fds[i] = fds[stdio + i];
+        fds[stdio + i] = -1;
     }
     j->n_cgroup_fds = (int)x->n_cgroup_fds;
     j->next = jobs;
     jobs = j;
-}
-
-/* The host's pid of a pidfd's process (its fdinfo), or -1 once it is gone. */
-static pid_t pidfd_pid(int pidfd)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", pidfd);
-    if (crl_read_file_at(AT_FDCWD, path, buf, sizeof(buf)) < 0)
-        return -1;
-    const char *p = strstr(buf, "\nPid:");
-    return p ? (pid_t)strtol(p + 5, NULL, 10) : -1;
 }
 
 /* It cannot run: kill it (if it may still) and answer once it has ended. */
@@ -238,7 +237,7 @@ static void job_forked(struct exec_job *j, const struct crl_init_note *n, int pi
     }
     j->pidfd = pidfd;
     j->ns_pid = n->pid;
-    j->pid = pidfd_pid(pidfd);
+    j->pid = crl_pidfd_pid(pidfd);
     j->state = J_STARTING;
     if (j->pid <= 0) {
         job_fail(j, ECANCELED, CRL_STEP_EXEC); /* killed already, before it started */
@@ -304,34 +303,72 @@ static void job_ended(struct exec_job *j, const struct crl_init_note *n)
     job_free(j);
 }
 
-/* Started: corrald learns its pid (and a pidfd, while it lives). */
+/* Started: corrald learns its pids (and a pidfd, while it lives, and its
+ * terminal). */
 static void job_started(struct exec_job *j)
 {
     epoll_ctl(crl_spawner.epfd, EPOLL_CTL_DEL, j->ctl, NULL);
     close(j->ctl);
     j->ctl = -1;
     j->state = J_RUNNING;
-    if (j->ended) {
-        crl_spawner_reply(j->id, 0, CRL_STEP_NONE, j->pid, NULL, 0, NULL);
-        job_ended(j, &j->end);
-        return;
+    struct crl_spawn_reply r = {
+        .op = CRL_SPAWN_REPLY, .id = j->id, .pid = j->pid, .ns_pid = j->ns_pid};
+    int fds[2], n = 0;
+    if (!j->ended) {
+        fds[n++] = j->pidfd;
+        r.kind |= CRL_EXEC_R_PIDFD;
     }
-    crl_spawner_reply(j->id, 0, CRL_STEP_NONE, j->pid, &j->pidfd, 1, NULL);
+    if (j->tty >= 0) {
+        fds[n++] = j->tty;
+        r.kind |= CRL_EXEC_R_TTY;
+    }
+    crl_spawner_send_reply(&r, fds, n);
+    if (j->ended)
+        job_ended(j, &j->end);
+}
+
+/* What the child sent as its terminal's master is one: a descriptor of a
+ * devpts instance's ptmx (5:2) that the kernel numbers a terminal of. */
+static bool is_pty_master(int fd)
+{
+    struct stat st;
+    unsigned n;
+    return fstat(fd, &st) == 0 && S_ISCHR(st.st_mode) && major(st.st_rdev) == 5 &&
+           minor(st.st_rdev) == 2 && ioctl(fd, TIOCGPTN, &n) == 0;
 }
 
 /* The child's control socket: closed by its exec, or why it failed. */
 static void ctl_ready(struct spawner_watch *w)
 {
     struct exec_job *j = (struct exec_job *)((char *)w - offsetof(struct exec_job, w));
-    struct crl_init_failed f;
-    ssize_t n = recv(j->ctl, &f, sizeof(f), MSG_DONTWAIT);
+    struct crl_init_failed f = {0};
+    int fd = -1, nfd = 1;
+    ssize_t n = crl_recv_fds(j->ctl, &f, sizeof(f), &fd, &nfd);
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return;
-    if (j->state != J_STARTING)
+    if (nfd != 1)
+        fd = -1;
+    if (j->state != J_STARTING) {
+        if (fd >= 0)
+            close(fd);
         return;
-    if (n == (ssize_t)sizeof(f) && f.err > 0) {
+    }
+    bool whole = n == (ssize_t)sizeof(f);
+    int fail = whole && f.err > 0 ? f.err : 0;
+    unsigned step = f.step < CRL_STEP__COUNT ? f.step : CRL_STEP_EXEC;
+    if (whole && f.err == 0 && fd >= 0 && j->want_tty && j->tty < 0 && is_pty_master(fd)) {
+        j->tty = fd; /* its terminal: the command executes next */
+        return;
+    }
+    if (fd >= 0)
+        close(fd);
+    if (!fail && j->want_tty && j->tty < 0) {
+        fail = EPROTO; /* no terminal came, or not one */
+        step = CRL_STEP_TTY;
+    }
+    if (fail) {
         epoll_ctl(crl_spawner.epfd, EPOLL_CTL_DEL, j->ctl, NULL);
-        job_fail(j, f.err, f.step < CRL_STEP__COUNT ? f.step : CRL_STEP_EXEC);
+        job_fail(j, fail, step);
         if (j->ended) {
             crl_spawner_reply(j->id, j->err, j->step, 0, NULL, 0, NULL);
             job_free(j);

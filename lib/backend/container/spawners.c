@@ -157,6 +157,9 @@ void crl_ctr_spawn_error(const struct crl_spawn_reply *r, const char *what, stru
         crl_err_set(err, CRL_E_FORBIDDEN, "%s: %s", what, strerror(r->err));
     else if (r->err == ENOSPC || r->err == EDQUOT)
         crl_err_set(err, CRL_E_NO_SPACE, "%s: the sandbox's disk is full", what);
+    else if (r->step == CRL_STEP_TTY)
+        crl_err_set(err, CRL_E_CONFLICT, "%s: no terminal to be had in the sandbox (/dev/ptmx): %s",
+                    what, strerror(r->err));
     else
         crl_err_sys(err, r->err, "%s: %s%s%s", what, step, r->msg[0] ? ": " : "", r->msg);
 }

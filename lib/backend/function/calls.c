@@ -210,8 +210,9 @@ void crl_fn_call_replied(struct keeper *k, const struct crl_zyg_reply *r, int *f
         never_started(f, p, &err);
         return;
     }
-    p->pid = r->pid;
+    p->ns_pid = r->pid;
     p->pidfd = nfds ? fds[0] : -1;
+    p->pid = p->pidfd >= 0 ? crl_pidfd_pid(p->pidfd) : -1;
     for (int i = 1; i < nfds; i++)
         close(fds[i]);
     c->pid = r->pid;
@@ -403,6 +404,14 @@ int crl_fn_kill(struct crl_sandbox *sb, struct crl_proc *p, enum crl_kill_scope 
         syscall(SYS_pidfd_send_signal, p->pidfd, SIGKILL, NULL, 0) < 0 && errno != ESRCH)
         crl_log_syscall(sb->id, errno, "pidfd_send_signal(%d)", (int)p->pid);
     return 0;
+}
+
+int crl_fn_signal(struct crl_sandbox *sb, struct crl_proc *p, int sig, enum crl_signal_scope scope,
+                  struct crl_err *err)
+{
+    struct fn_sandbox *f = sb->priv;
+    struct fn_proc *fp = p->priv;
+    return crl_backend_signal_host(sb, p, f ? f->cg : NULL, fp ? fp->leaf : "", sig, scope, err);
 }
 
 /* A restore's child ended (wait status), or never ran (err): tell its

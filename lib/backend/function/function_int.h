@@ -179,6 +179,8 @@ void crl_fn_restore_end(struct fn_restore *rs, int status, const struct crl_err 
 /* The ops of calls.c and files.c. */
 int crl_fn_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *err);
 int crl_fn_kill(struct crl_sandbox *sb, struct crl_proc *p, enum crl_kill_scope scope);
+int crl_fn_signal(struct crl_sandbox *sb, struct crl_proc *p, int sig, enum crl_signal_scope scope,
+                  struct crl_err *err);
 int crl_fn_restore(struct crl_sandbox *sb, struct crl_restore_req *rq, struct crl_err *err);
 int crl_fn_open(struct crl_sandbox *sb, struct crl_open_req *o, struct crl_err *err);
 int crl_fn_stream(struct crl_sandbox *sb, struct crl_stream_req *t, struct crl_err *err);
