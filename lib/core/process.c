@@ -441,6 +441,10 @@ int crl_process_start(struct crl_sandbox *sb, struct crl_exec_req *req,
     if (ready == 0 && !sb->image)
         ready = crl_err_set(err, CRL_E_UNSUPPORTED, "sandbox %s has no image to run a command from",
                             sb->id);
+    if (ready == 0 && !sb->ops->signal)
+        ready = crl_err_set(err, CRL_E_UNSUPPORTED,
+                            "the %s backend has no background processes in this version",
+                            sb->ops->name);
     if (ready == 0 && req->tty && !sb->ops->resize)
         ready =
             crl_err_set(err, CRL_E_UNSUPPORTED, "the %s backend has no terminals", sb->ops->name);

@@ -26,6 +26,9 @@ int crl_cmd_ls(int argc, char **argv);
 int crl_cmd_inspect(int argc, char **argv);
 int crl_cmd_exec(int argc, char **argv);
 int crl_cmd_sh(int argc, char **argv);
+int crl_cmd_ps(int argc, char **argv);
+int crl_cmd_attach(int argc, char **argv);
+int crl_cmd_kill(int argc, char **argv);
 int crl_cmd_cp(int argc, char **argv);
 int crl_cmd_rm(int argc, char **argv);
 int crl_cmd_host(int argc, char **argv);
@@ -196,6 +199,19 @@ int crl_cli_write_output(void *ctx, enum crl_client_fd which, const char *data, 
  * alone does not say (timeout, OOM, truncated output).  Truncated output
  * makes a status of 0 into CRL_EXIT_FAIL. */
 int crl_cli_result_status(json_t *result, struct crl_err *err);
+
+/* ---- terminals (terminal.c) ---- */
+
+/* Our window's size as a request's "tty" object (24x80 without one). */
+json_t *crl_cli_tty_size(void);
+/* Attach to process `pid` of sandbox `id` (its output from byte `offset`,
+ * NULL: all that is kept) until it ends or we are signalled; `raw`: our
+ * terminal goes raw and its size follows ours.  Returns its exit status
+ * (0 when we detached from a process that runs on). */
+int crl_cli_attach(struct crl_client *cl, const char *id, int pid, bool raw, const char *offset);
+/* Start `req` (an exec request, borrowed and changed) as a background
+ * process with a terminal of our size and our TERM, and attach to it. */
+int crl_cli_run_terminal(struct crl_client *cl, const char *id, json_t *req);
 
 /* SIGINT/SIGTERM/SIGHUP set crl_cli_interrupted (no SA_RESTART) instead of
  * killing us, SIGPIPE is ignored, and `c` (may be NULL) stops its request

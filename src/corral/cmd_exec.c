@@ -2,6 +2,7 @@
  * stdout and stderr, and exit with its status. */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -20,7 +21,11 @@ static const char help[] =
     "  --cwd DIR           working directory (must exist)\n"
     "  --user U            root, UID or UID:GID (default: the image's user)\n"
     "  -i, --stdin         send our stdin to the command (read to its end first;\n"
-    "                      at most 16 MiB as JSON: 12 MiB of binary data)\n";
+    "                      at most 16 MiB as JSON: 12 MiB of binary data)\n"
+    "  -t, --tty           a terminal of its own, joined to ours (raw, our size\n"
+    "                      and TERM), our keys to it as typed: 'corral exec -it\n"
+    "                      ID python3' is an interactive python; it runs as a\n"
+    "                      background process ('corral ps')\n";
 
 int crl_cmd_exec(int argc, char **argv)
 {
@@ -30,14 +35,16 @@ int crl_cmd_exec(int argc, char **argv)
                                          {"cwd", required_argument, 0, OPT_CWD},
                                          {"user", required_argument, 0, OPT_USER},
                                          {"stdin", no_argument, 0, 'i'},
+                                         {"tty", no_argument, 0, 't'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     struct crl_err err = CRL_ERR_INIT;
     json_auto_t *env = json_object();
     struct crl_cli_exec o = {.timeout_s = -1, .env = env};
+    bool tty = false;
     int c;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "+:hi", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+:hit", opts, NULL)) != -1) {
         switch (c) {
         case OPT_TIMEOUT:
             if (crl_cli_parse_double("--timeout", optarg, 0, 86400, &o.timeout_s, &err) < 0)
@@ -50,6 +57,7 @@ int crl_cmd_exec(int argc, char **argv)
         case OPT_CWD: o.cwd = optarg; break;
         case OPT_USER: o.user = optarg; break;
         case 'i': o.forward_stdin = true; break;
+        case 't': tty = true; break;
         case 'h': return crl_cli_help(help);
         default: return crl_cli_bad_option(argv[0], argv, c);
         }
@@ -69,11 +77,21 @@ int crl_cmd_exec(int argc, char **argv)
     if (!crl_client_id_ok(id))
         return crl_cli_usage(argv[0], "'%s' is not a sandbox id", id);
 
+    if (tty && !isatty(STDIN_FILENO))
+        return crl_cli_usage(argv[0], "-t needs a terminal: our stdin is not one");
+
     cleanup_client struct crl_client *cl = NULL;
     json_auto_t *req = NULL;
     json_auto_t *result = NULL;
     if (crl_cli_connect(&cl) != 0)
         return CRL_EXIT_FAIL;
+    if (tty) { /* our keys go as typed, not read to the end first */
+        o.forward_stdin = false;
+        if (crl_cli_exec_request(&o, argc - optind, argv + optind, &req, &err) < 0)
+            return crl_cli_fail(&err);
+        crl_cli_catch_signals(NULL);
+        return crl_cli_run_terminal(cl, id, req);
+    }
     crl_cli_catch_signals(cl);
     if (crl_cli_exec_request(&o, argc - optind, argv + optind, &req, &err) < 0)
         return crl_cli_interrupted ? 128 + crl_cli_interrupted : crl_cli_fail(&err);

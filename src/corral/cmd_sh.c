@@ -1,6 +1,7 @@
-/* corral sh: an interactive session in a sandbox.  Each line typed runs in
- * one shell that keeps its working directory and environment; Ctrl-C stops
- * the running command, not the session. */
+/* corral sh: a shell in a sandbox.  On a terminal, a terminal of its own
+ * (terminal.c); else, or with --lines, a session: each line read runs in
+ * one shell that keeps its working directory and environment between
+ * lines, and Ctrl-C stops the running command, not the session. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,16 +17,25 @@
 static const char help[] =
     "usage: corral sh [OPTIONS] ID\n"
     "\n"
-    "Open a shell session in sandbox ID and run each line read from stdin in it,\n"
-    "printing its output as it comes (the prompt is 'corral:ID$ ' on a terminal).\n"
-    "The session keeps its working directory and environment between lines.\n"
-    "End of input or 'exit' ends it; corral exits with the last command's status.\n"
+    "A shell in sandbox ID.  On a terminal it is a terminal of its own, as\n"
+    "'docker exec -it' gives: bash if the image has it, else /bin/sh, with our\n"
+    "TERM and window size; programs such as python3, vim, top and less work,\n"
+    "Ctrl-C and Ctrl-Z reach the program in front, and corral exits with the\n"
+    "shell's status.  It runs as a background process ('corral ps'): if we go\n"
+    "(SIGHUP, SIGTERM) it runs on, and 'corral attach ID PID' comes back to it.\n"
     "\n"
-    "  --timeout S         kill each command after S seconds (default 300; 0: none)\n"
-    "  --env K=V           an environment variable of the session (repeatable)\n"
+    "Otherwise (or with --lines) each line read from stdin runs in one shell\n"
+    "session that keeps its working directory and environment between lines,\n"
+    "printing its output as it comes (the prompt is 'corral:ID$ ' on a\n"
+    "terminal); end of input or 'exit' ends it, with the last command's status.\n"
+    "\n"
+    "  --env K=V           an environment variable (repeatable)\n"
     "  --cwd DIR           its starting directory\n"
     "  --user U            root, UID or UID:GID (default: the image's user)\n"
-    "  --shell PATH        the shell (default /bin/sh)\n";
+    "  --shell PATH        the shell (default: bash if there, else /bin/sh)\n"
+    "  --lines             a line at a time, even on a terminal\n"
+    "  --timeout S         --lines: kill each command after S seconds\n"
+    "                      (default 300; 0: none)\n";
 
 /* After Ctrl-C, corrald is still killing the command for a moment and
  * the session answers 409 (busy) meanwhile: the next line waits this long
@@ -74,8 +84,9 @@ static int run_line(struct crl_client *cl, const char *id, const char *sid, json
 
 int crl_cmd_sh(int argc, char **argv)
 {
-    enum { OPT_TIMEOUT = CRL_CLI_OPT_OTHER, OPT_ENV, OPT_CWD, OPT_USER, OPT_SHELL };
+    enum { OPT_TIMEOUT = CRL_CLI_OPT_OTHER, OPT_ENV, OPT_CWD, OPT_USER, OPT_SHELL, OPT_LINES };
     static const struct option opts[] = {{"timeout", required_argument, 0, OPT_TIMEOUT},
+                                         {"lines", no_argument, 0, OPT_LINES},
                                          {"env", required_argument, 0, OPT_ENV},
                                          {"cwd", required_argument, 0, OPT_CWD},
                                          {"user", required_argument, 0, OPT_USER},
@@ -86,6 +97,7 @@ int crl_cmd_sh(int argc, char **argv)
     json_auto_t *open_req = json_object();
     json_auto_t *env = json_object();
     double timeout_s = -1;
+    bool lines = false;
     int c;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
@@ -101,6 +113,7 @@ int crl_cmd_sh(int argc, char **argv)
         case OPT_CWD: json_object_set_new(open_req, "cwd", json_string(optarg)); break;
         case OPT_USER: json_object_set_new(open_req, "user", json_string(optarg)); break;
         case OPT_SHELL: json_object_set_new(open_req, "shell", json_string(optarg)); break;
+        case OPT_LINES: lines = true; break;
         case 'h': return crl_cli_help(help);
         default: return crl_cli_bad_option(argv[0], argv, c);
         }
@@ -118,6 +131,17 @@ int crl_cmd_sh(int argc, char **argv)
     cleanup_client struct crl_client *cl = NULL;
     if (crl_cli_connect(&cl) != 0)
         return CRL_EXIT_FAIL;
+    if (!lines && isatty(STDIN_FILENO) && isatty(STDOUT_FILENO)) {
+        /* A terminal: the shell is a process with one of its own. */
+        json_t *shell = json_object_get(open_req, "shell");
+        json_object_set_new(open_req, "cmd",
+                            shell ? json_pack("[O]", shell)
+                                  : json_string("if [ -x /bin/bash ]; then exec /bin/bash; fi; "
+                                                "exec /bin/sh"));
+        json_object_del(open_req, "shell");
+        crl_cli_catch_signals(NULL);
+        return crl_cli_run_terminal(cl, id, open_req);
+    }
     /* Caught before the open, not cancelling it, so a session that opens
      * is always closed. */
     crl_cli_catch_signals(NULL);

@@ -8,6 +8,8 @@
         sb.files.write("/tmp/a.txt", b"data")
         sh = sb.session()
         sh.run("cd /tmp")
+        p = sb.process.start("python3 -u server.py", tag="srv")  # runs on
+        p.output(offset=0).stdout; p.send_stdin("x\\n"); p.signal("INT"); p.wait()
         sb.snapshot(); sb.fork(); sb.pause(); sb.resume()
     with client.create(trajectory="t-1") as sb:   # every call a durable step
         r = sb.exec("date")                          # r.step, r.replayed
@@ -21,16 +23,18 @@ The API itself is described in docs/api.md.  The public surface has type
 hints (PEP 561: the package ships py.typed).
 """
 
-from ._api import ExecResult, FileBytes
-from .aio import AsyncClient, AsyncFiles, AsyncSandbox, AsyncSession, AsyncTrajectory
-from .client import Client, Files, Sandbox, Session, Trajectory
+from ._api import ExecResult, FileBytes, ProcessOutput
+from .aio import (AsyncClient, AsyncFiles, AsyncProcess, AsyncProcesses, AsyncSandbox, AsyncSession,
+                  AsyncTrajectory)
+from .client import Client, Files, Process, Processes, Sandbox, Session, Trajectory
 from .errors import (CapacityError, Conflict, Error, Forbidden, FunctionError, InternalError,
                      InvalidJSON, InvalidSpec, MethodNotAllowed, NoSpace, NotFound,
                      PayloadTooLarge, Timeout, Unauthorized, Unavailable, Unsupported,
                      UnsupportedMediaType)
 
 __all__ = [
-    "AsyncClient", "AsyncFiles", "AsyncSandbox", "AsyncSession", "AsyncTrajectory",
+    "AsyncClient", "AsyncFiles", "AsyncProcess", "AsyncProcesses", "AsyncSandbox", "AsyncSession",
+    "AsyncTrajectory", "Process", "Processes", "ProcessOutput",
     "CapacityError", "Client", "Conflict", "Error", "ExecResult", "FileBytes", "Files",
     "Forbidden", "FunctionError", "InternalError", "InvalidJSON", "InvalidSpec",
     "MethodNotAllowed", "NoSpace", "NotFound", "PayloadTooLarge", "Sandbox", "Session", "Timeout",

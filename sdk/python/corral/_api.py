@@ -423,3 +423,118 @@ class StreamDecoder:
             raise Error("incomplete", "the exec stream ended without a result")
         return ExecResult.from_json(self._result, b"".join(self._out["stdout"]),
                                     b"".join(self._out["stderr"]))
+
+
+# ---- background processes (docs/api.md, Processes) ----
+
+def process_body(cmd: Command | None, *, stdin: bytes | str | None = None,
+                 env: Mapping[str, str] | None = None, cwd: str | None = None,
+                 user: str | None = None, timeout: float | None = None,
+                 tty: bool | tuple[int, int] | Mapping[str, int] = False,
+                 tag: str | None = None,
+                 output_buffer_bytes: int | None = None) -> JSONObject:
+    """POST .../processes's body.  ``tty``: True (24x80), (rows, cols), or
+    ``{"rows", "cols"}``."""
+    body: JSONObject = {}
+    if cmd is not None:
+        body["cmd"] = cmd if isinstance(cmd, str) else list(cmd)
+    if isinstance(stdin, str):
+        body["stdin"] = stdin
+    elif stdin is not None:
+        body["stdin_b64"] = base64.b64encode(stdin).decode()
+    if tty is True:
+        body["tty"] = True
+    elif isinstance(tty, tuple):
+        body["tty"] = {"rows": tty[0], "cols": tty[1]}
+    elif tty:
+        body["tty"] = dict(tty)
+    value: Any
+    for key, value in (("env", env), ("cwd", cwd), ("user", user), ("timeout_s", timeout),
+                       ("tag", tag), ("output_buffer_bytes", output_buffer_bytes)):
+        if value is not None:
+            body[key] = value
+    return body
+
+
+def process_target(sandbox_id: str, pid: int | None = None, tail: str = "") -> str:
+    base = f"/v1/sandboxes/{q(sandbox_id)}/processes"
+    return base if pid is None else f"{base}/{int(pid)}{tail}"
+
+
+def signal_body(signal: int | str, scope: str) -> JSONObject:
+    if scope not in ("process", "group", "tree"):
+        raise InvalidSpec("invalid_argument", f"scope {scope!r} is not process, group or tree")
+    return {"signal": signal, "scope": scope}
+
+
+def stdin_call(sandbox_id: str, pid: int, data: bytes | str, eof: bool) -> Call:
+    body = data.encode() if isinstance(data, str) else bytes(data)
+    tail = "/stdin?eof=true" if eof else "/stdin"
+    return Call("POST", process_target(sandbox_id, pid, tail), body, "application/octet-stream")
+
+
+def output_call(sandbox_id: str, pid: int, offset: int, follow: bool) -> Call:
+    query = urllib.parse.urlencode({"offset": int(offset), "follow": "true" if follow else "false"})
+    return Call("GET", process_target(sandbox_id, pid, "/output?" + query),
+                timeout=math.inf if follow else None)
+
+
+@dataclasses.dataclass
+class ProcessOutput:
+    """What a read of a process's output gave: its bytes from ``offset``
+    (stdout and stderr apart, and in order as ``chunks``), how many bytes
+    before them corrald no longer kept (``lost``), the offset to read from
+    next, its state then, and its ExecResult once it has ended."""
+
+    stdout: bytes
+    stderr: bytes
+    chunks: list[tuple[str, bytes]]
+    offset: int
+    next_offset: int
+    lost: int
+    state: str
+    result: ExecResult | None
+
+
+class OutputDecoder:
+    """Turns a process's NDJSON output, fed in pieces, into
+    ("stdout"|"stderr", bytes) events and, at its end, a ProcessOutput."""
+
+    def __init__(self, offset: int) -> None:
+        self._partial = b""
+        self._offset = offset
+        self._chunks: list[tuple[str, bytes]] = []
+        self._lost = 0
+        self._end: JSONObject | None = None
+
+    def feed(self, data: bytes) -> list[tuple[str, bytes]]:
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        events: list[tuple[str, bytes]] = []
+        for line in lines:
+            if not line.strip():
+                continue
+            msg = json.loads(line)
+            if "next_offset" in msg:
+                self._end = msg
+            elif "lost" in msg:
+                self._lost += int(msg["lost"])
+            for key in ("stdout", "stderr"):
+                if key in msg:
+                    text = msg[key]
+                    chunk = (base64.b64decode(text) if msg.get("encoding") == "base64"
+                             else text.encode())
+                    self._chunks.append((key, chunk))
+                    events.append((key, chunk))
+        return events
+
+    def output(self) -> ProcessOutput:
+        if self._end is None:
+            raise Error("incomplete", "the output stream ended without its end")
+        res = self._end.get("result")
+        return ProcessOutput(
+            stdout=b"".join(c for k, c in self._chunks if k == "stdout"),
+            stderr=b"".join(c for k, c in self._chunks if k == "stderr"),
+            chunks=self._chunks, offset=self._offset, next_offset=int(self._end["next_offset"]),
+            lost=self._lost, state=self._end.get("state", ""),
+            result=ExecResult.from_json(res, b"", b"") if res else None)

@@ -12,12 +12,13 @@ with`` on it destroys it on exit.
 import asyncio
 import contextlib
 import inspect
+import math
 from typing import Any, Callable, List, Mapping, Sequence
 
 from . import _api, errors
 from ._aio_http import AsyncTransport
 from ._api import (BinaryFile, Command, ExecResult, FileBytes, JSONList, JSONObject,
-                   LocalPath, Response, q)
+                   LocalPath, ProcessOutput, Response, q)
 
 # Called with each piece of a command's output as it arrives: a plain
 # function, or a coroutine function (awaited).
@@ -171,12 +172,14 @@ class AsyncSandbox:
     id: str
     info: JSONObject
     files: "AsyncFiles"
+    process: "AsyncProcesses"
 
     def __init__(self, client: AsyncClient, info: JSONObject) -> None:
         self.client = client
         self.id = info["id"]
         self.info = info
         self.files = AsyncFiles(self)
+        self.process = AsyncProcesses(self)
 
     async def __aenter__(self) -> "AsyncSandbox":
         return self
@@ -208,9 +211,14 @@ class AsyncSandbox:
                    user: str | None = None, timeout: float | None = None,
                    max_output_bytes: int | None = None,
                    on_stdout: AsyncOutputCallback | None = None,
-                   on_stderr: AsyncOutputCallback | None = None) -> ExecResult:
+                   on_stderr: AsyncOutputCallback | None = None, background: bool = False,
+                   tty: bool | tuple[int, int] = False, tag: str | None = None) -> Any:
         """Run a command; see Sandbox.exec().  ``on_stdout``/``on_stderr`` may
-        be plain functions or coroutine functions."""
+        be plain functions or coroutine functions; ``background=True``
+        returns an AsyncProcess at once."""
+        if background or tty:
+            return await self.process.start(cmd, stdin=stdin, env=env, cwd=cwd, user=user,
+                                            timeout=timeout, tty=tty, tag=tag)
         call = _api.exec_call(f"{self._path}/exec", cmd, stdin=stdin, env=env, cwd=cwd, user=user,
                               timeout=timeout, max_output_bytes=max_output_bytes,
                               stream=on_stdout is not None or on_stderr is not None)
@@ -295,6 +303,127 @@ class AsyncFiles:
         """A directory's tree as tar bytes."""
         resp = await self._sb.client._call(_api.file_call(self._sb.id, "GET", path))
         return _api.dir_tar(path, resp)
+
+
+class AsyncProcesses:
+    """A sandbox's background processes: ``sandbox.process``; see Processes."""
+
+    def __init__(self, sandbox: AsyncSandbox) -> None:
+        self._sb = sandbox
+
+    async def start(self, cmd: Command | None, stdin: bytes | str | None = None,
+                    env: Mapping[str, str] | None = None, cwd: str | None = None,
+                    user: str | None = None, timeout: float | None = None,
+                    tty: bool | tuple[int, int] = False, tag: str | None = None,
+                    output_buffer_bytes: int | None = None) -> "AsyncProcess":
+        """Start a background process; see Processes.start()."""
+        body = _api.process_body(cmd, stdin=stdin, env=env, cwd=cwd, user=user, timeout=timeout,
+                                 tty=tty, tag=tag, output_buffer_bytes=output_buffer_bytes)
+        return AsyncProcess(self._sb, await self._sb.client._json(
+            "POST", _api.process_target(self._sb.id), body))
+
+    async def list(self, state: str | None = None) -> List["AsyncProcess"]:
+        """The sandbox's background processes; see Processes.list()."""
+        target = _api.process_target(self._sb.id) + (f"?state={q(state)}" if state else "")
+        found = (await self._sb.client._json("GET", target))["processes"]
+        return [AsyncProcess(self._sb, p) for p in found]
+
+    async def get(self, pid: int) -> "AsyncProcess":
+        """The process ``pid``; see Processes.get()."""
+        return AsyncProcess(self._sb, await self._sb.client._json(
+            "GET", _api.process_target(self._sb.id, pid)))
+
+
+class AsyncProcess:
+    """Like Process, with coroutines."""
+
+    sandbox: AsyncSandbox
+    pid: int
+    info: JSONObject
+
+    def __init__(self, sandbox: AsyncSandbox, info: JSONObject) -> None:
+        self.sandbox = sandbox
+        self.pid = int(info["pid"])
+        self.info = info
+
+    def __repr__(self) -> str:
+        return f"<corral.AsyncProcess {self.pid} of {self.sandbox.id} {self.info.get('state')}>"
+
+    def _target(self, tail: str = "") -> str:
+        return _api.process_target(self.sandbox.id, self.pid, tail)
+
+    @property
+    def running(self) -> bool:
+        return self.info.get("state") == "running"
+
+    @property
+    def result(self) -> ExecResult | None:
+        res = self.info.get("result")
+        return ExecResult.from_json(res, b"", b"") if res else None
+
+    async def _post(self, tail: str, body: Any) -> JSONObject:
+        self.info = await self.sandbox.client._json("POST", self._target(tail), body)
+        return self.info
+
+    async def refresh(self) -> JSONObject:
+        self.info = await self.sandbox.client._json("GET", self._target())
+        return self.info
+
+    async def output(self, offset: int = 0, follow: bool = False,
+                     on_stdout: AsyncOutputCallback | None = None,
+                     on_stderr: AsyncOutputCallback | None = None) -> ProcessOutput:
+        """Its output from ``offset``; see Process.output()."""
+        decoder = _api.OutputDecoder(offset)
+        callbacks = {"stdout": on_stdout, "stderr": on_stderr}
+
+        async def on_data(piece: bytes) -> None:
+            for stream, chunk in decoder.feed(piece):
+                callback = callbacks[stream]
+                if callback:
+                    done = callback(chunk)
+                    if inspect.isawaitable(done):
+                        await done
+
+        await self.sandbox.client._call(
+            _api.output_call(self.sandbox.id, self.pid, offset, follow), on_data)
+        out = decoder.output()
+        if out.result is not None:
+            await self.refresh()
+        return out
+
+    async def send_stdin(self, data: bytes | str, eof: bool = False) -> int:
+        """Write to its stdin; see Process.send_stdin()."""
+        answer = (await self.sandbox.client._call(
+            _api.stdin_call(self.sandbox.id, self.pid, data, eof))).json()
+        return int(answer["bytes"])
+
+    async def close_stdin(self) -> None:
+        await self.send_stdin(b"", eof=True)
+
+    async def signal(self, signal: int | str = "TERM", scope: str = "process") -> JSONObject:
+        """See Process.signal()."""
+        return await self._post("/signal", _api.signal_body(signal, scope))
+
+    async def kill(self) -> JSONObject:
+        return await self.signal("KILL", "tree")
+
+    async def resize(self, rows: int, cols: int) -> JSONObject:
+        return await self._post("/resize", {"rows": rows, "cols": cols})
+
+    async def wait(self, timeout: float | None = None) -> ExecResult:
+        """See Process.wait()."""
+        body = {} if timeout is None else {"timeout_s": max(1, math.ceil(timeout))}
+        wait = math.inf if timeout is None else timeout + _api.EXEC_GRACE
+        self.info = (await self.sandbox.client._call(
+            _api.json_call("POST", self._target("/wait"), body, wait))).json()
+        result = self.result
+        if result is None:
+            raise errors.Timeout("timeout", f"process {self.pid} still runs after {timeout} s")
+        return result
+
+    async def forget(self) -> JSONObject:
+        self.info = await self.sandbox.client._json("DELETE", self._target())
+        return self.info
 
 
 class AsyncSession:

@@ -1,11 +1,13 @@
-"""The blocking client: Client, Sandbox, Files, Session, Trajectory."""
+"""The blocking client: Client, Sandbox, Files, Session, Processes, Process,
+Trajectory."""
 
 import contextlib
+import math
 from typing import Any, Callable, List, Mapping, Sequence
 
 from . import _api, errors
 from ._api import (BinaryFile, Command, ExecResult, FileBytes, JSONList, JSONObject,
-                   LocalPath, Response, q)
+                   LocalPath, ProcessOutput, Response, q)
 from ._http import Transport
 
 # Called with each piece of a command's output as it arrives.
@@ -207,12 +209,14 @@ class Sandbox:
     id: str
     info: JSONObject
     files: "Files"
+    process: "Processes"
 
     def __init__(self, client: Client, info: JSONObject) -> None:
         self.client = client
         self.id = info["id"]
         self.info = info
         self.files = Files(self)
+        self.process = Processes(self)
 
     @classmethod
     def create(cls, spec: Mapping[str, Any] | None = None, **fields: Any) -> "Sandbox":
@@ -249,7 +253,8 @@ class Sandbox:
              env: Mapping[str, str] | None = None, cwd: str | None = None,
              user: str | None = None, timeout: float | None = None,
              max_output_bytes: int | None = None, on_stdout: OutputCallback | None = None,
-             on_stderr: OutputCallback | None = None) -> ExecResult:
+             on_stderr: OutputCallback | None = None, background: bool = False,
+             tty: bool | tuple[int, int] = False, tag: str | None = None) -> Any:
         """Run a command and return its ExecResult.
 
         ``cmd`` is a string (run by ``/bin/sh -c``) or an argv list.  ``stdin``
@@ -258,7 +263,14 @@ class Sandbox:
         which the command's whole process tree is killed and the result's
         reason is ``"timeout"``.  ``on_stdout``/``on_stderr`` are called with
         bytes as output arrives; the result has all of it too.
+
+        ``background=True`` starts it as a background process instead and
+        returns its Process at once (``tty`` and ``tag`` as
+        Processes.start() takes them; no timeout unless given).
         """
+        if background or tty:
+            return self.process.start(cmd, stdin=stdin, env=env, cwd=cwd, user=user,
+                                      timeout=timeout, tty=tty, tag=tag)
         call = _api.exec_call(f"{self._path}/exec", cmd, stdin=stdin, env=env, cwd=cwd, user=user,
                               timeout=timeout, max_output_bytes=max_output_bytes,
                               stream=on_stdout is not None or on_stderr is not None)
@@ -362,6 +374,152 @@ class Files:
         """A directory's tree as tar bytes (open it with tarfile)."""
         resp = self._sb.client._call(_api.file_call(self._sb.id, "GET", path))
         return _api.dir_tar(path, resp)
+
+
+class Processes:
+    """A sandbox's background processes: ``sandbox.process``."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sb = sandbox
+
+    def start(self, cmd: Command | None, stdin: bytes | str | None = None,
+              env: Mapping[str, str] | None = None, cwd: str | None = None,
+              user: str | None = None, timeout: float | None = None,
+              tty: bool | tuple[int, int] = False, tag: str | None = None,
+              output_buffer_bytes: int | None = None) -> "Process":
+        """Start a command that runs on in the background, and return its
+        Process once it runs (its ``pid`` is the sandbox's).  ``cmd`` as
+        exec() takes it (None: the image's entrypoint and cmd); ``stdin``
+        is written first and stdin stays open; ``timeout`` in seconds
+        (default: none); ``tty``: a terminal of its own (True: 24x80, or
+        (rows, cols)); ``tag``: a name to find it by in list();
+        ``output_buffer_bytes``: how much of its newest output corrald
+        keeps for readers (default 1 MiB)."""
+        body = _api.process_body(cmd, stdin=stdin, env=env, cwd=cwd, user=user, timeout=timeout,
+                                 tty=tty, tag=tag, output_buffer_bytes=output_buffer_bytes)
+        return Process(self._sb, self._sb.client._json(
+            "POST", _api.process_target(self._sb.id), body))
+
+    def list(self, state: str | None = None) -> List["Process"]:
+        """The sandbox's background processes, oldest first: running and
+        ended ones (until forgotten), or those in ``state``
+        ("running" or "exited")."""
+        target = _api.process_target(self._sb.id) + (f"?state={q(state)}" if state else "")
+        return [Process(self._sb, p) for p in self._sb.client._json("GET", target)["processes"]]
+
+    def get(self, pid: int) -> "Process":
+        """The process ``pid`` (NotFound if the sandbox has no such record):
+        a handle from another client, to read, feed, signal or wait."""
+        return Process(self._sb, self._sb.client._json(
+            "GET", _api.process_target(self._sb.id, pid)))
+
+
+class Process:
+    """A background process: ``pid`` (the sandbox's), and ``info``, what
+    corrald last said of it (``cmd``, ``tag``, ``tty``, ``state``,
+    ``started_at``, ``ended_at``, ``stdin_open``, ``output``: the offsets
+    corrald keeps, ``result``)."""
+
+    sandbox: Sandbox
+    pid: int
+    info: JSONObject
+
+    def __init__(self, sandbox: Sandbox, info: JSONObject) -> None:
+        self.sandbox = sandbox
+        self.pid = int(info["pid"])
+        self.info = info
+
+    def __repr__(self) -> str:
+        return f"<corral.Process {self.pid} of {self.sandbox.id} {self.info.get('state')}>"
+
+    def _target(self, tail: str = "") -> str:
+        return _api.process_target(self.sandbox.id, self.pid, tail)
+
+    def _update(self, info: JSONObject) -> JSONObject:
+        self.info = info
+        return info
+
+    @property
+    def running(self) -> bool:
+        return self.info.get("state") == "running"
+
+    @property
+    def result(self) -> ExecResult | None:
+        """How it ended (None while it runs, as last seen)."""
+        res = self.info.get("result")
+        return ExecResult.from_json(res, b"", b"") if res else None
+
+    def refresh(self) -> JSONObject:
+        return self._update(self.sandbox.client._json("GET", self._target()))
+
+    def output(self, offset: int = 0, follow: bool = False,
+               on_stdout: OutputCallback | None = None,
+               on_stderr: OutputCallback | None = None) -> ProcessOutput:
+        """Its output from byte ``offset`` on (0: all that corrald keeps;
+        what it no longer keeps is counted in ``lost``): what is there now,
+        or with ``follow`` all of it until the process ends, handed to the
+        callbacks as it comes.  Read on from the answer's ``next_offset``."""
+        decoder = _api.OutputDecoder(offset)
+        callbacks = {"stdout": on_stdout, "stderr": on_stderr}
+
+        def on_data(piece: bytes) -> None:
+            for stream, chunk in decoder.feed(piece):
+                callback = callbacks[stream]
+                if callback:
+                    callback(chunk)
+
+        self.sandbox.client._call(_api.output_call(self.sandbox.id, self.pid, offset, follow),
+                                  on_data)
+        out = decoder.output()
+        if out.result is not None:
+            self.refresh()
+        return out
+
+    def send_stdin(self, data: bytes | str, eof: bool = False) -> int:
+        """Write to its stdin (str as UTF-8); with ``eof``, close it after.
+        Returns how many bytes were taken.  Conflict once stdin is closed
+        or the process has ended."""
+        answer = self.sandbox.client._call(
+            _api.stdin_call(self.sandbox.id, self.pid, data, eof)).json()
+        return int(answer["bytes"])
+
+    def close_stdin(self) -> None:
+        """End its stdin (a terminal reads end-of-file)."""
+        self.send_stdin(b"", eof=True)
+
+    def signal(self, signal: int | str = "TERM", scope: str = "process") -> JSONObject:
+        """Send a signal (a name such as "INT", or a number) to it
+        (``scope="process"``), its process group ("group") or everything it
+        started ("tree").  Conflict once it has ended."""
+        return self._update(self.sandbox.client._json("POST", self._target("/signal"),
+                                                      _api.signal_body(signal, scope)))
+
+    def kill(self) -> JSONObject:
+        """SIGKILL to it and every process it started."""
+        return self.signal("KILL", "tree")
+
+    def resize(self, rows: int, cols: int) -> JSONObject:
+        """Its terminal's new size (the program in front gets SIGWINCH)."""
+        return self._update(self.sandbox.client._json("POST", self._target("/resize"),
+                                                      {"rows": rows, "cols": cols}))
+
+    def wait(self, timeout: float | None = None) -> ExecResult:
+        """Wait for it to end and return how (an ExecResult without output:
+        read that with output()); errors.Timeout if it still runs after
+        ``timeout`` seconds (None: as long as it takes)."""
+        body = {} if timeout is None else {"timeout_s": max(1, math.ceil(timeout))}
+        wait = math.inf if timeout is None else timeout + _api.EXEC_GRACE
+        info = self.sandbox.client._call(
+            _api.json_call("POST", self._target("/wait"), body, wait)).json()
+        self._update(info)
+        result = self.result
+        if result is None:
+            raise errors.Timeout("timeout", f"process {self.pid} still runs after {timeout} s")
+        return result
+
+    def forget(self) -> JSONObject:
+        """Kill it (its tree) if it runs, and drop its record."""
+        return self._update(self.sandbox.client._json("DELETE", self._target()))
 
 
 class Session:
