@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,28 @@ int crl_backend_pty_resize(struct crl_sandbox *sb, struct crl_proc *p, unsigned 
                            sb->id);
     if (ioctl(fd, TIOCSWINSZ, &ws) < 0)
         return crl_err_sys(err, errno, "resizing the terminal of process %d", (int)p->ns_pid);
+    return 0;
+}
+
+int crl_backend_host_pty(unsigned rows, unsigned cols, int *master, int *slave, struct crl_err *err)
+{
+    struct winsize ws = {.ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols};
+    int unlock = 0;
+    int m = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (m < 0)
+        return crl_err_sys(err, errno, "opening a terminal (/dev/ptmx)");
+    int s = ioctl(m, TIOCSPTLCK, &unlock) < 0
+                ? -1
+                : ioctl(m, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (s < 0 || ioctl(s, TIOCSWINSZ, &ws) < 0) {
+        int e = errno;
+        if (s >= 0)
+            close(s);
+        close(m);
+        return crl_err_sys(err, e, "setting up a terminal");
+    }
+    *master = m;
+    *slave = s;
     return 0;
 }
 

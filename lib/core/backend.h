@@ -226,6 +226,12 @@ int crl_backend_signal_host(struct crl_sandbox *sb, struct crl_proc *p, struct c
                             const char *leaf, int sig, enum crl_signal_scope scope,
                             struct crl_err *err);
 
+/* A terminal of the host's devpts, rows x cols, for a backend whose
+ * sandboxes have none of their own (a function's): its master and slave,
+ * close-on-exec. */
+int crl_backend_host_pty(unsigned rows, unsigned cols, int *master, int *slave,
+                         struct crl_err *err);
+
 struct crl_backend_ops {
     const char *name;
     /* Its sandboxes' ports are on the loopback of their network namespace

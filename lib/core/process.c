@@ -160,8 +160,18 @@ static void keep(struct crl_process *x, enum crl_exec_stream s, const char *data
         x->tail = c;
         x->kept += len;
     }
+    /* Drop the oldest bytes past the ring's size: whole chunks, then the
+     * front of the oldest left. */
     while (x->head && x->kept > x->req.ring_bytes) {
         struct crl_chunk *h = x->head;
+        size_t over = x->kept - x->req.ring_bytes;
+        if (over < h->len) {
+            memmove(h->data, h->data + over, h->len - over);
+            h->off += over;
+            h->len -= (uint32_t)over;
+            x->kept -= over;
+            break;
+        }
         x->head = h->next;
         if (!x->head)
             x->tail = NULL;

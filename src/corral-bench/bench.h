@@ -65,6 +65,7 @@ extern const struct crl_bench_cmd crl_bench_density;   /* corral bench density *
 extern const struct crl_bench_cmd crl_bench_functions; /* corral bench functions */
 extern const struct crl_bench_cmd crl_bench_images;    /* corral bench images */
 extern const struct crl_bench_cmd crl_bench_traj;      /* corral bench traj */
+extern const struct crl_bench_cmd crl_bench_processes; /* corral bench processes */
 
 /* One run of a bench. */
 struct crl_bench_run {

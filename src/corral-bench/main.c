@@ -1,4 +1,4 @@
-/* corral-bench [cycle|density|functions|images|traj] [OPTIONS]: main() only
+/* corral-bench [cycle|density|functions|images|traj|processes] [OPTIONS]: main() only
  * dispatches to one bench; with no name (or options first) it is the
  * sandbox cycle, as `corral bench` is. */
 #include <string.h>
@@ -11,7 +11,7 @@ static const struct {
 } benches[] = {
     {"cycle", &crl_bench_cycle},         {"density", &crl_bench_density},
     {"functions", &crl_bench_functions}, {"images", &crl_bench_images},
-    {"traj", &crl_bench_traj},
+    {"traj", &crl_bench_traj},           {"processes", &crl_bench_processes},
 };
 
 int main(int argc, char **argv)

@@ -56,7 +56,8 @@ static void show_ps(json_t *answer)
         size_t k;
         if (json_is_string(c))
             crl_buf_printf(&cmd, "%s", json_string_value(c));
-        json_array_foreach(c, k, a) crl_buf_printf(&cmd, "%s%s", k ? " " : "", json_string_value(a));
+        json_array_foreach(c, k, a)
+            crl_buf_printf(&cmd, "%s%s", k ? " " : "", json_string_value(a));
         for (size_t j = 0; j < cmd.len; j++)
             if ((unsigned char)cmd.data[j] < 0x20)
                 cmd.data[j] = ' ';
@@ -95,7 +96,8 @@ int crl_cmd_ps(int argc, char **argv)
         }
     }
     if (optind + 1 != argc)
-        return crl_cli_usage(argv[0], optind == argc ? "needs a sandbox id" : "takes one sandbox id");
+        return crl_cli_usage(argv[0],
+                             optind == argc ? "needs a sandbox id" : "takes one sandbox id");
     if (!crl_client_id_ok(argv[optind]))
         return crl_cli_usage(argv[0], "'%s' is not a sandbox id", argv[optind]);
     char path[256];

@@ -22,8 +22,7 @@
 
 static int process_path(char *buf, size_t cap, const char *id, int pid, const char *what)
 {
-    return snprintf(buf, cap, "/v1/sandboxes/%s/processes/%d%s", id, pid, what) < (int)cap ? 0
-                                                                                            : -1;
+    return snprintf(buf, cap, "/v1/sandboxes/%s/processes/%d%s", id, pid, what) < (int)cap ? 0 : -1;
 }
 
 /* Our window's size, into a request's "tty" (24x80 when we have none). */

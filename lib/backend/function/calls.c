@@ -332,20 +332,35 @@ int crl_fn_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *err
 
     int fds[CRL_ZYG_MAX_FDS], theirs[4] = {-1, -1, -1, -1}, ncg = 0;
     int pp[4][2];
-    for (int i = 0; i < 4; i++) /* stdin, stdout, stderr, status */
+    int first = p->tty ? 3 : 0;     /* a terminal's stdio is its slave, not pipes */
+    for (int i = first; i < 4; i++) /* stdin, stdout, stderr, status */
         if (pipe2(pp[i], O_CLOEXEC) < 0) {
             int e = errno;
-            while (i-- > 0) {
+            while (i-- > first) {
                 close(pp[i][0]);
                 close(pp[i][1]);
             }
             return crl_err_sys(err, e, "pipe");
         }
-    p->in_fd = pp[0][1], theirs[0] = pp[0][0];
-    p->out_fd = pp[1][0], theirs[1] = pp[1][1];
-    p->err_fd = pp[2][0], theirs[2] = pp[2][1];
     int status = pp[3][0];
     theirs[3] = pp[3][1];
+    if (p->tty) {
+        int m, slave;
+        if (crl_backend_host_pty(p->rows, p->cols, &m, &slave, err) < 0) {
+            close_fds(pp[3], 2);
+            return -1;
+        }
+        p->in_fd = m;
+        p->out_fd = fcntl(m, F_DUPFD_CLOEXEC, 0);
+        theirs[0] = slave;
+        theirs[1] = fcntl(slave, F_DUPFD_CLOEXEC, 0);
+        theirs[2] = fcntl(slave, F_DUPFD_CLOEXEC, 0);
+        rq->tty = 1;
+    } else {
+        p->in_fd = pp[0][1], theirs[0] = pp[0][0];
+        p->out_fd = pp[1][0], theirs[1] = pp[1][1];
+        p->err_fd = pp[2][0], theirs[2] = pp[2][1];
+    }
     memcpy(fds, theirs, 4 * sizeof(int));
     crl_set_nonblock(status, 1);
     struct fn_proc *fp = calloc(1, sizeof(*fp));

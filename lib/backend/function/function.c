@@ -436,6 +436,7 @@ const struct crl_backend_ops crl_function_backend = {
     .spawn = crl_fn_spawn,
     .kill = crl_fn_kill,
     .signal = crl_fn_signal,
+    .resize = crl_backend_pty_resize,
     .open = crl_fn_open,
     .stream = crl_fn_stream,
     .snapshot = crl_fn_snapshot,

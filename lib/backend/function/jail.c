@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -134,6 +135,8 @@ int crl_jail_enter(const struct crl_jail *j, const char **step)
     if (j->status_fd != j->status_at)
         STEP("status", neg_errno(dup3(j->status_fd, j->status_at, O_CLOEXEC)));
     STEP("setsid", neg_errno(setsid()));
+    if (j->tty)
+        STEP("tty", neg_errno(ioctl(0, TIOCSCTTY, 0)));
     for (unsigned i = 0; i < j->n_cgroup_fds; i++)
         STEP("cgroup", write(j->cgroup_fds[i], "0", 1) == 1 ? 0 : -errno);
     STEP("rlimit", set_limit(RLIMIT_NOFILE, j->nofile));

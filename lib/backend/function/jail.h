@@ -21,6 +21,7 @@
 #ifndef CRL_FUNCTION_JAIL_H
 #define CRL_FUNCTION_JAIL_H
 
+#include <stdbool.h>
 #include <linux/filter.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -36,6 +37,7 @@ struct crl_jail {
     uid_t uid;
     gid_t gid;
     unsigned nproc, nofile;
+    bool tty; /* stdio is a terminal: it becomes the controlling one */
     const struct sock_fprog *seccomp;
 };
 

@@ -183,6 +183,7 @@ static void child(const struct crl_zyg_fork *f, int *fds, char **strings, char *
         .gid = k.gid,
         .nproc = f->nproc,
         .nofile = f->nofile,
+        .tty = f->tty == 1,
         .seccomp = k.filter,
     };
     if (r == 0)

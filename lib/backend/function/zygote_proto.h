@@ -90,6 +90,8 @@ struct crl_zyg_fork {
     uint32_t into_cgroup; /* 1: the cgroup fd is a directory for clone3 */
     uint32_t argc, envc;  /* strings follow the struct, NUL-terminated */
     uint32_t nproc, nofile;
+    uint32_t tty; /* 1: stdio is a terminal's slave, to be the controlling terminal */
+    uint32_t pad;
 };
 
 struct crl_zyg_reply {
