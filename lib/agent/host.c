@@ -89,6 +89,7 @@ static int fail(struct crl_agent_host *h, struct crl_err *err, const char *fmt, 
 static bool fits(enum crl_agent_stream_kind kind, uint16_t type)
 {
     switch (type) {
+    case CRL_AGENT_STARTED:
     case CRL_AGENT_STDOUT:
     case CRL_AGENT_STDERR:
     case CRL_AGENT_EXIT: return kind == CRL_AGENT_STREAM_EXEC;

@@ -243,7 +243,9 @@ int crl_agent_parse_hello(const void *p, size_t len, struct crl_agent_hello *m, 
         get_text(what, o, "kernel", true, T_NAME, m->kernel, CRL_AGENT_MAX_NAME, err) < 0)
         goto out;
     if (proto != CRL_AGENT_PROTO_VERSION) {
-        crl_err_set(err, CRL_E_INVALID, "HELLO: protocol version %lld is not supported (%d is)",
+        crl_err_set(err, CRL_E_INVALID,
+                    "HELLO: protocol version %lld is not supported (%d is: a guest built by "
+                    "another version of corral; `corral setup microvm` builds this one's)",
                     (long long)proto, CRL_AGENT_PROTO_VERSION);
         goto out;
     }
@@ -552,13 +554,14 @@ out:
 
 int crl_agent_parse_exec(const void *p, size_t len, struct crl_agent_exec *m, struct crl_err *err)
 {
-    static const char *const keys[] = {"argv", "env", "cwd", "uid", "gid", "stdin", "tty", NULL};
+    static const char *const keys[] = {"argv",  "env", "cwd",  "uid",  "gid",
+                                       "stdin", "tty", "rows", "cols", NULL};
     const char *what = "EXEC";
     memset(m, 0, sizeof(*m));
     json_t *o;
     if (load(what, p, len, &o, err) < 0)
         return -1;
-    int64_t uid = 0, gid = 0;
+    int64_t uid = 0, gid = 0, rows = 0, cols = 0;
     size_t total = 0;
     int r = -1;
     if (known_keys(what, o, keys, err) < 0 ||
@@ -568,12 +571,16 @@ int crl_agent_parse_exec(const void *p, size_t len, struct crl_agent_exec *m, st
         get_int(what, o, "uid", true, 0, UINT32_MAX - 1, &uid, err) < 0 ||
         get_int(what, o, "gid", true, 0, UINT32_MAX - 1, &gid, err) < 0 ||
         get_bool(what, o, "stdin", false, &m->stdin_open, err) < 0 ||
-        get_bool(what, o, "tty", false, &m->tty, err) < 0) {
+        get_bool(what, o, "tty", false, &m->tty, err) < 0 ||
+        get_int(what, o, "rows", false, 1, CRL_AGENT_MAX_TTY, &rows, err) < 0 ||
+        get_int(what, o, "cols", false, 1, CRL_AGENT_MAX_TTY, &cols, err) < 0) {
         crl_agent_exec_free(m);
         goto out;
     }
     m->uid = (uint32_t)uid;
     m->gid = (uint32_t)gid;
+    m->rows = rows ? (unsigned)rows : 24;
+    m->cols = cols ? (unsigned)cols : 80;
     r = 0;
 out:
     json_decref(o);
@@ -609,6 +616,11 @@ int crl_agent_build_exec(const struct crl_agent_exec *m, char **out, size_t *len
         object(7, "argv", string_array(m->argv, m->argc), "env", string_array(m->env, m->envc),
                "cwd", json_string(m->cwd), "uid", json_integer(m->uid), "gid", json_integer(m->gid),
                "stdin", json_boolean(m->stdin_open), "tty", json_boolean(m->tty));
+    if (o && (!set(o, "rows", json_integer(m->rows ? m->rows : 24)) ||
+              !set(o, "cols", json_integer(m->cols ? m->cols : 80)))) {
+        json_decref(o);
+        o = NULL;
+    }
     return finish("EXEC", o, out, len, check_exec, NULL, err);
 }
 
@@ -734,8 +746,14 @@ int crl_agent_parse_signal(const void *p, size_t len, struct crl_agent_signal *m
             m->scope = CRL_AGENT_SIGNAL_TREE;
         else if (v && strcmp(v, "descendants") == 0)
             m->scope = CRL_AGENT_SIGNAL_DESCENDANTS;
+        else if (v && strcmp(v, "process") == 0)
+            m->scope = CRL_AGENT_SIGNAL_PROCESS;
+        else if (v && strcmp(v, "group") == 0)
+            m->scope = CRL_AGENT_SIGNAL_GROUP;
         else
-            r = crl_err_set(err, CRL_E_INVALID, "SIGNAL: scope is not \"tree\" or \"descendants\"");
+            r = crl_err_set(err, CRL_E_INVALID,
+                            "SIGNAL: scope is not \"tree\", \"descendants\", \"process\" or "
+                            "\"group\"");
     }
     json_decref(o);
     return r;
@@ -750,11 +768,80 @@ static int check_signal(const char *s, size_t n, const void *ctx, struct crl_err
 int crl_agent_build_signal(const struct crl_agent_signal *m, char **out, size_t *len,
                            struct crl_err *err)
 {
-    json_t *o =
-        m->scope == CRL_AGENT_SIGNAL_DESCENDANTS
-            ? object(2, "signal", json_integer(m->signal), "scope", json_string("descendants"))
-            : object(1, "signal", json_integer(m->signal));
+    static const char *const scopes[] = {
+        [CRL_AGENT_SIGNAL_DESCENDANTS] = "descendants",
+        [CRL_AGENT_SIGNAL_PROCESS] = "process",
+        [CRL_AGENT_SIGNAL_GROUP] = "group",
+    };
+    const char *scope =
+        (unsigned)m->scope < sizeof(scopes) / sizeof(scopes[0]) ? scopes[m->scope] : NULL;
+    json_t *o = scope ? object(2, "signal", json_integer(m->signal), "scope", json_string(scope))
+                      : object(1, "signal", json_integer(m->signal));
     return finish("SIGNAL", o, out, len, check_signal, NULL, err);
+}
+
+/* ---- STARTED, RESIZE ---- */
+
+int crl_agent_parse_started(const void *p, size_t len, struct crl_agent_started *m,
+                            struct crl_err *err)
+{
+    static const char *const keys[] = {"pid", NULL};
+    json_t *o;
+    if (load("STARTED", p, len, &o, err) < 0)
+        return -1;
+    int64_t pid = 0;
+    int r = known_keys("STARTED", o, keys, err) < 0 ||
+                    get_int("STARTED", o, "pid", true, 2, 1 << 22, &pid, err) < 0
+                ? -1
+                : 0;
+    m->pid = (int)pid;
+    json_decref(o);
+    return r;
+}
+
+static int check_started(const char *s, size_t n, const void *ctx, struct crl_err *err)
+{
+    struct crl_agent_started m;
+    return crl_agent_parse_started(s, n, &m, err);
+}
+
+int crl_agent_build_started(const struct crl_agent_started *m, char **out, size_t *len,
+                            struct crl_err *err)
+{
+    return finish("STARTED", object(1, "pid", json_integer(m->pid)), out, len, check_started, NULL,
+                  err);
+}
+
+int crl_agent_parse_resize(const void *p, size_t len, struct crl_agent_resize *m,
+                           struct crl_err *err)
+{
+    static const char *const keys[] = {"rows", "cols", NULL};
+    json_t *o;
+    if (load("RESIZE", p, len, &o, err) < 0)
+        return -1;
+    int64_t rows = 0, cols = 0;
+    int r = known_keys("RESIZE", o, keys, err) < 0 ||
+                    get_int("RESIZE", o, "rows", true, 1, CRL_AGENT_MAX_TTY, &rows, err) < 0 ||
+                    get_int("RESIZE", o, "cols", true, 1, CRL_AGENT_MAX_TTY, &cols, err) < 0
+                ? -1
+                : 0;
+    m->rows = (unsigned)rows;
+    m->cols = (unsigned)cols;
+    json_decref(o);
+    return r;
+}
+
+static int check_resize(const char *s, size_t n, const void *ctx, struct crl_err *err)
+{
+    struct crl_agent_resize m;
+    return crl_agent_parse_resize(s, n, &m, err);
+}
+
+int crl_agent_build_resize(const struct crl_agent_resize *m, char **out, size_t *len,
+                           struct crl_err *err)
+{
+    json_t *o = object(2, "rows", json_integer(m->rows), "cols", json_integer(m->cols));
+    return finish("RESIZE", o, out, len, check_resize, NULL, err);
 }
 
 /* ---- FILE_GET, FILE_PUT ---- */

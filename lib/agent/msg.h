@@ -35,7 +35,7 @@
 #define CRL_AGENT_MAX_SIGNAL 64                /* signals are 1..64 */
 #define CRL_AGENT_MAX_USAGE ((int64_t)1 << 53) /* usage counters stay exact in JSON */
 
-/* HELLO {"proto": 1, "agent": "corral-agent 0.1", "kernel": "6.1.0-28-cloud-amd64"} */
+/* HELLO {"proto": 2, "agent": "corral-agent 0.1", "kernel": "6.1.0-28-cloud-amd64"} */
 struct crl_agent_hello {
     int proto; /* CRL_AGENT_PROTO_VERSION: a parser refuses any other */
     char agent[CRL_AGENT_MAX_NAME + 1];
@@ -73,7 +73,7 @@ struct crl_agent_ready {
 };
 
 /* EXEC {"argv": [...], "env": ["K=V", ...], "cwd": "/", "uid": 0, "gid": 0,
- *       "stdin": false, "tty": false}
+ *       "stdin": false, "tty": false, "rows": 24, "cols": 80}
  * argv: 1..CRL_AGENT_MAX_ARGS strings; env: 0..CRL_AGENT_MAX_ARGS "K=V"
  * strings with a non-empty K; the two within CRL_AGENT_MAX_ARGS_SIZE
  * bytes.  stdin: STDIN frames will follow (else the command's stdin is
@@ -86,9 +86,23 @@ struct crl_agent_exec {
     char cwd[CRL_AGENT_MAX_PATH + 1];
     uint32_t uid, gid;
     bool stdin_open;
-    bool tty;
+    bool tty;            /* a terminal of the guest's as its stdio (output: STDOUT only) */
+    unsigned rows, cols; /* tty: 1..CRL_AGENT_MAX_TTY each (left out: 24x80) */
 };
 void crl_agent_exec_free(struct crl_agent_exec *m);
+
+#define CRL_AGENT_MAX_TTY 4096
+
+/* STARTED {"pid": n}: the EXEC's command runs (it was executed), as pid n
+ * of the guest (2..2^22), before any of its output. */
+struct crl_agent_started {
+    int pid;
+};
+
+/* RESIZE {"rows": r, "cols": c}: the EXEC's terminal's new size. */
+struct crl_agent_resize {
+    unsigned rows, cols;
+};
 
 /* Why an exec ended, as the guest saw it (the host adds its own reasons:
  * a timeout, a client that went away). */
@@ -114,8 +128,14 @@ struct crl_agent_exit {
 /* SIGNAL {"signal": n, "scope": "tree"}: to the exec's process and all it
  * started (its session: what it left to run in the background too), or,
  * with "descendants", to all that but the process itself (a session's
- * shell, whose command timed out).  scope left out: tree. */
-enum crl_agent_signal_scope { CRL_AGENT_SIGNAL_TREE, CRL_AGENT_SIGNAL_DESCENDANTS };
+ * shell, whose command timed out), "process" to the process alone,
+ * "group" to its process group.  scope left out: tree. */
+enum crl_agent_signal_scope {
+    CRL_AGENT_SIGNAL_TREE,
+    CRL_AGENT_SIGNAL_DESCENDANTS,
+    CRL_AGENT_SIGNAL_PROCESS,
+    CRL_AGENT_SIGNAL_GROUP,
+};
 struct crl_agent_signal {
     int signal;
     enum crl_agent_signal_scope scope;
@@ -157,6 +177,10 @@ int crl_agent_parse_exec(const void *p, size_t len, struct crl_agent_exec *m, st
 int crl_agent_parse_exit(const void *p, size_t len, struct crl_agent_exit *m, struct crl_err *err);
 int crl_agent_parse_signal(const void *p, size_t len, struct crl_agent_signal *m,
                            struct crl_err *err);
+int crl_agent_parse_started(const void *p, size_t len, struct crl_agent_started *m,
+                            struct crl_err *err);
+int crl_agent_parse_resize(const void *p, size_t len, struct crl_agent_resize *m,
+                           struct crl_err *err);
 /* type: CRL_AGENT_FILE_GET or CRL_AGENT_FILE_PUT (only a PUT has a mode) */
 int crl_agent_parse_file(uint16_t type, const void *p, size_t len, struct crl_agent_file *m,
                          struct crl_err *err);
@@ -176,6 +200,10 @@ int crl_agent_build_exec(const struct crl_agent_exec *m, char **out, size_t *len
 int crl_agent_build_exit(const struct crl_agent_exit *m, char **out, size_t *len,
                          struct crl_err *err);
 int crl_agent_build_signal(const struct crl_agent_signal *m, char **out, size_t *len,
+                           struct crl_err *err);
+int crl_agent_build_started(const struct crl_agent_started *m, char **out, size_t *len,
+                            struct crl_err *err);
+int crl_agent_build_resize(const struct crl_agent_resize *m, char **out, size_t *len,
                            struct crl_err *err);
 int crl_agent_build_file(uint16_t type, const struct crl_agent_file *m, char **out, size_t *len,
                          struct crl_err *err);

@@ -38,6 +38,10 @@ static const struct crl_agent_type_info types[CRL_AGENT__TYPE_MAX + 1] = {
     [CRL_AGENT_PONG] = {"PONG", BOTH, CRL_AGENT_P_U64, 8, CRL_AGENT_S_ZERO},
     [CRL_AGENT_ERROR] = {"ERROR", BOTH, CRL_AGENT_P_JSON, CRL_AGENT_MAX_JSON, CRL_AGENT_S_ANY},
     [CRL_AGENT_BYE] = {"BYE", BOTH, CRL_AGENT_P_EMPTY, 0, CRL_AGENT_S_ZERO},
+    [CRL_AGENT_STARTED] = {"STARTED", GUEST, CRL_AGENT_P_JSON, CRL_AGENT_MAX_JSON,
+                           CRL_AGENT_S_NONZERO},
+    [CRL_AGENT_RESIZE] = {"RESIZE", HOST, CRL_AGENT_P_JSON, CRL_AGENT_MAX_JSON,
+                          CRL_AGENT_S_NONZERO},
 };
 
 const struct crl_agent_type_info *crl_agent_type_info(uint32_t type)

@@ -44,7 +44,7 @@
 
 #include "../util/err.h"
 
-#define CRL_AGENT_PROTO_VERSION 1
+#define CRL_AGENT_PROTO_VERSION 2 /* 2: STARTED, RESIZE, terminals */
 #define CRL_AGENT_HEADER_SIZE 12
 #define CRL_AGENT_MAX_PAYLOAD (1024u * 1024u) /* 1 MiB: any frame */
 #define CRL_AGENT_MAX_JSON (64u * 1024u)      /* a JSON payload */
@@ -72,7 +72,9 @@ enum crl_agent_type {
     CRL_AGENT_PONG = 16,     /* either: the PING's token; stream 0 */
     CRL_AGENT_ERROR = 17,    /* either: JSON {"message"}; any stream */
     CRL_AGENT_BYE = 18,      /* either: empty; stream 0 */
-    CRL_AGENT__TYPE_MAX = CRL_AGENT_BYE
+    CRL_AGENT_STARTED = 19,  /* guest: JSON {"pid"}: an EXEC's process runs */
+    CRL_AGENT_RESIZE = 20,   /* host: JSON {"rows", "cols"}: an EXEC's terminal's size */
+    CRL_AGENT__TYPE_MAX = CRL_AGENT_RESIZE
 };
 
 /* The two ends.  A decoder is told which end it runs on; an encoder which

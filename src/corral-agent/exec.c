@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -19,7 +20,9 @@
 #include "../../lib/util/fdio.h"
 #include "serve_int.h"
 
-/* In the child, between fork and exec: errno goes back on `report`. */
+/* In the child, between fork and exec: errno goes back on `report`.  A
+ * terminal's slave (m->tty: in, out and errfd) becomes the controlling
+ * terminal of the session it makes. */
 static void __attribute__((noreturn))
 child(const struct crl_agent_exec *m, int in, int out, int errfd, int report, int procs)
 {
@@ -31,6 +34,8 @@ child(const struct crl_agent_exec *m, int in, int out, int errfd, int report, in
     signal(SIGPIPE, SIG_DFL);
     setsid();
     if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(errfd, 2) < 0)
+        goto fail;
+    if (m->tty && ioctl(0, TIOCSCTTY, 0) < 0)
         goto fail;
     if (getuid() == 0 && setgroups(0, NULL) < 0)
         goto fail;
@@ -106,6 +111,37 @@ static int start_failed(struct agent *a, uint32_t id, int errnum, struct crl_err
     return crl_ga_queue_json(a, CRL_AGENT_EXIT, id, j, n, err);
 }
 
+/* A terminal of the guest's devpts, rows x cols, owned by the exec's user
+ * (group tty, 0620): its master in *tty, dups of it for our ends of stdin
+ * (if the EXEC asked for it) and stdout, and its slave as the child's
+ * stdin, stdout and stderr.  Its output comes as STDOUT alone.  0 or an
+ * errno. */
+static int open_tty(const struct crl_agent_exec *m, int *tty, int *p_in, int *p_out, int *p_err)
+{
+    int unlock = 0;
+    struct winsize ws = {.ws_row = (unsigned short)m->rows, .ws_col = (unsigned short)m->cols};
+    int master = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC), slave = -1;
+    if (master < 0 || ioctl(master, TIOCSPTLCK, &unlock) < 0 ||
+        (slave = ioctl(master, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC)) < 0 ||
+        ioctl(slave, TIOCSWINSZ, &ws) < 0 || fchown(slave, m->uid, (gid_t)-1) < 0 ||
+        fchmod(slave, 0620) < 0 || (p_out[0] = fcntl(master, F_DUPFD_CLOEXEC, 0)) < 0 ||
+        (m->stdin_open && (p_in[1] = fcntl(master, F_DUPFD_CLOEXEC, 0)) < 0) ||
+        (p_out[1] = fcntl(slave, F_DUPFD_CLOEXEC, 0)) < 0 ||
+        (p_err[1] = fcntl(slave, F_DUPFD_CLOEXEC, 0)) < 0) {
+        int e = errno ? errno : EIO;
+        close_fd(&p_out[0]);
+        close_fd(&p_in[1]);
+        close_fd(&p_out[1]);
+        close_fd(&p_err[1]);
+        close_fd(&slave);
+        close_fd(&master);
+        return e;
+    }
+    p_in[0] = slave; /* the child's stdin, closed here once it has forked */
+    *tty = master;
+    return 0;
+}
+
 int crl_ga_exec_start(struct agent *a, uint32_t id, const struct crl_agent_frame *f,
                       struct crl_err *err)
 {
@@ -113,13 +149,13 @@ int crl_ga_exec_start(struct agent *a, uint32_t id, const struct crl_agent_frame
     struct crl_agent_exec m;
     if (crl_agent_parse_exec(f->payload, f->len, &m, &perr) < 0)
         return crl_ga_stream_fail(a, NULL, id, perr.msg, err);
-    if (m.tty) {
-        crl_agent_exec_free(&m);
-        return crl_ga_stream_fail(a, NULL, id, "EXEC: tty is not supported by this agent yet", err);
-    }
     int p_out[2] = {-1, -1}, p_err[2] = {-1, -1}, p_in[2] = {-1, -1}, rep[2] = {-1, -1};
-    int e = 0;
-    if (pipe2(p_out, O_CLOEXEC) < 0 || pipe2(p_err, O_CLOEXEC) < 0 || pipe2(rep, O_CLOEXEC) < 0)
+    int tty = -1, e = 0;
+    if (pipe2(rep, O_CLOEXEC) < 0)
+        e = errno;
+    else if (m.tty)
+        e = open_tty(&m, &tty, p_in, p_out, p_err);
+    else if (pipe2(p_out, O_CLOEXEC) < 0 || pipe2(p_err, O_CLOEXEC) < 0)
         e = errno;
     else if (m.stdin_open && pipe2(p_in, O_CLOEXEC) < 0)
         e = errno;
@@ -162,6 +198,7 @@ int crl_ga_exec_start(struct agent *a, uint32_t id, const struct crl_agent_frame
         close_fd(&p_out[0]);
         close_fd(&p_err[0]);
         close_fd(&p_in[1]);
+        close_fd(&tty);
         if (s)
             crl_ga_stream_drop(a, s);
         return start_failed(a, id, e, err);
@@ -170,12 +207,20 @@ int crl_ga_exec_start(struct agent *a, uint32_t id, const struct crl_agent_frame
     s->out[0] = p_out[0];
     s->out[1] = p_err[0];
     s->in = p_in[1];
+    s->tty = tty;
     s->has_stdin = s->in >= 0;
     if (s->in >= 0)
         crl_set_nonblock(s->in, 1);
     crl_set_nonblock(s->out[0], 1);
-    crl_set_nonblock(s->out[1], 1);
-    return 0;
+    if (s->out[1] >= 0)
+        crl_set_nonblock(s->out[1], 1);
+    /* It runs: the host learns its pid before any of its output. */
+    struct crl_agent_started st = {.pid = pid};
+    char *j;
+    size_t n;
+    if (crl_agent_build_started(&st, &j, &n, err) < 0)
+        return -1;
+    return crl_ga_queue_json(a, CRL_AGENT_STARTED, id, j, n, err);
 }
 
 /* Write queued STDIN to the pipe; close it at the host's EOF.  Bytes the
@@ -272,6 +317,12 @@ static void session_signal(pid_t leader, const struct crl_agent_signal *m);
 
 void crl_ga_exec_signal(struct stream *s, const struct crl_agent_signal *m)
 {
+    /* The process, or the group it leads (setsid made it a leader). */
+    if (m->scope == CRL_AGENT_SIGNAL_PROCESS || m->scope == CRL_AGENT_SIGNAL_GROUP) {
+        if (s->pid > 0)
+            kill(m->scope == CRL_AGENT_SIGNAL_GROUP ? -s->pid : s->pid, m->signal);
+        return;
+    }
     bool tree = m->scope == CRL_AGENT_SIGNAL_TREE;
     if (s->leaf >= 0) {
         /* A kill of the tree is the kernel's, atomic with respect to forks;

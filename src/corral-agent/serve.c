@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -144,7 +145,7 @@ struct stream *crl_ga_stream_new(struct agent *a, uint32_t id, enum kind kind)
         return NULL;
     s->id = id;
     s->kind = kind;
-    s->out[0] = s->out[1] = s->in = s->fd = s->leaf = -1;
+    s->out[0] = s->out[1] = s->in = s->fd = s->leaf = s->tty = -1;
     crl_buf_init(&s->in_buf, CRL_BUF_UNBOUNDED);
     crl_agent_window_init(&s->win);
     s->next = a->streams;
@@ -170,6 +171,7 @@ void crl_ga_stream_drop(struct agent *a, struct stream *s)
     close_fd(&s->in);
     close_fd(&s->fd);
     close_fd(&s->leaf);
+    close_fd(&s->tty);
     crl_buf_free(&s->in_buf);
     free(s);
 }
@@ -229,12 +231,12 @@ static int do_config(struct agent *a, const struct crl_agent_frame *f, struct cr
     return crl_ga_queue_json(a, CRL_AGENT_READY, 0, j, n, err);
 }
 
-/* A frame on a stream that is not open: late STDIN, CREDIT, SIGNAL or
- * DATA for one that just ended is a race, not an error. */
+/* A frame on a stream that is not open: late STDIN, CREDIT, SIGNAL,
+ * RESIZE or DATA for one that just ended is a race, not an error. */
 static bool late(uint16_t type)
 {
     return type == CRL_AGENT_STDIN || type == CRL_AGENT_CREDIT || type == CRL_AGENT_SIGNAL ||
-           type == CRL_AGENT_DATA || type == CRL_AGENT_ERROR;
+           type == CRL_AGENT_DATA || type == CRL_AGENT_ERROR || type == CRL_AGENT_RESIZE;
 }
 
 static int on_stream_frame(struct agent *a, const struct crl_agent_frame *f, struct crl_err *err)
@@ -297,6 +299,18 @@ static int on_stream_frame(struct agent *a, const struct crl_agent_frame *f, str
             return crl_ga_stream_fail(a, s, f->stream, perr.msg, err);
         if (s->pid > 0)
             crl_ga_exec_signal(s, &m);
+        return 0;
+    }
+    case CRL_AGENT_RESIZE: {
+        struct crl_agent_resize m;
+        if (s->kind != K_EXEC || s->tty < 0)
+            return crl_ga_stream_fail(a, s, f->stream, "RESIZE on a stream without a terminal",
+                                      err);
+        if (crl_agent_parse_resize(f->payload, f->len, &m, &perr) < 0)
+            return crl_ga_stream_fail(a, s, f->stream, perr.msg, err);
+        struct winsize ws = {.ws_row = (unsigned short)m.rows, .ws_col = (unsigned short)m.cols};
+        if (ioctl(s->tty, TIOCSWINSZ, &ws) < 0)
+            crl_warn(NULL, "stream %u: resizing its terminal: %s", f->stream, strerror(errno));
         return 0;
     }
     case CRL_AGENT_DATA:

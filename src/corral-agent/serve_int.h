@@ -37,6 +37,7 @@ struct stream {
     int status;
     struct rusage ru;
     int leaf; /* K_EXEC as PID 1: its cgroup in the guest (a directory), or -1 */
+    int tty;  /* K_EXEC with a terminal: its master (out[0] and in are dups), or -1 */
     /* K_GET, K_PUT */
     int fd;
 };

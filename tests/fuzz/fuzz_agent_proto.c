@@ -123,6 +123,12 @@ static void fuzz_json(uint32_t type, const uint8_t *p, size_t len)
     case CRL_AGENT_SIGNAL:
         ROUNDTRIP(struct crl_agent_signal, crl_agent_parse_signal, crl_agent_build_signal);
         break;
+    case CRL_AGENT_STARTED:
+        ROUNDTRIP(struct crl_agent_started, crl_agent_parse_started, crl_agent_build_started);
+        break;
+    case CRL_AGENT_RESIZE:
+        ROUNDTRIP(struct crl_agent_resize, crl_agent_parse_resize, crl_agent_build_resize);
+        break;
     case CRL_AGENT_FILE_GET:
         ROUNDTRIP(struct crl_agent_file, crl_agent_parse_file, crl_agent_build_file,
                   CRL_AGENT_FILE_GET, );

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 (HELLO, CONFIG, READY, EXEC, STDIN, STDOUT, STDERR, EXIT, SIGNAL, FILE_GET,
- FILE_PUT, DATA, RESULT, CREDIT, PING, PONG, ERROR, BYE) = range(1, 19)
+ FILE_PUT, DATA, RESULT, CREDIT, PING, PONG, ERROR, BYE, STARTED, RESIZE) = range(1, 21)
 
 
 def frame(ftype, stream=0, payload=b"", flags=0, length=None):
@@ -39,7 +39,7 @@ USAGE = {"utime_us": 1200, "stime_us": 300, "maxrss_kb": 2048}
 SEEDS = {
     "guest_exec": stream(
         7,
-        frame(HELLO, 0, {"proto": 1, "agent": "corral-agent 0.1",
+        frame(HELLO, 0, {"proto": 2, "agent": "corral-agent 0.1",
                          "kernel": "6.1.0-28-cloud-amd64"}),
         frame(READY, 0, {"uptime_ms": 412}),
         frame(STDOUT, 1, b"hello\n"),
@@ -57,7 +57,8 @@ SEEDS = {
         frame(RESULT, 4, {"ok": False, "error": "no such file: /x", "errno": 2}),
         frame(ERROR, 4, {"message": "the disk is full"}),
         frame(EXIT, 5, {"reason": "signaled", "signal": 9, "usage": USAGE}),
-        frame(EXIT, 6, {"reason": "start_failed", "errno": 2, "usage": USAGE})),
+        frame(EXIT, 6, {"reason": "start_failed", "errno": 2, "usage": USAGE}),
+        frame(STARTED, 7, {"pid": 42})),
     "host_session": stream(
         11,
         frame(CONFIG, 0, {"hostname": "sb-1", "realtime_ns": 1764645000000000000,
@@ -68,6 +69,10 @@ SEEDS = {
         frame(STDIN, 1, b"input\n"),
         frame(STDIN, 1),
         frame(SIGNAL, 1, {"signal": 15}),
+        frame(EXEC, 3, {"argv": ["bash"], "env": [], "cwd": "/", "uid": 0, "gid": 0,
+                        "stdin": True, "tty": True, "rows": 50, "cols": 132}),
+        frame(RESIZE, 3, {"rows": 24, "cols": 80}),
+        frame(SIGNAL, 3, {"signal": 2, "scope": "group"}),
         frame(FILE_GET, 2, {"path": "/etc/hostname", "tar": False}),
         frame(FILE_PUT, 4, {"path": "/tmp/x", "mode": 420, "tar": False}),
         frame(DATA, 4, b"xyz"),
@@ -83,7 +88,9 @@ SEEDS = {
                               "seed": "AAAAAAAAAAAAAAAAAAAAAA==", "layers": []}),
     "json_exit": json_seed({"reason": "oom_killed", "signal": 9, "usage": USAGE}),
     "json_file": json_seed({"path": "/a/b", "mode": 493, "tar": True}),
-    "json_hello": json_seed({"proto": 1, "agent": "a", "kernel": "k"}),
+    "json_hello": json_seed({"proto": 2, "agent": "a", "kernel": "k"}),
+    "json_started": json_seed({"pid": 77}),
+    "json_resize": json_seed({"rows": 1, "cols": 4096}),
 }
 
 

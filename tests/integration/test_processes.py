@@ -274,6 +274,36 @@ def test_attach_needs_the_upgrade(corrald, deb):
 
 # ---- lifetimes and backends ----
 
+def test_the_process_api_on_each_backend(client, backend):
+    """What an agent framework uses, the same on a container and a microVM:
+    start, list, find, feed, follow, signal the process and its group, a
+    terminal that follows a resize."""
+    with client.create(backend=backend, image="debian", **SMALL) as sb:
+        p = sb.process.start("echo up; while read l; do echo \"got:$l\"; done; exit 9",
+                             tag="loop")
+        assert p.pid > 1 and [x.pid for x in sb.process.list()] == [p.pid]
+        read_until(p, b"up\n", timeout=30)
+        q = sb.process.get(p.pid)
+        q.send_stdin("a\n", eof=True)
+        assert q.wait(timeout=30).exit_code == 9
+        assert p.output().stdout == b"up\ngot:a\n"
+        g = sb.process.start("trap 'echo int; exit 3' INT; echo ready; while :; do sleep 0.05; done")
+        read_until(g, b"ready", timeout=30)
+        g.signal("INT", scope="group")
+        assert g.wait(timeout=30).exit_code == 3
+        t = sb.process.start(["bash", "--norc", "-i"], tty=(20, 70))
+        t.send_stdin("stty size\n")
+        read_until(t, b"20 70", timeout=30)
+        t.resize(31, 91)
+        start = t.output().next_offset
+        t.send_stdin("stty size; exit 5\n")
+        read_until(t, b"31 91", offset=start, timeout=30)
+        assert t.wait(timeout=30).exit_code == 5
+        k = sb.process.start("sleep 1000")
+        k.kill()
+        assert k.wait(timeout=30).signal == 9
+
+
 def test_background_processes_end_with_their_sandbox(client):
     sb = client.create(image="debian", **SMALL)
     p = sb.process.start("sleep 1000")

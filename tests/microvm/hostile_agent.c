@@ -126,7 +126,7 @@ int main(void)
         printf("hostile_agent: no port %s\n", name);
         reboot(RB_POWER_OFF);
     }
-    static const char hello[] = "{\"proto\":1,\"agent\":\"hostile 0\",\"kernel\":\"test\"}";
+    static const char hello[] = "{\"proto\":2,\"agent\":\"hostile 0\",\"kernel\":\"test\"}";
     frame(fd, CRL_AGENT_HELLO, 0, hello, sizeof(hello) - 1);
     static char payload[CRL_AGENT_MAX_JSON + 1];
     for (;;) {

@@ -156,6 +156,7 @@ struct run {
     uint32_t id;
     struct crl_buf out, err;
     bool exited, errored;
+    int pid; /* STARTED's */
     struct crl_agent_exit ex;
     char error[256];
     bool hold;         /* grant no CREDIT until told */
@@ -227,8 +228,21 @@ static bool route(struct host *h, struct run *runs, size_t n)
         if (r->id != h->f.stream)
             continue;
         switch (h->f.type) {
+        case CRL_AGENT_STARTED: {
+            struct crl_agent_started st;
+            if (r->pid || crl_agent_parse_started(h->f.payload, h->f.len, &st, &e) < 0) {
+                diag("stream %u: STARTED: %s", r->id, r->pid ? "twice" : e.msg);
+                return false;
+            }
+            r->pid = st.pid;
+            return true;
+        }
         case CRL_AGENT_STDOUT:
         case CRL_AGENT_STDERR:
+            if (!r->pid) {
+                diag("stream %u: output before STARTED", r->id);
+                return false;
+            }
             crl_buf_append(h->f.type == CRL_AGENT_STDOUT ? &r->out : &r->err, h->f.payload,
                            h->f.len);
             r->inflight += h->f.len;
@@ -308,6 +322,7 @@ static void t_echo(void)
     struct run r;
     host_exec(&h, &r, 0, false, (char *[]){"echo", "hi", NULL});
     ok(host_wait(&h, &r, 1, 5000), "echo hi ends");
+    ok(r.pid > 1, "STARTED came first, with its pid (%d)", r.pid);
     is_str(r.out.data ? r.out.data : "", "hi\n", "STDOUT is hi");
     ok(exited_with(&r, 0), "EXIT exited 0");
     ok(r.ex.maxrss_kb > 0, "usage: max RSS %lld kB", (long long)r.ex.maxrss_kb);
@@ -318,8 +333,8 @@ static void t_echo(void)
     run_free(&r);
     host_exec(&h, &r, 0, false, (char *[]){"/nonexistent/command", NULL});
     ok(host_wait(&h, &r, 1, 5000) && r.ex.reason == CRL_AGENT_START_FAILED &&
-           r.ex.error_no == ENOENT,
-       "a missing command: start_failed with ENOENT");
+           r.ex.error_no == ENOENT && r.pid == 0,
+       "a missing command: start_failed with ENOENT, never STARTED");
     run_free(&r);
     uint8_t ping[CRL_AGENT_PING_FRAME_SIZE];
     crl_agent_encode_ping(ping, CRL_AGENT_PING, 0x1122334455667788ull);
@@ -616,7 +631,7 @@ static int sess_frame(struct crl_agent_host *h, uint16_t type, uint32_t stream, 
     return crl_agent_host_next(h, &f, e);
 }
 
-#define HELLO "{\"proto\":1,\"agent\":\"a\",\"kernel\":\"k\"}"
+#define HELLO "{\"proto\":2,\"agent\":\"a\",\"kernel\":\"k\"}"
 
 static void sess_new(struct crl_agent_host *h, bool hello)
 {
@@ -678,7 +693,8 @@ static void t_session(void)
                  "RESULT on an exec's stream");
 
     /* A takeover: no HELLO awaited, one allowed (before or after READY). */
-    struct crl_agent_hello known = {.proto = 1, .agent = "a", .kernel = "old"};
+    struct crl_agent_hello known = {
+        .proto = CRL_AGENT_PROTO_VERSION, .agent = "a", .kernel = "old"};
     crl_agent_host_init(&h, &e);
     crl_agent_host_takeover(&h, &known);
     crl_agent_host_config_sent(&h);

@@ -96,7 +96,10 @@ static void test_types(void)
     }
     ok(crl_agent_type_info(0) == NULL && crl_agent_type_info(CRL_AGENT__TYPE_MAX + 1) == NULL &&
            crl_agent_type_info(0xffffffffu) == NULL,
-       "0 and types past BYE are unknown");
+       "0 and types past RESIZE are unknown");
+    ok(crl_agent_type_info(CRL_AGENT_STARTED)->senders == CRL_AGENT_SIDE_GUEST &&
+           crl_agent_type_info(CRL_AGENT_RESIZE)->senders == CRL_AGENT_SIDE_HOST,
+       "STARTED is the guest's, RESIZE the host's");
     is_str(crl_agent_type_name(99, b, sizeof(b)), "type 99", "an unknown type's name");
     is_str(crl_agent_type_name(CRL_AGENT_STDOUT, b, sizeof(b)), "STDOUT", "a known one's");
 }
@@ -113,7 +116,7 @@ static void guest_frames(struct wire *w)
         uint32_t stream;
         const char *p;
     } fs[] = {
-        {CRL_AGENT_HELLO, 0, "{\"proto\":1,\"agent\":\"a\",\"kernel\":\"6.1\"}"},
+        {CRL_AGENT_HELLO, 0, "{\"proto\":2,\"agent\":\"a\",\"kernel\":\"6.1\"}"},
         {CRL_AGENT_READY, 0, "{\"uptime_ms\":5}"},
         {CRL_AGENT_STDOUT, 3, "out"},
         {CRL_AGENT_STDERR, 3, "err\0with a NUL"},
@@ -510,10 +513,10 @@ static void test_msg_round_trips(void)
 
     struct crl_agent_hello h = {CRL_AGENT_PROTO_VERSION, "corral-agent 0.1", "6.1.0-cloud"}, h2;
     ok(crl_agent_build_hello(&h, &out, &n, &e) == 0 &&
-           crl_agent_parse_hello(out, n, &h2, &e) == 0 && h2.proto == 1 &&
+           crl_agent_parse_hello(out, n, &h2, &e) == 0 && h2.proto == CRL_AGENT_PROTO_VERSION &&
            strcmp(h2.agent, h.agent) == 0 && strcmp(h2.kernel, h.kernel) == 0,
        "HELLO round trip (%s)", e.msg);
-    is_str(out, "{\"proto\":1,\"agent\":\"corral-agent 0.1\",\"kernel\":\"6.1.0-cloud\"}",
+    is_str(out, "{\"proto\":2,\"agent\":\"corral-agent 0.1\",\"kernel\":\"6.1.0-cloud\"}",
            "  HELLO's text");
     free(out);
 
@@ -556,13 +559,15 @@ static void test_msg_round_trips(void)
 
     char *argv[] = {"sh", "-c", "echo caf\xc3\xa9 \"$X\"", NULL};
     char *env[] = {"X=1", "EMPTY=", "A=b=c", NULL};
-    struct crl_agent_exec x = {argv, 3, env, 3, "/work dir", 1000, 4294967294u, true, true}, x2;
+    struct crl_agent_exec x = {argv,        3,    env,  3,  "/work dir", 1000,
+                               4294967294u, true, true, 50, 132},
+                          x2;
     ok(crl_agent_build_exec(&x, &out, &n, &e) == 0 && crl_agent_parse_exec(out, n, &x2, &e) == 0,
        "EXEC round trip (%s)", e.msg);
     ok(x2.argc == 3 && x2.argv[3] == NULL && strcmp(x2.argv[2], argv[2]) == 0 && x2.envc == 3 &&
            x2.env[3] == NULL && strcmp(x2.env[2], "A=b=c") == 0 &&
            strcmp(x2.cwd, "/work dir") == 0 && x2.uid == 1000 && x2.gid == 4294967294u &&
-           x2.stdin_open && x2.tty,
+           x2.stdin_open && x2.tty && x2.rows == 50 && x2.cols == 132,
        "  every field");
     crl_agent_exec_free(&x2);
     free(out);
@@ -602,6 +607,34 @@ static void test_msg_round_trips(void)
            s2.scope == CRL_AGENT_SIGNAL_DESCENDANTS,
        "SIGNAL round trip with scope descendants: %s", built == 0 ? out : e.msg);
     free(out);
+    for (int sc = CRL_AGENT_SIGNAL_PROCESS; sc <= CRL_AGENT_SIGNAL_GROUP; sc++) {
+        s.scope = (enum crl_agent_signal_scope)sc;
+        built = crl_agent_build_signal(&s, &out, &n, &e);
+        ok(built == 0 && crl_agent_parse_signal(out, n, &s2, &e) == 0 && s2.scope == s.scope,
+           "SIGNAL round trip with scope %s", built == 0 ? out : e.msg);
+        free(out);
+    }
+    struct crl_agent_started st = {4242}, st2;
+    ok(crl_agent_build_started(&st, &out, &n, &e) == 0 &&
+           crl_agent_parse_started(out, n, &st2, &e) == 0 && st2.pid == 4242,
+       "STARTED round trip");
+    free(out);
+    const char *bad_pid = "{\"pid\":1}";
+    ok(crl_agent_parse_started(bad_pid, strlen(bad_pid), &st2, &e) == -1 &&
+           strstr(e.msg, "STARTED: pid 1 is out of range"),
+       "STARTED of pid 1 (the agent itself) is refused");
+    struct crl_agent_resize rz = {50, 132}, rz2;
+    ok(crl_agent_build_resize(&rz, &out, &n, &e) == 0 &&
+           crl_agent_parse_resize(out, n, &rz2, &e) == 0 && rz2.rows == 50 && rz2.cols == 132,
+       "RESIZE round trip");
+    free(out);
+    const char *big = "{\"rows\":5,\"cols\":4097}", *none = "{\"rows\":5}";
+    ok(crl_agent_parse_resize(big, strlen(big), &rz2, &e) == -1 &&
+           strstr(e.msg, "RESIZE: cols 4097 is out of range"),
+       "RESIZE past 4096 columns is refused");
+    ok(crl_agent_parse_resize(none, strlen(none), &rz2, &e) == -1 &&
+           strstr(e.msg, "RESIZE: cols is missing"),
+       "RESIZE without cols is refused");
     const char *bad_scope = "{\"signal\":9,\"scope\":\"all\"}";
     ok(crl_agent_parse_signal(bad_scope, strlen(bad_scope), &s2, &e) == -1, "an unknown scope");
     like(e.msg, "^SIGNAL: scope is not", "  is refused, saying so");
@@ -661,17 +694,18 @@ static void test_msg_refused(void)
                    */
         const char *json, *re;
     } cases[] = {
-        {0, "{\"proto\":2,\"agent\":\"a\",\"kernel\":\"k\"}",
-         "^HELLO: protocol version 2 is not supported \\(1 is\\)$"},
-        {0, "{\"proto\":1,\"agent\":\"a\"}", "^HELLO: kernel is missing$"},
-        {0, "{\"proto\":1,\"agent\":\"a\\n\",\"kernel\":\"k\"}",
+        {0, "{\"proto\":1,\"agent\":\"a\",\"kernel\":\"k\"}",
+         "^HELLO: protocol version 1 is not supported \\(2 is: a guest built by another "
+         "version of corral"},
+        {0, "{\"proto\":2,\"agent\":\"a\"}", "^HELLO: kernel is missing$"},
+        {0, "{\"proto\":2,\"agent\":\"a\\n\",\"kernel\":\"k\"}",
          "^HELLO: agent has byte 0x0a at offset 1$"},
-        {0, "{\"proto\":1,\"agent\":\"caf\\u00e9\",\"kernel\":\"k\"}", "agent has byte 0xc3"},
-        {0, "{\"proto\":1,\"proto\":1,\"agent\":\"a\",\"kernel\":\"k\"}", "^HELLO: not JSON"},
+        {0, "{\"proto\":2,\"agent\":\"caf\\u00e9\",\"kernel\":\"k\"}", "agent has byte 0xc3"},
+        {0, "{\"proto\":2,\"proto\":2,\"agent\":\"a\",\"kernel\":\"k\"}", "^HELLO: not JSON"},
         {0, "{\"proto\":\"1\",\"agent\":\"a\",\"kernel\":\"k\"}",
          "^HELLO: proto is not an integer$"},
-        {0, "{\"proto\":1.0,\"agent\":\"a\",\"kernel\":\"k\"}", "proto is not an integer"},
-        {0, "{\"proto\":1,\"agent\":\"a\",\"kernel\":\"k\",\"x\\u0001\":1}",
+        {0, "{\"proto\":2.0,\"agent\":\"a\",\"kernel\":\"k\"}", "proto is not an integer"},
+        {0, "{\"proto\":2,\"agent\":\"a\",\"kernel\":\"k\",\"x\\u0001\":1}",
          "^HELLO: unknown key \"x\\?\"$"},
         {0, "[1]", "^HELLO: not a JSON object$"},
         {0, "{", "^HELLO: not JSON at byte"},
@@ -817,7 +851,8 @@ static void test_msg_limits(void)
     char **argv = calloc(CRL_AGENT_MAX_ARGS + 2, sizeof(char *));
     for (int i = 0; i <= CRL_AGENT_MAX_ARGS; i++)
         argv[i] = "a";
-    struct crl_agent_exec x = {argv, CRL_AGENT_MAX_ARGS, NULL, 0, "/", 0, 0, false, false}, x2;
+    struct crl_agent_exec x = {argv, CRL_AGENT_MAX_ARGS, NULL, 0, "/", 0, 0, false, false, 0, 0},
+                          x2;
     ok(crl_agent_build_exec(&x, &out, &n, &e) == 0 && crl_agent_parse_exec(out, n, &x2, &e) == 0 &&
            x2.argc == CRL_AGENT_MAX_ARGS,
        "1024 arguments (%s)", e.msg);
@@ -835,7 +870,7 @@ static void test_msg_limits(void)
     long_arg[0] = 'Y';
     long_arg[1] = '=';
     argv[0] = long_arg + 2;
-    x = (struct crl_agent_exec){argv, 1, env, 1, "/", 0, 0, false, false};
+    x = (struct crl_agent_exec){argv, 1, env, 1, "/", 0, 0, false, false, 0, 0};
     ok(crl_agent_build_exec(&x, &out, &n, &e) == -1, "argv and env of 60 KiB are refused");
     like(e.msg, "^EXEC: argv and env are over 49152 bytes$", "  saying so");
     x.envc = 0;

@@ -204,6 +204,10 @@ struct mvm_sandbox {
 
 int mvm_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *err);
 int mvm_kill(struct crl_sandbox *sb, struct crl_proc *p, enum crl_kill_scope scope);
+int mvm_signal(struct crl_sandbox *sb, struct crl_proc *p, int sig, enum crl_signal_scope scope,
+               struct crl_err *err);
+int mvm_resize(struct crl_sandbox *sb, struct crl_proc *p, unsigned rows, unsigned cols,
+               struct crl_err *err);
 int mvm_open(struct crl_sandbox *sb, struct crl_open_req *o, struct crl_err *err);
 int mvm_stream(struct crl_sandbox *sb, struct crl_stream_req *t, struct crl_err *err);
 int mvm_snapshot_start(struct crl_sandbox *sb, struct crl_snapshot_req *rq, struct crl_err *err);

@@ -55,7 +55,7 @@ struct mvm_proc {
     bool in_file;           /* a restore's change set: read at in_off, never watched */
     off_t in_off;
     struct crl_watch w_in, w_out[2];
-    struct crl_timer started;
+    bool started; /* its owner heard of its start: at STARTED, or before its EXIT */
     bool exit_seen, stdin_done;
 };
 
@@ -108,7 +108,6 @@ static void proc_free(struct mvm_proc *x)
             *pp = x->next;
             break;
         }
-    crl_timer_stop(loop, &x->started);
     crl_watch_stop(loop, &x->w_in);
     for (int i = 0; i < 2; i++) {
         crl_watch_stop(loop, &x->w_out[i]);
@@ -324,6 +323,34 @@ static void stdin_end(struct mvm_proc *x)
     mvm_vm_send(&m->vm, CRL_AGENT_STDIN, x->id, NULL, 0);
 }
 
+/* The guest ran it (STARTED), or says how it ended before that (EXIT: it
+ * could not start, which the exec's status then says, as the container
+ * backend does): its owner hears of its start first, once. */
+static void proc_started(struct mvm_proc *x)
+{
+    if (x->started)
+        return;
+    x->started = true;
+    if (x->p)
+        x->p->on_start(x->p, NULL);
+    if (x->t)
+        x->t->started(x->t, NULL);
+}
+
+static void started_frame(struct mvm_proc *x, const struct crl_agent_frame *f)
+{
+    struct crl_agent_started st;
+    struct crl_err err = CRL_ERR_INIT;
+    if (x->started || crl_agent_parse_started(f->payload, f->len, &st, &err) < 0) {
+        mvm_vm_kill(&x->m->vm, "agent_protocol", "%s",
+                    x->started ? "STARTED twice on one stream" : err.msg);
+        return;
+    }
+    if (x->p)
+        x->p->ns_pid = st.pid;
+    proc_started(x);
+}
+
 static void exit_frame(struct mvm_proc *x, const struct crl_agent_frame *f)
 {
     struct mvm_sandbox *m = x->m;
@@ -333,6 +360,7 @@ static void exit_frame(struct mvm_proc *x, const struct crl_agent_frame *f)
         mvm_vm_kill(&m->vm, "agent_protocol", "%s", err.msg);
         return;
     }
+    proc_started(x);
     struct crl_proc *p = x->p;
     switch (e.reason) {
     case CRL_AGENT_EXITED: x->status = W_EXITCODE(e.code, 0); break;
@@ -395,6 +423,7 @@ static void proc_frame(struct mvm_proc *x, const struct crl_agent_frame *f)
         return;
     }
     case CRL_AGENT_CREDIT: stdin_watch(x); return;
+    case CRL_AGENT_STARTED: started_frame(x, f); return;
     case CRL_AGENT_EXIT: exit_frame(x, f); return;
     case CRL_AGENT_ERROR: {
         struct crl_agent_error e;
@@ -416,15 +445,6 @@ static void proc_frame(struct mvm_proc *x, const struct crl_agent_frame *f)
     }
 }
 
-static void proc_started(struct crl_timer *t)
-{
-    struct mvm_proc *x = t->data;
-    if (x->p)
-        x->p->on_start(x->p, NULL);
-    if (x->t)
-        x->t->started(x->t, NULL);
-}
-
 /* What a process in the guest is: its EXEC, and where its stdio goes
  * (corrald's ends: -1 for none). */
 struct start {
@@ -433,6 +453,8 @@ struct start {
     const char *cwd;
     uid_t uid;
     gid_t gid;
+    bool tty;               /* a terminal of the guest's: its output comes on out_w */
+    unsigned rows, cols;    /* tty */
     int out_w, err_w, in_r; /* taken, even on failure */
 };
 
@@ -463,6 +485,9 @@ static struct mvm_proc *proc_start(struct mvm_sandbox *m, struct start *st, stru
         .uid = st->uid,
         .gid = st->gid,
         .stdin_open = st->in_r >= 0,
+        .tty = st->tty,
+        .rows = st->rows,
+        .cols = st->cols,
     };
     snprintf(e.cwd, sizeof(e.cwd), "%s", st->cwd && st->cwd[0] ? st->cwd : "/");
     char *json = NULL;
@@ -490,8 +515,6 @@ static struct mvm_proc *proc_start(struct mvm_sandbox *m, struct start *st, stru
             crl_set_nonblock(fds[i], 1);
     x->next = m->procs;
     m->procs = x;
-    x->started.data = x;
-    crl_timer_start(loop_of(m), &x->started, 0, proc_started, x);
     return x;
 fail:
     for (int i = 0; i < 3; i++)
@@ -503,8 +526,10 @@ fail:
 int mvm_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *err)
 {
     struct mvm_sandbox *m = sb->priv;
+    /* A terminal's output is one stream: no stderr pipe. */
     int out[2] = {-1, -1}, er[2] = {-1, -1}, in[2] = {-1, -1};
-    if (pipe2(out, O_CLOEXEC) < 0 || pipe2(er, O_CLOEXEC) < 0 || pipe2(in, O_CLOEXEC) < 0) {
+    if (pipe2(out, O_CLOEXEC) < 0 || (!p->tty && pipe2(er, O_CLOEXEC) < 0) ||
+        pipe2(in, O_CLOEXEC) < 0) {
         crl_err_sys(err, errno, "an exec's pipes");
         close_fds(out, out[0] >= 0 ? 2 : 0);
         close_fds(er, er[0] >= 0 ? 2 : 0);
@@ -515,13 +540,17 @@ int mvm_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *err)
                        .cwd = p->cwd,
                        .uid = p->uid,
                        .gid = p->gid,
+                       .tty = p->tty,
+                       .rows = p->rows,
+                       .cols = p->cols,
                        .out_w = out[1],
                        .err_w = er[1],
                        .in_r = in[0]};
     struct mvm_proc *x = proc_start(m, &st, err);
     if (!x) {
         close(out[0]);
-        close(er[0]);
+        if (er[0] >= 0)
+            close(er[0]);
         close(in[1]);
         return -1;
     }
@@ -547,6 +576,44 @@ static int signal_proc(struct mvm_sandbox *m, struct mvm_proc *x, int sig,
     if (crl_agent_build_signal(&s, &json, &len, &err) < 0)
         return -1;
     return mvm_vm_send_json(&m->vm, CRL_AGENT_SIGNAL, x->id, json, len);
+}
+
+int mvm_signal(struct crl_sandbox *sb, struct crl_proc *p, int sig, enum crl_signal_scope scope,
+               struct crl_err *err)
+{
+    struct mvm_sandbox *m = sb->priv;
+    struct mvm_proc *x = p->priv;
+    if (!x || x->exit_seen)
+        return crl_err_set(err, CRL_E_CONFLICT, "process %d of %s has ended", (int)p->ns_pid,
+                           sb->id);
+    if (!serving(m))
+        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
+    enum crl_agent_signal_scope s = scope == CRL_SIGNAL_GROUP  ? CRL_AGENT_SIGNAL_GROUP
+                                    : scope == CRL_SIGNAL_TREE ? CRL_AGENT_SIGNAL_TREE
+                                                               : CRL_AGENT_SIGNAL_PROCESS;
+    if (signal_proc(m, x, sig, s) < 0)
+        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s: its guest is gone", sb->id);
+    return 0;
+}
+
+int mvm_resize(struct crl_sandbox *sb, struct crl_proc *p, unsigned rows, unsigned cols,
+               struct crl_err *err)
+{
+    struct mvm_sandbox *m = sb->priv;
+    struct mvm_proc *x = p->priv;
+    struct crl_agent_resize rz = {.rows = rows, .cols = cols};
+    char *json;
+    size_t len;
+    if (!x || x->exit_seen)
+        return crl_err_set(err, CRL_E_CONFLICT, "process %d of %s has ended", (int)p->ns_pid,
+                           sb->id);
+    if (!serving(m))
+        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is not running", sb->id);
+    if (crl_agent_build_resize(&rz, &json, &len, err) < 0)
+        return -1;
+    if (mvm_vm_send_json(&m->vm, CRL_AGENT_RESIZE, x->id, json, len) < 0)
+        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s: its guest is gone", sb->id);
+    return 0;
 }
 
 int mvm_kill(struct crl_sandbox *sb, struct crl_proc *p, enum crl_kill_scope scope)
@@ -716,7 +783,7 @@ void mvm_procs_end(struct mvm_sandbox *m)
         struct crl_open_req *o = x->o;
         struct mvm_view *view = x->view;
         struct crl_restore_req *rq = x->restore;
-        bool started = !crl_timer_armed(&x->started);
+        bool started = x->started;
         x->p = NULL;
         proc_free(x);
         struct crl_err err = CRL_ERR_INIT;
