@@ -1,7 +1,8 @@
 /* POST .../pause and .../resume: 200 with the sandbox as it is now.  A
  * pause also says what memory it gave back: the sandbox's charge before
  * and after it (0 released for a sandbox that was paused already).
- * PATCH .../network: the sandbox under its new network policy. */
+ * POST .../timeout: its ttl from now.  PATCH .../network: the sandbox
+ * under its new network policy. */
 #include "handlers_actions.h"
 
 #include <errno.h>
@@ -45,6 +46,24 @@ void crl_h_pause(struct crl_req *r)
 void crl_h_resume(struct crl_req *r)
 {
     pause_or_resume(r, false);
+}
+
+void crl_h_timeout(struct crl_req *r)
+{
+    static const char *const keys[] = {"timeout_s"};
+    struct crl_err err = CRL_ERR_INIT;
+    json_t *body = NULL, *t;
+    unsigned secs = 0;
+    if (crl_req_sandbox(r, &err) == 0 &&
+        crl_json_load(r->body.data, r->body.len, &body, &err) == 0 &&
+        crl_json_check_keys(body, "", keys, 1, &err) == 0) {
+        if (!(t = json_object_get(body, "timeout_s")))
+            crl_err_set(&err, CRL_E_INVALID, "timeout_s is required (seconds from now; 0: none)");
+        else if (crl_json_get_uint(t, "timeout_s", 0, 30 * 86400, &secs, &err) == 0)
+            crl_sandbox_set_timeout(r->sb, secs, &err);
+    }
+    json_decref(body);
+    crl_req_json_or_error(r, 200, err.code ? NULL : crl_sandbox_json(r->sb), &err);
 }
 
 /* Parse the body as a network policy and put it in force. */

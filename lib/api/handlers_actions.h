@@ -8,6 +8,8 @@ struct crl_req;
 void crl_h_pause(struct crl_req *r);
 /* 200 with the sandbox running again. */
 void crl_h_resume(struct crl_req *r);
+/* 200 with the sandbox whose ttl now ends {"timeout_s": N} from now. */
+void crl_h_timeout(struct crl_req *r);
 /* 200 with the sandbox under its new network policy (the body: a network
  * object, as at create). */
 void crl_h_network(struct crl_req *r);

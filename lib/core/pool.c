@@ -42,7 +42,8 @@ static char *template_key(const struct crl_spec *s)
     json_t *j = crl_spec_to_json(s);
     if (!j)
         return NULL;
-    static const char *const claim_sets[] = {"labels", "ttl_s", "idle_ttl_s", "env", "cwd"};
+    static const char *const claim_sets[] = {"labels", "ttl_s", "idle_ttl_s",
+                                             "on_ttl", "env",   "cwd"};
     for (size_t i = 0; i < CRL_ARRAY_SIZE(claim_sets); i++)
         json_object_del(j, claim_sets[i]);
     char *key = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);

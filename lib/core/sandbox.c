@@ -117,11 +117,46 @@ static void teardown(struct crl_sandbox *sb, enum crl_sb_state to)
 
 /* ---- timers ---- */
 
+static void ttl_expired(struct crl_timer *t);
+
+/* Its ttl runs `secs` from now (0: it has none). */
+static void arm_ttl(struct crl_sandbox *sb, unsigned secs)
+{
+    crl_timer_stop(sb->owner->loop, &sb->ttl_timer);
+    sb->expires_at = secs ? crl_wall_s() + secs : 0;
+    if (secs)
+        crl_timer_start(sb->owner->loop, &sb->ttl_timer, (uint64_t)secs * NS_PER_S, ttl_expired,
+                        sb);
+}
+
+/* Its time is up (`why`: "ttl" or "idle_ttl"): destroyed, or with on_ttl
+ * pause, paused until the next call (or a resume) starts it again. */
+static void expire(struct crl_sandbox *sb, const char *why, unsigned secs)
+{
+    struct crl_err err = CRL_ERR_INIT;
+    if (sb->spec.pause_on_ttl && sb->state == CRL_SB_PAUSED) {
+        sb->ttl_paused = true; /* paused already: a resume starts its time again */
+        sb->expires_at = 0;
+        return;
+    }
+    if (sb->spec.pause_on_ttl && crl_sandbox_pause(sb, &err) == 0) {
+        crl_info(sb->id, "%s of %us reached: paused", why, secs);
+        sb->ttl_paused = true;
+        sb->expires_at = 0;
+        return;
+    }
+    if (sb->spec.pause_on_ttl)
+        crl_warn(sb->id, "%s of %us reached and it cannot pause (%s): destroying", why, secs,
+                 err.msg);
+    else
+        crl_info(sb->id, "%s of %us reached: destroying", why, secs);
+    crl_sandbox_destroy(sb, why, NULL, NULL, NULL);
+}
+
 static void ttl_expired(struct crl_timer *t)
 {
     struct crl_sandbox *sb = t->data;
-    crl_info(sb->id, "ttl of %us reached: destroying", sb->spec.ttl_s);
-    crl_sandbox_destroy(sb, "ttl", NULL, NULL, NULL);
+    expire(sb, "ttl", sb->timeout_s);
 }
 
 static void idle_check(struct crl_timer *t)
@@ -130,8 +165,7 @@ static void idle_check(struct crl_timer *t)
     uint64_t idle_ns = (uint64_t)sb->spec.idle_ttl_s * NS_PER_S;
     uint64_t now = crl_now_ns();
     if (now - sb->last_active_ns >= idle_ns) {
-        crl_info(sb->id, "idle for %us: destroying", sb->spec.idle_ttl_s);
-        crl_sandbox_destroy(sb, "idle_ttl", NULL, NULL, NULL);
+        expire(sb, "idle_ttl", sb->spec.idle_ttl_s);
         return;
     }
     crl_timer_start(sb->owner->loop, &sb->idle_timer, idle_ns - (now - sb->last_active_ns),
@@ -148,8 +182,8 @@ void crl_sandbox_touch(struct crl_sandbox *sb)
 static void start_ttls(struct crl_sandbox *sb)
 {
     struct crl_loop *loop = sb->owner->loop;
-    if (sb->spec.ttl_s)
-        crl_timer_start(loop, &sb->ttl_timer, (uint64_t)sb->spec.ttl_s * NS_PER_S, ttl_expired, sb);
+    sb->timeout_s = sb->spec.ttl_s;
+    arm_ttl(sb, sb->timeout_s);
     if (sb->spec.idle_ttl_s)
         crl_timer_start(loop, &sb->idle_timer, (uint64_t)sb->spec.idle_ttl_s * NS_PER_S, idle_check,
                         sb);
@@ -166,6 +200,7 @@ static void let_go(struct crl_sandbox *sb)
 {
     crl_timer_stop(sb->owner->loop, &sb->ttl_timer);
     crl_timer_stop(sb->owner->loop, &sb->idle_timer);
+    sb->expires_at = 0;
     if (sb->claim_timer.heap_idx) { /* ended between its claim and the answer */
         crl_timer_stop(sb->owner->loop, &sb->claim_timer);
         notify(&sb->create_waiters, sb, &claim_lost);
@@ -253,6 +288,7 @@ int crl_sandbox_claim(struct crl_sandbox *sb, struct crl_spec *spec, crl_sandbox
     spec->cwd = cwd;
     sb->spec.ttl_s = spec->ttl_s;
     sb->spec.idle_ttl_s = spec->idle_ttl_s;
+    sb->spec.pause_on_ttl = spec->pause_on_ttl;
     sb->created_at = sb->ready_at = crl_wall_s();
     sb->last_active_ns = crl_now_ns();
     start_ttls(sb);
@@ -418,7 +454,22 @@ int crl_sandbox_resume(struct crl_sandbox *sb, struct crl_err *err)
     if (sb->spec.idle_ttl_s)
         crl_timer_start(sb->owner->loop, &sb->idle_timer, (uint64_t)sb->spec.idle_ttl_s * NS_PER_S,
                         idle_check, sb);
+    if (sb->ttl_paused) { /* its time was up: it starts again */
+        sb->ttl_paused = false;
+        arm_ttl(sb, sb->timeout_s);
+    }
     crl_info(sb->id, "resumed");
+    return 0;
+}
+
+int crl_sandbox_set_timeout(struct crl_sandbox *sb, unsigned timeout_s, struct crl_err *err)
+{
+    if (sb->state != CRL_SB_READY && sb->state != CRL_SB_PAUSED)
+        return not_ready(sb, err);
+    sb->timeout_s = timeout_s;
+    sb->ttl_paused = false;
+    arm_ttl(sb, timeout_s);
+    crl_info(sb->id, "ttl set to %us from now", timeout_s);
     return 0;
 }
 
@@ -483,8 +534,7 @@ json_t *crl_sandbox_json(struct crl_sandbox *sb)
     fmt_time_or_null(o, "created_at", sb->created_at);
     fmt_time_or_null(o, "ready_at", sb->ready_at);
     fmt_time_or_null(o, "ended_at", sb->ended_at);
-    if (sb->spec.ttl_s && sb->created_at > 0)
-        fmt_time_or_null(o, "expires_at", sb->created_at + sb->spec.ttl_s);
+    fmt_time_or_null(o, "expires_at", sb->expires_at);
     json_t *labels = json_object();
     for (size_t i = 0; i < sb->spec.n_labels; i++)
         json_object_set_new(labels, sb->spec.labels[i].key, json_string(sb->spec.labels[i].value));

@@ -91,6 +91,9 @@ struct crl_sandbox {
     char end_reason[32]; /* why it ended: destroyed, ttl, idle_ttl, init_exited, ... */
     char message[256];   /* what went wrong, for failed sandboxes */
     double created_at, ready_at, ended_at;
+    double expires_at;  /* when its ttl ends (wall clock); 0: never, or it is paused for it */
+    unsigned timeout_s; /* its ttl as last set: the spec's ttl_s, or POST .../timeout's */
+    bool ttl_paused;    /* its ttl (or idle ttl) paused it: a resume starts it again */
     uint64_t last_active_ns;
     struct crl_usage usage; /* final figures once ended */
     unsigned slot;
@@ -174,6 +177,9 @@ int crl_sandbox_on_end(struct crl_sandbox *sb, crl_sandbox_hook hook, struct crl
 
 /* Activity resets the idle TTL. */
 void crl_sandbox_touch(struct crl_sandbox *sb);
+/* Its ttl ends `timeout_s` seconds from now (0: never), whatever the spec
+ * said: a ready or paused sandbox only (409 otherwise). */
+int crl_sandbox_set_timeout(struct crl_sandbox *sb, unsigned timeout_s, struct crl_err *err);
 /* Is it in a state to run things?  A paused sandbox is resumed first, so
  * any exec, file or session call wakes it.  Fills err (CRL_E_CONFLICT) if
  * not. */

@@ -441,9 +441,9 @@ static int parse_services(json_t *v, struct crl_spec *s, struct crl_err *err)
 
 int crl_spec_from_json(json_t *root, struct crl_spec *s, struct crl_err *err)
 {
-    static const char *const keys[] = {"backend", "runtime", "image",      "resources",
-                                       "network", "ttl_s",   "idle_ttl_s", "labels",
-                                       "env",     "cwd",     "trajectory", "services"};
+    static const char *const keys[] = {
+        "backend",    "runtime", "image", "resources", "network",    "ttl_s",   "on_ttl",
+        "idle_ttl_s", "labels",  "env",   "cwd",       "trajectory", "services"};
     crl_spec_init(s);
     if (!json_is_object(root))
         return crl_err_set(err, CRL_E_INVALID, "the sandbox spec must be a JSON object");
@@ -512,6 +512,16 @@ int crl_spec_from_json(json_t *root, struct crl_spec *s, struct crl_err *err)
     if ((f = json_object_get(root, "idle_ttl_s")) &&
         crl_json_get_uint(f, "idle_ttl_s", 0, 30 * 86400, &s->idle_ttl_s, err) < 0)
         goto fail;
+    if ((f = json_object_get(root, "on_ttl"))) {
+        const char *v;
+        if (crl_json_get_string(f, "on_ttl", 16, &v, err) < 0)
+            goto fail;
+        if (strcmp(v, "pause") != 0 && strcmp(v, "destroy") != 0) {
+            crl_err_set(err, CRL_E_INVALID, "on_ttl must be destroy or pause, not '%s'", v);
+            goto fail;
+        }
+        s->pause_on_ttl = v[0] == 'p';
+    }
     if ((f = json_object_get(root, "labels")) && parse_labels(f, s, err) < 0)
         goto fail;
     if ((f = json_object_get(root, "env")) && parse_env(f, "env", &s->env, err) < 0)
@@ -559,6 +569,8 @@ json_t *crl_spec_to_json(const struct crl_spec *s)
     /* Only what was given: the spec a sandbox reports can be posted again. */
     if (o && s->cwd)
         json_object_set_new(o, "cwd", json_string(s->cwd));
+    if (o && s->pause_on_ttl)
+        json_object_set_new(o, "on_ttl", json_string("pause"));
     if (o && s->services)
         json_object_set_new(o, "services", crl_services_to_json(s->services));
     if (o && s->runtime[0])

@@ -42,6 +42,7 @@ struct crl_spec {
     struct crl_services *services;  /* NULL: none; owned, moves with the spec */
     unsigned ttl_s;                 /* 0: none */
     unsigned idle_ttl_s;            /* 0: none */
+    bool pause_on_ttl;              /* "on_ttl": "pause" (else "destroy") */
     struct crl_kv labels[CRL_SPEC_MAX_LABELS];
     size_t n_labels;
     char **env; /* "K=V", NULL-terminated; defaults for every exec */

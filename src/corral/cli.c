@@ -191,6 +191,7 @@ static const struct {
     {CRL_CLI_OPT_DISK, "--disk-mb", "resources.disk_mb"},
     {CRL_CLI_OPT_IDLE_TTL, "--idle-ttl", "idle_ttl_s"}, /* before ttl_s, its suffix */
     {CRL_CLI_OPT_TTL, "--ttl", "ttl_s"},
+    {CRL_CLI_OPT_ON_TTL, "--on-ttl", "on_ttl"},
     {CRL_CLI_OPT_LABEL, "--label", "label"},
     {CRL_CLI_OPT_ENV, "--env", "env"},
     {CRL_CLI_OPT_CWD, "--cwd", "cwd"},
@@ -214,6 +215,7 @@ int crl_cli_spec_flag(json_t *spec, int opt, const char *arg, struct crl_err *er
     case CRL_CLI_OPT_IMAGE:
     case CRL_CLI_OPT_CWD:
     case CRL_CLI_OPT_TRAJECTORY:
+    case CRL_CLI_OPT_ON_TTL:
         json_object_set_new(spec, field, json_string(arg));
         if (!json_object_get(spec, field))
             return crl_err_set(err, CRL_E_INVALID, "%s: '%s' is not valid UTF-8 text", flag, arg);

@@ -44,6 +44,7 @@ int crl_cmd_snapshot(int argc, char **argv);
 int crl_cmd_fork(int argc, char **argv);
 int crl_cmd_pause(int argc, char **argv);
 int crl_cmd_resume(int argc, char **argv);
+int crl_cmd_timeout(int argc, char **argv);
 int crl_cmd_net(int argc, char **argv);
 int crl_cmd_forward(int argc, char **argv);
 int crl_cmd_services(int argc, char **argv);
@@ -113,7 +114,7 @@ int crl_cli_parse_double(const char *flag, const char *s, double lo, double hi, 
 int crl_cli_parse_kv(const char *flag, const char *s, json_t *obj, struct crl_err *err);
 
 /* The spec flags (--backend --image --cpus --memory-mb --pids --disk-mb
- * --ttl --idle-ttl --label --env --cwd --trajectory), as getopt_long() entries whose
+ * --ttl --idle-ttl --on-ttl --label --env --cwd --trajectory), as getopt_long() entries whose
  * values are CRL_CLI_SPEC_FIRST and up; CRL_CLI_SPEC_OPTIONS goes inside a
  * command's `struct option` table. */
 enum {
@@ -126,6 +127,7 @@ enum {
     CRL_CLI_OPT_DISK,
     CRL_CLI_OPT_TTL,
     CRL_CLI_OPT_IDLE_TTL,
+    CRL_CLI_OPT_ON_TTL,
     CRL_CLI_OPT_LABEL,
     CRL_CLI_OPT_ENV,
     CRL_CLI_OPT_CWD,
@@ -143,6 +145,7 @@ enum {
     {"disk-mb", required_argument, 0, CRL_CLI_OPT_DISK},                                           \
     {"ttl", required_argument, 0, CRL_CLI_OPT_TTL},                                                \
     {"idle-ttl", required_argument, 0, CRL_CLI_OPT_IDLE_TTL},                                      \
+    {"on-ttl", required_argument, 0, CRL_CLI_OPT_ON_TTL},                                          \
     {"label", required_argument, 0, CRL_CLI_OPT_LABEL},                                            \
     {"env", required_argument, 0, CRL_CLI_OPT_ENV},                                                \
     {"cwd", required_argument, 0, CRL_CLI_OPT_CWD},                                                \
@@ -158,6 +161,8 @@ enum {
     "  --disk-mb N         writable layer size in MiB (default 1024)\n"                  \
     "  --ttl S             destroy S seconds after creation; 0: never (default 3600)\n"  \
     "  --idle-ttl S        destroy after S seconds without use; 0: never (default 0)\n"  \
+    "  --on-ttl WHAT       what its ttl or idle ttl does: destroy (default) or pause\n"  \
+    "                      (the next call resumes it)\n"                                 \
     "  --label K=V         a label (repeatable)\n"                                       \
     "  --env K=V           environment of every process (repeatable)\n"                  \
     "  --cwd DIR           default working directory\n"                                  \

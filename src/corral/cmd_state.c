@@ -45,6 +45,15 @@ static const char resume_help[] = "usage: corral resume [--json] ID\n"
                                   "\n"
                                   "  --json              print the sandbox as JSON\n";
 
+static const char timeout_help[] =
+    "usage: corral timeout [--json] ID SECONDS\n"
+    "\n"
+    "Sandbox ID's ttl ends SECONDS from now (0: it has none), longer or shorter\n"
+    "than its spec said; what it does then is its spec's on_ttl (destroy, or\n"
+    "pause).  Prints the sandbox's id (its expires_at with --json).\n"
+    "\n"
+    "  --json              print the sandbox as JSON\n";
+
 static const char net_help[] =
     "usage: corral net [--allow RULE]... [--deny RULE]... [--json] ID none|allow|full\n"
     "\n"
@@ -185,6 +194,34 @@ int crl_cmd_pause(int argc, char **argv)
 int crl_cmd_resume(int argc, char **argv)
 {
     return pause_resume(argc, argv, "resume", resume_help);
+}
+
+int crl_cmd_timeout(int argc, char **argv)
+{
+    enum { OPT_JSON = CRL_CLI_OPT_OTHER };
+    static const struct option opts[] = {
+        {"json", no_argument, 0, OPT_JSON}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    struct crl_err err = CRL_ERR_INIT;
+    bool as_json = false;
+    long long secs;
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (c) {
+        case OPT_JSON: as_json = true; break;
+        case 'h': return crl_cli_help(timeout_help);
+        default: return crl_cli_bad_option(argv[0], argv, c);
+        }
+    }
+    if (argc - optind != 2)
+        return crl_cli_usage(argv[0], "needs a sandbox id and a number of seconds");
+    const char *id = argv[optind];
+    if (!crl_client_id_ok(id))
+        return crl_cli_usage(argv[0], "'%s' is not a sandbox id", id);
+    if (crl_cli_parse_int("SECONDS", argv[optind + 1], 0, 30 * 86400, &secs, &err) < 0)
+        return crl_cli_usage(argv[0], "%s", err.msg);
+    json_auto_t *body = json_pack("{s:I}", "timeout_s", (json_int_t)secs);
+    return post(id, "timeout", body, as_json, "id");
 }
 
 int crl_cmd_net(int argc, char **argv)

@@ -31,6 +31,7 @@ static const struct {
     {"fork", crl_cmd_fork, "a new sandbox from a sandbox's state, a step or a checkpoint"},
     {"pause", crl_cmd_pause, "freeze a sandbox's processes"},
     {"resume", crl_cmd_resume, "thaw a paused sandbox"},
+    {"timeout", crl_cmd_timeout, "end a sandbox's ttl a number of seconds from now"},
     {"net", crl_cmd_net, "change a sandbox's network policy while it runs"},
     {"forward", crl_cmd_forward, "a local port that reaches a port of a sandbox"},
     {"services", crl_cmd_services, "a sandbox's services and their newest exchanges"},

@@ -67,7 +67,8 @@ static bool same_spec(const struct crl_spec *a, const struct crl_spec *b)
     if (strcmp(a->backend, b->backend) || strcmp(a->image, b->image) || a->cpus != b->cpus ||
         a->memory_mb != b->memory_mb || a->pids != b->pids || a->disk_mb != b->disk_mb ||
         !same_network(a->network, b->network) || !same_services(a->services, b->services) ||
-        a->ttl_s != b->ttl_s || a->idle_ttl_s != b->idle_ttl_s || a->n_labels != b->n_labels ||
+        a->ttl_s != b->ttl_s || a->idle_ttl_s != b->idle_ttl_s ||
+        a->pause_on_ttl != b->pause_on_ttl || a->n_labels != b->n_labels ||
         crl_strv_len(a->env) != crl_strv_len(b->env) || !a->cwd != !b->cwd ||
         (a->cwd && strcmp(a->cwd, b->cwd)))
         return false;

@@ -97,6 +97,7 @@ def build_spec(spec: Mapping[str, Any] | None = None, *, backend: str | None = N
                memory_mb: int | None = None, cpus: float | None = None,
                pids: int | None = None, disk_mb: int | None = None,
                ttl_s: int | None = None, idle_ttl_s: int | None = None,
+               on_ttl: str | None = None,
                labels: Mapping[str, str] | None = None, env: Mapping[str, str] | None = None,
                cwd: str | None = None, network: str | Mapping[str, Any] | None = None,
                services: Sequence[Mapping[str, Any]] | None = None,
@@ -105,7 +106,8 @@ def build_spec(spec: Mapping[str, Any] | None = None, *, backend: str | None = N
     out: JSONObject = json.loads(json.dumps(spec or {}))  # a deep copy
     value: Any
     for key, value in (("backend", backend), ("runtime", runtime), ("image", image),
-                       ("ttl_s", ttl_s), ("idle_ttl_s", idle_ttl_s), ("labels", labels),
+                       ("ttl_s", ttl_s), ("idle_ttl_s", idle_ttl_s), ("on_ttl", on_ttl),
+                       ("labels", labels),
                        ("env", env), ("cwd", cwd), ("trajectory", trajectory),
                        ("services", services)):
         if value is not None:

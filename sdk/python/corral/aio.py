@@ -254,6 +254,12 @@ class AsyncSandbox:
         self.info = await self.client._json("POST", f"{self._path}/resume")
         return self.info
 
+    async def set_timeout(self, timeout_s: int) -> JSONObject:
+        """End the ttl ``timeout_s`` seconds from now; see Sandbox.set_timeout()."""
+        self.info = await self.client._json("POST", f"{self._path}/timeout",
+                                            {"timeout_s": timeout_s})
+        return self.info
+
     def url(self, port: int, path: str = "/") -> str:
         """Where a request reaches ``port`` of the sandbox through corrald's
         port proxy: ``{client url}/v1/sandboxes/{id}/ports/{port}{path}``.

@@ -56,7 +56,8 @@ class Client:
 
         Keyword fields: backend, runtime (the function backend's: "shell" or
         "python"), image, memory_mb, cpus, pids, disk_mb, ttl_s,
-        idle_ttl_s, labels, env, cwd, network, services, trajectory; they go over
+        idle_ttl_s, on_ttl ("destroy", the default, or "pause": the next
+        call resumes it), labels, env, cwd, network, services, trajectory; they go over
         ``spec``, a dict in the form of docs/api.md.  Use the Sandbox as a
         context manager to destroy it when done.
 
@@ -311,6 +312,13 @@ class Sandbox:
     def resume(self) -> JSONObject:
         """Thaw a paused sandbox.  Returns the sandbox's info."""
         self.info = self.client._json("POST", f"{self._path}/resume")
+        return self.info
+
+    def set_timeout(self, timeout_s: int) -> JSONObject:
+        """End the sandbox's ttl ``timeout_s`` seconds from now (0: never),
+        longer or shorter than its spec said; its ``on_ttl`` says what
+        happens then.  Returns the sandbox's info (``expires_at``)."""
+        self.info = self.client._json("POST", f"{self._path}/timeout", {"timeout_s": timeout_s})
         return self.info
 
     def url(self, port: int, path: str = "/") -> str:
