@@ -113,7 +113,7 @@ $(B)/corral-init: src/corral-init/main.c lib/util/rawsys.h lib/backend/container
 # daemon's libraries have no place in a guest).  jansson from libjansson.a.
 AGENT_SRC := $(wildcard src/corral-agent/*.c) lib/agent/proto.c lib/agent/msg.c lib/util/err.c \
              lib/util/buf.c lib/util/fdio.c lib/util/log.c lib/util/path.c lib/guest/boot.c \
-             lib/helper/tar.c lib/helper/apply.c lib/helper/file_in.c
+             lib/helper/tar.c lib/helper/apply.c lib/helper/file_in.c lib/helper/fsop.c
 # libarchive and what its tar and filters need, static (archive_shim.c says
 # why the rest of its formats stay out).
 AGENT_LIBS := -l:libjansson.a -l:libarchive.a -l:libnettle.a -l:libacl.a -l:liblzma.a \

@@ -276,6 +276,42 @@ static int start_stream(struct crl_req *r, enum crl_stream_kind kind, struct crl
 
 /* ---- GET ---- */
 
+/* One range of RFC 9110 ("bytes=A-B", "bytes=A-", "bytes=-N") of a file
+ * of `size` bytes: its start and length, or 400 for any other form (a
+ * list of ranges too) and for one that is past the end. */
+static int parse_range(const char *v, uint64_t size, uint64_t *from, uint64_t *len,
+                       struct crl_err *err)
+{
+    unsigned long long a = 0, b = 0;
+    int n = -1;
+    if (strncmp(v, "bytes=", 6) != 0)
+        goto bad;
+    v += 6;
+    if (v[0] == '-') {
+        if (sscanf(v + 1, "%llu%n", &b, &n) != 1 || v[1 + n] || b == 0)
+            goto bad;
+        *from = b < size ? size - b : 0;
+        *len = size - *from;
+    } else {
+        if (sscanf(v, "%llu-%n", &a, &n) != 1 || n < 0)
+            goto bad;
+        const char *rest = v + n;
+        if (*rest && (sscanf(rest, "%llu%n", &b, &n) != 1 || rest[n] || b < a))
+            goto bad;
+        if (a >= size)
+            return crl_err_set(err, CRL_E_INVALID, "range %s starts past the end (%llu bytes)",
+                               v - 6, (unsigned long long)size);
+        *from = a;
+        *len = (*rest && b < size ? b + 1 : size) - a;
+    }
+    if (*len == 0)
+        return crl_err_set(err, CRL_E_INVALID, "range %s is empty: the file has no bytes", v - 6);
+    return 0;
+bad:
+    return crl_err_set(err, CRL_E_INVALID,
+                       "Range must be one range of bytes: bytes=A-B, bytes=A- or bytes=-N");
+}
+
 static void get_opened(struct crl_open_req *o, int fd, bool is_dir, uint64_t size,
                        const struct crl_err *err)
 {
@@ -302,15 +338,29 @@ static void get_opened(struct crl_open_req *o, int fd, bool is_dir, uint64_t siz
             crl_req_error(r, &e);
     } else {
         struct stat st;
-        char mode[8] = "";
+        char mode[8] = "", cr[80];
+        uint64_t from = 0, len = size;
+        const char *range = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Range");
         if (fstat(fd, &st) == 0)
             snprintf(mode, sizeof(mode), "%04o", (unsigned)(st.st_mode & 07777));
-        struct MHD_Response *resp = MHD_create_response_from_fd((uint64_t)size, fd);
+        if (range && parse_range(range, size, &from, &len, &e) < 0) {
+            close(fd);
+            crl_req_error(r, &e);
+            crl_req_pending_done(r);
+            return;
+        }
+        struct MHD_Response *resp = MHD_create_response_from_fd_at_offset64(len, fd, from);
         MHD_add_response_header(resp, "Content-Type", "application/octet-stream");
         MHD_add_response_header(resp, "X-Corral-Kind", "file");
+        MHD_add_response_header(resp, "Accept-Ranges", "bytes");
         if (mode[0])
             MHD_add_response_header(resp, "X-Corral-Mode", mode);
-        crl_req_respond(r, 200, resp);
+        if (range) {
+            snprintf(cr, sizeof(cr), "bytes %llu-%llu/%llu", (unsigned long long)from,
+                     (unsigned long long)(from + len - 1), (unsigned long long)size);
+            MHD_add_response_header(resp, "Content-Range", cr);
+        }
+        crl_req_respond(r, range ? 206 : 200, resp);
     }
     crl_req_pending_done(r);
 }

@@ -25,6 +25,8 @@ enum crl_endpoint {
     CRL_EP_SESSION,          /* DELETE close */
     CRL_EP_SESSION_RUN,      /* POST */
     CRL_EP_FILES,            /* GET read, PUT write */
+    CRL_EP_FS,               /* GET stat|list, POST mkdir|move|remove */
+    CRL_EP_FS_WATCH,         /* GET: NDJSON events */
     CRL_EP_PROCESSES,        /* GET list, POST start */
     CRL_EP_PROCESS,          /* GET inspect, DELETE forget */
     CRL_EP_PROCESS_OUTPUT,   /* GET: NDJSON from an offset */

@@ -7,6 +7,7 @@
 #include "handlers_ports.h"
 #include "handlers_exec.h"
 #include "handlers_files.h"
+#include "handlers_fs.h"
 #include "handlers_functions.h"
 #include "handlers_images.h"
 #include "handlers_pools.h"

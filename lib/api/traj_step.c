@@ -191,10 +191,10 @@ static int canonical(struct crl_req *r, struct crl_step *c, struct crl_err *err)
     json_t *q = json_pack("{s:s}", "kind", c->kind);
     if (r->route.ep == CRL_EP_SESSION || r->route.ep == CRL_EP_SESSION_RUN)
         json_object_set_new(q, "session", json_string(r->route.sub));
-    if (r->route.ep == CRL_EP_FILES) {
+    if (r->route.ep == CRL_EP_FILES || r->route.ep == CRL_EP_FS) {
         json_t *qs = json_object();
-        const char *keys[] = {"path", "user", "mode"};
-        for (int i = 0; i < 3; i++) {
+        const char *keys[] = {"path", "user", "mode", "depth"};
+        for (int i = 0; i < 4; i++) {
             const char *v = crl_req_query(r, keys[i]);
             if (v)
                 json_object_set_new(qs, keys[i], json_string(v));

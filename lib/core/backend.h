@@ -97,12 +97,22 @@ enum crl_stream_kind {
     CRL_STREAM_TAR_OUT, /* a directory, out as a tar stream */
     CRL_STREAM_TAR_IN,  /* a tar stream extracted into a directory */
     CRL_STREAM_FILE_IN, /* bytes to one file, replaced whole or not at all */
+    CRL_STREAM_FS,      /* a filesystem operation (path: its JSON request, lib/helper/fsop.h):
+                           its JSON answer out */
+    CRL_STREAM_WATCH,   /* a directory's events out, one JSON object a line, until
+                           stream_cancel or the directory goes */
 };
+/* Does corrald read the stream's data (else it writes it)? */
+static inline bool crl_stream_out(enum crl_stream_kind k)
+{
+    return k == CRL_STREAM_TAR_OUT || k == CRL_STREAM_FS || k == CRL_STREAM_WATCH;
+}
 
 struct crl_stream_req {
     enum crl_stream_kind kind;
     const char *path;
-    mode_t mode; /* FILE_IN */
+    mode_t mode;    /* FILE_IN */
+    bool recursive; /* WATCH */
     uid_t uid;
     gid_t gid;
     int data_fd; /* set by the backend: corrald's end of the bytes */
@@ -268,6 +278,10 @@ struct crl_backend_ops {
                   struct crl_err *err);
     int (*open)(struct crl_sandbox *sb, struct crl_open_req *o, struct crl_err *err);
     int (*stream)(struct crl_sandbox *sb, struct crl_stream_req *t, struct crl_err *err);
+    /* End a started stream whose reader has gone (a watch), where closing
+     * data_fd alone does not reach its helper; its done still comes.  May
+     * be NULL. */
+    void (*stream_cancel)(struct crl_sandbox *sb, struct crl_stream_req *t);
 
     /* Checkpoints: open the writable layer to read (synchronous; or, where
      * it must be fetched first, snapshot_start: a backend has one of the

@@ -41,6 +41,8 @@ int crl_ga_init_config(const struct crl_agent_config *c, bool first, struct crl_
 #define CRL_GA_BUILTIN_FILE_OUT "corral:file-out"
 #define CRL_GA_BUILTIN_LAYER_OUT "corral:layer-out"
 #define CRL_GA_BUILTIN_LAYER_IN "corral:layer-in"
+#define CRL_GA_BUILTIN_FS "corral:fs" /* REQUEST: a filesystem operation (lib/helper/fsop.h) */
+#define CRL_GA_BUILTIN_WATCH "corral:watch" /* PATH 0|1: its events, recursive with 1 */
 /* corral:layer-out finds the writable layer (crl_ga_rw_fd) here. */
 #define CRL_GA_LAYER_FD 3
 /* In an EXEC's child, in its ids and cwd: the exit status. */

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "../../lib/helper/file_in.h"
+#include "../../lib/helper/fsop.h"
 #include "../../lib/helper/stream.h"
 #include "../../lib/helper/tar.h"
 #include "../../lib/util/fdio.h"
@@ -78,9 +79,33 @@ static int file_out(char *const argv[])
     return CRL_STREAM_OK;
 }
 
+/* The filesystem API's operation, or a watch, on the guest's tree: the
+ * answer (or the events) on stdout, why not on stderr. */
+static int fs(char *const argv[], bool watch)
+{
+    char msg[512] = "";
+    if (!argv[1] || (watch && (!argv[2] || argv[3])) || (!watch && argv[2])) {
+        dprintf(2, "%s: wrong arguments\n", argv[0]);
+        return CRL_STREAM_FAILED;
+    }
+    int root = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (root < 0) {
+        dprintf(2, "/: %s\n", strerror(errno));
+        return CRL_STREAM_FAILED;
+    }
+    int code = watch ? crl_fsop_watch(root, argv[1], strcmp(argv[2], "1") == 0, 1, msg, sizeof(msg))
+                     : crl_fsop_run(root, argv[1], 1, msg, sizeof(msg));
+    if (code != CRL_STREAM_OK)
+        dprintf(2, "%s\n", msg);
+    close(root);
+    return code;
+}
+
 int crl_ga_builtin(char *const argv[])
 {
     char msg[512] = "";
+    if (strcmp(argv[0], CRL_GA_BUILTIN_FS) == 0 || strcmp(argv[0], CRL_GA_BUILTIN_WATCH) == 0)
+        return fs(argv, strcmp(argv[0], CRL_GA_BUILTIN_WATCH) == 0);
     if (strcmp(argv[0], CRL_GA_BUILTIN_FILE_IN) == 0)
         return file_in(argv);
     if (strcmp(argv[0], CRL_GA_BUILTIN_FILE_OUT) == 0)

@@ -258,7 +258,7 @@ int crl_ctr_stream(struct crl_sandbox *sb, struct crl_stream_req *t, struct crl_
     int ret = -1;
     char leaf[32];
     snprintf(leaf, sizeof(leaf), "t%llu", (unsigned long long)++sb->next_seq);
-    bool ours_writes = t->kind != CRL_STREAM_TAR_OUT;
+    bool ours_writes = !crl_stream_out(t->kind);
     int msg[2];
     if (pipe_pair(&t->data_fd, &fds[1], ours_writes, err) < 0)
         goto out;
@@ -274,7 +274,7 @@ int crl_ctr_stream(struct crl_sandbox *sb, struct crl_stream_req *t, struct crl_
     memset(rq, 0, sizeof(*rq));
     rq->op = CRL_SPAWN_STREAM;
     rq->u.stream.kind = t->kind;
-    rq->u.stream.mode = t->mode;
+    rq->u.stream.mode = t->kind == CRL_STREAM_WATCH ? t->recursive : t->mode;
     rq->u.stream.uid = t->uid;
     rq->u.stream.gid = t->gid;
     rq->u.stream.n_cgroup_fds = (uint32_t)ncg;

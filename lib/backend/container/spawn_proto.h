@@ -135,8 +135,8 @@ struct crl_spawn_open {
 };
 
 struct crl_spawn_stream {
-    uint32_t kind; /* enum crl_stream_kind; strings: the path */
-    uint32_t mode;
+    uint32_t kind; /* enum crl_stream_kind; strings: the path (FS: the request) */
+    uint32_t mode; /* FILE_IN; WATCH: 1 recursive */
     uint32_t uid, gid;
     uint32_t n_cgroup_fds;
 };

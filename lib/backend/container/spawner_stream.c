@@ -23,6 +23,7 @@
 
 #include "../../core/backend.h"
 #include "../../helper/file_in.h"
+#include "../../helper/fsop.h"
 #include "../../helper/seccomp.h"
 #include "../../helper/tar.h"
 #include "../../util/cleanup.h"
@@ -114,6 +115,17 @@ static void stream_child(const struct crl_spawn_req *rq_in, int *fds, const char
         code = crl_tar_apply(data, CRL_TAR_APPLY_OWNERS, &n, msg, sizeof(msg));
         goto out;
     }
+    if (st->kind == CRL_STREAM_FS || st->kind == CRL_STREAM_WATCH) {
+        /* our root is the sandbox's since the setns */
+        int root = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (root < 0)
+            code = crl_tar_status_of_errno(errno);
+        else if (st->kind == CRL_STREAM_FS)
+            code = crl_fsop_run(root, path, data, msg, sizeof(msg));
+        else
+            code = crl_fsop_watch(root, path, st->mode == 1, data, msg, sizeof(msg));
+        goto out;
+    }
     if (st->kind == CRL_STREAM_FILE_IN) {
         code = crl_file_in(data, msgfd, path, st->mode, msg, sizeof(msg));
         goto out;
@@ -150,7 +162,7 @@ out:
 void crl_spawner_handle_stream(const struct crl_spawn_req *rq, int *fds, int nfds)
 {
     if ((unsigned)nfds != 3 + rq->u.stream.n_cgroup_fds || rq->strings_len == 0 ||
-        rq->strings[rq->strings_len - 1] != 0 || rq->u.stream.kind > CRL_STREAM_FILE_IN) {
+        rq->strings[rq->strings_len - 1] != 0 || rq->u.stream.kind > CRL_STREAM_WATCH) {
         crl_spawner_reply(rq->id, EPROTO, CRL_STEP_NONE, 0, NULL, 0, "stream: malformed request");
         return;
     }

@@ -2,14 +2,17 @@
  * opened by corrald beneath the keeper's descriptor of it (function_int.h). */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "../../core/host.h"
+#include "../../helper/fsop.h"
 #include "../../util/path.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"
@@ -135,12 +138,133 @@ static void upload_started(struct crl_timer *tm)
     u->t->started(u->t, NULL);
 }
 
+/* ---- the filesystem API: a thread of corrald's beneath the scratch dir ----
+ *
+ * An operation, or a watch (which runs until its reader closes data_fd),
+ * on a thread of its own with the sandbox's uid and gid as its filesystem
+ * ids (setfsuid: that thread's alone, and without root's file
+ * capabilities), under the scratch dir, as lib/helper/fsop.h resolves. */
+
+struct fn_fs {
+    struct crl_sandbox *sb;
+    struct crl_stream_req *t;
+    int root;  /* the scratch dir, the thread's */
+    char *arg; /* the request, or the path watched */
+    uid_t uid;
+    gid_t gid;
+    int data_w, msg_w;  /* the thread's ends */
+    int done_r, done_w; /* the thread's code, one byte, then EOF */
+    struct crl_watch w;
+};
+
+static void *fs_thread(void *arg)
+{
+    struct fn_fs *q = arg;
+    char msg[512] = "";
+    unsigned char code;
+    /* A watch only looks (and /proc/self/fd, which it names a directory
+     * by, is root's): as root, beneath the scratch dir all the same. */
+    bool op = q->t->kind == CRL_STREAM_FS;
+    if (op && (syscall(SYS_setfsgid, q->gid) < 0 || syscall(SYS_setfsuid, q->uid) < 0))
+        code = CRL_STREAM_FAILED;
+    else if (op)
+        code = (unsigned char)crl_fsop_run(q->root, q->arg, q->data_w, msg, sizeof(msg));
+    else
+        code = (unsigned char)crl_fsop_watch(q->root, q->arg, q->t->recursive, q->data_w, msg,
+                                             sizeof(msg));
+    close(q->data_w);
+    close(q->root);
+    dprintf(q->msg_w, "%s\n", msg);
+    close(q->msg_w);
+    (void)!write(q->done_w, &code, 1);
+    close(q->done_w);
+    return NULL;
+}
+
+static void fs_done(struct crl_watch *w, uint32_t ev)
+{
+    struct fn_fs *q = w->data;
+    unsigned char code = CRL_STREAM_FAILED;
+    if (read(q->done_r, &code, 1) < 0 && errno == EAGAIN)
+        return;
+    crl_watch_stop(q->sb->host->loop, &q->w);
+    close(q->done_r);
+    struct crl_stream_req *t = q->t;
+    struct crl_sandbox *sb = q->sb;
+    free(q->arg);
+    free(q);
+    t->done(t, code);
+    crl_sandbox_unref(sb);
+}
+
+static void fs_started(struct crl_timer *tm)
+{
+    struct crl_stream_req *t = tm->data;
+    free(tm);
+    t->started(t, NULL);
+}
+
+static int fs_stream(struct crl_sandbox *sb, int scratch, struct crl_stream_req *t,
+                     struct crl_err *err)
+{
+    struct fn_sandbox *f = sb->priv;
+    struct fn_fs *q = calloc(1, sizeof(*q));
+    struct crl_timer *tm = calloc(1, sizeof(*tm));
+    int data[2] = {-1, -1}, msg[2] = {-1, -1}, done[2] = {-1, -1};
+    if (!q || !tm || !(q->arg = strdup(t->path))) {
+        crl_err_sys(err, ENOMEM, "a filesystem operation");
+        goto fail;
+    }
+    if (pipe2(data, O_CLOEXEC) < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, msg) < 0 ||
+        pipe2(done, O_CLOEXEC) < 0 || (q->root = fcntl(scratch, F_DUPFD_CLOEXEC, 0)) < 0) {
+        crl_err_sys(err, errno, "a filesystem operation's pipes");
+        goto fail;
+    }
+    q->sb = sb;
+    q->t = t;
+    q->uid = f->uid;
+    q->gid = f->gid;
+    q->data_w = data[1];
+    q->msg_w = msg[1];
+    q->done_r = done[0];
+    q->done_w = done[1];
+    crl_set_nonblock(q->done_r, 1);
+    pthread_t th;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int e = pthread_create(&th, &attr, fs_thread, q);
+    pthread_attr_destroy(&attr);
+    if (e) {
+        close(q->root);
+        crl_err_sys(err, e, "a filesystem operation's thread");
+        goto fail;
+    }
+    t->data_fd = data[0];
+    t->msg_fd = msg[0];
+    crl_sandbox_ref(sb);
+    crl_watch_start(sb->host->loop, &q->w, q->done_r, EPOLLIN, fs_done, q);
+    crl_timer_start(sb->host->loop, tm, 0, fs_started, t); /* after we return, as promised */
+    return 0;
+fail:
+    close_fds(data, data[0] >= 0 ? 2 : 0);
+    close_fds(msg, msg[0] >= 0 ? 2 : 0);
+    close_fds(done, done[0] >= 0 ? 2 : 0);
+    if (q)
+        free(q->arg);
+    free(q);
+    free(tm);
+    return -1;
+}
+
 int crl_fn_stream(struct crl_sandbox *sb, struct crl_stream_req *t, struct crl_err *err)
 {
     struct fn_sandbox *f = sb->priv;
     int scratch = scratch_of(sb, err);
     if (scratch < 0)
         return -1;
+    if (t->kind == CRL_STREAM_FS || t->kind == CRL_STREAM_WATCH)
+        return fs_stream(sb, scratch, t, err);
     if (t->kind != CRL_STREAM_FILE_IN)
         return crl_err_set(err, CRL_E_UNSUPPORTED,
                            "the function backend moves single files only, not directories (tar)");

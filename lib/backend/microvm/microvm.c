@@ -598,6 +598,7 @@ const struct crl_backend_ops crl_microvm_backend = {
     .resize = mvm_resize,
     .open = mvm_open,
     .stream = mvm_stream,
+    .stream_cancel = mvm_stream_cancel,
     .snapshot_start = mvm_snapshot_start,
     .netns = mvm_netns,
     .restore = mvm_restore,

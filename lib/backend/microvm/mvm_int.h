@@ -206,6 +206,7 @@ int mvm_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *err);
 int mvm_kill(struct crl_sandbox *sb, struct crl_proc *p, enum crl_kill_scope scope);
 int mvm_signal(struct crl_sandbox *sb, struct crl_proc *p, int sig, enum crl_signal_scope scope,
                struct crl_err *err);
+void mvm_stream_cancel(struct crl_sandbox *sb, struct crl_stream_req *t);
 int mvm_resize(struct crl_sandbox *sb, struct crl_proc *p, unsigned rows, unsigned cols,
                struct crl_err *err);
 int mvm_open(struct crl_sandbox *sb, struct crl_open_req *o, struct crl_err *err);

@@ -679,13 +679,19 @@ int mvm_stream(struct crl_sandbox *sb, struct crl_stream_req *t, struct crl_err 
         close_fds(data, data[0] >= 0 ? 2 : 0);
         return crl_err_sys(err, errno, "a stream's sockets");
     }
-    bool out = t->kind == CRL_STREAM_TAR_OUT;
+    bool out = crl_stream_out(t->kind);
     char mode[16];
     snprintf(mode, sizeof(mode), "%o", (unsigned)(t->mode ? t->mode & 07777 : 0644));
-    char *argv[] = {t->kind == CRL_STREAM_TAR_OUT  ? "corral:tar-out"
-                    : t->kind == CRL_STREAM_TAR_IN ? "corral:tar-in"
-                                                   : "corral:file-in",
-                    (char *)t->path, t->kind == CRL_STREAM_FILE_IN ? mode : NULL, NULL};
+    static const char *const builtins[] = {[CRL_STREAM_TAR_OUT] = "corral:tar-out",
+                                           [CRL_STREAM_TAR_IN] = "corral:tar-in",
+                                           [CRL_STREAM_FILE_IN] = "corral:file-in",
+                                           [CRL_STREAM_FS] = "corral:fs",
+                                           [CRL_STREAM_WATCH] = "corral:watch"};
+    char *argv[] = {(char *)builtins[t->kind], (char *)t->path,
+                    t->kind == CRL_STREAM_FILE_IN ? mode
+                    : t->kind == CRL_STREAM_WATCH ? (t->recursive ? "1" : "0")
+                                                  : NULL,
+                    NULL};
     char *envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
     struct start st = {.argv = argv,
                        .envp = envp,
@@ -707,6 +713,14 @@ int mvm_stream(struct crl_sandbox *sb, struct crl_stream_req *t, struct crl_err 
     x->t = t;
     stdin_watch(x);
     return 0;
+}
+
+void mvm_stream_cancel(struct crl_sandbox *sb, struct crl_stream_req *t)
+{
+    struct mvm_sandbox *m = sb->priv;
+    for (struct mvm_proc *x = m ? m->procs : NULL; x; x = x->next)
+        if (x->t == t && !x->exit_seen && serving(m))
+            signal_proc(m, x, SIGKILL, CRL_AGENT_SIGNAL_TREE);
 }
 
 /* ---- checkpoints ---- */

@@ -60,6 +60,8 @@ class AsyncTransport:
             lines.append(f"Authorization: Bearer {self._token}")
         if call.content_type:
             lines.append(f"Content-Type: {call.content_type}")
+        if call.range:
+            lines.append(f"Range: {call.range}")
         if self._expect(call):
             lines.append("Expect: 100-continue")
         return ("\r\n".join(lines) + "\r\n\r\n").encode()

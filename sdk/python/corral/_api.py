@@ -76,6 +76,7 @@ class Call:
     content_type: str | None = None
     timeout: float | None = None
     length: int | None = None  # of a file object body; None: sent chunked, to its end
+    range: str | None = None  # a Range header's value
 
     def waiting(self, client_timeout: float | None) -> "Call":
         """This call with its timeout resolved for a transport (None: no limit)."""
@@ -158,6 +159,51 @@ def file_call(sandbox_id: str, method: str, path: str, body: bytes = b"",
     query = urllib.parse.urlencode(
         [("path", path)] + [(k, v) for k, v in params.items() if v is not None])
     return Call(method, f"/v1/sandboxes/{q(sandbox_id)}/files?{query}", body, content_type)
+
+
+def read_call(sandbox_id: str, path: str, offset: int | None, length: int | None) -> Call:
+    """GET .../files, with a Range for ``offset`` and ``length`` (to the
+    end when None)."""
+    call = file_call(sandbox_id, "GET", path)
+    if offset is None and length is None:
+        return call
+    start = int(offset or 0)
+    if start < 0 or (length is not None and int(length) < 1):
+        raise ValueError("offset must be 0 or more and length 1 or more")
+    call.range = f"bytes={start}-" + ("" if length is None else str(start + int(length) - 1))
+    return call
+
+
+def fs_target(sandbox_id: str, op: str, **query: Any) -> str:
+    q_ = urllib.parse.urlencode([(k, v) for k, v in query.items() if v is not None])
+    return f"/v1/sandboxes/{q(sandbox_id)}/fs/{op}" + ("?" + q_ if q_ else "")
+
+
+def fs_body(**fields: Any) -> JSONObject:
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+class WatchDecoder:
+    """A watch's NDJSON, fed in pieces: its events, each handed to
+    ``on_event`` (which returns False to stop watching)."""
+
+    def __init__(self, on_event: Any) -> None:
+        self._partial = b""
+        self._on_event = on_event
+        self.end: JSONObject | None = None
+
+    def feed(self, data: bytes) -> list[JSONObject]:
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        events = [json.loads(line) for line in lines if line.strip()]
+        for ev in events:
+            if ev.get("type") == "end":
+                self.end = ev
+        return [ev for ev in events if ev.get("type") != "end"]
+
+
+class StopWatch(Exception):
+    """Raised in a watch's callback to end it (the connection closes)."""
 
 
 def write_call(sandbox_id: str, path: str, data: bytes | bytearray | memoryview | str,

@@ -62,6 +62,8 @@ class Transport:
             headers["Authorization"] = f"Bearer {self._token}"
         if call.content_type:
             headers["Content-Type"] = call.content_type
+        if call.range:
+            headers["Range"] = call.range
         streamed = hasattr(call.body, "read")
         if streamed and call.length is not None:
             headers["Content-Length"] = str(call.length)

@@ -292,10 +292,72 @@ class AsyncFiles:
         written: JSONObject = resp.json()
         return written
 
-    async def read(self, path: str) -> FileBytes:
-        """A file's bytes, as a FileBytes; see Files.read()."""
-        resp = await self._sb.client._call(_api.file_call(self._sb.id, "GET", path))
+    async def read(self, path: str, offset: int | None = None,
+                   length: int | None = None) -> FileBytes:
+        """A file's bytes (or a range of them), as a FileBytes; see Files.read()."""
+        resp = await self._sb.client._call(_api.read_call(self._sb.id, path, offset, length))
         return FileBytes.from_response(resp)
+
+    async def stat(self, path: str, user: str | None = None) -> JSONObject:
+        """What is at ``path``; see Files.stat()."""
+        return await self._sb.client._json("GET", _api.fs_target(self._sb.id, "stat", path=path,
+                                                                 user=user))
+
+    async def exists(self, path: str) -> bool:
+        try:
+            await self.stat(path)
+            return True
+        except errors.NotFound:
+            return False
+
+    async def list(self, path: str, depth: int = 1, user: str | None = None) -> JSONList:
+        """A directory's entries; see Files.list()."""
+        answer = await self._sb.client._json("GET", _api.fs_target(
+            self._sb.id, "list", path=path, depth=depth, user=user))
+        entries: JSONList = answer["entries"]
+        return entries
+
+    async def make_dir(self, path: str, parents: bool = True, mode: int | None = None,
+                       user: str | None = None) -> JSONObject:
+        return await self._sb.client._json("POST", _api.fs_target(self._sb.id, "mkdir"),
+                                           _api.fs_body(path=path, parents=parents, mode=mode,
+                                                        user=user))
+
+    async def move(self, src: str, dst: str, overwrite: bool = False,
+                   user: str | None = None) -> JSONObject:
+        return await self._sb.client._json("POST", _api.fs_target(self._sb.id, "move"),
+                                           _api.fs_body(**{"from": src, "to": dst,
+                                                           "overwrite": overwrite,
+                                                           "user": user}))
+
+    async def remove(self, path: str, recursive: bool = False, user: str | None = None) -> int:
+        answer = await self._sb.client._json("POST", _api.fs_target(self._sb.id, "remove"),
+                                             _api.fs_body(path=path, recursive=recursive,
+                                                          user=user))
+        return int(answer["removed"])
+
+    async def watch(self, path: str, on_event: Callable[[JSONObject], Any],
+                    recursive: bool = False, timeout: float | None = None) -> JSONObject | None:
+        """Watch a directory; see Files.watch().  ``on_event`` may be a
+        coroutine function."""
+        decoder = _api.WatchDecoder(on_event)
+
+        async def on_data(piece: bytes) -> None:
+            for ev in decoder.feed(piece):
+                done = on_event(ev)
+                if inspect.isawaitable(done):
+                    done = await done
+                if done is False:
+                    raise _api.StopWatch()
+
+        call = _api.Call("GET", _api.fs_target(self._sb.id, "watch", path=path,
+                                               recursive="true" if recursive else None),
+                         timeout=math.inf if timeout is None else timeout)
+        try:
+            await self._sb.client._call(call, on_data)
+        except _api.StopWatch:
+            return None
+        return decoder.end
 
     async def put_dir(self, local_dir_or_tar: LocalPath | bytes | bytearray | memoryview,
                       path: str) -> JSONObject:

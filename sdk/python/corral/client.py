@@ -362,11 +362,81 @@ class Files:
             _api.write_call(self._sb.id, path, data, mode, user)).json()
         return written
 
-    def read(self, path: str) -> FileBytes:
+    def read(self, path: str, offset: int | None = None,
+             length: int | None = None) -> FileBytes:
         """A file's bytes: a FileBytes, which is bytes with ``mode`` and, on
-        a trajectory sandbox, ``step`` and ``replayed``."""
+        a trajectory sandbox, ``step`` and ``replayed``; with ``offset``
+        and ``length`` (to the end if None), that range of them."""
         return FileBytes.from_response(
-            self._sb.client._call(_api.file_call(self._sb.id, "GET", path)))
+            self._sb.client._call(_api.read_call(self._sb.id, path, offset, length)))
+
+    def stat(self, path: str, user: str | None = None) -> JSONObject:
+        """What is at ``path`` (a symlink itself, not followed): ``{"path",
+        "name", "type": "file"|"dir"|"symlink"|..., "size", "mode", "uid",
+        "gid", "mtime", "symlink_target"}``.  NotFound if nothing."""
+        return self._sb.client._json("GET", _api.fs_target(self._sb.id, "stat", path=path,
+                                                           user=user))
+
+    def exists(self, path: str) -> bool:
+        try:
+            self.stat(path)
+            return True
+        except errors.NotFound:
+            return False
+
+    def list(self, path: str, depth: int = 1, user: str | None = None) -> JSONList:
+        """The entries of a directory (as stat() gives them), and of those
+        below it to ``depth`` levels (never through a symlink)."""
+        answer = self._sb.client._json("GET", _api.fs_target(self._sb.id, "list", path=path,
+                                                             depth=depth, user=user))
+        entries: JSONList = answer["entries"]
+        return entries
+
+    def make_dir(self, path: str, parents: bool = True, mode: int | None = None,
+                 user: str | None = None) -> JSONObject:
+        """Make a directory (and, with ``parents``, those above it); returns it."""
+        return self._sb.client._json("POST", _api.fs_target(self._sb.id, "mkdir"),
+                                     _api.fs_body(path=path, parents=parents, mode=mode,
+                                                  user=user))
+
+    def move(self, src: str, dst: str, overwrite: bool = False,
+             user: str | None = None) -> JSONObject:
+        """Rename ``src`` to ``dst`` (InvalidSpec if it exists, unless
+        ``overwrite``); returns what is at ``dst``."""
+        return self._sb.client._json("POST", _api.fs_target(self._sb.id, "move"),
+                                     _api.fs_body(**{"from": src, "to": dst,
+                                                     "overwrite": overwrite, "user": user}))
+
+    def remove(self, path: str, recursive: bool = False, user: str | None = None) -> int:
+        """Remove a file or an empty directory (with ``recursive``, a
+        directory and all in it); returns how many entries went."""
+        answer = self._sb.client._json("POST", _api.fs_target(self._sb.id, "remove"),
+                                       _api.fs_body(path=path, recursive=recursive, user=user))
+        return int(answer["removed"])
+
+    def watch(self, path: str, on_event: Callable[[JSONObject], object],
+              recursive: bool = False, timeout: float | None = None) -> JSONObject | None:
+        """Watch a directory: ``on_event`` gets each event as it comes
+        (``{"type": "create"|"write"|"remove"|"rename"|"chmod", "path",
+        "dir", "from"}``; ``"ready"`` first, once the watch is in place;
+        ``"overflow"`` when events were lost), and returns False (or raises
+        StopWatch) to stop.  Returns the end (``{"type": "end", "error"}``)
+        when the directory went, None when stopped."""
+        decoder = _api.WatchDecoder(on_event)
+
+        def on_data(piece: bytes) -> None:
+            for ev in decoder.feed(piece):
+                if on_event(ev) is False:
+                    raise _api.StopWatch()
+
+        call = _api.Call("GET", _api.fs_target(self._sb.id, "watch", path=path,
+                                               recursive="true" if recursive else None),
+                         timeout=math.inf if timeout is None else timeout)
+        try:
+            self._sb.client._call(call, on_data)
+        except _api.StopWatch:
+            return None
+        return decoder.end
 
     def put_dir(self, local_dir_or_tar: LocalPath | bytes | bytearray | memoryview,
                 path: str) -> JSONObject:
