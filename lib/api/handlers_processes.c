@@ -556,10 +556,9 @@ static void on_attached(void *cls, struct MHD_Connection *conn, void *req_cls, c
     struct crl_req *r = cls;
     struct crl_attach *a = calloc(1, sizeof(*a));
     struct preq *q = r->state;
-    if (!a || !q) {
+    if (!a || !q || !q->x) {
         free(a);
         MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
-        crl_req_pending_done(r);
         return;
     }
     a->api = r->api;
@@ -575,7 +574,6 @@ static void on_attached(void *cls, struct MHD_Connection *conn, void *req_cls, c
     a->sub.notify = attach_notify;
     a->sub.ctx = a;
     crl_process_subscribe(a->x, &a->sub);
-    crl_req_pending_done(r);
     if ((extra_in_size && crl_buf_append(&a->in, extra_in, extra_in_size) < 0) ||
         crl_watch_start(a->api->host->loop, &a->w, sock, EPOLLIN, attach_ready, a) < 0) {
         attach_close(a);
@@ -599,9 +597,10 @@ void crl_h_process_attach(struct crl_req *r)
         crl_req_error(r, &err);
         return;
     }
+    /* The request lives until the attach closes its connection (MHD ends
+     * it then); one whose client left before the switch frees its state. */
     struct MHD_Response *resp = MHD_create_response_for_upgrade(on_attached, r);
     MHD_add_response_header(resp, "Upgrade", "corral-attach");
-    r->pending++;
     crl_req_respond(r, 101, resp);
 }
 
