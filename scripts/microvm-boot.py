@@ -113,7 +113,7 @@ class Agent:
     HDR = struct.Struct("<IHHI")
     T = {n: i for i, n in enumerate(
         "HELLO CONFIG READY EXEC STDIN STDOUT STDERR EXIT SIGNAL FILE_GET FILE_PUT DATA "
-        "RESULT CREDIT PING PONG ERROR BYE".split(), 1)}
+        "RESULT CREDIT PING PONG ERROR BYE STARTED RESIZE".split(), 1)}
     NAME = {v: k for k, v in T.items()}
 
     def __init__(self, sock):
@@ -211,6 +211,8 @@ class Agent:
             if t in out:
                 out[t] += payload
                 self.send("CREDIT", sid, struct.pack("<I", len(payload)))
+            elif t == "STARTED":
+                pass  # its pid: the command runs
             elif t == "EXIT":
                 return out["STDOUT"], out["STDERR"], json.loads(payload)
             elif t == "ERROR":

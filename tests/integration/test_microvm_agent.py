@@ -66,7 +66,7 @@ def test_agent_boot_exec(agent_initrd, tmp_path, disk_mb):
     assert fig["ok"], fig
     a = fig["results"]["agent"][0]
     assert a["hello"]["kernel"] == manifest["version"] != os.uname().release
-    assert a["hello"]["proto"] == 1
+    assert a["hello"]["proto"] == 2
     assert 0 < a["hello_s"] < a["ready_s"]
     assert a["guest_ready_ms"] > 0
     assert 0 < a["exec_rt_s"] < 5
