@@ -235,10 +235,40 @@ static void exec_free(struct crl_exec *x)
     free(x);
 }
 
-static uint64_t oom_kills(struct crl_sandbox *sb)
+uint64_t crl_exec_oom_kills(struct crl_sandbox *sb)
 {
     struct crl_usage u;
     return sb->ops->stats(sb, &u) == 0 ? u.oom_kills : 0;
+}
+
+int crl_exec_check(struct crl_sandbox *sb, struct crl_err *err)
+{
+    if (crl_sandbox_check_ready(sb, err) < 0)
+        return -1;
+    if (!sb->image)
+        return crl_err_set(err, CRL_E_UNSUPPORTED, "sandbox %s has no image to run a command from",
+                           sb->id);
+    return 0;
+}
+
+int crl_exec_prepare(struct crl_sandbox *sb, struct crl_exec_req *req, struct crl_proc *p,
+                     char ***envp, struct crl_err *err)
+{
+    if (!(*envp = crl_env_merge(sb->image->env, sb->spec.env, req->env)))
+        return crl_err_sys(err, ENOMEM, "a command's environment");
+    if (!req->argv && !(req->argv = crl_image_default_argv(sb->image, err)))
+        return -1;
+    struct crl_user user = req->user;
+    if (!user.set && crl_image_user(sb->image, &user, err) < 0)
+        return -1;
+    p->argv = req->argv;
+    p->source = req->shell ? req->argv[2] : NULL;
+    p->envp = *envp;
+    p->cwd = req->cwd ? req->cwd : sb->spec.cwd ? sb->spec.cwd : sb->image->cwd;
+    p->uid = user.uid;
+    p->gid = user.gid;
+    p->setsid = true;
+    return 0;
 }
 
 static void exec_exited(struct crl_proc *p)
@@ -252,7 +282,7 @@ static void exec_exited(struct crl_proc *p)
         pump(x, CRL_STDERR);
     x->res.duration_s = (double)(crl_now_ns() - x->start_ns) / 1e9;
     bool killed = x->sb->state != CRL_SB_READY && x->sb->state != CRL_SB_PAUSED;
-    bool oom = !x->timed_out && oom_kills(x->sb) > x->oom_before;
+    bool oom = !x->timed_out && crl_exec_oom_kills(x->sb) > x->oom_before;
     crl_exec_describe_end(p, x->timed_out, killed, oom, &x->res);
     if (x->res.reason[0] == 'o')
         x->sb->owner->counters->exec_ooms++;
@@ -302,11 +332,7 @@ static void exec_started(struct crl_proc *p, const struct crl_err *err)
 struct crl_exec *crl_exec_start(struct crl_sandbox *sb, struct crl_exec_req *req,
                                 const struct crl_exec_cbs *cbs, void *ctx, struct crl_err *err)
 {
-    int ready = crl_sandbox_check_ready(sb, err);
-    if (ready == 0 && !sb->image)
-        ready = crl_err_set(err, CRL_E_UNSUPPORTED, "sandbox %s has no image to run a command from",
-                            sb->id);
-    if (ready < 0) {
+    if (crl_exec_check(sb, err) < 0) {
         crl_exec_req_free(req);
         return NULL;
     }
@@ -323,27 +349,12 @@ struct crl_exec *crl_exec_start(struct crl_sandbox *sb, struct crl_exec_req *req
     x->ctx = ctx;
     crl_buf_init(&x->res.out, x->req.max_output);
     crl_buf_init(&x->res.err, x->req.max_output);
-    x->envp = crl_env_merge(sb->image->env, sb->spec.env, x->req.env);
-    if (!x->envp) {
-        crl_err_sys(err, ENOMEM, "exec environment");
+    if (crl_exec_prepare(sb, &x->req, &x->proc, &x->envp, err) < 0)
         goto fail;
-    }
-    if (!x->req.argv && !(x->req.argv = crl_image_default_argv(sb->image, err)))
-        goto fail;
-    struct crl_user user = x->req.user;
-    if (!user.set && crl_image_user(sb->image, &user, err) < 0)
-        goto fail;
-    x->proc.argv = x->req.argv;
-    x->proc.source = x->req.shell ? x->req.argv[2] : NULL;
-    x->proc.envp = x->envp;
-    x->proc.cwd = x->req.cwd ? x->req.cwd : sb->spec.cwd ? sb->spec.cwd : sb->image->cwd;
-    x->proc.uid = user.uid;
-    x->proc.gid = user.gid;
-    x->proc.setsid = true;
     x->proc.owner = x;
     x->proc.on_start = exec_started;
     x->proc.on_exit = exec_exited;
-    x->oom_before = oom_kills(sb);
+    x->oom_before = crl_exec_oom_kills(sb);
     x->start_ns = crl_now_ns();
     if (crl_sandbox_spawn(sb, &x->proc, err) < 0)
         goto fail;

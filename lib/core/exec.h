@@ -53,6 +53,17 @@ json_t *crl_output_json(const char *key, const char *data, size_t len);
  * vector. */
 char **crl_env_merge(char *const *a, char *const *b, char *const *c);
 
+/* Shared with background processes (process.c): can the sandbox run a
+ * command (ready, with an image)?  Then what `req` runs, into p: its argv
+ * (the image's entrypoint and cmd when it gives none), environment (into
+ * *envp, the caller's to free), user, cwd, in a session of its own. */
+int crl_exec_check(struct crl_sandbox *sb, struct crl_err *err);
+int crl_exec_prepare(struct crl_sandbox *sb, struct crl_exec_req *req, struct crl_proc *p,
+                     char ***envp, struct crl_err *err);
+/* The sandbox's OOM kills so far: a SIGKILL with more of them since the
+ * start was the OOM killer's. */
+uint64_t crl_exec_oom_kills(struct crl_sandbox *sb);
+
 /* Shared with sessions: how a finished process is described. */
 void crl_exec_describe_end(struct crl_proc *p, bool timed_out, bool killed, bool oom,
                            struct crl_exec_result *r);

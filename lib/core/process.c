@@ -313,12 +313,6 @@ bool crl_process_stdin_open(const struct crl_process *x)
 
 /* ---- its life ---- */
 
-static uint64_t oom_kills(struct crl_sandbox *sb)
-{
-    struct crl_usage u;
-    return sb->ops->stats(sb, &u) == 0 ? u.oom_kills : 0;
-}
-
 static void on_timeout(struct crl_timer *t)
 {
     struct crl_process *x = t->data;
@@ -349,7 +343,7 @@ static void proc_exited(struct crl_proc *p)
     if (p->err_fd >= 0)
         pump(x, CRL_STDERR);
     bool killed = sb->state != CRL_SB_READY && sb->state != CRL_SB_PAUSED;
-    bool oom = !x->timed_out && oom_kills(sb) > x->oom_before;
+    bool oom = !x->timed_out && crl_exec_oom_kills(sb) > x->oom_before;
     crl_exec_describe_end(p, x->timed_out, killed, oom, &x->res);
     x->res.duration_s = (double)(crl_now_ns() - x->start_ns) / 1e9;
     x->ended_at = crl_wall_s();
@@ -447,10 +441,7 @@ int crl_process_start(struct crl_sandbox *sb, struct crl_exec_req *req,
                       crl_process_started_fn started, void *ctx, struct crl_err *err)
 {
     struct crl_process *x = NULL;
-    int ready = crl_sandbox_check_ready(sb, err);
-    if (ready == 0 && !sb->image)
-        ready = crl_err_set(err, CRL_E_UNSUPPORTED, "sandbox %s has no image to run a command from",
-                            sb->id);
+    int ready = crl_exec_check(sb, err);
     if (ready == 0 && !sb->ops->signal)
         ready = crl_err_set(err, CRL_E_UNSUPPORTED,
                             "the %s backend has no background processes in this version",
@@ -475,23 +466,8 @@ int crl_process_start(struct crl_sandbox *sb, struct crl_exec_req *req,
     memset(req, 0, sizeof(*req));
     x->refs = 1; /* the run's, until it ends */
     crl_buf_init(&x->in, CRL_BUF_UNBOUNDED);
-    x->envp = crl_env_merge(sb->image->env, sb->spec.env, x->req.env);
-    struct crl_user user = x->req.user;
-    if (!x->envp) {
-        crl_err_sys(err, ENOMEM, "process environment");
+    if (crl_exec_prepare(sb, &x->req, &x->proc, &x->envp, err) < 0)
         goto fail;
-    }
-    if (!x->req.argv && !(x->req.argv = crl_image_default_argv(sb->image, err)))
-        goto fail;
-    if (!user.set && crl_image_user(sb->image, &user, err) < 0)
-        goto fail;
-    x->proc.argv = x->req.argv;
-    x->proc.source = x->req.shell ? x->req.argv[2] : NULL;
-    x->proc.envp = x->envp;
-    x->proc.cwd = x->req.cwd ? x->req.cwd : sb->spec.cwd ? sb->spec.cwd : sb->image->cwd;
-    x->proc.uid = user.uid;
-    x->proc.gid = user.gid;
-    x->proc.setsid = true;
     x->proc.tty = x->req.tty;
     x->proc.rows = x->req.rows;
     x->proc.cols = x->req.cols;
@@ -501,7 +477,7 @@ int crl_process_start(struct crl_sandbox *sb, struct crl_exec_req *req,
     x->proc.on_exit = proc_exited;
     x->started_cb = started;
     x->started_ctx = ctx;
-    x->oom_before = oom_kills(sb);
+    x->oom_before = crl_exec_oom_kills(sb);
     x->start_ns = crl_now_ns();
     if (crl_sandbox_spawn(sb, &x->proc, err) < 0)
         goto fail;

@@ -183,29 +183,6 @@ def fs_body(**fields: Any) -> JSONObject:
     return {k: v for k, v in fields.items() if v is not None}
 
 
-class WatchDecoder:
-    """A watch's NDJSON, fed in pieces: its events, each handed to
-    ``on_event`` (which returns False to stop watching)."""
-
-    def __init__(self, on_event: Any) -> None:
-        self._partial = b""
-        self._on_event = on_event
-        self.end: JSONObject | None = None
-
-    def feed(self, data: bytes) -> list[JSONObject]:
-        lines = (self._partial + data).split(b"\n")
-        self._partial = lines.pop()
-        events = [json.loads(line) for line in lines if line.strip()]
-        for ev in events:
-            if ev.get("type") == "end":
-                self.end = ev
-        return [ev for ev in events if ev.get("type") != "end"]
-
-
-class StopWatch(Exception):
-    """Raised in a watch's callback to end it (the connection closes)."""
-
-
 def write_call(sandbox_id: str, path: str, data: bytes | bytearray | memoryview | str,
                mode: int | str | None = None, user: str | None = None) -> Call:
     if isinstance(data, str):
@@ -437,33 +414,42 @@ class FileBytes(bytes):
         return data
 
 
-class StreamDecoder:
+class NDJSONDecoder:
+    """An NDJSON answer fed in pieces as they arrive: its complete lines."""
+
+    def __init__(self) -> None:
+        self._partial = b""
+
+    def lines(self, data: bytes) -> list[JSONObject]:
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        return [json.loads(line) for line in lines if line.strip()]
+
+
+def output_of(msg: JSONObject) -> list[tuple[str, bytes]]:
+    """The ("stdout"|"stderr", bytes) a line of output carries (base64 decoded)."""
+    return [(key, base64.b64decode(msg[key]) if msg.get("encoding") == "base64"
+             else msg[key].encode()) for key in ("stdout", "stderr") if key in msg]
+
+
+class StreamDecoder(NDJSONDecoder):
     """Turns an NDJSON exec stream, fed in pieces as they arrive, into
     ("stdout"|"stderr", bytes) events and, at its end, an ExecResult."""
 
     def __init__(self) -> None:
-        self._partial = b""
+        super().__init__()
         self._out: dict[str, list[bytes]] = {"stdout": [], "stderr": []}
         self._result: JSONObject | None = None
 
     def feed(self, data: bytes) -> list[tuple[str, bytes]]:
-        lines = (self._partial + data).split(b"\n")
-        self._partial = lines.pop()
         events: list[tuple[str, bytes]] = []
-        for line in lines:
-            if not line.strip():
-                continue
-            msg = json.loads(line)
+        for msg in self.lines(data):
             if "result" in msg:
                 self._result = msg["result"]
                 continue
-            for key in ("stdout", "stderr"):
-                if key in msg:
-                    text = msg[key]
-                    chunk = (base64.b64decode(text) if msg.get("encoding") == "base64"
-                             else text.encode())
-                    self._out[key].append(chunk)
-                    events.append((key, chunk))
+            for key, chunk in output_of(msg):
+                self._out[key].append(chunk)
+                events.append((key, chunk))
         return events
 
     def result(self) -> ExecResult:
@@ -544,36 +530,26 @@ class ProcessOutput:
     result: ExecResult | None
 
 
-class OutputDecoder:
+class OutputDecoder(NDJSONDecoder):
     """Turns a process's NDJSON output, fed in pieces, into
     ("stdout"|"stderr", bytes) events and, at its end, a ProcessOutput."""
 
     def __init__(self, offset: int) -> None:
-        self._partial = b""
+        super().__init__()
         self._offset = offset
         self._chunks: list[tuple[str, bytes]] = []
         self._lost = 0
         self._end: JSONObject | None = None
 
     def feed(self, data: bytes) -> list[tuple[str, bytes]]:
-        lines = (self._partial + data).split(b"\n")
-        self._partial = lines.pop()
         events: list[tuple[str, bytes]] = []
-        for line in lines:
-            if not line.strip():
-                continue
-            msg = json.loads(line)
+        for msg in self.lines(data):
             if "next_offset" in msg:
                 self._end = msg
             elif "lost" in msg:
                 self._lost += int(msg["lost"])
-            for key in ("stdout", "stderr"):
-                if key in msg:
-                    text = msg[key]
-                    chunk = (base64.b64decode(text) if msg.get("encoding") == "base64"
-                             else text.encode())
-                    self._chunks.append((key, chunk))
-                    events.append((key, chunk))
+            events += output_of(msg)
+        self._chunks += events
         return events
 
     def output(self) -> ProcessOutput:
@@ -586,3 +562,22 @@ class OutputDecoder:
             chunks=self._chunks, offset=self._offset, next_offset=int(self._end["next_offset"]),
             lost=self._lost, state=self._end.get("state", ""),
             result=ExecResult.from_json(res, b"", b"") if res else None)
+
+
+class WatchDecoder(NDJSONDecoder):
+    """A watch's NDJSON, fed in pieces: its events, and its end once it came."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.end: JSONObject | None = None
+
+    def feed(self, data: bytes) -> list[JSONObject]:
+        events = self.lines(data)
+        for ev in events:
+            if ev.get("type") == "end":
+                self.end = ev
+        return [ev for ev in events if ev.get("type") != "end"]
+
+
+class StopWatch(Exception):
+    """Raised in a watch's callback to end it (the connection closes)."""

@@ -151,18 +151,25 @@ class AsyncClient:
         if on_stdout is None and on_stderr is None:
             return ExecResult.from_json((await self._call(call)).json())
         decoder = _api.StreamDecoder()
-        callbacks = {"stdout": on_stdout, "stderr": on_stderr}
-
-        async def on_data(piece: bytes) -> None:
-            for stream, chunk in decoder.feed(piece):
-                callback = callbacks[stream]
-                if callback:
-                    done = callback(chunk)
-                    if inspect.isawaitable(done):
-                        await done
-
-        await self._call(call, on_data)
+        await self._call(call, _dispatch(decoder, on_stdout, on_stderr))
         return decoder.result()
+
+
+def _dispatch(decoder: Any, on_stdout: AsyncOutputCallback | None,
+              on_stderr: AsyncOutputCallback | None) -> Callable[[bytes], Any]:
+    """An answer's pieces through `decoder`, its output to the callbacks
+    (plain functions or coroutine functions)."""
+    callbacks = {"stdout": on_stdout, "stderr": on_stderr}
+
+    async def on_data(piece: bytes) -> None:
+        for stream, chunk in decoder.feed(piece):
+            callback = callbacks[stream]
+            if callback:
+                done = callback(chunk)
+                if inspect.isawaitable(done):
+                    await done
+
+    return on_data
 
 
 class AsyncSandbox:
@@ -340,7 +347,7 @@ class AsyncFiles:
                     recursive: bool = False, timeout: float | None = None) -> JSONObject | None:
         """Watch a directory; see Files.watch().  ``on_event`` may be a
         coroutine function."""
-        decoder = _api.WatchDecoder(on_event)
+        decoder = _api.WatchDecoder()
 
         async def on_data(piece: bytes) -> None:
             for ev in decoder.feed(piece):
@@ -442,18 +449,9 @@ class AsyncProcess:
                      on_stderr: AsyncOutputCallback | None = None) -> ProcessOutput:
         """Its output from ``offset``; see Process.output()."""
         decoder = _api.OutputDecoder(offset)
-        callbacks = {"stdout": on_stdout, "stderr": on_stderr}
-
-        async def on_data(piece: bytes) -> None:
-            for stream, chunk in decoder.feed(piece):
-                callback = callbacks[stream]
-                if callback:
-                    done = callback(chunk)
-                    if inspect.isawaitable(done):
-                        await done
-
         await self.sandbox.client._call(
-            _api.output_call(self.sandbox.id, self.pid, offset, follow), on_data)
+            _api.output_call(self.sandbox.id, self.pid, offset, follow),
+            _dispatch(decoder, on_stdout, on_stderr))
         out = decoder.output()
         if out.result is not None:
             await self.refresh()

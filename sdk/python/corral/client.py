@@ -188,16 +188,22 @@ class Client:
         if on_stdout is None and on_stderr is None:
             return ExecResult.from_json(self._call(call).json())
         decoder = _api.StreamDecoder()
-        callbacks = {"stdout": on_stdout, "stderr": on_stderr}
-
-        def on_data(piece: bytes) -> None:
-            for stream, chunk in decoder.feed(piece):
-                callback = callbacks[stream]
-                if callback:
-                    callback(chunk)
-
-        self._call(call, on_data)
+        self._call(call, _dispatch(decoder, on_stdout, on_stderr))
         return decoder.result()
+
+
+def _dispatch(decoder: Any, on_stdout: OutputCallback | None,
+              on_stderr: OutputCallback | None) -> Callable[[bytes], None]:
+    """An answer's pieces through `decoder`, its output to the callbacks."""
+    callbacks = {"stdout": on_stdout, "stderr": on_stderr}
+
+    def on_data(piece: bytes) -> None:
+        for stream, chunk in decoder.feed(piece):
+            callback = callbacks[stream]
+            if callback:
+                callback(chunk)
+
+    return on_data
 
 
 class Sandbox:
@@ -422,7 +428,7 @@ class Files:
         ``"overflow"`` when events were lost), and returns False (or raises
         StopWatch) to stop.  Returns the end (``{"type": "end", "error"}``)
         when the directory went, None when stopped."""
-        decoder = _api.WatchDecoder(on_event)
+        decoder = _api.WatchDecoder()
 
         def on_data(piece: bytes) -> None:
             for ev in decoder.feed(piece):
@@ -538,16 +544,8 @@ class Process:
         or with ``follow`` all of it until the process ends, handed to the
         callbacks as it comes.  Read on from the answer's ``next_offset``."""
         decoder = _api.OutputDecoder(offset)
-        callbacks = {"stdout": on_stdout, "stderr": on_stderr}
-
-        def on_data(piece: bytes) -> None:
-            for stream, chunk in decoder.feed(piece):
-                callback = callbacks[stream]
-                if callback:
-                    callback(chunk)
-
         self.sandbox.client._call(_api.output_call(self.sandbox.id, self.pid, offset, follow),
-                                  on_data)
+                                  _dispatch(decoder, on_stdout, on_stderr))
         out = decoder.output()
         if out.result is not None:
             self.refresh()
