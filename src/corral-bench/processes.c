@@ -1,5 +1,5 @@
-/* corral bench processes: what talking to a background process costs,
- * measured in one run against the same done on the host:
+/* corral bench processes: what talking to a background process and to a
+ * sandbox's files costs, measured in one run against the peers:
  *
  *   1. a byte written to `cat` through an attached connection and its echo
  *      read back (docs/api.md, Processes: attach);
@@ -7,11 +7,16 @@
  *   3. the peer: the byte through a `cat` of the host's own, over two
  *      pipes, as a program that ran the process itself would talk to it;
  *   4. starting a background process (POST .../processes, until it runs)
- *      against fork+exec+wait of /bin/true on the host.
+ *      against fork+exec+wait of /bin/true on the host;
+ *   5. the filesystem API's stat and list of a 1,000-entry directory
+ *      against an exec of `stat` and of `ls -la`, and a watch event's delay
+ *      (a file made by an upload, until its create event arrives) against
+ *      an exec of `ls` (what a client without a watch would poll with).
  *
  * It prints figures and ratios, and never judges an absolute time. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,10 +40,13 @@ static const char help[] =
     "  2. the byte as POST .../stdin, its echo read on the attach;\n"
     "  3. the peer: the byte through a `cat` on the host, over two pipes;\n"
     "  4. POST .../processes of `true` until it runs, against fork+exec+wait\n"
-    "     of /bin/true on the host.\n"
+    "     of /bin/true on the host;\n"
+    "  5. GET .../fs/stat and .../fs/list of a 1,000-entry directory against\n"
+    "     an exec of `stat` and of `ls -la`; a watch event's delay (an upload\n"
+    "     made the file; until its create event is read) against an exec of `ls`.\n"
     "p50, p99 and the ratios of the p50s.\n";
 
-enum { ATTACH, STDIN, PEER, START, FORK_EXEC, N_FIGS };
+enum { ATTACH, STDIN, PEER, START, FORK_EXEC, STAT, EXEC_STAT, LIST, EXEC_LS, WATCH, N_FIGS };
 
 static const struct {
     const char *key, *what;
@@ -48,6 +56,11 @@ static const struct {
     [PEER] = {"peer_pipe_echo", "peer: a byte through the host's cat, two pipes"},
     [START] = {"process_start", "POST .../processes of true, until it runs"},
     [FORK_EXEC] = {"floor_fork_exec", "floor: fork+exec+wait /bin/true (pipe)"},
+    [STAT] = {"fs_stat", "GET .../fs/stat of a file"},
+    [EXEC_STAT] = {"exec_stat", "peer: exec of stat FILE"},
+    [LIST] = {"fs_list_1000", "GET .../fs/list of 1,000 entries"},
+    [EXEC_LS] = {"exec_ls_1000", "peer: exec of ls -la of them"},
+    [WATCH] = {"watch_event_delay", "a watch's create event, from the upload's start"},
 };
 
 struct results {
@@ -129,6 +142,141 @@ static int start_op(void *ctx, size_t i, struct crl_err *err)
     return crl_client_request(s->c, "POST", s->path, req, &out, NULL, err);
 }
 
+struct get_ctx {
+    struct crl_client *c;
+    const char *path;
+};
+
+static int get_op(void *ctx, size_t i, struct crl_err *err)
+{
+    struct get_ctx *g = ctx;
+    json_auto_t *out = NULL;
+    return crl_client_request(g->c, "GET", g->path, NULL, &out, NULL, err);
+}
+
+struct exec_ctx {
+    struct crl_client *c;
+    const char *id;
+    json_t *req;
+};
+
+static int exec_op(void *ctx, size_t i, struct crl_err *err)
+{
+    struct exec_ctx *e = ctx;
+    double ms;
+    return crl_bench_exec(e->c, e->id, e->req, &ms, NULL, err);
+}
+
+/* A watch on /tmp/w read on a thread of its own: each create event's
+ * arrival, for the main thread that made the file. */
+struct watch_ctx {
+    struct crl_client *reader, *c;
+    const char *id;
+    char path[256];
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    unsigned long seen, ready;
+    struct crl_err err;
+};
+
+static int watch_line(void *ctx, json_t *line, struct crl_err *err)
+{
+    struct watch_ctx *w = ctx;
+    const char *type = json_string_value(json_object_get(line, "type"));
+    pthread_mutex_lock(&w->mu);
+    if (type && strcmp(type, "ready") == 0)
+        w->ready = 1;
+    else if (type && strcmp(type, "create") == 0)
+        w->seen++;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return 0;
+}
+
+static void *watch_thread(void *arg)
+{
+    struct watch_ctx *w = arg;
+    crl_client_stream(w->reader, "GET", w->path, NULL, watch_line, w, NULL, &w->err);
+    pthread_mutex_lock(&w->mu);
+    w->ready = 2; /* over */
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+static int watch_op(void *ctx, size_t i, struct crl_err *err)
+{
+    struct watch_ctx *w = ctx;
+    char path[64];
+    snprintf(path, sizeof(path), "/tmp/w/f%zu", i);
+    struct crl_client_mem m = {.data = "", .len = 0};
+    pthread_mutex_lock(&w->mu);
+    unsigned long before = w->seen;
+    pthread_mutex_unlock(&w->mu);
+    if (crl_client_put_source(w->c, w->id, path, crl_client_mem_source, &m, 0, NULL, -1, NULL,
+                              err) < 0)
+        return -1;
+    pthread_mutex_lock(&w->mu);
+    while (w->seen == before && w->ready != 2)
+        pthread_cond_wait(&w->cv, &w->mu);
+    bool over = w->ready == 2;
+    pthread_mutex_unlock(&w->mu);
+    return over ? crl_err_set(err, CRL_E_INTERNAL, "the watch ended: %s", w->err.msg) : 0;
+}
+
+/* The filesystem figures, in sandbox `id`. */
+static int measure_fs(struct crl_bench_run *run, struct crl_bench_sandboxes *sbs,
+                      struct crl_client *c, const char *id, struct results *r, struct crl_err *err)
+{
+    size_t n = run->o.iterations, warm = crl_bench_warmup(n);
+    json_auto_t *mk = json_pack("{s:s}", "cmd",
+                                "mkdir -p /tmp/d /tmp/w && cd /tmp/d && i=0; while [ $i -lt "
+                                "1000 ]; do : > f$i; i=$((i+1)); done");
+    double ms;
+    crl_bench_step(run, "the filesystem API against execs (%zu each)", n);
+    if (crl_bench_exec(c, id, mk, &ms, NULL, err) < 0)
+        return -1;
+    char stat_path[256], list_path[256];
+    snprintf(stat_path, sizeof(stat_path), "/v1/sandboxes/%s/fs/stat?path=/tmp/d/f1", id);
+    snprintf(list_path, sizeof(list_path), "/v1/sandboxes/%s/fs/list?path=/tmp/d", id);
+    struct get_ctx gs = {c, stat_path}, gl = {c, list_path};
+    json_auto_t *st = json_pack("{s:[s,s]}", "cmd", "stat", "/tmp/d/f1");
+    json_auto_t *ls =
+        json_pack("{s:[s,s,s], s:i}", "cmd", "ls", "-la", "/tmp/d", "max_output_bytes", 1 << 20);
+    struct exec_ctx es = {c, id, st}, el = {c, id, ls};
+    if (crl_bench_timed(warm, n, get_op, &gs, &r->s[STAT], err) < 0 ||
+        crl_bench_timed(warm, n, exec_op, &es, &r->s[EXEC_STAT], err) < 0 ||
+        crl_bench_timed(warm, n, get_op, &gl, &r->s[LIST], err) < 0 ||
+        crl_bench_timed(warm, n, exec_op, &el, &r->s[EXEC_LS], err) < 0)
+        return -1;
+    struct watch_ctx w = {.c = c, .id = id, .err = CRL_ERR_INIT};
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    snprintf(w.path, sizeof(w.path), "/v1/sandboxes/%s/fs/watch?path=/tmp/w", id);
+    if (crl_client_open(run->url, NULL, &w.reader, err) < 0)
+        return -1;
+    pthread_t th;
+    int rc = -1;
+    if (pthread_create(&th, NULL, watch_thread, &w) != 0) {
+        crl_client_close(w.reader);
+        return crl_err_sys(err, errno, "a thread");
+    }
+    pthread_mutex_lock(&w.mu);
+    while (!w.ready)
+        pthread_cond_wait(&w.cv, &w.mu);
+    pthread_mutex_unlock(&w.mu);
+    if (w.ready == 1)
+        rc = crl_bench_timed(warm, n, watch_op, &w, &r->s[WATCH], err);
+    else
+        crl_err_set(err, CRL_E_INTERNAL, "the watch ended: %s", w.err.msg);
+    /* its end: the sandbox goes, and the stream with it */
+    struct crl_err gone = CRL_ERR_INIT;
+    crl_bench_sandbox_destroy_last(sbs, &gone);
+    pthread_join(th, NULL);
+    crl_client_close(w.reader);
+    return rc;
+}
+
 /* The host's cat, with a pipe each way. */
 static pid_t host_cat(struct peer_ctx *p, struct crl_err *err)
 {
@@ -203,7 +351,7 @@ static int measure(struct crl_bench_run *run, void *res, struct crl_err *err)
     if (crl_bench_timed(warm, n, start_op, &st, &r->s[START], err) < 0 ||
         crl_bench_fork_exec("/bin/true", true_argv, "", warm, n, &r->s[FORK_EXEC], err) < 0)
         goto out;
-    rc = 0;
+    rc = measure_fs(run, &sbs, c, id, r, err);
 out:
     if (sock >= 0)
         close(sock);
@@ -230,10 +378,15 @@ static void report(const struct crl_bench_run *run, void *res)
         for (int k = 0; k < N_FIGS; k++)
             crl_bench_table_row(&table, figs[k].what, &f[k], true);
         printf("\n  echo p50: attach %.1fx the host's pipes (%+.3f ms); POST .../stdin %.1fx\n"
-               "  start p50: %.1fx the host's fork+exec+wait of /bin/true\n\n",
+               "  start p50: %.1fx the host's fork+exec+wait of /bin/true\n"
+               "  p50: stat %.1fx faster than an exec of stat; list %.1fx faster than an exec "
+               "of ls -la;\n  a watch event %.1fx faster than an exec of ls\n\n",
                crl_bench_ratio(f[ATTACH].p50, f[PEER].p50), f[ATTACH].p50 - f[PEER].p50,
                crl_bench_ratio(f[STDIN].p50, f[PEER].p50),
-               crl_bench_ratio(f[START].p50, f[FORK_EXEC].p50));
+               crl_bench_ratio(f[START].p50, f[FORK_EXEC].p50),
+               crl_bench_ratio(f[EXEC_STAT].p50, f[STAT].p50),
+               crl_bench_ratio(f[EXEC_LS].p50, f[LIST].p50),
+               crl_bench_ratio(f[EXEC_LS].p50, f[WATCH].p50));
     }
     json_auto_t *j = crl_bench_report_json(run, "corral processes");
     json_object_set_new(j, "iterations", json_integer((json_int_t)run->o.iterations));
@@ -242,6 +395,9 @@ static void report(const struct crl_bench_run *run, void *res)
     crl_bench_json_ratio(j, "ratio_attach_vs_pipe_p50", f[ATTACH].p50, f[PEER].p50);
     crl_bench_json_ratio(j, "ratio_stdin_post_vs_pipe_p50", f[STDIN].p50, f[PEER].p50);
     crl_bench_json_ratio(j, "ratio_start_vs_fork_exec_p50", f[START].p50, f[FORK_EXEC].p50);
+    crl_bench_json_ratio(j, "ratio_exec_stat_vs_fs_stat_p50", f[EXEC_STAT].p50, f[STAT].p50);
+    crl_bench_json_ratio(j, "ratio_exec_ls_vs_fs_list_p50", f[EXEC_LS].p50, f[LIST].p50);
+    crl_bench_json_ratio(j, "ratio_exec_ls_vs_watch_event_p50", f[EXEC_LS].p50, f[WATCH].p50);
     crl_bench_report_line(j);
 }
 
