@@ -387,12 +387,11 @@ static void proc_started(struct crl_proc *p, const struct crl_err *err)
     }
     crl_watch_start(loop, &x->w_in, p->in_fd, 0, on_in, x);
     list_add(x);
-    if (x->req.stdin_len) {
-        size_t len = x->req.stdin_len;
-        struct crl_err e = CRL_ERR_INIT;
-        if (crl_process_stdin(x, x->req.stdin_data, &len, false, &e) < 0 || len)
-            crl_warn(x->sb->id, "process %d: %zu bytes of its stdin not queued", (int)p->ns_pid,
-                     len);
+    if (x->req.stdin_len) { /* all of it, whatever the queue's bound: the request held it */
+        if (crl_buf_append(&x->in, x->req.stdin_data, x->req.stdin_len) < 0)
+            crl_warn(x->sb->id, "process %d: no memory for its stdin", (int)p->ns_pid);
+        else
+            crl_watch_modify(loop, &x->w_in, EPOLLOUT);
         free(x->req.stdin_data);
         x->req.stdin_data = NULL;
         x->req.stdin_len = 0;

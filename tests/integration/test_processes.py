@@ -110,6 +110,12 @@ def test_a_large_stdin_stream_arrives_whole(deb):
     p.wait(timeout=30)
     import hashlib
     assert p.output().stdout.split()[0].decode() == hashlib.sha256(data).hexdigest()
+    # stdin given at the start is queued whole too, past the queue's bound
+    first = data[: 1 << 20]
+    q = deb.process.start("sha256sum", stdin=first)
+    q.close_stdin()
+    q.wait(timeout=30)
+    assert q.output().stdout.split()[0].decode() == hashlib.sha256(first).hexdigest()
 
 
 def test_stdin_to_a_process_that_ended_or_closed_it_is_refused(deb):
