@@ -12,7 +12,7 @@ import time
 import pytest
 
 import corral
-from conftest import MICROVM_READY, SMALL, wait_for
+from conftest import BUILD, MICROVM_READY, SMALL, wait_for
 
 
 def fs_sandbox(client, backend):
@@ -151,7 +151,12 @@ def test_bad_requests_name_what_is_wrong(corrald, client):
 
 
 def test_a_watch_storm_reports_its_overflow_and_corrald_stays_bounded(corrald, client):
+    def rss_kb():
+        return int([x for x in open(f"/proc/{corrald.pid}/status")
+                    if x.startswith("VmRSS")][0].split()[1])
+
     with client.create(image="debian", memory_mb=256) as sb:
+        before = rss_kb()
         sb.files.make_dir("/storm")
         seen = {"overflow": 0, "events": 0}
         ready = threading.Event()
@@ -173,9 +178,11 @@ def test_a_watch_storm_reports_its_overflow_and_corrald_stays_bounded(corrald, c
         assert r.exit_code == 0
         t.join(120)
         assert not t.is_alive() and seen["overflow"] == 1, seen
-        rss_kb = int([x for x in open(f"/proc/{corrald.pid}/status")
-                      if x.startswith("VmRSS")][0].split()[1])
-        assert rss_kb < 200 * 1024, rss_kb
+        # 30,000 events of ~60 bytes went by; corrald held at most its bound
+        # (the sanitizer build keeps freed memory in quarantine: not there)
+        grown = rss_kb() - before
+        assert grown < 32 * 1024 or BUILD.name == "build-san", f"corrald grew by {grown} kB"
+
 
 
 def test_trajectory_sandboxes_record_filesystem_steps(client):

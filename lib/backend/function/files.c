@@ -176,8 +176,10 @@ static void *fs_thread(void *arg)
     close(q->root);
     dprintf(q->msg_w, "%s\n", msg);
     close(q->msg_w);
-    (void)!write(q->done_w, &code, 1);
-    close(q->done_w);
+    /* The loop frees q once it reads this byte: nothing of q after it. */
+    int done_w = q->done_w;
+    (void)!write(done_w, &code, 1);
+    close(done_w);
     return NULL;
 }
 
