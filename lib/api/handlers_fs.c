@@ -228,11 +228,9 @@ void crl_h_fs_watch(struct crl_req *r)
     struct crl_err err = CRL_ERR_INIT;
     struct crl_user u;
     struct fsreq *q;
-    const char *path = crl_req_query(r, "path"), *rec = crl_req_query(r, "recursive");
-    bool recursive = rec && (strcmp(rec, "true") == 0 || strcmp(rec, "1") == 0);
-    if (rec && !recursive && strcmp(rec, "false") != 0 && strcmp(rec, "0") != 0)
-        crl_err_set(&err, CRL_E_INVALID, "recursive must be true or false, not '%s'", rec);
-    else if (!path)
+    const char *path = crl_req_query(r, "path");
+    bool recursive;
+    if (crl_req_query_bool(r, "recursive", false, &recursive, &err) == 0 && !path)
         crl_err_set(&err, CRL_E_INVALID, "path is required (an absolute path)");
     if (err.code || crl_req_sandbox(r, &err) < 0 ||
         user_of(crl_req_query(r, "user"), &u, &err) < 0 || crl_path_check(path, "path", &err) < 0 ||

@@ -92,22 +92,6 @@ void crl_h_process_free(struct crl_req *r)
     r->state = NULL;
 }
 
-/* A query parameter that is a boolean: true, false, 1, 0; def if absent. */
-static int query_bool(struct crl_req *r, const char *key, bool def, bool *out, struct crl_err *err)
-{
-    const char *v = crl_req_query(r, key);
-    *out = def;
-    if (!v)
-        return 0;
-    if (strcmp(v, "true") == 0 || strcmp(v, "1") == 0)
-        *out = true;
-    else if (strcmp(v, "false") == 0 || strcmp(v, "0") == 0)
-        *out = false;
-    else
-        return crl_err_set(err, CRL_E_INVALID, "%s must be true or false, not '%s'", key, v);
-    return 0;
-}
-
 /* ---- start, list, inspect, forget ---- */
 
 static void started(struct crl_process *x, const struct crl_err *err, void *ctx)
@@ -271,7 +255,7 @@ void crl_h_process_output(struct crl_req *r)
             crl_err_set(&err, CRL_E_INVALID, "offset %llu is past the end of the output (%llu)",
                         (unsigned long long)q->off, (unsigned long long)end);
     }
-    if (!q || err.code || query_bool(r, "follow", true, &q->follow, &err) < 0) {
+    if (!q || err.code || crl_req_query_bool(r, "follow", true, &q->follow, &err) < 0) {
         crl_req_error(r, &err);
         return;
     }
@@ -293,7 +277,7 @@ bool crl_h_process_stdin_begin(struct crl_req *r)
 {
     struct crl_err err = CRL_ERR_INIT;
     struct preq *q = lookup(r, &err);
-    if (!q || query_bool(r, "eof", false, &q->eof, &err) < 0)
+    if (!q || crl_req_query_bool(r, "eof", false, &q->eof, &err) < 0)
         crl_req_error(r, &err);
     return true;
 }

@@ -147,6 +147,21 @@ const char *crl_req_query(struct crl_req *r, const char *key)
     return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, key);
 }
 
+int crl_req_query_bool(struct crl_req *r, const char *key, bool def, bool *out, struct crl_err *err)
+{
+    const char *v = crl_req_query(r, key);
+    *out = def;
+    if (!v)
+        return 0;
+    if (strcmp(v, "true") == 0 || strcmp(v, "1") == 0)
+        *out = true;
+    else if (strcmp(v, "false") == 0 || strcmp(v, "0") == 0)
+        *out = false;
+    else
+        return crl_err_set(err, CRL_E_INVALID, "%s must be true or false, not '%s'", key, v);
+    return 0;
+}
+
 int crl_req_sandbox(struct crl_req *r, struct crl_err *err)
 {
     if (r->sb && strcmp(r->sb->id, r->route.id) == 0)

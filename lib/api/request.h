@@ -122,6 +122,10 @@ void crl_req_suspend(struct crl_req *r);
 void crl_req_resume(struct crl_req *r);
 /* A query parameter (URL-decoded), or NULL. */
 const char *crl_req_query(struct crl_req *r, const char *key);
+/* A boolean query parameter (true, false, 1, 0) into *out, `def` when it
+ * is absent; -1 with CRL_E_INVALID naming it otherwise. */
+int crl_req_query_bool(struct crl_req *r, const char *key, bool def, bool *out,
+                       struct crl_err *err);
 /* Look up the route's sandbox, holding a reference in r->sb. */
 int crl_req_sandbox(struct crl_req *r, struct crl_err *err);
 /* Streamed output (after crl_req_stream_response() was responded):
