@@ -59,6 +59,13 @@ BINS := $(B)/corrald $(B)/corral $(B)/corral-bench $(B)/corral-spawner $(B)/corr
         microvm-guest
 all: $(BINS) $(UNIT_BIN)
 
+# A code context's kernel (lib/core/code_kernel.py), as a C string.
+$(B)/gen/code_kernel.inc: lib/core/code_kernel.py
+	@mkdir -p $(dir $@)
+	$(Q)sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $< > $@
+$(B)/obj/lib/core/code.o: $(B)/gen/code_kernel.inc
+$(B)/obj/lib/core/code.o: CFLAGS += -I$(B)/gen
+
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")

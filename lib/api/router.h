@@ -25,6 +25,9 @@ enum crl_endpoint {
     CRL_EP_SESSION,          /* DELETE close */
     CRL_EP_SESSION_RUN,      /* POST */
     CRL_EP_FILES,            /* GET read, PUT write */
+    CRL_EP_CODE,             /* POST: a cell */
+    CRL_EP_CODE_CONTEXTS,    /* GET list, POST create */
+    CRL_EP_CODE_CONTEXT,     /* DELETE remove, POST restart */
     CRL_EP_FS,               /* GET stat|list, POST mkdir|move|remove */
     CRL_EP_FS_WATCH,         /* GET: NDJSON events */
     CRL_EP_PROCESSES,        /* GET list, POST start */

@@ -5,6 +5,7 @@
 #include "../functions/functions.h"
 #include "handlers_actions.h"
 #include "handlers_ports.h"
+#include "handlers_code.h"
 #include "handlers_exec.h"
 #include "handlers_files.h"
 #include "handlers_fs.h"

@@ -70,6 +70,8 @@ static void unlist(struct crl_process *x)
 static void list_add(struct crl_process *x)
 {
     struct crl_sandbox *sb = x->sb;
+    if (x->req.hidden)
+        return;
     /* A pid the sandbox reuses names the new process: the ended one goes. */
     for (struct crl_process *o = first(sb), *next; o; o = next) {
         next = o->next;

@@ -44,6 +44,7 @@ const char *crl_sb_state_name(enum crl_sb_state s);
 struct crl_sandbox;
 struct crl_session;
 struct crl_process;
+struct crl_code_ctx;
 struct crl_pool;
 typedef void (*crl_sandbox_cb)(struct crl_sandbox *sb, const struct crl_err *err, void *ctx);
 typedef void (*crl_sandbox_hook)(struct crl_sandbox *sb);
@@ -117,6 +118,7 @@ struct crl_sandbox {
     struct crl_session *sessions; /* session.c's */
     unsigned n_sessions;
     struct crl_process *processes; /* process.c's: background processes, oldest first */
+    struct crl_code_ctx *code_contexts; /* code.c's */
     unsigned n_processes_live, n_processes_ended;
     crl_sandbox_hook end_hooks[CRL_SB_END_HOOKS]; /* see crl_sandbox_on_end() */
     /* Checkpoints and the trajectory (lib/traj/traj.h), owned by the layer

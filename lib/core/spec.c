@@ -15,6 +15,18 @@
 
 static const char *const known_backends[] = {"container", "function", "microvm", "vm", "auto"};
 
+char **crl_strv_dup(char *const *v)
+{
+    size_t n = crl_strv_len(v);
+    char **out = calloc(n + 1, sizeof(char *));
+    for (size_t i = 0; out && i < n; i++)
+        if (!(out[i] = strdup(v[i]))) {
+            crl_strv_free(out);
+            return NULL;
+        }
+    return out;
+}
+
 void crl_strv_free(char **v)
 {
     if (!v)

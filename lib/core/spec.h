@@ -95,6 +95,7 @@ struct crl_exec_req {
     unsigned short rows, cols; /* tty: its window */
     char *tag;
     size_t ring_bytes; /* output kept for clients that attach */
+    bool hidden;       /* corrald's own (a code context's kernel): not listed, not found */
 };
 
 #define CRL_TTY_DEFAULT_ROWS 24
@@ -142,6 +143,8 @@ int crl_json_get_uint(json_t *v, const char *name, long long lo, long long hi, u
 int crl_json_get_string(json_t *v, const char *name, size_t maxlen, const char **out,
                         struct crl_err *err);
 void crl_strv_free(char **v);
+/* A copy of a NULL-terminated vector of strings; NULL when out of memory. */
+char **crl_strv_dup(char *const *v);
 size_t crl_strv_len(char *const *v);
 
 #endif
