@@ -29,6 +29,7 @@ struct crl_code_cell {
     crl_code_done_fn done;
     void *ctx;
     bool cancelled;
+    json_int_t id; /* the request's, which its answer must name */
 };
 
 struct crl_code_ctx {
@@ -49,6 +50,7 @@ struct crl_code_ctx {
     struct crl_timer timer;
     unsigned restarts;
     unsigned long executions;
+    json_int_t next_id;
 };
 
 static struct crl_code_ctx **list_of(struct crl_sandbox *sb)
@@ -153,8 +155,9 @@ static void line(struct crl_code_ctx *cx, const char *s, size_t n)
         cx->ready = true;
         return;
     }
-    if (!cx->head || !cx->sent)
-        return; /* nobody asked */
+    json_t *id = json_object_get(j, "id");
+    if (!cx->head || !cx->sent || !json_is_integer(id) || json_integer_value(id) != cx->head->id)
+        return; /* nobody asked, or not this cell */
     cell_over(cx, answer_of(j, ++cx->executions), NULL);
 }
 
@@ -169,8 +172,10 @@ static void kernel_gone(struct crl_code_ctx *cx, const char *why)
         cx->k = NULL;
     }
     cx->ready = cx->starting = false;
-    crl_buf_free(&cx->in);
+    crl_buf_free(&cx->in); /* freed, then ready for the next kernel */
     crl_buf_free(&cx->line);
+    crl_buf_init(&cx->in, CRL_BUF_UNBOUNDED);
+    crl_buf_init(&cx->line, CRL_BUF_UNBOUNDED);
     if (cx->head && cx->sent) {
         struct crl_err err = CRL_ERR_INIT;
         crl_err_set(&err, CRL_E_CONFLICT, "%s: context %s starts again (its state is gone)", why,
@@ -295,7 +300,8 @@ static void pump(struct crl_code_ctx *cx)
     if (!cx->ready)
         return;
     struct crl_code_cell *c = cx->head;
-    json_auto_t *req = json_pack("{s:s}", "code", c->code);
+    c->id = ++cx->next_id;
+    json_auto_t *req = json_pack("{s:s, s:I}", "code", c->code, "id", c->id);
     cleanup_free char *text = req ? json_dumps(req, JSON_COMPACT) : NULL;
     struct crl_err err = CRL_ERR_INIT;
     if (!text || crl_buf_append(&cx->in, text, strlen(text)) < 0 ||

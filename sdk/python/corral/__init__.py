@@ -23,7 +23,7 @@ The API itself is described in docs/api.md.  The public surface has type
 hints (PEP 561: the package ships py.typed).
 """
 
-from ._api import ExecResult, FileBytes, ProcessOutput
+from ._api import Execution, ExecResult, FileBytes, ProcessOutput
 from .aio import (AsyncClient, AsyncFiles, AsyncProcess, AsyncProcesses, AsyncSandbox, AsyncSession,
                   AsyncTrajectory)
 from .client import Client, Files, Process, Processes, Sandbox, Session, Trajectory
@@ -34,7 +34,7 @@ from .errors import (CapacityError, Conflict, Error, Forbidden, FunctionError, I
 
 __all__ = [
     "AsyncClient", "AsyncFiles", "AsyncProcess", "AsyncProcesses", "AsyncSandbox", "AsyncSession",
-    "AsyncTrajectory", "Process", "Processes", "ProcessOutput",
+    "AsyncTrajectory", "Execution", "Process", "Processes", "ProcessOutput",
     "CapacityError", "Client", "Conflict", "Error", "ExecResult", "FileBytes", "Files",
     "Forbidden", "FunctionError", "InternalError", "InvalidJSON", "InvalidSpec",
     "MethodNotAllowed", "NoSpace", "NotFound", "PayloadTooLarge", "Sandbox", "Session", "Timeout",

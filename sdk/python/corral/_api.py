@@ -581,3 +581,43 @@ class WatchDecoder(NDJSONDecoder):
 
 class StopWatch(Exception):
     """Raised in a watch's callback to end it (the connection closes)."""
+
+
+# ---- code contexts (docs/api.md, Code) ----
+
+@dataclasses.dataclass
+class Execution:
+    """A cell's run in a code context: its ``results`` (dicts with ``main``
+    and what the value gave: ``text``, ``png`` (base64), ``jpeg``, ``svg``,
+    ``html``, ``markdown``, ``latex``, ``json``), its ``stdout`` and
+    ``stderr``, its ``error`` (``{"name", "value", "traceback"}`` or None),
+    its context and execution count."""
+
+    results: list[JSONObject]
+    stdout: str
+    stderr: str
+    error: JSONObject | None
+    context: str
+    execution_count: int
+
+    @property
+    def text(self) -> str | None:
+        """The main result's text (the last expression's repr), if any."""
+        for r in self.results:
+            if r.get("main"):
+                return cast(str | None, r.get("text"))
+        return None
+
+    @property
+    def pngs(self) -> list[bytes]:
+        return [base64.b64decode(r["png"]) for r in self.results if "png" in r]
+
+    @classmethod
+    def from_json(cls, d: JSONObject) -> "Execution":
+        return cls(results=d.get("results", []), stdout=d.get("stdout", ""),
+                   stderr=d.get("stderr", ""), error=d.get("error"),
+                   context=d.get("context", ""), execution_count=d.get("execution_count", 0))
+
+
+def code_body(code: str, context: str | None, timeout: float | None) -> JSONObject:
+    return fs_body(code=code, context=context, timeout_s=timeout)

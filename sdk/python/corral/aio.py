@@ -17,7 +17,7 @@ from typing import Any, Callable, List, Mapping, Sequence
 
 from . import _api, errors
 from ._aio_http import AsyncTransport
-from ._api import (BinaryFile, Command, ExecResult, FileBytes, JSONList, JSONObject,
+from ._api import (BinaryFile, Command, Execution, ExecResult, FileBytes, JSONList, JSONObject,
                    LocalPath, ProcessOutput, Response, q)
 
 # Called with each piece of a command's output as it arrives: a plain
@@ -260,6 +260,28 @@ class AsyncSandbox:
         """Thaw a paused sandbox; see Sandbox.resume()."""
         self.info = await self.client._json("POST", f"{self._path}/resume")
         return self.info
+
+    async def run_code(self, code: str, context: str | None = None,
+                       timeout: float | None = None) -> Execution:
+        """Run python code in a code context; see Sandbox.run_code()."""
+        wait = math.inf if timeout == 0 else (timeout or 300) + _api.EXEC_GRACE
+        answer = (await self.client._call(_api.json_call(
+            "POST", f"{self._path}/code", _api.code_body(code, context, timeout), wait))).json()
+        return Execution.from_json(answer)
+
+    async def create_code_context(self, cwd: str | None = None) -> JSONObject:
+        return await self.client._json("POST", f"{self._path}/code/contexts",
+                                       _api.fs_body(cwd=cwd))
+
+    async def code_contexts(self) -> JSONList:
+        return (await self.client._json("GET", f"{self._path}/code/contexts"))["contexts"]
+
+    async def restart_code_context(self, context: str = "default") -> JSONObject:
+        return await self.client._json("POST",
+                                       f"{self._path}/code/contexts/{q(context)}/restart")
+
+    async def remove_code_context(self, context: str) -> None:
+        await self.client._json("DELETE", f"{self._path}/code/contexts/{q(context)}")
 
     async def set_timeout(self, timeout_s: int) -> JSONObject:
         """End the ttl ``timeout_s`` seconds from now; see Sandbox.set_timeout()."""

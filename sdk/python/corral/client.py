@@ -6,7 +6,7 @@ import math
 from typing import Any, Callable, List, Mapping, Sequence
 
 from . import _api, errors
-from ._api import (BinaryFile, Command, ExecResult, FileBytes, JSONList, JSONObject,
+from ._api import (BinaryFile, Command, Execution, ExecResult, FileBytes, JSONList, JSONObject,
                    LocalPath, ProcessOutput, Response, q)
 from ._http import Transport
 
@@ -319,6 +319,34 @@ class Sandbox:
         """Thaw a paused sandbox.  Returns the sandbox's info."""
         self.info = self.client._json("POST", f"{self._path}/resume")
         return self.info
+
+    def run_code(self, code: str, context: str | None = None,
+                 timeout: float | None = None) -> Execution:
+        """Run python ``code`` in a code context (``"default"``, made at its
+        first use, or one from create_code_context()), whose globals persist
+        between calls: ``run_code("x = 1")``, then ``run_code("x + 1").text
+        == "2"``.  An exception is the Execution's ``error``, not raised;
+        past ``timeout`` seconds (default 300) the cell is interrupted."""
+        wait = math.inf if timeout == 0 else (timeout or 300) + _api.EXEC_GRACE
+        answer = self.client._call(_api.json_call("POST", f"{self._path}/code",
+                                                  _api.code_body(code, context, timeout),
+                                                  wait)).json()
+        return Execution.from_json(answer)
+
+    def create_code_context(self, cwd: str | None = None) -> JSONObject:
+        """A new code context (its python starts now): ``{"id", "language",
+        "cwd", "state", ...}``; pass its ``id`` as run_code's ``context``."""
+        return self.client._json("POST", f"{self._path}/code/contexts", _api.fs_body(cwd=cwd))
+
+    def code_contexts(self) -> JSONList:
+        return self.client._json("GET", f"{self._path}/code/contexts")["contexts"]
+
+    def restart_code_context(self, context: str = "default") -> JSONObject:
+        """Start a context's python again: its state goes."""
+        return self.client._json("POST", f"{self._path}/code/contexts/{q(context)}/restart")
+
+    def remove_code_context(self, context: str) -> None:
+        self.client._json("DELETE", f"{self._path}/code/contexts/{q(context)}")
 
     def set_timeout(self, timeout_s: int) -> JSONObject:
         """End the sandbox's ttl ``timeout_s`` seconds from now (0: never),
