@@ -61,59 +61,6 @@ static struct crl_code_ctx **list_of(struct crl_sandbox *sb)
 static void kernel_start(struct crl_code_ctx *cx);
 static void pump(struct crl_code_ctx *cx);
 
-/* ---- answers ---- */
-
-/* What the kernel said of a cell, checked and built again: only these
- * fields, of these types. */
-static json_t *answer_of(json_t *in, unsigned long count)
-{
-    json_t *out = json_object();
-    json_object_set_new(out, "execution_count", json_integer((json_int_t)count));
-    static const char *const strs[] = {"stdout", "stderr"};
-    for (size_t i = 0; i < CRL_ARRAY_SIZE(strs); i++) {
-        json_t *v = json_object_get(in, strs[i]);
-        json_object_set_new(out, strs[i],
-                            json_string(json_is_string(v) ? json_string_value(v) : ""));
-        char key[32];
-        snprintf(key, sizeof(key), "%s_truncated", strs[i]);
-        json_object_set_new(out, key, json_boolean(json_is_true(json_object_get(in, key))));
-    }
-    json_t *results = json_array(), *r;
-    size_t i;
-    json_array_foreach(json_object_get(in, "results"), i, r)
-    {
-        if (!json_is_object(r) || i >= 256)
-            continue;
-        json_t *o = json_pack("{s:b}", "main", json_is_true(json_object_get(r, "main")));
-        static const char *const texts[] = {"text", "html", "markdown", "latex",
-                                            "svg",  "png",  "jpeg"};
-        for (size_t k = 0; k < CRL_ARRAY_SIZE(texts); k++) {
-            json_t *v = json_object_get(r, texts[k]);
-            if (json_is_string(v))
-                json_object_set(o, texts[k], v);
-        }
-        json_t *js = json_object_get(r, "json");
-        if (json_is_object(js) || json_is_array(js))
-            json_object_set_new(o, "json", json_deep_copy(js));
-        json_array_append_new(results, o);
-    }
-    json_object_set_new(out, "results", results);
-    json_t *e = json_object_get(in, "error");
-    if (json_is_object(e)) {
-        json_t *o = json_object();
-        static const char *const keys[] = {"name", "value", "traceback"};
-        for (size_t k = 0; k < CRL_ARRAY_SIZE(keys); k++) {
-            json_t *v = json_object_get(e, keys[k]);
-            json_object_set_new(o, keys[k],
-                                json_string(json_is_string(v) ? json_string_value(v) : ""));
-        }
-        json_object_set_new(out, "error", o);
-    } else {
-        json_object_set_new(out, "error", json_null());
-    }
-    return out;
-}
-
 static void cell_free(struct crl_code_cell *c)
 {
     free(c->code);
@@ -142,23 +89,19 @@ static void cell_over(struct crl_code_ctx *cx, json_t *answer, const struct crl_
 
 static void line(struct crl_code_ctx *cx, const char *s, size_t n)
 {
-    size_t nl = strlen(cx->nonce);
-    if (n < nl || memcmp(s, cx->nonce, nl) != 0)
-        return; /* not an answer */
-    json_error_t je;
-    json_auto_t *j = json_loadb(s + nl, n - nl, JSON_REJECT_DUPLICATES, &je);
-    if (!json_is_object(j)) {
+    long long want = cx->head && cx->sent ? (long long)cx->head->id : -1;
+    json_t *answer = NULL;
+    switch (crl_code_answer(s, n, cx->nonce, want, cx->executions + 1, &answer)) {
+    case CRL_CODE_LINE_READY: cx->ready = true; break;
+    case CRL_CODE_LINE_ANSWER:
+        cx->executions++;
+        cell_over(cx, answer, NULL);
+        break;
+    case CRL_CODE_LINE_MALFORMED:
         crl_warn(cx->sb->id, "code context %s: a malformed answer dropped", cx->name);
-        return;
+        break;
+    case CRL_CODE_LINE_OTHER: break;
     }
-    if (json_is_true(json_object_get(j, "ready"))) {
-        cx->ready = true;
-        return;
-    }
-    json_t *id = json_object_get(j, "id");
-    if (!cx->head || !cx->sent || !json_is_integer(id) || json_integer_value(id) != cx->head->id)
-        return; /* nobody asked, or not this cell */
-    cell_over(cx, answer_of(j, ++cx->executions), NULL);
 }
 
 /* ---- the kernel ---- */
@@ -249,14 +192,19 @@ static void kernel_start(struct crl_code_ctx *cx)
     unsigned char r[12];
     if (getrandom(r, sizeof(r), 0) != sizeof(r))
         memset(r, 0x5a, sizeof(r));
-    char *p = cx->nonce;
     for (size_t i = 0; i < sizeof(r); i++)
-        p += sprintf(p, "%02x", r[i]);
-    strcat(cx->nonce, ":");
+        snprintf(cx->nonce + 2 * i, sizeof(cx->nonce) - 2 * i, "%02x", r[i]);
+    snprintf(cx->nonce + 2 * sizeof(r), sizeof(cx->nonce) - 2 * sizeof(r), ":");
     struct crl_exec_req req = {0};
-    char *argv[] = {"python3", "-I", "-u", "-c", (char *)kernel_src, cx->nonce, NULL};
-    char *env[] = {"PYTHONUNBUFFERED=1", "MPLBACKEND=Agg", NULL};
-    req.argv = crl_strv_dup(argv);
+    char nonce_env[sizeof(cx->nonce) + 32];
+    snprintf(nonce_env, sizeof(nonce_env), "CORRAL_CODE_NONCE=%s", cx->nonce);
+    /* The image's python3; a function sandbox of the python runtime runs
+     * source in its own (a string cmd there is python, not sh). */
+    char *argv[] = {"python3", "-I", "-u", "-c", (char *)kernel_src, NULL};
+    char *source[] = {"/bin/sh", "-c", (char *)kernel_src, NULL};
+    char *env[] = {"PYTHONUNBUFFERED=1", "MPLBACKEND=Agg", nonce_env, NULL};
+    req.shell = strcmp(cx->sb->spec.runtime, "python") == 0;
+    req.argv = crl_strv_dup(req.shell ? source : argv);
     req.env = crl_strv_dup(env);
     req.cwd = cx->cwd ? strdup(cx->cwd) : NULL;
     req.hidden = true;

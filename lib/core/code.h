@@ -44,4 +44,18 @@ json_t *crl_code_context_list(struct crl_sandbox *sb);
 json_t *crl_code_context_restart(struct crl_sandbox *sb, const char *name, struct crl_err *err);
 int crl_code_context_remove(struct crl_sandbox *sb, const char *name, struct crl_err *err);
 
+/* One line a kernel wrote (without its newline), read as hostile input
+ * (lib/core/code_answer.c).  ANSWER: the answer to cell `want` (<0: none
+ * is awaited), built again in *out with execution_count `count`; READY:
+ * the kernel's first line; MALFORMED: behind the nonce, but not a JSON
+ * object; OTHER: not an answer, or one for no cell awaited. */
+enum crl_code_line {
+    CRL_CODE_LINE_OTHER,
+    CRL_CODE_LINE_READY,
+    CRL_CODE_LINE_ANSWER,
+    CRL_CODE_LINE_MALFORMED,
+};
+enum crl_code_line crl_code_answer(const char *s, size_t n, const char *nonce, long long want,
+                                   unsigned long count, json_t **out);
+
 #endif

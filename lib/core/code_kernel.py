@@ -4,8 +4,9 @@ background process whose state (its globals) persists between cells.
 
 Protocol (lib/core/code.c): one JSON request a line on fd 0
 ({"code": "...", "id": N}); one answer a line on the descriptor that was
-fd 1 at start, prefixed with the nonce given as argv[1] so that a line a
-cell prints cannot pass for an answer by chance.  While a cell runs its
+fd 1 at start, prefixed with the nonce given in CORRAL_CODE_NONCE (taken
+out of the environment the cells see) so that a line a cell prints cannot
+pass for an answer by chance.  While a cell runs its
 fd 0 is /dev/null and its fds 1 and 2 are files of their own, so output
 written by the cell's subprocesses is caught too.  corrald treats every
 answer as hostile input: it checks each field and its size.
@@ -85,7 +86,7 @@ def run(code, ns, name):
 
 
 def main():
-    nonce = sys.argv[1] if len(sys.argv) > 1 else ""
+    nonce = os.environ.pop("CORRAL_CODE_NONCE", "")
     requests = os.fdopen(os.dup(0), "r", encoding="utf-8", errors="replace")
     answers = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
     null = os.open(os.devnull, os.O_RDONLY)

@@ -117,7 +117,7 @@ struct crl_sandbox {
     struct crl_proc *procs;
     struct crl_session *sessions; /* session.c's */
     unsigned n_sessions;
-    struct crl_process *processes; /* process.c's: background processes, oldest first */
+    struct crl_process *processes;      /* process.c's: background processes, oldest first */
     struct crl_code_ctx *code_contexts; /* code.c's */
     unsigned n_processes_live, n_processes_ended;
     crl_sandbox_hook end_hooks[CRL_SB_END_HOOKS]; /* see crl_sandbox_on_end() */

@@ -11,7 +11,11 @@
  *   5. the filesystem API's stat and list of a 1,000-entry directory
  *      against an exec of `stat` and of `ls -la`, and a watch event's delay
  *      (a file made by an upload, until its create event arrives) against
- *      an exec of `ls` (what a client without a watch would poll with).
+ *      an exec of `ls` (what a client without a watch would poll with);
+ *   6. run_code("1+1") in a code context (docs/api.md, Code) of a sandbox
+ *      of the debian image, against the host's `python3 -c`, an exec of
+ *      `python3 -c` in that sandbox and a call of a function sandbox of the
+ *      python runtime.
  *
  * It prints figures and ratios, and never judges an absolute time. */
 #include <errno.h>
@@ -43,10 +47,30 @@ static const char help[] =
     "     of /bin/true on the host;\n"
     "  5. GET .../fs/stat and .../fs/list of a 1,000-entry directory against\n"
     "     an exec of `stat` and of `ls -la`; a watch event's delay (an upload\n"
-    "     made the file; until its create event is read) against an exec of `ls`.\n"
+    "     made the file; until its create event is read) against an exec of `ls`;\n"
+    "  6. POST .../code of 1+1 (a code context of a sandbox of --image, else of\n"
+    "     debian, which `make images` builds with python3) against the host's\n"
+    "     python3 -c, an exec of python3 -c in that sandbox and a call of a\n"
+    "     function sandbox of the python runtime.\n"
     "p50, p99 and the ratios of the p50s.\n";
 
-enum { ATTACH, STDIN, PEER, START, FORK_EXEC, STAT, EXEC_STAT, LIST, EXEC_LS, WATCH, N_FIGS };
+enum {
+    ATTACH,
+    STDIN,
+    PEER,
+    START,
+    FORK_EXEC,
+    STAT,
+    EXEC_STAT,
+    LIST,
+    EXEC_LS,
+    WATCH,
+    RUN_CODE,
+    HOST_PY,
+    EXEC_PY,
+    FN_CALL,
+    N_FIGS
+};
 
 static const struct {
     const char *key, *what;
@@ -61,6 +85,10 @@ static const struct {
     [LIST] = {"fs_list_1000", "GET .../fs/list of 1,000 entries"},
     [EXEC_LS] = {"exec_ls_1000", "peer: exec of ls -la of them"},
     [WATCH] = {"watch_event_delay", "a watch's create event, from the upload's start"},
+    [RUN_CODE] = {"run_code", "POST .../code of 1+1 in a context"},
+    [HOST_PY] = {"host_python_c", "peer: the host's python3 -c 'print(1+1)'"},
+    [EXEC_PY] = {"exec_python_c", "peer: exec of python3 -c in the sandbox"},
+    [FN_CALL] = {"function_call", "peer: a python function sandbox's call"},
 };
 
 struct results {
@@ -277,6 +305,57 @@ static int measure_fs(struct crl_bench_run *run, struct crl_bench_sandboxes *sbs
     return rc;
 }
 
+struct code_ctx {
+    struct crl_client *c;
+    const char *path;
+    json_t *req;
+};
+
+static int code_op(void *ctx, size_t i, struct crl_err *err)
+{
+    struct code_ctx *k = ctx;
+    json_auto_t *out = NULL;
+    if (crl_client_request(k->c, "POST", k->path, k->req, &out, NULL, err) < 0)
+        return -1;
+    json_t *res = json_array_get(json_object_get(out, "results"), 0);
+    const char *text = json_string_value(json_object_get(res, "text"));
+    if (!text || strcmp(text, "2") != 0)
+        return crl_err_set(err, CRL_E_INTERNAL, "run_code of 1+1 did not answer 2");
+    return 0;
+}
+
+/* The code figures: a context of a python image's sandbox, the host's
+ * python3 -c, an exec of it in that sandbox, a python function's call. */
+static int measure_code(struct crl_bench_run *run, struct crl_bench_sandboxes *sbs,
+                        struct crl_client *c, struct results *r, struct crl_err *err)
+{
+    size_t n = run->o.iterations, warm = crl_bench_warmup(n);
+    json_auto_t *spec = crl_bench_spec(run->o.image ? run->o.image : "debian", 256);
+    json_auto_t *fspec = crl_bench_spec(NULL, 128);
+    json_object_set_new(fspec, "backend", json_string("function"));
+    json_object_set_new(fspec, "runtime", json_string("python"));
+    char id[CRL_BENCH_ID_MAX], fid[CRL_BENCH_ID_MAX], path[256];
+    double ms;
+    crl_bench_step(run, "run_code, python3 -c, an exec of it, a function call (%zu each)", n);
+    if (crl_bench_sandbox_create(sbs, spec, id, &ms, err) < 0 ||
+        crl_bench_sandbox_create(sbs, fspec, fid, &ms, err) < 0)
+        return -1;
+    snprintf(path, sizeof(path), "/v1/sandboxes/%s/code", id);
+    json_auto_t *one = json_pack("{s:s}", "code", "1+1");
+    struct code_ctx k = {c, path, one};
+    char *const py_argv[] = {"python3", "-c", "print(1+1)", NULL};
+    json_auto_t *py = json_pack("{s:[s,s,s]}", "cmd", "python3", "-c", "print(1+1)");
+    json_auto_t *call = json_pack("{s:s}", "cmd", "print(1+1)");
+    struct exec_ctx ep = {c, id, py}, fc = {c, fid, call};
+    return crl_bench_timed(warm, n, code_op, &k, &r->s[RUN_CODE], err) < 0 ||
+                   crl_bench_fork_exec("/usr/bin/python3", py_argv, "2\n", warm, n, &r->s[HOST_PY],
+                                       err) < 0 ||
+                   crl_bench_timed(warm, n, exec_op, &ep, &r->s[EXEC_PY], err) < 0 ||
+                   crl_bench_timed(warm, n, exec_op, &fc, &r->s[FN_CALL], err) < 0
+               ? -1
+               : 0;
+}
+
 /* The host's cat, with a pipe each way. */
 static pid_t host_cat(struct peer_ctx *p, struct crl_err *err)
 {
@@ -351,7 +430,9 @@ static int measure(struct crl_bench_run *run, void *res, struct crl_err *err)
     if (crl_bench_timed(warm, n, start_op, &st, &r->s[START], err) < 0 ||
         crl_bench_fork_exec("/bin/true", true_argv, "", warm, n, &r->s[FORK_EXEC], err) < 0)
         goto out;
-    rc = measure_fs(run, &sbs, c, id, r, err);
+    if (measure_fs(run, &sbs, c, id, r, err) < 0)
+        goto out;
+    rc = measure_code(run, &sbs, c, r, err);
 out:
     if (sock >= 0)
         close(sock);
@@ -380,13 +461,18 @@ static void report(const struct crl_bench_run *run, void *res)
         printf("\n  echo p50: attach %.1fx the host's pipes (%+.3f ms); POST .../stdin %.1fx\n"
                "  start p50: %.1fx the host's fork+exec+wait of /bin/true\n"
                "  p50: stat %.1fx faster than an exec of stat; list %.1fx faster than an exec "
-               "of ls -la;\n  a watch event %.1fx faster than an exec of ls\n\n",
+               "of ls -la;\n  a watch event %.1fx faster than an exec of ls\n"
+               "  run_code(1+1) p50: %.1fx faster than the host's python3 -c, %.1fx than an "
+               "exec of it,\n  %.1fx than a python function sandbox's call\n\n",
                crl_bench_ratio(f[ATTACH].p50, f[PEER].p50), f[ATTACH].p50 - f[PEER].p50,
                crl_bench_ratio(f[STDIN].p50, f[PEER].p50),
                crl_bench_ratio(f[START].p50, f[FORK_EXEC].p50),
                crl_bench_ratio(f[EXEC_STAT].p50, f[STAT].p50),
                crl_bench_ratio(f[EXEC_LS].p50, f[LIST].p50),
-               crl_bench_ratio(f[EXEC_LS].p50, f[WATCH].p50));
+               crl_bench_ratio(f[EXEC_LS].p50, f[WATCH].p50),
+               crl_bench_ratio(f[HOST_PY].p50, f[RUN_CODE].p50),
+               crl_bench_ratio(f[EXEC_PY].p50, f[RUN_CODE].p50),
+               crl_bench_ratio(f[FN_CALL].p50, f[RUN_CODE].p50));
     }
     json_auto_t *j = crl_bench_report_json(run, "corral processes");
     json_object_set_new(j, "iterations", json_integer((json_int_t)run->o.iterations));
@@ -398,6 +484,9 @@ static void report(const struct crl_bench_run *run, void *res)
     crl_bench_json_ratio(j, "ratio_exec_stat_vs_fs_stat_p50", f[EXEC_STAT].p50, f[STAT].p50);
     crl_bench_json_ratio(j, "ratio_exec_ls_vs_fs_list_p50", f[EXEC_LS].p50, f[LIST].p50);
     crl_bench_json_ratio(j, "ratio_exec_ls_vs_watch_event_p50", f[EXEC_LS].p50, f[WATCH].p50);
+    crl_bench_json_ratio(j, "ratio_host_python_vs_run_code_p50", f[HOST_PY].p50, f[RUN_CODE].p50);
+    crl_bench_json_ratio(j, "ratio_exec_python_vs_run_code_p50", f[EXEC_PY].p50, f[RUN_CODE].p50);
+    crl_bench_json_ratio(j, "ratio_function_call_vs_run_code_p50", f[FN_CALL].p50, f[RUN_CODE].p50);
     crl_bench_report_line(j);
 }
 

@@ -24,14 +24,15 @@ fi
 
 mkdir -p "$out/corpus/spec" "$out/corpus/router" "$out/corpus/image" "$out/corpus/journal" \
     "$out/corpus/path" "$out/corpus/netpolicy" "$out/corpus/dns" "$out/corpus/nflog" \
-    "$out/corpus/agent_proto"
+    "$out/corpus/agent_proto" "$out/corpus/code_answer"
 cflags="-std=gnu11 -g -O1 -D_GNU_SOURCE -fno-omit-frame-pointer \
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
     -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla \
     -Wno-unused-parameter"
 
 echo "fuzz: building $out/fuzz_spec, $out/fuzz_router, $out/fuzz_image, $out/fuzz_journal," \
-    "$out/fuzz_path, $out/fuzz_netpolicy, $out/fuzz_dns, $out/fuzz_nflog and $out/fuzz_agent_proto"
+    "$out/fuzz_path, $out/fuzz_netpolicy, $out/fuzz_dns, $out/fuzz_nflog, $out/fuzz_agent_proto" \
+    "and $out/fuzz_code_answer"
 # shellcheck disable=SC2046,SC2086  # word splitting of flags is intended
 $cc $cflags $(pkg-config --cflags jansson libcrypto) -o "$out/fuzz_spec" tests/fuzz/fuzz_spec.c \
     lib/core/spec.c lib/core/netpolicy.c lib/core/services.c lib/util/*.c $(pkg-config --libs jansson libcrypto)
@@ -69,10 +70,14 @@ $cc $cflags -o "$out/fuzz_nflog" tests/fuzz/fuzz_nflog.c lib/os/nflog.c lib/util
 $cc $cflags $(pkg-config --cflags jansson) -o "$out/fuzz_agent_proto" tests/fuzz/fuzz_agent_proto.c \
     lib/agent/proto.c lib/agent/msg.c lib/agent/host.c lib/util/err.c lib/util/buf.c \
     $(pkg-config --libs jansson)
+# a code context's kernel's lines: what a sandbox's python answers
+# shellcheck disable=SC2046,SC2086
+$cc $cflags $(pkg-config --cflags jansson) -o "$out/fuzz_code_answer" tests/fuzz/fuzz_code_answer.c \
+    lib/core/code_answer.c $(pkg-config --libs jansson)
 
 status=0
 # shellcheck disable=SC2086  # a list of names
-for t in ${FUZZ_TARGETS:-spec router image journal path netpolicy dns nflog agent_proto}; do
+for t in ${FUZZ_TARGETS:-spec router image journal path netpolicy dns nflog agent_proto code_answer}; do
     bin=$out/fuzz_$t
     corpus=tests/fuzz/corpus/$t
     dict=tests/fuzz/$t.dict
