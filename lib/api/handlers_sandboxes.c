@@ -37,45 +37,15 @@ void crl_h_host(struct crl_req *r)
     crl_req_json(r, 200, crl_host_info_json(r->api->host));
 }
 
-struct label_sel {
-    struct crl_kv kv[CRL_SPEC_MAX_LABELS];
-    size_t n;
-    struct crl_err *err;
-    int bad;
-};
-
-static enum MHD_Result collect_labels(void *cls, enum MHD_ValueKind kind, const char *key,
-                                      const char *value)
-{
-    struct label_sel *ls = cls;
-    if (strcmp(key, "label") != 0)
-        return MHD_YES;
-    if (!value || ls->n >= CRL_SPEC_MAX_LABELS ||
-        crl_label_parse(value, &ls->kv[ls->n], ls->err) < 0) {
-        if (ls->n >= CRL_SPEC_MAX_LABELS)
-            crl_err_set(ls->err, CRL_E_INVALID, "at most %d label selectors", CRL_SPEC_MAX_LABELS);
-        else if (!value)
-            crl_err_set(ls->err, CRL_E_INVALID, "label selector needs the form key=value");
-        ls->bad = 1;
-        return MHD_NO;
-    }
-    ls->n++;
-    return MHD_YES;
-}
-
 void crl_h_sandboxes_list(struct crl_req *r)
 {
     struct crl_err err = CRL_ERR_INIT;
-    struct label_sel ls = {.err = &err};
-    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, collect_labels, &ls);
-    if (ls.bad)
+    struct crl_label_sel ls;
+    if (crl_req_label_sel(r, &ls, &err) < 0)
         crl_req_error(r, &err);
     else
         crl_req_json(r, 200, crl_host_list_json(r->api->host, ls.kv, ls.n));
-    for (size_t i = 0; i < ls.n; i++) {
-        free(ls.kv[i].key);
-        free(ls.kv[i].value);
-    }
+    crl_label_sel_free(&ls);
 }
 
 /* A create's state is the trajectory it opened ("trajectory" in its spec)

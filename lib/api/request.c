@@ -162,6 +162,48 @@ int crl_req_query_bool(struct crl_req *r, const char *key, bool def, bool *out, 
     return 0;
 }
 
+struct label_walk {
+    struct crl_label_sel *ls;
+    struct crl_err *err;
+    bool bad;
+};
+
+static enum MHD_Result collect_label(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value)
+{
+    struct label_walk *w = cls;
+    (void)kind;
+    if (strcmp(key, "label") != 0)
+        return MHD_YES;
+    if (w->ls->n >= CRL_SPEC_MAX_LABELS)
+        crl_err_set(w->err, CRL_E_INVALID, "at most %d label selectors", CRL_SPEC_MAX_LABELS);
+    else if (!value)
+        crl_err_set(w->err, CRL_E_INVALID, "label selector needs the form key=value");
+    else if (crl_label_parse(value, &w->ls->kv[w->ls->n], w->err) == 0) {
+        w->ls->n++;
+        return MHD_YES;
+    }
+    w->bad = true;
+    return MHD_NO;
+}
+
+int crl_req_label_sel(struct crl_req *r, struct crl_label_sel *ls, struct crl_err *err)
+{
+    struct label_walk w = {ls, err, false};
+    ls->n = 0;
+    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, collect_label, &w);
+    return w.bad ? -1 : 0;
+}
+
+void crl_label_sel_free(struct crl_label_sel *ls)
+{
+    for (size_t i = 0; i < ls->n; i++) {
+        free(ls->kv[i].key);
+        free(ls->kv[i].value);
+    }
+    ls->n = 0;
+}
+
 int crl_req_sandbox(struct crl_req *r, struct crl_err *err)
 {
     if (r->sb && strcmp(r->sb->id, r->route.id) == 0)

@@ -126,6 +126,13 @@ const char *crl_req_query(struct crl_req *r, const char *key);
  * is absent; -1 with CRL_E_INVALID naming it otherwise. */
 int crl_req_query_bool(struct crl_req *r, const char *key, bool def, bool *out,
                        struct crl_err *err);
+/* The `label=k=v` query parameters of a list: every one must match. */
+struct crl_label_sel {
+    struct crl_kv kv[CRL_SPEC_MAX_LABELS];
+    size_t n;
+};
+int crl_req_label_sel(struct crl_req *r, struct crl_label_sel *ls, struct crl_err *err);
+void crl_label_sel_free(struct crl_label_sel *ls);
 /* Look up the route's sandbox, holding a reference in r->sb. */
 int crl_req_sandbox(struct crl_req *r, struct crl_err *err);
 /* Streamed output (after crl_req_stream_response() was responded):

@@ -14,6 +14,8 @@ enum crl_endpoint {
     CRL_EP_HOST,
     CRL_EP_POOLS,            /* GET list */
     CRL_EP_POOL,             /* GET inspect, PUT set, DELETE remove */
+    CRL_EP_VOLUMES,          /* GET list, POST create */
+    CRL_EP_VOLUME,           /* GET inspect, DELETE remove */
     CRL_EP_IMAGES,           /* GET list, POST import */
     CRL_EP_IMAGE,            /* GET inspect, DELETE remove */
     CRL_EP_IMAGE_TAG,        /* POST; GET and DELETE: the image named "tag" */

@@ -12,6 +12,7 @@
 #include "handlers_functions.h"
 #include "handlers_images.h"
 #include "handlers_pools.h"
+#include "handlers_volumes.h"
 #include "handlers_processes.h"
 #include "handlers_sandboxes.h"
 #include "handlers_traj.h"

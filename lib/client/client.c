@@ -651,9 +651,15 @@ int crl_client_inspect(struct crl_client *c, const char *id, json_t **out, struc
 int crl_client_list(struct crl_client *c, const char *const *labels, size_t n, json_t **out,
                     struct crl_err *err)
 {
+    return crl_client_list_of(c, "/v1/sandboxes", labels, n, out, err);
+}
+
+int crl_client_list_of(struct crl_client *c, const char *collection, const char *const *labels,
+                       size_t n, json_t **out, struct crl_err *err)
+{
     struct crl_buf path;
     crl_buf_init(&path, CRL_BUF_UNBOUNDED);
-    int rc = crl_buf_printf(&path, "/v1/sandboxes");
+    int rc = crl_buf_printf(&path, "%s", collection);
     for (size_t i = 0; i < n && rc == 0; i++) {
         char *q = curl_easy_escape(c->curl, labels[i], 0);
         rc = q ? crl_buf_printf(&path, "%clabel=%s", i ? '&' : '?', q) : -1;

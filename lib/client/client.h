@@ -90,6 +90,9 @@ int crl_client_inspect(struct crl_client *c, const char *id, json_t **out, struc
 /* GET /v1/sandboxes with every "k=v" of labels[0..n) as a selector. */
 int crl_client_list(struct crl_client *c, const char *const *labels, size_t n, json_t **out,
                     struct crl_err *err);
+/* GET of a collection (/v1/volumes, ...) with `label=K=V` selectors. */
+int crl_client_list_of(struct crl_client *c, const char *collection, const char *const *labels,
+                       size_t n, json_t **out, struct crl_err *err);
 /* DELETE /v1/sandboxes/{id}; *out (may be NULL) is the destroyed sandbox. */
 int crl_client_destroy(struct crl_client *c, const char *id, json_t **out, struct crl_err *err);
 

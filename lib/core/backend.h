@@ -248,6 +248,9 @@ struct crl_backend_ops {
      * (netns), where a sandbox service of another connects (lib/api/service_server.c);
      * a guest's are not. */
     bool ports_on_netns;
+    /* It mounts volumes (spec.volumes): create finds their mounts in
+     * sb->volume_fds, one per spec volume, and attaches idmapped clones. */
+    bool volumes;
     /* For admission control: the memory a new sandbox is expected to take
      * from the host before it can be measured (0: 1 MiB), and the most
      * descriptors corrald holds open for each live one. */

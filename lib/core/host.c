@@ -23,6 +23,7 @@
 #include "pool.h"
 #include "resolver.h"
 #include "services.h"
+#include "volume.h"
 
 #define NS_PER_S 1000000000ull
 
@@ -379,12 +380,18 @@ static void owner_release(struct crl_sandbox *sb)
         sb->has_slot = false;
     }
     reserve(h, sb, false);
+    if (sb->spec.n_volumes)
+        crl_volumes_release(h->volumes, sb->id); /* a create that failed, or the above */
 }
 
 static void owner_stopped(struct crl_sandbox *sb)
 {
     sb->host->live--;
     sb->host->releasing++;
+    /* Its processes are gone, and with them its mount namespace: the next
+     * sandbox may mount its volumes now, before the rest of it is released. */
+    if (sb->spec.n_volumes)
+        crl_volumes_release(sb->host->volumes, sb->id);
 }
 
 static void owner_retire(struct crl_sandbox *sb, bool keep)
@@ -493,7 +500,14 @@ static int create(struct crl_host *h, struct crl_spec *spec, struct crl_pool *po
     const struct crl_backend_ops *ops = spec_backend(h, spec, err);
     if (!ops)
         return -1;
-    struct crl_sandbox *claimed = pool ? NULL : crl_pools_claim(h, spec);
+    if (spec->n_volumes && !ops->volumes)
+        return crl_err_set(err, CRL_E_UNSUPPORTED,
+                           "volumes: a %s sandbox mounts none in this version (a container "
+                           "sandbox does)",
+                           ops->name);
+    /* A pool's sandboxes were made without volumes: a create with some is
+     * made afresh. */
+    struct crl_sandbox *claimed = pool || spec->n_volumes ? NULL : crl_pools_claim(h, spec);
     if (claimed)
         return claim(h, claimed, spec, cb, ctx, err);
     if (admit(h, ops, spec, pool != NULL, err) < 0) {
@@ -519,7 +533,14 @@ static int create(struct crl_host *h, struct crl_spec *spec, struct crl_pool *po
         crl_sandbox_unref(sb);
         return -1;
     }
+    if (sb->spec.n_volumes &&
+        crl_volumes_take(h->volumes, sb->id, &sb->spec, sb->volume_fds, err) < 0) {
+        crl_image_put(sb->image);
+        crl_sandbox_unref(sb);
+        return -1;
+    }
     if (slot_alloc(h, &sb->slot) < 0) {
+        crl_volumes_release(h->volumes, sb->id);
         crl_image_put(sb->image);
         crl_sandbox_unref(sb);
         refused(h, pool);
@@ -707,6 +728,11 @@ int crl_host_open(const struct crl_host_config *cfg, struct crl_loop *loop, stru
         crl_etc_nameservers("/etc/resolv.conf", h->nameservers, sizeof(h->nameservers));
     if (crl_netns_pool_new(cfg->netns_pool, &h->netns, err) < 0)
         goto fail;
+    /* After the reconcile: a volume a leftover sandbox held is free now. */
+    char voldir[4200];
+    snprintf(voldir, sizeof(voldir), "%s/volumes", h->state_dir);
+    if (crl_volumes_open(cfg->volume_dir ? cfg->volume_dir : voldir, &h->volumes, err) < 0)
+        goto fail;
     int64_t total = meminfo_mb(cfg->meminfo_path ? cfg->meminfo_path : "/proc/meminfo", "MemTotal");
     h->mem_total_mb = total > 0 ? (uint64_t)total : 0;
     h->reserve_mb = cfg->reserve_mb;
@@ -810,6 +836,7 @@ void crl_host_close(struct crl_host *h)
     crl_vnet_free(h->vnet);
     crl_netns_pool_free(h->netns);
     crl_image_store_free(h->images);
+    crl_volumes_free(h->volumes);
     if (h->run_dir[0])
         crl_rm_rf_at(AT_FDCWD, h->run_dir);
     free(h->slots);

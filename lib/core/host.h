@@ -48,6 +48,7 @@ struct crl_host_config {
      * image endpoints need a store. */
     bool no_images;
     const char *images_dir;                /* the writable image store; NULL: <state_dir>/images */
+    const char *volume_dir;                /* named volumes; NULL: <state_dir>/volumes */
     struct crl_import_limits image_limits; /* for imports; 0: the store's defaults */
     const char *const *images_from;
     size_t n_images_from;
@@ -101,6 +102,7 @@ struct crl_host {
     char run_dir[4096];
     struct crl_loop *loop;
     struct crl_image_store *images;
+    struct crl_volumes *volumes;
     struct crl_cgroup_mgr *cgroups;
     struct crl_netns_pool *netns;
     struct crl_vnet *vnet;         /* NULL until a sandbox has a network */

@@ -87,7 +87,8 @@ struct crl_sandbox {
     const struct crl_backend_ops *ops;
     void *priv; /* the backend's */
     struct crl_spec spec;
-    struct crl_image *image; /* NULL on a host that serves no images */
+    struct crl_image *image;              /* NULL on a host that serves no images */
+    int volume_fds[CRL_SPEC_MAX_VOLUMES]; /* spec.volumes' mounts: the host's, borrowed */
     enum crl_sb_state state;
     char end_reason[32]; /* why it ended: destroyed, ttl, idle_ttl, init_exited, ... */
     char message[256];   /* what went wrong, for failed sandboxes */

@@ -9,6 +9,7 @@
 
 #include "../util/buf.h"
 #include "../util/cleanup.h"
+#include "../util/path.h"
 #include "services.h"
 
 #define MAX_BODY_DEPTH 16
@@ -254,6 +255,9 @@ void crl_spec_free(struct crl_spec *s)
     s->env = NULL;
     free(s->cwd);
     s->cwd = NULL;
+    free(s->volumes);
+    s->volumes = NULL;
+    s->n_volumes = 0;
     crl_net_policy_free(s->network);
     free(s->network);
     s->network = NULL;
@@ -320,7 +324,7 @@ int crl_label_parse(const char *kv, struct crl_kv *out, struct crl_err *err)
     return 0;
 }
 
-static int parse_labels(json_t *v, struct crl_spec *s, struct crl_err *err)
+int crl_labels_check(json_t *v, struct crl_err *err)
 {
     if (!json_is_object(v))
         return crl_err_set(err, CRL_E_INVALID, "labels must be an object of strings, not %s",
@@ -342,9 +346,21 @@ static int parse_labels(json_t *v, struct crl_spec *s, struct crl_err *err)
             return -1;
         if (!printable(sv))
             return crl_err_set(err, CRL_E_INVALID, "%s must be printable", field);
+    }
+    return 0;
+}
+
+static int parse_labels(json_t *v, struct crl_spec *s, struct crl_err *err)
+{
+    if (crl_labels_check(v, err) < 0)
+        return -1;
+    const char *key;
+    json_t *val;
+    json_object_foreach(v, key, val)
+    {
         struct crl_kv *l = &s->labels[s->n_labels];
         l->key = strdup(key);
-        l->value = strdup(sv);
+        l->value = strdup(json_string_value(val));
         if (!l->key || !l->value) {
             free(l->key);
             free(l->value);
@@ -421,6 +437,111 @@ static int parse_trajectory(json_t *f, struct crl_spec *s, struct crl_err *err)
 }
 
 /* The policy lives on the heap, NULL for mode none (the default). */
+bool crl_volume_name_ok(const char *name)
+{
+    size_t n = strlen(name);
+    if (n < 1 || n > CRL_VOLUME_NAME_MAX || !isalnum((unsigned char)name[0]))
+        return false;
+    for (const char *c = name; *c; c++)
+        if (!(islower((unsigned char)*c) || isdigit((unsigned char)*c) || strchr("_.-", *c)))
+            return false;
+    return true;
+}
+
+/* Where a volume may not go: over the root, or over (or under) what the
+ * sandbox's kernel interfaces are mounted at.  NULL: anywhere else. */
+static const char *volume_path_refused(const char *p)
+{
+    static const char *const kernel[] = {"/proc", "/sys", "/dev"};
+    if (strcmp(p, "/") == 0)
+        return "a volume may not hide the sandbox's root";
+    static const char *const why[] = {"a volume may not be mounted over or under /proc",
+                                      "a volume may not be mounted over or under /sys",
+                                      "a volume may not be mounted over or under /dev"};
+    for (size_t i = 0; i < CRL_ARRAY_SIZE(kernel); i++) {
+        size_t n = strlen(kernel[i]);
+        if (strncmp(p, kernel[i], n) == 0 && (p[n] == 0 || p[n] == '/'))
+            return why[i];
+    }
+    return NULL;
+}
+
+static int parse_volume(json_t *v, size_t i, struct crl_spec_volume *out, struct crl_err *err)
+{
+    static const char *const keys[] = {"name", "path", "read_only"};
+    char where[32];
+    snprintf(where, sizeof(where), "volumes[%zu]", i);
+    if (!json_is_object(v))
+        return crl_err_set(err, CRL_E_INVALID,
+                           "%s must be an object {\"name\", \"path\", \"read_only\"}, not %s",
+                           where, crl_json_type_name(v));
+    if (crl_json_check_keys(v, where, keys, CRL_ARRAY_SIZE(keys), err) < 0)
+        return -1;
+    const char *name, *path;
+    json_t *f = json_object_get(v, "name");
+    if (!f)
+        return crl_err_set(err, CRL_E_INVALID, "%s.name is required", where);
+    if (crl_json_get_string(f, "name", 256, &name, err) < 0)
+        return crl_err_prefix(err, "%s", where);
+    if (!crl_volume_name_ok(name))
+        return crl_err_set(err, CRL_E_INVALID,
+                           "%s.name '%s' is not a volume name (1-63 of a-z, 0-9, '_', '.', '-', "
+                           "starting with a letter or digit)",
+                           where, name);
+    if (!(f = json_object_get(v, "path")))
+        return crl_err_set(err, CRL_E_INVALID, "%s.path is required", where);
+    if (crl_json_get_string(f, "path", PATH_MAX, &path, err) < 0)
+        return crl_err_prefix(err, "%s", where);
+    int n =
+        crl_path_normalise(path, strlen(path), CRL_PATH_RULES_API, out->path, sizeof(out->path));
+    if (n < 0)
+        return crl_err_set(err, CRL_E_INVALID, "%s.path '%s' is %s", where, path,
+                           n == CRL_PATH_TOO_LONG ? "longer than 255 bytes" : crl_path_why(n));
+    const char *why = volume_path_refused(out->path);
+    if (why)
+        return crl_err_set(err, CRL_E_INVALID, "%s.path '%s' is refused: %s", where, path, why);
+    f = json_object_get(v, "read_only");
+    if (f && !json_is_boolean(f))
+        return crl_err_set(err, CRL_E_INVALID, "%s.read_only must be true or false", where);
+    snprintf(out->name, sizeof(out->name), "%s", name);
+    out->read_only = json_is_true(f);
+    return 0;
+}
+
+static int parse_volumes(json_t *v, struct crl_spec *s, struct crl_err *err)
+{
+    if (!json_is_array(v))
+        return crl_err_set(err, CRL_E_INVALID, "volumes must be an array, not %s",
+                           crl_json_type_name(v));
+    size_t n = json_array_size(v);
+    if (n > CRL_SPEC_MAX_VOLUMES)
+        return crl_err_set(err, CRL_E_INVALID, "volumes: %zu given, at most %d", n,
+                           CRL_SPEC_MAX_VOLUMES);
+    if (n && !(s->volumes = calloc(n, sizeof(*s->volumes))))
+        return crl_err_sys(err, ENOMEM, "volumes");
+    for (size_t i = 0; i < n; i++) {
+        struct crl_spec_volume *vol = &s->volumes[i];
+        if (parse_volume(json_array_get(v, i), i, vol, err) < 0)
+            return -1;
+        s->n_volumes = i + 1;
+        for (size_t j = 0; j < i; j++) {
+            if (strcmp(s->volumes[j].name, vol->name) == 0)
+                return crl_err_set(err, CRL_E_INVALID, "volumes[%zu]: volume '%s' is mounted twice",
+                                   i, vol->name);
+            size_t a = strlen(s->volumes[j].path), b = strlen(vol->path);
+            const char *shorter = a < b ? s->volumes[j].path : vol->path;
+            const char *longer = a < b ? vol->path : s->volumes[j].path;
+            size_t k = a < b ? a : b;
+            if (strncmp(shorter, longer, k) == 0 && (longer[k] == 0 || longer[k] == '/'))
+                return crl_err_set(err, CRL_E_INVALID,
+                                   "volumes[%zu].path '%s' is at or under volumes[%zu].path '%s': "
+                                   "volumes may not nest",
+                                   i, vol->path, j, s->volumes[j].path);
+        }
+    }
+    return 0;
+}
+
 static int parse_network(json_t *v, struct crl_spec *s, struct crl_err *err)
 {
     struct crl_net_policy p;
@@ -454,8 +575,8 @@ static int parse_services(json_t *v, struct crl_spec *s, struct crl_err *err)
 int crl_spec_from_json(json_t *root, struct crl_spec *s, struct crl_err *err)
 {
     static const char *const keys[] = {
-        "backend",    "runtime", "image", "resources", "network",    "ttl_s",   "on_ttl",
-        "idle_ttl_s", "labels",  "env",   "cwd",       "trajectory", "services"};
+        "backend",    "runtime", "image", "resources", "network",    "ttl_s",    "on_ttl",
+        "idle_ttl_s", "labels",  "env",   "cwd",       "trajectory", "services", "volumes"};
     crl_spec_init(s);
     if (!json_is_object(root))
         return crl_err_set(err, CRL_E_INVALID, "the sandbox spec must be a JSON object");
@@ -542,6 +663,8 @@ int crl_spec_from_json(json_t *root, struct crl_spec *s, struct crl_err *err)
         goto fail;
     if ((f = json_object_get(root, "trajectory")) && parse_trajectory(f, s, err) < 0)
         goto fail;
+    if ((f = json_object_get(root, "volumes")) && parse_volumes(f, s, err) < 0)
+        goto fail;
     return 0;
 fail:
     crl_spec_free(s);
@@ -587,6 +710,14 @@ json_t *crl_spec_to_json(const struct crl_spec *s)
         json_object_set_new(o, "services", crl_services_to_json(s->services));
     if (o && s->runtime[0])
         json_object_set_new(o, "runtime", json_string(s->runtime));
+    if (o && s->n_volumes) {
+        json_t *vols = json_array();
+        for (size_t i = 0; i < s->n_volumes; i++)
+            json_array_append_new(vols, json_pack("{s:s, s:s, s:b}", "name", s->volumes[i].name,
+                                                  "path", s->volumes[i].path, "read_only",
+                                                  s->volumes[i].read_only));
+        json_object_set_new(o, "volumes", vols);
+    }
     if (o && s->trajectory[0])
         json_object_set_new(o, "trajectory",
                             json_pack("{s:s, s:s}", "id", s->trajectory, "checkpoint",

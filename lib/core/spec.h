@@ -30,6 +30,19 @@ struct crl_kv {
     char *value;
 };
 
+/* A volume mounted at create (docs/api.md, Volumes). */
+#define CRL_SPEC_MAX_VOLUMES 8
+#define CRL_VOLUME_NAME_MAX 63
+#define CRL_VOLUME_PATH_MAX 255
+struct crl_spec_volume {
+    char name[CRL_VOLUME_NAME_MAX + 1];
+    char path[CRL_VOLUME_PATH_MAX + 1]; /* absolute, normal, not "/" nor under /proc /sys /dev */
+    bool read_only;
+};
+
+/* A volume's name: 1-63 of [a-z0-9_.-], starting with a letter or digit. */
+bool crl_volume_name_ok(const char *name);
+
 struct crl_spec {
     char backend[16];
     char runtime[16]; /* the function backend's: shell or python ("" for the others) */
@@ -45,8 +58,10 @@ struct crl_spec {
     bool pause_on_ttl;              /* "on_ttl": "pause" (else "destroy") */
     struct crl_kv labels[CRL_SPEC_MAX_LABELS];
     size_t n_labels;
-    char **env; /* "K=V", NULL-terminated; defaults for every exec */
-    char *cwd;  /* default working directory of execs */
+    char **env;                      /* "K=V", NULL-terminated; defaults for every exec */
+    char *cwd;                       /* default working directory of execs */
+    struct crl_spec_volume *volumes; /* malloc'd, n_volumes of them */
+    size_t n_volumes;
     /* The trajectory this sandbox records (or fast-forwards through): "" for none. */
     char trajectory[CRL_TRAJ_ID_MAX + 1];
     enum crl_checkpoint_mode {
@@ -66,6 +81,9 @@ void crl_spec_free(struct crl_spec *s);
 int crl_spec_parse(const char *json, size_t len, struct crl_spec *s, struct crl_err *err);
 int crl_spec_from_json(json_t *root, struct crl_spec *s, struct crl_err *err);
 json_t *crl_spec_to_json(const struct crl_spec *s);
+/* labels as the API takes them: an object of at most CRL_SPEC_MAX_LABELS
+ * printable strings of 255 bytes, keys 1-63 of [A-Za-z0-9._/-]. */
+int crl_labels_check(json_t *v, struct crl_err *err);
 /* Does the sandbox match every "k=v" selector? */
 bool crl_spec_labels_match(const struct crl_spec *s, const struct crl_kv *sel, size_t n);
 /* Parse a "k=v" label selector or flag. */

@@ -196,7 +196,32 @@ static const struct {
     {CRL_CLI_OPT_ENV, "--env", "env"},
     {CRL_CLI_OPT_CWD, "--cwd", "cwd"},
     {CRL_CLI_OPT_TRAJECTORY, "--trajectory", "trajectory"},
+    {CRL_CLI_OPT_VOLUME, "--volume", "volumes"},
 };
+
+/* --volume NAME:PATH[:ro] -> {"name", "path", "read_only"} appended. */
+static int volume_flag(json_t *spec, const char *arg, struct crl_err *err)
+{
+    const char *colon = strchr(arg, ':');
+    if (!colon || colon == arg || colon[1] != '/')
+        return crl_err_set(err, CRL_E_INVALID,
+                           "--volume: '%s' is not NAME:PATH[:ro] (PATH absolute)", arg);
+    const char *path = colon + 1;
+    size_t plen = strlen(path);
+    bool ro = plen > 3 && strcmp(path + plen - 3, ":ro") == 0;
+    if (ro)
+        plen -= 3;
+    json_t *vols = json_object_get(spec, "volumes");
+    if (!vols) {
+        vols = json_array();
+        json_object_set_new(spec, "volumes", vols);
+    }
+    json_t *v = json_pack("{s:s%, s:s%, s:b}", "name", arg, (size_t)(colon - arg), "path", path,
+                          plen, "read_only", ro);
+    if (!v)
+        return crl_err_set(err, CRL_E_INVALID, "--volume: '%s' is not valid UTF-8 text", arg);
+    return json_array_append_new(vols, v);
+}
 
 int crl_cli_spec_flag(json_t *spec, int opt, const char *arg, struct crl_err *err)
 {
@@ -239,6 +264,7 @@ int crl_cli_spec_flag(json_t *spec, int opt, const char *arg, struct crl_err *er
         return json_object_set_new(spec, field, json_integer(n));
     case CRL_CLI_OPT_LABEL: return crl_cli_parse_kv(flag, arg, sub_object(spec, "labels"), err);
     case CRL_CLI_OPT_ENV: return crl_cli_parse_kv(flag, arg, sub_object(spec, "env"), err);
+    case CRL_CLI_OPT_VOLUME: return volume_flag(spec, arg, err);
     }
     return crl_err_set(err, CRL_E_INTERNAL, "not a spec flag: %d", opt);
 }

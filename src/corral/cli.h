@@ -34,6 +34,7 @@ int crl_cmd_rm(int argc, char **argv);
 int crl_cmd_host(int argc, char **argv);
 int crl_cmd_images(int argc, char **argv); /* corral image ls */
 int crl_cmd_image(int argc, char **argv);
+int crl_cmd_volume(int argc, char **argv);
 int crl_cmd_image_build_debian(int argc, char **argv);
 int crl_cmd_bench(int argc, char **argv); /* runs corral-bench */
 int crl_cmd_call(int argc, char **argv);
@@ -132,7 +133,8 @@ enum {
     CRL_CLI_OPT_ENV,
     CRL_CLI_OPT_CWD,
     CRL_CLI_OPT_TRAJECTORY,
-    CRL_CLI_SPEC_LAST = CRL_CLI_OPT_TRAJECTORY,
+    CRL_CLI_OPT_VOLUME,
+    CRL_CLI_SPEC_LAST = CRL_CLI_OPT_VOLUME,
     CRL_CLI_OPT_OTHER /* first value free for a command's own long options */
 };
 /* clang-format off */
@@ -149,7 +151,8 @@ enum {
     {"label", required_argument, 0, CRL_CLI_OPT_LABEL},                                            \
     {"env", required_argument, 0, CRL_CLI_OPT_ENV},                                                \
     {"cwd", required_argument, 0, CRL_CLI_OPT_CWD},                                                \
-    {"trajectory", required_argument, 0, CRL_CLI_OPT_TRAJECTORY}
+    {"trajectory", required_argument, 0, CRL_CLI_OPT_TRAJECTORY},                                  \
+    {"volume", required_argument, 0, CRL_CLI_OPT_VOLUME}
 /* clang-format on */
 #define CRL_CLI_SPEC_HELP                                                                \
     "spec options:\n"                                                                    \
@@ -167,7 +170,9 @@ enum {
     "  --env K=V           environment of every process (repeatable)\n"                  \
     "  --cwd DIR           default working directory\n"                                  \
     "  --trajectory ID     record every call as a step of trajectory ID; an existing\n"  \
-    "                      one is fast-forwarded through first (docs/api.md)\n"
+    "                      one is fast-forwarded through first (docs/api.md)\n"          \
+    "  --volume NAME:PATH[:ro]  mount volume NAME at PATH, read-only with :ro\n"         \
+    "                      (repeatable; see 'corral volume')\n"
 
 /* Apply spec flag `opt` (CRL_CLI_SPEC_FIRST..LAST) with `arg` to `spec`. */
 int crl_cli_spec_flag(json_t *spec, int opt, const char *arg, struct crl_err *err);

@@ -24,6 +24,7 @@ static const struct {
     {"host", crl_cmd_host, "show the host's capacity and use"},
     {"image", crl_cmd_image, "images: ls, inspect, rm, tag, gc, import, build-debian"},
     {"images", crl_cmd_images, "list images (corral image ls)"},
+    {"volume", crl_cmd_volume, "named volumes: create, ls, inspect, rm"},
     {"call", crl_cmd_call, "call a registered function with JSON arguments"},
     {"functions", crl_cmd_functions, "list the registered functions"},
     {"traj", crl_cmd_traj, "trajectories: ls, show, export, rm, replay, gc"},

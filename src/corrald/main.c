@@ -27,7 +27,7 @@
 #define MAX_IMAGES_FROM 16
 #define MAX_POOLS 64
 
-enum { OPT_ADMISSION = 1100, OPT_POOL };
+enum { OPT_ADMISSION = 1100, OPT_POOL, OPT_VOLUME_DIR };
 
 static int set_pools(struct crl_host *h, const char *const *flags, size_t n, struct crl_err *err)
 {
@@ -45,6 +45,7 @@ static const char usage[] =
     "  --token-file FILE      bearer token the TCP listener requires\n"
     "  --allow-remote         allow --listen on a non-loopback address\n"
     "  --image-store DIR      the image store (default STATE/images)\n"
+    "  --volume-dir DIR       named volumes (default STATE/volumes)\n"
     "  --images-from DIR      also use the images of the store DIR, read-only (repeatable)\n"
     "  --image-max-layer-mb N an imported layer may expand to N MiB (default 16384)\n"
     "  --image-max-mb N       an import may expand and spool N MiB in all (default 65536)\n"
@@ -170,6 +171,7 @@ int main(int argc, char **argv)
                                          {"allow-remote", no_argument, 0, 'R'},
                                          {"images-from", required_argument, 0, 'i'},
                                          {"image-store", required_argument, 0, 'I'},
+                                         {"volume-dir", required_argument, 0, OPT_VOLUME_DIR},
                                          {"image-max-layer-mb", required_argument, 0, 'y'},
                                          {"image-max-mb", required_argument, 0, 'Y'},
                                          {"busybox", required_argument, 0, 'b'},
@@ -228,6 +230,7 @@ int main(int argc, char **argv)
             images_from[n_from++] = optarg;
             break;
         case 'I': hc.images_dir = optarg; break;
+        case OPT_VOLUME_DIR: hc.volume_dir = optarg; break;
         case 'y':
         case 'Y':
             if (parse_uint(c == 'y' ? "--image-max-layer-mb" : "--image-max-mb", optarg, 1ul << 30,

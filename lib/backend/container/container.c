@@ -226,13 +226,23 @@ static int spawn(struct crl_sandbox *sb, struct crl_err *err)
     rq->u.create.timens = c->timens;
     snprintf(rq->u.create.hostname, sizeof(rq->u.create.hostname), "%s", sb->id);
     snprintf(rq->u.create.workdir, sizeof(rq->u.create.workdir), "%s", st->workdir);
+    /* the volumes' mounts (the host's: the spawner sends idmapped clones) */
+    size_t nv = sb->spec.n_volumes;
+    rq->u.create.n_volumes = (uint32_t)nv;
+    for (size_t i = 0; i < nv; i++) {
+        fds[nl + 1 + ncg + i] = sb->volume_fds[i];
+        if (sb->spec.volumes[i].read_only)
+            rq->u.create.volumes_ro |= 1u << i;
+        snprintf(rq->u.create.volume_paths[i], CRL_SPAWN_VOLUME_PATH, "%s",
+                 sb->spec.volumes[i].path);
+    }
     rq->strings_len = (uint32_t)runtime_files(sb, rq->strings, CRL_SPAWN_MAX_FILES);
     int r = -1;
     if (!rq->strings_len)
         crl_err_set(err, CRL_E_INTERNAL, "the run-time files exceed %d bytes", CRL_SPAWN_MAX_FILES);
     else
-        r = crl_ctr_send_req(s, rq, sizeof(*rq) + rq->strings_len, fds, (int)nl + 1 + ncg, P_CREATE,
-                             sb, NULL, NULL, err);
+        r = crl_ctr_send_req(s, rq, sizeof(*rq) + rq->strings_len, fds,
+                             (int)(nl + 1 + (size_t)ncg + nv), P_CREATE, sb, NULL, NULL, err);
     for (int i = 0; i < ncg; i++)
         close(fds[nl + 1 + i]);
     if (r == 0)
@@ -426,6 +436,7 @@ static void ctr_shutdown(struct crl_host *h, void *state)
 const struct crl_backend_ops crl_container_backend = {
     .name = "container",
     .ports_on_netns = true,
+    .volumes = true,
     .admit_mb = 1, /* an idle one takes about 0.8 MiB, most of it the kernel's */
     .fds_held = 4, /* its init's pidfd, its netns, its tmpfs (and v2's memory.peak) */
     .init = ctr_init,

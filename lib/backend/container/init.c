@@ -74,13 +74,39 @@ NO_SAN static long mkdir_ok(const char *path, int mode)
     return r == -EEXIST ? 0 : r;
 }
 
+/* A volume's mount at `path` (absolute, normal: the spec checked it), its
+ * directories made as needed.  Only after pivot_root: every component,
+ * symlinks too, resolves in the sandbox's own tree.  A path that is not a
+ * directory (a file, a symlink's final component) is refused by the
+ * kernel: ENOTDIR. */
+NO_SAN static long mount_volume(int fd, const char *path)
+{
+    char dir[CRL_SPAWN_VOLUME_PATH];
+    long n = 0;
+    for (; path[n] && n < CRL_SPAWN_VOLUME_PATH - 1; n++) {
+        dir[n] = path[n];
+        if (n > 0 && path[n] == '/') {
+            dir[n] = 0;
+            long r = mkdir_ok(dir, 0755);
+            if (r < 0)
+                return r;
+            dir[n] = '/';
+        }
+    }
+    dir[n] = 0;
+    long r = mkdir_ok(dir, 0755);
+    if (r < 0)
+        return r;
+    return crl_raw5(SYS_move_mount, fd, "", AT_FDCWD, dir, MOVE_MOUNT_F_EMPTY_PATH);
+}
+
 /* Receive the idmapped image layer mounts from the spawner (top first),
  * then our /proc/PID/timens_offsets; returns how many descriptors came. */
 NO_SAN static long recv_fds(int sock, int *fds)
 {
     char byte;
     union {
-        char buf[CMSG_SPACE(sizeof(int) * (CRL_SPAWN_MAX_LAYERS + 1))];
+        char buf[CMSG_SPACE(sizeof(int) * (CRL_SPAWN_MAX_LAYERS + CRL_SPAWN_MAX_VOLUMES + 1))];
         struct cmsghdr align;
     } u;
     struct iovec iov = {.iov_base = &byte, .iov_len = 1};
@@ -213,10 +239,13 @@ NO_SAN int crl_init_main(void *arg)
     crl_raw3(SYS_close_range, HIGH_INIT + 1, ~0u, 0);
     int sync = HIGH_SYNC;
 
-    int lower[CRL_SPAWN_MAX_LAYERS + 1];
+    int lower[CRL_SPAWN_MAX_LAYERS + CRL_SPAWN_MAX_VOLUMES + 1];
     long n_lower = recv_fds(sync, lower);
     CHECK(n_lower, CRL_STEP_SYNC);
+    CHECK(n_lower < 2 + (long)a->n_volumes ? -EPROTO : 0, CRL_STEP_SYNC);
     int timens_fd = lower[--n_lower];
+    n_lower -= a->n_volumes; /* the volumes' follow the layers' */
+    const int *volume_fds = lower + n_lower;
 
     /* The spawner has written our uid/gid maps: become root of the sandbox. */
     CHECK(crl_raw2(SYS_setgroups, 0, NULL), CRL_STEP_CREDS);
@@ -363,6 +392,10 @@ NO_SAN int crl_init_main(void *arg)
     CHECK(crl_raw1(SYS_chdir, "/"), CRL_STEP_PIVOT);
     long root_fd = crl_raw4(SYS_openat, AT_FDCWD, "/", O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
     CHECK(root_fd, CRL_STEP_PIVOT);
+    for (unsigned i = 0; i < a->n_volumes; i++) {
+        CHECK(mount_volume(volume_fds[i], a->volume_paths[i]), CRL_STEP_VOLUME);
+        crl_raw1(SYS_close, volume_fds[i]);
+    }
 
     /* Die with the spawner (set after the uid change above, which clears
      * the parent-death signal; it survives the exec). */

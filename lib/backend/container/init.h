@@ -34,6 +34,8 @@ struct crl_init_args {
     char timens[96];                  /* what to write to /proc/PID/timens_offsets */
     unsigned files_len;
     char files[CRL_SPAWN_MAX_FILES]; /* /etc's run-time files: "name\0contents\0"... */
+    unsigned n_volumes;              /* their mounts come after the layers' */
+    char volume_paths[CRL_SPAWN_MAX_VOLUMES][CRL_SPAWN_VOLUME_PATH];
 };
 
 /* clone() entry point; `arg` is a struct crl_init_args.  Never returns. */

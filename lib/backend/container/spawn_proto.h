@@ -20,11 +20,15 @@
 #define CRL_SPAWN_MAX_MSG (2u << 20)
 #define CRL_SPAWN_MAX_CGROUP_FDS 6
 #define CRL_SPAWN_MAX_LAYERS 125 /* CRL_IMAGE_MAX_LAYERS */
-#define CRL_SPAWN_MAX_FDS (1 + CRL_SPAWN_MAX_LAYERS + CRL_SPAWN_MAX_CGROUP_FDS)
+#define CRL_SPAWN_MAX_VOLUMES 8  /* CRL_SPEC_MAX_VOLUMES */
+#define CRL_SPAWN_VOLUME_PATH 256
+#define CRL_SPAWN_MAX_FDS \
+    (1 + CRL_SPAWN_MAX_LAYERS + CRL_SPAWN_MAX_CGROUP_FDS + CRL_SPAWN_MAX_VOLUMES)
 #define CRL_SPAWN_FD 3 /* the spawner's end of the socket, in the spawner */
 
 enum crl_spawn_op {
-    CRL_SPAWN_CREATE = 1, /* fds: image layer mounts (top first), netns, cgroup.procs...;
+    CRL_SPAWN_CREATE = 1, /* fds: image layer mounts (top first), netns, cgroup.procs...,
+                             volume mounts;
                              strings: the run-time files (struct crl_spawn_create) */
     CRL_SPAWN_EXEC,       /* fds: stdin, stdout, stderr, cgroup.procs...; to the spawner
                              that created the sandbox, whose PID 1 forks it */
@@ -50,6 +54,7 @@ enum crl_spawn_step {
     CRL_STEP_TMPFS,
     CRL_STEP_FILES,
     CRL_STEP_LOWER,
+    CRL_STEP_VOLUME,
     CRL_STEP_OVERLAY,
     CRL_STEP_PROC,
     CRL_STEP_DEV,
@@ -81,6 +86,7 @@ static inline const char *crl_spawn_step_name(uint32_t step)
         [CRL_STEP_TMPFS] = "mount the writable layer (tmpfs)",
         [CRL_STEP_FILES] = "write /etc/hosts, /etc/hostname, /etc/resolv.conf",
         [CRL_STEP_LOWER] = "attach the image layer",
+        [CRL_STEP_VOLUME] = "mount a volume",
         [CRL_STEP_OVERLAY] = "mount overlayfs",
         [CRL_STEP_PROC] = "mount /proc",
         [CRL_STEP_DEV] = "populate /dev",
@@ -111,6 +117,10 @@ struct crl_spawn_create {
     struct crl_timens timens;
     char hostname[64];
     char workdir[256]; /* an empty host directory every sandbox mounts its tmpfs over */
+    uint32_t n_volumes;
+    uint32_t volumes_ro; /* bit i: volume i is mounted read-only */
+    /* where each goes in the sandbox: absolute, normal, checked by the spec */
+    char volume_paths[CRL_SPAWN_MAX_VOLUMES][CRL_SPAWN_VOLUME_PATH];
 };
 
 #define CRL_EXEC_F_SETSID 1u

@@ -94,17 +94,18 @@ int crl_spawner_write_pid(int procs_fd, pid_t pid)
     return r == n ? 0 : -1;
 }
 
-/* Make a detached, read-only mount of an image layer whose ids are shifted
- * into the sandbox's range: image files owned by host root appear owned by
- * the sandbox's root, and no file of the store is ever chowned. */
-static int idmapped_layer(int layer_fd, int userns)
+/* Make a detached clone of a mount (an image layer, read-only; a volume)
+ * whose ids are shifted into the sandbox's range: files owned by host root
+ * appear owned by the sandbox's root, and no file is ever chowned. */
+static int idmapped_clone(int mnt_fd, int userns, bool read_only)
 {
-    int tree = (int)syscall(SYS_open_tree, layer_fd, "",
+    int tree = (int)syscall(SYS_open_tree, mnt_fd, "",
                             AT_EMPTY_PATH | OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
     if (tree < 0)
         return -1;
     struct mount_attr attr = {
-        .attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID,
+        .attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID |
+                    (read_only ? MOUNT_ATTR_RDONLY : 0),
         .userns_fd = (uint64_t)userns,
     };
     if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0) {
@@ -122,7 +123,8 @@ static void handle_create(const struct crl_spawn_req *rq, int *fds, int nfds)
 {
     const struct crl_spawn_create *c = &rq->u.create;
     if (c->n_layers < 1 || c->n_layers > CRL_SPAWN_MAX_LAYERS ||
-        (unsigned)nfds != c->n_layers + 1 + c->n_cgroup_fds) {
+        c->n_volumes > CRL_SPAWN_MAX_VOLUMES ||
+        (unsigned)nfds != c->n_layers + 1 + c->n_cgroup_fds + c->n_volumes) {
         crl_spawner_reply(rq->id, EPROTO, CRL_STEP_NONE, 0, NULL, 0, "create: wrong descriptors");
         return;
     }
@@ -133,6 +135,7 @@ static void handle_create(const struct crl_spawn_req *rq, int *fds, int nfds)
         return;
     }
     const int *layer_fds = fds, *cgroup_fds = fds + c->n_layers + 1;
+    const int *volume_fds = cgroup_fds + c->n_cgroup_fds;
     int netns_fd = fds[c->n_layers];
     struct pending_create *pc = calloc(1, sizeof(*pc));
     void *stack = mmap(NULL, INIT_STACK, PROT_READ | PROT_WRITE,
@@ -164,6 +167,11 @@ static void handle_create(const struct crl_spawn_req *rq, int *fds, int nfds)
     crl_timens_format(&c->timens, pc->args.timens, sizeof(pc->args.timens));
     memcpy(pc->args.files, rq->strings, rq->strings_len);
     pc->args.files_len = rq->strings_len;
+    pc->args.n_volumes = c->n_volumes;
+    for (unsigned i = 0; i < c->n_volumes; i++) {
+        memcpy(pc->args.volume_paths[i], c->volume_paths[i], CRL_SPAWN_VOLUME_PATH);
+        pc->args.volume_paths[i][CRL_SPAWN_VOLUME_PATH - 1] = 0;
+    }
 
     /* The sandbox's network namespace is one corrald made (host-owned: root
      * inside has no CAP_NET_ADMIN over it).  Enter it for the clone only. */
@@ -219,20 +227,26 @@ static void handle_create(const struct crl_spawn_req *rq, int *fds, int nfds)
             goto kill;
         }
     step = CRL_STEP_IDMAP;
-    int lower[CRL_SPAWN_MAX_LAYERS + 1]; /* and the child's timens_offsets */
-    unsigned nl = 0;
+    /* the layers, the volumes, and the child's timens_offsets */
+    int lower[CRL_SPAWN_MAX_LAYERS + CRL_SPAWN_MAX_VOLUMES + 1];
+    unsigned nl = 0, n_mounts = c->n_layers + c->n_volumes;
     char path[64];
     snprintf(path, sizeof(path), "/proc/%d/ns/user", pid);
     int userns = crl_openat(AT_FDCWD, path, O_RDONLY, 0);
     err = errno;
     while (userns >= 0 && nl < c->n_layers &&
-           (lower[nl] = idmapped_layer(layer_fds[nl], userns)) >= 0)
+           (lower[nl] = idmapped_clone(layer_fds[nl], userns, true)) >= 0)
+        nl++;
+    step = nl == c->n_layers ? CRL_STEP_VOLUME : step;
+    while (userns >= 0 && nl >= c->n_layers && nl < n_mounts &&
+           (lower[nl] = idmapped_clone(volume_fds[nl - c->n_layers], userns,
+                                       c->volumes_ro & (1u << (nl - c->n_layers)))) >= 0)
         nl++;
     err = errno;
     if (userns >= 0)
         close(userns);
     ssize_t sent = -1;
-    if (nl == c->n_layers) {
+    if (nl == n_mounts) {
         /* The child writes its time offsets through our descriptor: its
          * own /proc/self is host root's, like ours (see init.c). */
         step = CRL_STEP_TIMENS;
@@ -242,7 +256,7 @@ static void handle_create(const struct crl_spawn_req *rq, int *fds, int nfds)
         else
             nl++;
     }
-    if (nl == c->n_layers + 1) {
+    if (nl == n_mounts + 1) {
         step = CRL_STEP_SYNC;
         char go = 'g';
         sent = crl_send_fds(pc->sock, &go, 1, lower, (int)nl);

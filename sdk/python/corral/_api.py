@@ -102,7 +102,8 @@ def build_spec(spec: Mapping[str, Any] | None = None, *, backend: str | None = N
                labels: Mapping[str, str] | None = None, env: Mapping[str, str] | None = None,
                cwd: str | None = None, network: str | Mapping[str, Any] | None = None,
                services: Sequence[Mapping[str, Any]] | None = None,
-               trajectory: str | Mapping[str, Any] | None = None) -> JSONObject:
+               trajectory: str | Mapping[str, Any] | None = None,
+               volumes: Sequence[Mapping[str, Any]] | None = None) -> JSONObject:
     """The sandbox spec of docs/api.md: ``spec`` with the keyword fields over it."""
     out: JSONObject = json.loads(json.dumps(spec or {}))  # a deep copy
     value: Any
@@ -110,7 +111,7 @@ def build_spec(spec: Mapping[str, Any] | None = None, *, backend: str | None = N
                        ("ttl_s", ttl_s), ("idle_ttl_s", idle_ttl_s), ("on_ttl", on_ttl),
                        ("labels", labels),
                        ("env", env), ("cwd", cwd), ("trajectory", trajectory),
-                       ("services", services)):
+                       ("services", services), ("volumes", volumes)):
         if value is not None:
             out[key] = value
     for key, value in (("memory_mb", memory_mb), ("cpus", cpus), ("pids", pids),
@@ -122,9 +123,9 @@ def build_spec(spec: Mapping[str, Any] | None = None, *, backend: str | None = N
     return out
 
 
-def list_target(labels: Mapping[str, str] | None) -> str:
+def list_target(labels: Mapping[str, str] | None, collection: str = "/v1/sandboxes") -> str:
     query = urllib.parse.urlencode([("label", f"{k}={v}") for k, v in (labels or {}).items()])
-    return "/v1/sandboxes" + ("?" + query if query else "")
+    return collection + ("?" + query if query else "")
 
 
 def exec_wait(timeout: float | None) -> float:
@@ -295,6 +296,21 @@ def function_result(name: str, answer: JSONObject) -> Any:
     if answer.get("ok"):
         return answer.get("result")
     raise FunctionError(name, answer)
+
+
+def volume_target(name: str) -> str:
+    return "/v1/volumes/" + urllib.parse.quote(str(name), safe="")
+
+
+def volume_body(name: str, size_mb: int | None,
+                labels: Mapping[str, str] | None) -> JSONObject:
+    """POST /v1/volumes's body."""
+    body: JSONObject = {"name": name}
+    if size_mb is not None:
+        body["size_mb"] = size_mb
+    if labels:
+        body["labels"] = dict(labels)
+    return body
 
 
 def pool_target(name: str) -> str:

@@ -108,6 +108,23 @@ class AsyncClient:
         """Remove a pool; see Client.remove_pool()."""
         await self._json("DELETE", _api.pool_target(name))
 
+    async def create_volume(self, name: str, size_mb: int | None = None,
+                            labels: Mapping[str, str] | None = None) -> JSONObject:
+        """Make a named volume; see Client.create_volume()."""
+        return await self._json("POST", "/v1/volumes", _api.volume_body(name, size_mb, labels))
+
+    async def volumes(self, labels: Mapping[str, str] | None = None) -> JSONList:
+        """The volumes; see Client.volumes()."""
+        return (await self._json("GET", _api.list_target(labels, "/v1/volumes")))["volumes"]
+
+    async def volume(self, name: str) -> JSONObject:
+        """One volume; see Client.volume()."""
+        return await self._json("GET", _api.volume_target(name))
+
+    async def remove_volume(self, name: str) -> None:
+        """Remove a volume; see Client.remove_volume()."""
+        await self._json("DELETE", _api.volume_target(name))
+
     async def remove_image(self, name: str) -> None:
         """Remove an image's tag; see Client.remove_image()."""
         await self._call(_api.json_call("DELETE", _api.image_target(name)))

@@ -57,7 +57,9 @@ class Client:
         Keyword fields: backend, runtime (the function backend's: "shell" or
         "python"), image, memory_mb, cpus, pids, disk_mb, ttl_s,
         idle_ttl_s, on_ttl ("destroy", the default, or "pause": the next
-        call resumes it), labels, env, cwd, network, services, trajectory; they go over
+        call resumes it), labels, env, cwd, network, services, trajectory,
+        volumes (``[{"name": "data", "path": "/data", "read_only": True}]``:
+        see create_volume()); they go over
         ``spec``, a dict in the form of docs/api.md.  Use the Sandbox as a
         context manager to destroy it when done.
 
@@ -99,6 +101,28 @@ class Client:
     def remove_pool(self, name: str) -> None:
         """Remove a pool; its ready sandboxes are destroyed."""
         self._json("DELETE", _api.pool_target(name))
+
+    def create_volume(self, name: str, size_mb: int | None = None,
+                      labels: Mapping[str, str] | None = None) -> JSONObject:
+        """Make a named volume (an ext4 file system of ``size_mb`` MiB,
+        default 1024, whose size the kernel enforces) that outlives
+        sandboxes; a create mounts it with ``volumes=[{"name": name, "path":
+        "/data", "read_only": False}]``.  Conflict if it exists."""
+        return self._json("POST", "/v1/volumes", _api.volume_body(name, size_mb, labels))
+
+    def volumes(self, labels: Mapping[str, str] | None = None) -> JSONList:
+        """The volumes (with all of ``labels``), by name: dicts with ``name``,
+        ``size_mb``, ``used_bytes``, ``created_at``, ``labels`` and ``mounts``
+        (``sandbox``, ``path``, ``read_only``)."""
+        return self._json("GET", _api.list_target(labels, "/v1/volumes"))["volumes"]
+
+    def volume(self, name: str) -> JSONObject:
+        """One volume (NotFound if there is none)."""
+        return self._json("GET", _api.volume_target(name))
+
+    def remove_volume(self, name: str) -> None:
+        """Remove a volume and its files (Conflict while a sandbox mounts it)."""
+        self._json("DELETE", _api.volume_target(name))
 
     def images(self) -> JSONList:
         """The images sandboxes can be created from: a list of dicts."""
