@@ -12,9 +12,9 @@ void crl_h_volumes_list(struct crl_req *r)
     if (crl_req_label_sel(r, &ls, &err) < 0)
         crl_req_error(r, &err);
     else
-        crl_req_json(r, 200,
-                     json_pack("{s:o}", "volumes",
-                               crl_volumes_list(r->api->host->volumes, ls.kv, ls.n)));
+        crl_req_json(
+            r, 200,
+            json_pack("{s:o}", "volumes", crl_volumes_list(r->api->host->volumes, ls.kv, ls.n)));
     crl_label_sel_free(&ls);
 }
 

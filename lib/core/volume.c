@@ -102,8 +102,7 @@ static struct crl_volume *load(struct crl_volumes *vs, const char *name)
     struct crl_err err = CRL_ERR_INIT;
     if (!json_is_integer(size) || json_integer_value(size) < CRL_VOLUME_MIN_MB ||
         json_integer_value(size) > CRL_VOLUME_MAX_MB ||
-        !json_is_number(json_object_get(j, "created_at")) ||
-        crl_labels_check(labels, &err) < 0) {
+        !json_is_number(json_object_get(j, "created_at")) || crl_labels_check(labels, &err) < 0) {
         crl_warn(NULL, "volume %s: %s is not one corrald wrote: skipped", name, path);
         return NULL;
     }
@@ -130,8 +129,7 @@ int crl_volumes_open(const char *dir, struct crl_volumes **out, struct crl_err *
         if (de->d_name[0] == '.')
             continue;
         if (!crl_volume_name_ok(de->d_name)) {
-            crl_warn(NULL, "volume dir %s: %s is not a volume's name: left alone", dir,
-                     de->d_name);
+            crl_warn(NULL, "volume dir %s: %s is not a volume's name: left alone", dir, de->d_name);
             continue;
         }
         struct crl_volume *v = vs->n < CRL_VOLUMES_MAX ? load(vs, de->d_name) : NULL;
@@ -241,10 +239,8 @@ static int volume_mount(struct crl_volumes *vs, struct crl_volume *v, struct crl
     cleanup_close int fs = (int)syscall(SYS_fsopen, "ext4", FSOPEN_CLOEXEC);
     if (fs < 0 || syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "source", dev, 0) < 0 ||
         syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
-        return crl_err_sys(err, errno, "volume %s: mounting its file system (ext4 on %s)",
-                           v->name, dev);
-    int mnt = (int)syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC,
-                           MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID);
+        return crl_err_sys(err, errno, "volume %s: mounting it (ext4 on %s)", v->name, dev);
+    int mnt = (int)syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID);
     if (mnt < 0)
         return crl_err_sys(err, errno, "volume %s: fsmount", v->name);
     v->mnt = mnt; /* the loop device stays while the file system is mounted */
@@ -277,9 +273,9 @@ static json_t *volume_json(struct crl_volumes *vs, struct crl_volume *v)
     crl_fmt_time(v->created_at, t, sizeof(t));
     json_t *mounts = json_array();
     for (size_t i = 0; i < v->n_users; i++)
-        json_array_append_new(mounts, json_pack("{s:s, s:s, s:b}", "sandbox", v->users[i].sandbox,
-                                                "path", v->users[i].path, "read_only",
-                                                v->users[i].read_only));
+        json_array_append_new(mounts,
+                              json_pack("{s:s, s:s, s:b}", "sandbox", v->users[i].sandbox, "path",
+                                        v->users[i].path, "read_only", v->users[i].read_only));
     json_t *o = json_pack("{s:s, s:i, s:s, s:O, s:o, s:s}", "name", v->name, "size_mb",
                           (json_int_t)v->size_mb, "created_at", t, "labels", v->labels, "mounts",
                           mounts, "enforced_by", "ext4 image");
@@ -337,9 +333,9 @@ int crl_volume_create(struct crl_volumes *vs, json_t *body, json_t **out, struct
                                              name, vs->dir, name)
                                : crl_err_sys(err, errno, "mkdir %s/%s", vs->dir, name);
     double now = crl_wall_s();
-    json_auto_t *m = json_pack("{s:s, s:i, s:f, s:o}", "name", name, "size_mb", (json_int_t)size_mb,
-                               "created_at", now, "labels",
-                               labels ? json_incref(labels) : json_object());
+    json_auto_t *m =
+        json_pack("{s:s, s:i, s:f, s:o}", "name", name, "size_mb", (json_int_t)size_mb,
+                  "created_at", now, "labels", labels ? json_incref(labels) : json_object());
     int fd = open(disk, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0 || ftruncate(fd, (off_t)size_mb << 20) < 0) {
         crl_err_sys(err, errno, "volume %s: %s", name, disk);
@@ -475,8 +471,8 @@ static void drop_user(struct crl_volume *v, const char *id)
             i++;
 }
 
-int crl_volumes_take(struct crl_volumes *vs, const char *id, const struct crl_spec *spec,
-                     int *fds, struct crl_err *err)
+int crl_volumes_take(struct crl_volumes *vs, const char *id, const struct crl_spec *spec, int *fds,
+                     struct crl_err *err)
 {
     for (size_t i = 0; i < spec->n_volumes; i++) {
         const struct crl_spec_volume *sv = &spec->volumes[i];

@@ -49,8 +49,8 @@ json_t *crl_volumes_list(struct crl_volumes *vs, const struct crl_kv *sel, size_
  * its mounts allow one more (409 naming who holds it otherwise); fds[i]
  * gets volume i's mount (corrald's: borrowed until the release).  All or
  * nothing. */
-int crl_volumes_take(struct crl_volumes *vs, const char *id, const struct crl_spec *spec,
-                     int *fds, struct crl_err *err);
+int crl_volumes_take(struct crl_volumes *vs, const char *id, const struct crl_spec *spec, int *fds,
+                     struct crl_err *err);
 /* Give back what sandbox `id` took (nothing taken: nothing happens). */
 void crl_volumes_release(struct crl_volumes *vs, const char *id);
 

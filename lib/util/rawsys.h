@@ -7,6 +7,10 @@
 
 #include <sys/syscall.h>
 
+/* For a function such a child runs: no sanitizer code (its shadow memory
+ * and reports are the parent's, on another stack). */
+#define NO_SAN __attribute__((no_sanitize("address", "undefined")))
+
 #if defined(__x86_64__)
 static inline __attribute__((always_inline)) long crl_raw6(long n, long a, long b, long c, long d,
                                                            long e, long f)

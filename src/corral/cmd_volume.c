@@ -59,10 +59,9 @@ static void show_list(json_t *out)
                crl_cli_str(v, "created_at", "-"));
         size_t k;
         json_t *m;
-        json_array_foreach(mounts, k, m)
-            printf("%s%s:%s%s", k ? ", " : "", crl_cli_str(m, "sandbox", "?"),
-                   crl_cli_str(m, "path", "?"),
-                   json_is_true(json_object_get(m, "read_only")) ? ":ro" : "");
+        json_array_foreach(mounts, k, m) printf(
+            "%s%s:%s%s", k ? ", " : "", crl_cli_str(m, "sandbox", "?"), crl_cli_str(m, "path", "?"),
+            json_is_true(json_object_get(m, "read_only")) ? ":ro" : "");
         printf("%s\n", json_array_size(mounts) ? "" : "-");
     }
 }
@@ -188,8 +187,8 @@ static const struct {
     const char *name;
     int (*fn)(int argc, char **argv);
 } subs[] = {
-    {"create", cmd_create}, {"ls", cmd_ls}, {"list", cmd_ls}, {"inspect", cmd_inspect},
-    {"rm", cmd_rm},
+    {"create", cmd_create},   {"ls", cmd_ls}, {"list", cmd_ls},
+    {"inspect", cmd_inspect}, {"rm", cmd_rm},
 };
 
 int crl_cmd_volume(int argc, char **argv)

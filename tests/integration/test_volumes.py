@@ -112,6 +112,26 @@ def test_read_only_by_many_read_write_by_one(client, volume):
         assert sh(again, "cat /data/f").stdout == "one\n"
 
 
+def test_a_function_sandbox_shares_a_volume_with_containers(client, volume):
+    name = volume["name"]
+    with client.create(image="debian", volumes=[{"name": name, "path": "/data"}], **SMALL) as c:
+        assert sh(c, "echo from-container > /data/c").exit_code == 0
+    with client.create(backend="function", runtime="python",
+                       volumes=[{"name": name, "path": "/data"}], **SMALL) as f:
+        r = f.exec("import os\n"
+                   "print(open('/data/c').read().strip())\n"
+                   "open('/data/f', 'w').write('from-function')\n"
+                   "print(os.stat('/data/f').st_uid == os.getuid())")
+        assert r.stdout.decode().split() == ["from-container", "True"], r.stderr
+    with client.create(backend="function", volumes=[{"name": name, "path": "/scratch/ro",
+                                                     "read_only": True}], **SMALL) as f:
+        r = sh(f, "cat /scratch/ro/f; touch /scratch/ro/x")
+        assert r.stdout == "from-function" and "Read-only file system" in r.stderr
+    # what the function wrote is the sandbox root's in a container (owner 0 on disk)
+    with client.create(image="debian", volumes=[{"name": name, "path": "/data"}], **SMALL) as c:
+        assert sh(c, "stat -c %u:%g /data/f").stdout == "0:0\n"
+
+
 def test_the_kernel_enforces_the_size(client, volume):
     with client.create(image="debian", volumes=[{"name": volume["name"], "path": "/v"}],
                        memory_mb=256) as sb:
@@ -141,8 +161,11 @@ def test_bad_names_paths_and_backends_are_refused(client, corrald, volume):
         r = corrald.request("POST", "/v1/sandboxes", {"image": "debian", "volumes": vols})
         assert r.status in (400, 404) and msg in r.json()["error"]["message"], (vols, r.json())
     r = corrald.request("POST", "/v1/sandboxes", {"backend": "function",
+                                                  "volumes": [{"name": name, "path": "/usr/d"}]})
+    assert r.status == 400 and "system dirs are the host's" in r.json()["error"]["message"]
+    r = corrald.request("POST", "/v1/sandboxes", {"backend": "microvm",
                                                   "volumes": [{"name": name, "path": "/d"}]})
-    assert r.status == 501 and "a function sandbox mounts none" in r.json()["error"]["message"]
+    assert r.status == 501 and "a microvm sandbox mounts none" in r.json()["error"]["message"]
     for body, status, msg in (({"name": "UPPER"}, 400, "is not a volume name"),
                               ({"name": "a/b"}, 400, "is not a volume name"),
                               ({"name": "x", "size_mb": 1}, 400, "size_mb"),

@@ -16,8 +16,6 @@
 #include "../../util/rawsys.h"
 #include "spawn_proto.h"
 
-#define NO_SAN __attribute__((no_sanitize("address", "undefined")))
-
 /* Tell the spawner why building the sandbox failed (corral-init reports
  * success). */
 NO_SAN static long report(int sock, int err, unsigned step)

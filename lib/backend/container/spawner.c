@@ -37,6 +37,7 @@
 #include "../../util/fdio.h"
 #include "../../util/log.h"
 #include "../../util/rawclone.h"
+#include "../../os/idmap.h"
 #include "../../util/rawsys.h"
 #include "../../util/run.h"
 #include "spawner_int.h"
@@ -92,29 +93,6 @@ int crl_spawner_write_pid(int procs_fd, pid_t pid)
         r = write(procs_fd, buf, (size_t)n);
     while (r < 0 && errno == EINTR);
     return r == n ? 0 : -1;
-}
-
-/* Make a detached clone of a mount (an image layer, read-only; a volume)
- * whose ids are shifted into the sandbox's range: files owned by host root
- * appear owned by the sandbox's root, and no file is ever chowned. */
-static int idmapped_clone(int mnt_fd, int userns, bool read_only)
-{
-    int tree = (int)syscall(SYS_open_tree, mnt_fd, "",
-                            AT_EMPTY_PATH | OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
-    if (tree < 0)
-        return -1;
-    struct mount_attr attr = {
-        .attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID |
-                    (read_only ? MOUNT_ATTR_RDONLY : 0),
-        .userns_fd = (uint64_t)userns,
-    };
-    if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0) {
-        int e = errno;
-        close(tree);
-        errno = e;
-        return -1;
-    }
-    return tree;
 }
 
 static void create_ready(struct spawner_watch *w);
@@ -235,12 +213,12 @@ static void handle_create(const struct crl_spawn_req *rq, int *fds, int nfds)
     int userns = crl_openat(AT_FDCWD, path, O_RDONLY, 0);
     err = errno;
     while (userns >= 0 && nl < c->n_layers &&
-           (lower[nl] = idmapped_clone(layer_fds[nl], userns, true)) >= 0)
+           (lower[nl] = crl_mount_idmapped(layer_fds[nl], userns, true)) >= 0)
         nl++;
     step = nl == c->n_layers ? CRL_STEP_VOLUME : step;
     while (userns >= 0 && nl >= c->n_layers && nl < n_mounts &&
-           (lower[nl] = idmapped_clone(volume_fds[nl - c->n_layers], userns,
-                                       c->volumes_ro & (1u << (nl - c->n_layers)))) >= 0)
+           (lower[nl] = crl_mount_idmapped(volume_fds[nl - c->n_layers], userns,
+                                           c->volumes_ro & (1u << (nl - c->n_layers)))) >= 0)
         nl++;
     err = errno;
     if (userns >= 0)

@@ -17,10 +17,10 @@
 #include <sys/resource.h>
 #include <sys/types.h>
 
+#include "../../util/rawsys.h"
 #include "init.h"
 #include "spawn_proto.h"
 
-#define NO_SAN __attribute__((no_sanitize("address", "undefined")))
 #define INIT_STACK (64 * 1024)
 #define STAGE_STACK (64 * 1024)
 /* Something the loop watches: `ready` runs when its descriptor is readable. */

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "../../core/host.h"
+#include "../../os/idmap.h"
 #include "../../util/cleanup.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"
@@ -129,6 +130,30 @@ static void created(struct crl_timer *t)
     crl_sandbox_created(t->data, NULL);
 }
 
+/* The sandbox's volumes, each an idmapped clone of corrald's mount whose
+ * owner 0 is the sandbox's uid (as a container's root is the same uid on
+ * the host), for the keeper to attach: their count, or -1. */
+static int volume_mounts(struct crl_sandbox *sb, int *out, struct crl_err *err)
+{
+    struct fn_sandbox *f = sb->priv;
+    size_t n = sb->spec.n_volumes;
+    if (!n)
+        return 0;
+    cleanup_close int userns = crl_userns_of_range(f->uid, 65536, err);
+    if (userns < 0)
+        return crl_err_prefix(err, "volumes");
+    for (size_t i = 0; i < n; i++) {
+        out[i] = crl_mount_idmapped(sb->volume_fds[i], userns, sb->spec.volumes[i].read_only);
+        if (out[i] < 0) {
+            crl_err_sys(err, errno, "volumes[%zu] (%s): an idmapped mount", i,
+                        sb->spec.volumes[i].name);
+            close_fds(out, (int)i);
+            return -1;
+        }
+    }
+    return (int)n;
+}
+
 /* The keeper becomes the sandbox's (keeper.h).  What the files API needs
  * at once (its disk's size, its scratch dir's owner) corrald sets through
  * the keeper's descriptors; the rest (its cgroup, network, hostname, /etc
@@ -150,19 +175,29 @@ void crl_fn_claim(struct crl_sandbox *sb, struct keeper *k)
         crl_fn_create_fail(sb, &err);
         return;
     }
-    int fds[1 + 2 * CRL_ZYG_MAX_CGROUP_FDS];
+    int fds[1 + 2 * CRL_ZYG_MAX_CGROUP_FDS + CRL_ZYG_MAX_VOLUMES];
+    int nvol = volume_mounts(sb, fds + 1 + 2 * CRL_ZYG_MAX_CGROUP_FDS, &err);
+    if (nvol < 0) {
+        crl_fn_create_fail(sb, &err);
+        return;
+    }
     fds[0] = f->netns_fd;
+    int *vols = fds + 1 + 2 * CRL_ZYG_MAX_CGROUP_FDS;
     int ncg = crl_cgroup_join_dirs(f->cg, fds + 1, &err);
     if (ncg < 0) {
+        close_fds(vols, nvol);
         crl_fn_create_fail(sb, &err);
         return;
     }
     int nhome = crl_cgroup_mgr_own_dirs(sb->host->cgroups, fds + 1 + ncg, &err);
     if (nhome < 0) {
         close_fds(fds + 1, ncg);
+        close_fds(vols, nvol);
         crl_fn_create_fail(sb, &err);
         return;
     }
+    /* the volumes' after the rest */
+    memmove(fds + 1 + ncg + nhome, vols, (size_t)nvol * sizeof(int));
     struct crl_zyg_claim c = {
         .op = CRL_ZYG_CLAIM,
         .uid = f->uid,
@@ -172,9 +207,16 @@ void crl_fn_claim(struct crl_sandbox *sb, struct keeper *k)
     };
     crl_timens_from_now(&c.timens);
     snprintf(c.hostname, sizeof(c.hostname), "%s", sb->id);
-    int sent = crl_send_fds(k->sock, &c, sizeof(c), fds, 1 + ncg + nhome);
+    c.n_volumes = (uint32_t)nvol;
+    for (int i = 0; i < nvol; i++) {
+        snprintf(c.volume_paths[i], sizeof(c.volume_paths[i]), "%s", sb->spec.volumes[i].path);
+        if (sb->spec.volumes[i].read_only)
+            c.volumes_ro |= 1u << i;
+    }
+    int sent = crl_send_fds(k->sock, &c, sizeof(c), fds, 1 + ncg + nhome + nvol);
     int send_errno = errno;
     close_fds(fds + 1, ncg); /* the keeper has its copies */
+    close_fds(fds + 1 + ncg + nhome, nvol);
     if (sent < 0) {
         crl_err_sys(&err, send_errno, "talking to the sandbox's keeper");
         crl_fn_create_fail(sb, &err);
@@ -201,6 +243,12 @@ static int fn_create(struct crl_sandbox *sb, struct crl_err *err)
         return crl_err_set(err, CRL_E_UNSUPPORTED,
                            "services: function sandboxes are offline (loopback only) in this "
                            "version; use the container backend for services");
+    for (size_t i = 0; i < sb->spec.n_volumes; i++) {
+        const char *why = crl_fnroot_volume_refused(sb->spec.volumes[i].path);
+        if (why)
+            return crl_err_set(err, CRL_E_INVALID, "volumes[%zu].path '%s': %s", i,
+                               sb->spec.volumes[i].path, why);
+    }
     struct zygote *z = &st->zy[rt];
     if (z->sock < 0 && !z->npool && !z->building && crl_fn_zygote_start(st, rt, err) < 0)
         return -1;
@@ -424,6 +472,7 @@ static void fn_shutdown(struct crl_host *h, void *state)
 
 const struct crl_backend_ops crl_function_backend = {
     .name = "function",
+    .volumes = true,
     .admit_mb = 2, /* a keeper: a fork of its runtime's zygote, most pages shared */
     .fds_held = 5, /* measured: its keeper's pidfd and socket, its netns (v2: memory.peak) */
     .init = fn_init,

@@ -80,7 +80,7 @@ static int add_rule(int ruleset, const char *path, int dirfd, uint64_t access, b
     return r < 0 ? -e : 0;
 }
 
-int crl_jail_ruleset(int scratch_fd)
+int crl_jail_ruleset(int scratch_fd, const struct crl_zyg_claim *c)
 {
     int abi = crl_landlock_abi();
     if (abi < 1)
@@ -114,6 +114,10 @@ int crl_jail_ruleset(int scratch_fd)
         r = add_rule(rs, "/dev/shm", -1, all & ~LANDLOCK_ACCESS_FS_EXECUTE, false);
     if (r == 0) /* the scratch dir: everything, executing included (scripts) */
         r = add_rule(rs, NULL, scratch_fd, all, true);
+    /* volumes: everything, as the scratch dir; reading, if read-only */
+    for (uint32_t i = 0; r == 0 && i < c->n_volumes; i++)
+        r = add_rule(rs, c->volume_paths[i], -1,
+                     c->volumes_ro & (1u << i) ? FS_READ | LANDLOCK_ACCESS_FS_EXECUTE : all, true);
     if (r < 0) {
         close(rs);
         return r;

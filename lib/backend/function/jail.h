@@ -26,6 +26,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+struct crl_zyg_claim;
+
 struct crl_jail {
     int stdio[3];
     int status_fd; /* kept, as CRL_ZYG_STATUS_FD-like `status_at` */
@@ -47,7 +49,7 @@ int crl_jail_enter(const struct crl_jail *j, const char **step);
  * made once, by its keeper, in the sandbox's mount namespace (so a call
  * pays one landlock_restrict_self, not a ruleset's fifty syscalls): an fd
  * (close-on-exec), or -errno (-ENOSYS: no Landlock). */
-int crl_jail_ruleset(int scratch_fd);
+int crl_jail_ruleset(int scratch_fd, const struct crl_zyg_claim *c);
 
 /* The Landlock ABI this kernel has (0: none). */
 int crl_landlock_abi(void);

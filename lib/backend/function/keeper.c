@@ -94,10 +94,13 @@ static int claim(struct crl_zyg_claim *c, const int *fds, int nfds, const char *
 {
     *step = "claim";
     if (c->n_cgroup_fds < 1 || c->n_cgroup_fds > CRL_ZYG_MAX_CGROUP_FDS ||
-        c->n_home_fds > CRL_ZYG_MAX_CGROUP_FDS ||
-        (unsigned)nfds != 1 + c->n_cgroup_fds + c->n_home_fds || c->uid == 0 || c->gid == 0 ||
-        !memchr(c->hostname, 0, sizeof(c->hostname)))
+        c->n_home_fds > CRL_ZYG_MAX_CGROUP_FDS || c->n_volumes > CRL_ZYG_MAX_VOLUMES ||
+        (unsigned)nfds != 1 + c->n_cgroup_fds + c->n_home_fds + c->n_volumes || c->uid == 0 ||
+        c->gid == 0 || !memchr(c->hostname, 0, sizeof(c->hostname)))
         return -EPROTO;
+    for (uint32_t i = 0; i < c->n_volumes; i++)
+        if (!memchr(c->volume_paths[i], 0, sizeof(c->volume_paths[i])))
+            return -EPROTO;
     for (unsigned i = 0; i < c->n_cgroup_fds; i++)
         STEP("cgroup", crl_write_file_at(fds[1 + i], "cgroup.procs", "0") < 0 ? -errno : 0);
     /* The cgroup just joined is the root of what the sandbox sees; then
@@ -111,8 +114,9 @@ static int claim(struct crl_zyg_claim *c, const int *fds, int nfds, const char *
     STEP("netns", neg_errno(setns(fds[0], CLONE_NEWNET)));
     STEP("hostname", neg_errno(sethostname(c->hostname, strlen(c->hostname))));
     STEP("root", crl_fnroot_claim(c, step));
+    STEP("volume", crl_fnroot_volumes(c, fds + 1 + c->n_cgroup_fds + c->n_home_fds, step));
     STEP("timens", time_namespace(&c->timens));
-    int rs = crl_jail_ruleset(k.scratch_fd);
+    int rs = crl_jail_ruleset(k.scratch_fd, c);
     STEP("landlock", rs);
     k.landlock_fd = rs;
     k.uid = c->uid;
@@ -123,7 +127,8 @@ static int claim(struct crl_zyg_claim *c, const int *fds, int nfds, const char *
 static void await_claim(void)
 {
     struct crl_zyg_claim c;
-    int fds[1 + 2 * CRL_ZYG_MAX_CGROUP_FDS], nfds = 1 + 2 * CRL_ZYG_MAX_CGROUP_FDS;
+    int fds[1 + 2 * CRL_ZYG_MAX_CGROUP_FDS + CRL_ZYG_MAX_VOLUMES],
+        nfds = 1 + 2 * CRL_ZYG_MAX_CGROUP_FDS + CRL_ZYG_MAX_VOLUMES;
     ssize_t len = crl_recv_fds(k.sock, &c, sizeof(c), fds, &nfds);
     if (len <= 0)
         _exit(0); /* corrald let the pool go */

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <linux/mount.h>
 #include <stdio.h>
 #include <string.h>
@@ -166,6 +167,51 @@ int crl_fnroot_prepare(int root_fd, int scratch_fd, unsigned disk_mb, uid_t uid,
     STEP("disk-size",
          neg_errno(syscall(SYS_fsconfig, fs, FSCONFIG_CMD_RECONFIGURE, NULL, NULL, 0)));
     STEP("scratch", neg_errno(fchownat(scratch_fd, "", uid, gid, AT_EMPTY_PATH)));
+    return 0;
+}
+
+static bool at_or_under(const char *path, const char *dir)
+{
+    size_t n = strlen(dir);
+    return strncmp(path, dir, n) == 0 && (path[n] == 0 || path[n] == '/');
+}
+
+const char *crl_fnroot_volume_refused(const char *path)
+{
+    char dir[32];
+    for (size_t i = 0; i < CRL_FNROOT_N_SYSTEM_DIRS; i++) {
+        snprintf(dir, sizeof(dir), "/%s", crl_fnroot_system_dirs[i]);
+        if (at_or_under(path, dir))
+            return "a function sandbox's system dirs are the host's, read-only: mount volumes "
+                   "elsewhere (/data, or under /scratch)";
+    }
+    if (at_or_under(path, "/etc"))
+        return "a function sandbox's /etc is read-only: mount volumes elsewhere";
+    if (strcmp(path, CRL_FN_SCRATCH) == 0)
+        return "it would hide the sandbox's scratch dir: mount volumes under it, or elsewhere";
+    return NULL;
+}
+
+int crl_fnroot_volumes(const struct crl_zyg_claim *c, const int *fds, const char **step)
+{
+    for (uint32_t i = 0; i < c->n_volumes; i++) {
+        char dir[CRL_ZYG_VOLUME_PATH];
+        snprintf(dir, sizeof(dir), "%s", c->volume_paths[i]);
+        if (dir[0] != '/' || crl_fnroot_volume_refused(dir))
+            STEP("volume", -EINVAL);
+        for (char *p = dir + 1; *p; p++) {
+            if (*p != '/')
+                continue;
+            *p = 0;
+            if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+                STEP("volume", -errno);
+            *p = '/';
+        }
+        if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+            STEP("volume", -errno);
+        STEP("volume", neg_errno(syscall(SYS_move_mount, fds[i], "", AT_FDCWD, dir,
+                                         MOVE_MOUNT_F_EMPTY_PATH)));
+    }
     return 0;
 }
 

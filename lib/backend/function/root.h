@@ -53,4 +53,13 @@ int crl_fnroot_prepare(int root_fd, int scratch_fd, unsigned disk_mb, uid_t uid,
  * sandbox (`c`: its ids and hostname). */
 int crl_fnroot_claim(const struct crl_zyg_claim *c, const char **step);
 
+/* Why a volume may not be mounted at `path` (absolute, normal) in this
+ * root, or NULL: not over or under what is the host's (the system dirs,
+ * read-only) or /etc, nor over /scratch itself. */
+const char *crl_fnroot_volume_refused(const char *path);
+
+/* The keeper's: attach the claim's volumes (fds[i], idmapped already) at
+ * their paths, the directories made as needed. */
+int crl_fnroot_volumes(const struct crl_zyg_claim *c, const int *fds, const char **step);
+
 #endif

@@ -36,6 +36,8 @@
 #define CRL_ZYG_MAX_CGROUP_FDS 6
 #define CRL_ZYG_FIXED_FDS 4 /* stdin, stdout, stderr, status */
 #define CRL_ZYG_MAX_FDS (CRL_ZYG_FIXED_FDS + CRL_ZYG_MAX_CGROUP_FDS)
+#define CRL_ZYG_MAX_VOLUMES 8 /* CRL_SPEC_MAX_VOLUMES */
+#define CRL_ZYG_VOLUME_PATH 256
 /* In a call, until it runs the call (python) or executes it (shell): the
  * status pipe, close-on-exec.  Closed unwritten: started.  Else one line,
  * "ERRNO STEP", says why it could not start. */
@@ -80,6 +82,11 @@ struct crl_zyg_claim {
     uint32_t pad;
     struct crl_timens timens; /* its clocks, which start at its claim */
     char hostname[64];        /* NUL-terminated */
+    /* after the home fds: volumes' mounts (idmapped to uid, by corrald) to
+     * attach at these paths (absolute, normal: the spec checked them) */
+    uint32_t n_volumes;
+    uint32_t volumes_ro; /* bit i: volume i is read-only */
+    char volume_paths[CRL_ZYG_MAX_VOLUMES][CRL_ZYG_VOLUME_PATH];
 };
 
 struct crl_zyg_fork {
