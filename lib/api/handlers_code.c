@@ -74,9 +74,14 @@ void crl_h_code_cancel(struct crl_req *r)
 
 void crl_h_code_contexts_list(struct crl_req *r)
 {
+    static const char *const states[] = {"idle", "starting", "ready", NULL};
+    static const struct crl_list_spec list = {
+        .items = "contexts", .key = "id", .states = states, .no_labels = true};
     struct crl_err err = CRL_ERR_INIT;
-    crl_req_json_or_error(r, 200,
-                          crl_req_sandbox(r, &err) < 0 ? NULL : crl_code_context_list(r->sb), &err);
+    if (crl_req_sandbox(r, &err) < 0)
+        crl_req_error(r, &err);
+    else
+        crl_req_list(r, crl_code_context_list(r->sb), &list);
 }
 
 /* POST .../code/contexts {"cwd", "language"} */
@@ -117,8 +122,8 @@ void crl_h_code_context_restart(struct crl_req *r)
 void crl_h_code_context_remove(struct crl_req *r)
 {
     struct crl_err err = CRL_ERR_INIT;
-    if (crl_req_sandbox(r, &err) < 0 || crl_code_context_remove(r->sb, r->route.sub, &err) < 0)
-        crl_req_error(r, &err);
-    else
-        crl_req_json(r, 200, json_pack("{s:s, s:b}", "id", r->route.sub, "removed", 1));
+    crl_req_json_or_error(
+        r, 200,
+        crl_req_sandbox(r, &err) < 0 ? NULL : crl_code_context_remove(r->sb, r->route.sub, &err),
+        &err);
 }

@@ -215,7 +215,9 @@ void crl_h_sessions_list(struct crl_req *r)
     if (crl_req_sandbox(r, &err) < 0)
         crl_req_error(r, &err);
     else
-        crl_req_json(r, 200, crl_session_list_json(r->sb));
+        crl_req_list(r, crl_session_list_json(r->sb),
+                     &(const struct crl_list_spec){
+                         .items = "sessions", .key = "session_id", .no_labels = true});
 }
 
 void crl_h_session_close(struct crl_req *r)

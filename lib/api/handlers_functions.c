@@ -215,7 +215,9 @@ fail:
 
 void crl_h_functions_list(struct crl_req *r)
 {
-    crl_req_json(r, 200, crl_functions_list_json(r->api->functions));
+    static const struct crl_list_spec list = {
+        .items = "functions", .key = "name", .no_labels = true};
+    crl_req_list(r, crl_functions_list_json(r->api->functions), &list);
 }
 
 void crl_h_function_inspect(struct crl_req *r)

@@ -474,7 +474,9 @@ void crl_h_images_stop(struct crl_api *a)
 
 void crl_h_images_list(struct crl_req *r)
 {
-    crl_req_json(r, 200, crl_image_list_json(r->api->host->images));
+    static const struct crl_list_spec list = {
+        .items = "images", .order = "name", .key = "id", .no_labels = true};
+    crl_req_list(r, crl_image_list_json(r->api->host->images), &list);
 }
 
 void crl_h_images_tag(struct crl_req *r)
@@ -529,6 +531,7 @@ void crl_h_image_remove(struct crl_req *r)
     /* A pool's ready sandboxes do not keep an image: they go with it. */
     struct crl_image *img = crl_image_get(h->images, r->route.name, &ignored);
     unsigned spare = img ? 1 + crl_pools_image_users(h, img) : 0;
+    json_auto_t *was = crl_image_inspect_json(h->images, r->route.name, &ignored);
     int rc = crl_image_remove(h->images, r->route.name, spare, &err);
     if (rc == 0 && img)
         crl_pools_drain_image(h, img);
@@ -537,7 +540,6 @@ void crl_h_image_remove(struct crl_req *r)
         crl_req_error(r, &err);
         return;
     }
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-    crl_req_respond(r, 204, resp);
+    /* as every DELETE answers: what was removed, as it was */
+    crl_req_json(r, 200, was ? json_incref(was) : json_pack("{s:s}", "name", r->route.name));
 }

@@ -9,7 +9,10 @@
 
 void crl_h_pools_list(struct crl_req *r)
 {
-    crl_req_json(r, 200, crl_pools_json(r->api->host));
+    static const char *const states[] = {"ready", "waiting", "filling", "failing", NULL};
+    static const struct crl_list_spec list = {
+        .items = "pools", .key = "name", .states = states, .no_labels = true};
+    crl_req_list(r, crl_pools_json(r->api->host), &list);
 }
 
 void crl_h_pool_inspect(struct crl_req *r)
@@ -70,8 +73,11 @@ fail:
 void crl_h_pool_remove(struct crl_req *r)
 {
     struct crl_err err = CRL_ERR_INIT;
-    if (crl_pool_remove(r->api->host, r->route.name, &err) < 0)
+    json_t *was = crl_pool_json(r->api->host, r->route.name, &err);
+    if (!was || crl_pool_remove(r->api->host, r->route.name, &err) < 0) {
+        json_decref(was);
         crl_req_error(r, &err);
-    else
-        crl_req_json(r, 200, json_pack("{s:s}", "removed", r->route.name));
+    } else {
+        crl_req_json(r, 200, was);
+    }
 }

@@ -135,14 +135,14 @@ void crl_h_process_start(struct crl_req *r)
 
 void crl_h_processes_list(struct crl_req *r)
 {
+    static const char *const states[] = {"running", "exited", NULL};
+    static const struct crl_list_spec list = {
+        .items = "processes", .key = "pid", .states = states, .no_labels = true};
     struct crl_err err = CRL_ERR_INIT;
-    const char *state = crl_req_query(r, "state");
-    if (state && strcmp(state, "running") != 0 && strcmp(state, "exited") != 0)
-        crl_err_set(&err, CRL_E_INVALID, "state must be running or exited, not '%s'", state);
-    if (err.code || crl_req_sandbox(r, &err) < 0)
+    if (crl_req_sandbox(r, &err) < 0)
         crl_req_error(r, &err);
     else
-        crl_req_json(r, 200, crl_process_list_json(r->sb, state));
+        crl_req_list(r, crl_process_list_json(r->sb, NULL), &list);
 }
 
 void crl_h_process_inspect(struct crl_req *r)

@@ -39,13 +39,11 @@ void crl_h_host(struct crl_req *r)
 
 void crl_h_sandboxes_list(struct crl_req *r)
 {
-    struct crl_err err = CRL_ERR_INIT;
-    struct crl_label_sel ls;
-    if (crl_req_label_sel(r, &ls, &err) < 0)
-        crl_req_error(r, &err);
-    else
-        crl_req_json(r, 200, crl_host_list_json(r->api->host, ls.kv, ls.n));
-    crl_label_sel_free(&ls);
+    static const char *const states[] = {"creating",   "ready",     "paused", "failed",
+                                         "destroying", "destroyed", NULL};
+    static const struct crl_list_spec list = {
+        .items = "sandboxes", .order = "created_at", .key = "id", .states = states};
+    crl_req_list(r, crl_host_list_json(r->api->host, NULL, 0), &list);
 }
 
 /* A create's state is the trajectory it opened ("trajectory" in its spec)

@@ -448,16 +448,25 @@ fail:
 
 void crl_h_trajectories_list(struct crl_req *r)
 {
-    crl_req_json(r, 200, crl_trajs_list_json(r->api->trajs, r->api->host));
+    static const struct crl_list_spec list = {
+        .items = "trajectories", .order = "created_at", .key = "id"};
+    crl_req_list(r, crl_trajs_list_json(r->api->trajs, r->api->host), &list);
 }
 
 void crl_h_trajectory_remove(struct crl_req *r)
 {
-    struct crl_err err = CRL_ERR_INIT;
-    if (crl_traj_remove(r->api->trajs, r->route.name, &err) < 0)
+    struct crl_err err = CRL_ERR_INIT, ignored = CRL_ERR_INIT;
+    json_t *was = NULL;
+    if (crl_traj_read(r->api->trajs, r->route.name, false, &was, NULL, NULL, &ignored) == 0) {
+        json_object_del(was, "steps"); /* as the list gives it */
+        json_object_del(was, "events");
+    }
+    if (crl_traj_remove(r->api->trajs, r->route.name, &err) < 0) {
+        json_decref(was);
         crl_req_error(r, &err);
-    else
-        crl_req_json(r, 200, json_pack("{s:s, s:b}", "id", r->route.name, "removed", 1));
+    } else {
+        crl_req_json(r, 200, was ? was : json_pack("{s:s}", "id", r->route.name));
+    }
 }
 
 void crl_h_trajectory_steps(struct crl_req *r)

@@ -7,15 +7,9 @@
 
 void crl_h_volumes_list(struct crl_req *r)
 {
-    struct crl_err err = CRL_ERR_INIT;
-    struct crl_label_sel ls;
-    if (crl_req_label_sel(r, &ls, &err) < 0)
-        crl_req_error(r, &err);
-    else
-        crl_req_json(
-            r, 200,
-            json_pack("{s:o}", "volumes", crl_volumes_list(r->api->host->volumes, ls.kv, ls.n)));
-    crl_label_sel_free(&ls);
+    static const struct crl_list_spec list = {.items = "volumes", .key = "name"};
+    crl_req_list(r, json_pack("{s:o}", "volumes", crl_volumes_list(r->api->host->volumes, NULL, 0)),
+                 &list);
 }
 
 void crl_h_volume_create(struct crl_req *r)
@@ -43,8 +37,11 @@ void crl_h_volume_inspect(struct crl_req *r)
 void crl_h_volume_remove(struct crl_req *r)
 {
     struct crl_err err = CRL_ERR_INIT;
-    if (crl_volume_remove(r->api->host->volumes, r->route.name, &err) < 0)
+    json_t *was = crl_volume_inspect(r->api->host->volumes, r->route.name, &err);
+    if (!was || crl_volume_remove(r->api->host->volumes, r->route.name, &err) < 0) {
+        json_decref(was);
         crl_req_error(r, &err);
-    else
-        crl_req_json(r, 200, json_pack("{s:s}", "removed", r->route.name));
+    } else {
+        crl_req_json(r, 200, was);
+    }
 }

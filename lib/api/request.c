@@ -204,6 +204,148 @@ void crl_label_sel_free(struct crl_label_sel *ls)
     ls->n = 0;
 }
 
+/* ---- lists ---- */
+
+#define LIST_MAX_LIMIT 10000
+
+/* A value as it sorts: a string as it is, a whole number zero-padded, so
+ * that comparing the strings compares the values. */
+static void sortable(json_t *v, char *out, size_t cap)
+{
+    if (json_is_integer(v))
+        snprintf(out, cap, "%020lld", (long long)json_integer_value(v));
+    else
+        snprintf(out, cap, "%s", json_is_string(v) ? json_string_value(v) : "");
+}
+
+/* An item's place: its order value and key, joined by ',' (below every
+ * character either holds), which is also the cursor that follows it. */
+static void place_of(json_t *item, const struct crl_list_spec *ls, char *out, size_t cap)
+{
+    char o[128] = "", k[300];
+    if (ls->order)
+        sortable(json_object_get(item, ls->order), o, sizeof(o));
+    sortable(json_object_get(item, ls->key), k, sizeof(k));
+    snprintf(out, cap, "%s,%s", o, k);
+}
+
+struct placed {
+    char place[440];
+    json_t *item;
+};
+
+static int by_place(const void *a, const void *b)
+{
+    return strcmp(((const struct placed *)a)->place, ((const struct placed *)b)->place);
+}
+
+static json_t *labels_of(json_t *item)
+{
+    json_t *l = json_object_get(item, "labels");
+    return l ? l : json_object_get(json_object_get(item, "spec"), "labels");
+}
+
+static bool list_wants(json_t *item, const char *state, const struct crl_label_sel *sel)
+{
+    const char *is = json_string_value(json_object_get(item, "state"));
+    if (state && (!is || strcmp(is, state) != 0))
+        return false;
+    json_t *labels = labels_of(item);
+    for (size_t i = 0; i < sel->n; i++) {
+        const char *v = json_string_value(json_object_get(labels, sel->kv[i].key));
+        if (!v || strcmp(v, sel->kv[i].value) != 0)
+            return false;
+    }
+    return true;
+}
+
+static int list_params(struct crl_req *r, const struct crl_list_spec *ls, long *limit,
+                       const char **state, struct crl_label_sel *sel, struct crl_err *err)
+{
+    const char *v = crl_req_query(r, "limit");
+    *limit = 0;
+    if (v) {
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (!*v || *end || n < 1 || n > LIST_MAX_LIMIT)
+            return crl_err_set(err, CRL_E_INVALID,
+                               "limit must be a whole number from 1 to %d, "
+                               "not '%s'",
+                               LIST_MAX_LIMIT, v);
+        *limit = n;
+    }
+    *state = crl_req_query(r, "state");
+    if (*state) {
+        bool known = false;
+        for (const char *const *s = ls->states; s && *s && !known; s++)
+            known = strcmp(*s, *state) == 0;
+        if (!ls->states)
+            return crl_err_set(err, CRL_E_INVALID, "state: %s have no state to filter by",
+                               ls->items);
+        if (!known) {
+            char names[256] = "";
+            size_t n = 0;
+            for (const char *const *s = ls->states; *s && n < sizeof(names); s++)
+                n += (size_t)snprintf(names + n, sizeof(names) - n, "%s%s", n ? ", " : "", *s);
+            return crl_err_set(err, CRL_E_INVALID, "state must be one of %s, not '%s'", names,
+                               *state);
+        }
+    }
+    if (crl_req_label_sel(r, sel, err) < 0)
+        return -1;
+    if (sel->n && ls->no_labels)
+        return crl_err_set(err, CRL_E_INVALID, "label: %s have no labels to filter by", ls->items);
+    return 0;
+}
+
+void crl_req_list(struct crl_req *r, json_t *answer, const struct crl_list_spec *ls)
+{
+    struct crl_err err = CRL_ERR_INIT;
+    struct crl_label_sel sel = {0};
+    long limit = 0;
+    const char *state = NULL, *cursor = crl_req_query(r, "cursor");
+    json_t *items = json_object_get(answer, ls->items);
+    size_t n = json_array_size(items), kept = 0;
+    struct placed *all = NULL;
+    if (list_params(r, ls, &limit, &state, &sel, &err) < 0)
+        goto fail;
+    if (n && !(all = calloc(n, sizeof(*all)))) {
+        crl_err_sys(&err, ENOMEM, "a list");
+        goto fail;
+    }
+    size_t i;
+    json_t *item;
+    json_array_foreach(items, i, item)
+    {
+        if (!list_wants(item, state, &sel))
+            continue;
+        place_of(item, ls, all[kept].place, sizeof(all[kept].place));
+        if (cursor && strcmp(all[kept].place, cursor) <= 0)
+            continue; /* on an earlier page */
+        all[kept++].item = json_incref(item);
+    }
+    if (kept)
+        qsort(all, kept, sizeof(*all), by_place);
+    json_t *page = json_array();
+    size_t take = limit && (size_t)limit < kept ? (size_t)limit : kept;
+    for (i = 0; i < kept; i++) {
+        if (i < take)
+            json_array_append(page, all[i].item);
+        json_decref(all[i].item);
+    }
+    json_object_set_new(answer, ls->items, page);
+    json_object_set_new(answer, "next_cursor",
+                        take < kept ? json_string(all[take - 1].place) : json_null());
+    free(all);
+    crl_label_sel_free(&sel);
+    crl_req_json(r, 200, answer);
+    return;
+fail:
+    crl_label_sel_free(&sel);
+    json_decref(answer);
+    crl_req_error(r, &err);
+}
+
 int crl_req_sandbox(struct crl_req *r, struct crl_err *err)
 {
     if (r->sb && strcmp(r->sb->id, r->route.id) == 0)

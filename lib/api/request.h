@@ -133,6 +133,21 @@ struct crl_label_sel {
 };
 int crl_req_label_sel(struct crl_req *r, struct crl_label_sel *ls, struct crl_err *err);
 void crl_label_sel_free(struct crl_label_sel *ls);
+/* A list endpoint's answer (docs/api.md, Lists): `answer` (taken) holds
+ * the array `items`, which is ordered by its items' `order` field (NULL:
+ * none) then `key`, filtered by the request's `state=S` (one of `states`;
+ * NULL: the list has no state) and `label=K=V` (the items' `labels`, or
+ * their spec's; no_labels: the list has none), and cut to the page that
+ * `cursor` and `limit` ask for; `next_cursor` says where the next starts
+ * (null: this was the last).  A bad parameter is a 400 that names it. */
+struct crl_list_spec {
+    const char *items;
+    const char *order;
+    const char *key;
+    const char *const *states; /* NULL-terminated */
+    bool no_labels;
+};
+void crl_req_list(struct crl_req *r, json_t *answer, const struct crl_list_spec *ls);
 /* Look up the route's sandbox, holding a reference in r->sb. */
 int crl_req_sandbox(struct crl_req *r, struct crl_err *err);
 /* Streamed output (after crl_req_stream_response() was responded):

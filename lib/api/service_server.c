@@ -86,7 +86,7 @@ static void record(struct crl_sandbox *sb, json_t *x)
     if (!x)
         return;
     json_object_set_new(x, "seq", json_integer((json_int_t)++sb->svc_seq));
-    json_object_set_new(x, "time", json_real(crl_wall_s()));
+    json_object_set_new(x, "time", crl_json_time(crl_wall_s()));
     if (!sb->svc_log)
         sb->svc_log = json_array();
     if (!sb->svc_pending)

@@ -51,6 +51,16 @@ struct crl_code_ctx {
     unsigned restarts;
     unsigned long executions;
     json_int_t next_id;
+    /* Kernels being started: a start answers later, maybe after the
+     * context was removed or its kernel replaced, so each carries the
+     * generation it was for, and a removed context is freed by the last. */
+    unsigned gen, pending;
+    bool removed;
+};
+
+struct start_token {
+    struct crl_code_ctx *cx;
+    unsigned gen;
 };
 
 static struct crl_code_ctx **list_of(struct crl_sandbox *sb)
@@ -115,6 +125,7 @@ static void kernel_gone(struct crl_code_ctx *cx, const char *why)
         cx->k = NULL;
     }
     cx->ready = cx->starting = false;
+    cx->gen++;             /* a start under way now starts nothing of ours */
     crl_buf_free(&cx->in); /* freed, then ready for the next kernel */
     crl_buf_free(&cx->line);
     crl_buf_init(&cx->in, CRL_BUF_UNBOUNDED);
@@ -169,9 +180,28 @@ static void on_kernel(struct crl_process_sub *s)
     pump(cx);
 }
 
+static void ctx_release(struct crl_code_ctx *cx)
+{
+    free(cx->cwd);
+    free(cx);
+}
+
 static void kernel_started(struct crl_process *x, const struct crl_err *err, void *ctx)
 {
-    struct crl_code_ctx *cx = ctx;
+    struct start_token *t = ctx;
+    struct crl_code_ctx *cx = t->cx;
+    bool stale = cx->removed || t->gen != cx->gen;
+    free(t);
+    cx->pending--;
+    if (stale) { /* removed, restarted or timed out meanwhile: not ours any more */
+        if (x) {
+            crl_process_forget(x);
+            crl_process_unref(x);
+        }
+        if (cx->removed && !cx->pending)
+            ctx_release(cx);
+        return;
+    }
     cx->starting = false;
     if (err) {
         while (cx->head)
@@ -211,13 +241,22 @@ static void kernel_start(struct crl_code_ctx *cx)
     req.ring_bytes = KERNEL_RING;
     cx->starting = true;
     cx->ready = false;
-    if (!req.argv || !req.env || crl_process_start(cx->sb, &req, kernel_started, cx, &err) < 0) {
+    struct start_token *t = malloc(sizeof(*t));
+    if (t)
+        *t = (struct start_token){cx, cx->gen};
+    if (!t || !req.argv || !req.env ||
+        crl_process_start(cx->sb, &req, kernel_started, t, &err) < 0) {
         if (!err.code)
             crl_err_sys(&err, ENOMEM, "a code context's kernel");
+        if (!t || !req.argv || !req.env)
+            crl_exec_req_free(&req); /* else crl_process_start took it */
+        free(t);
         cx->starting = false;
         while (cx->head)
             cell_over(cx, NULL, &err);
+        return;
     }
+    cx->pending++;
 }
 
 static void on_timeout(struct crl_timer *t)
@@ -238,7 +277,7 @@ static void on_timeout(struct crl_timer *t)
 /* Send the head cell to a ready kernel; start one if there is none. */
 static void pump(struct crl_code_ctx *cx)
 {
-    if (!cx->head || cx->sent)
+    if (!cx->head || cx->sent || cx->removed)
         return;
     if (!cx->k) {
         if (!cx->starting)
@@ -285,11 +324,12 @@ static void ctx_free(struct crl_code_ctx *cx)
     struct crl_err err = CRL_ERR_INIT;
     crl_err_set(&err, CRL_E_CONFLICT, "code context %s was removed", cx->name);
     kernel_gone(cx, "removed");
+    cx->removed = true; /* pump() starts no other kernel for it */
     while (cx->head)
         cell_over(cx, NULL, &err);
     crl_timer_stop(cx->sb->owner->loop, &cx->timer);
-    free(cx->cwd);
-    free(cx);
+    if (!cx->pending) /* else the last start under way frees it */
+        ctx_release(cx);
 }
 
 static void sandbox_ending(struct crl_sandbox *sb)
@@ -411,14 +451,16 @@ json_t *crl_code_context_restart(struct crl_sandbox *sb, const char *name, struc
     return ctx_json(cx);
 }
 
-int crl_code_context_remove(struct crl_sandbox *sb, const char *name, struct crl_err *err)
+json_t *crl_code_context_remove(struct crl_sandbox *sb, const char *name, struct crl_err *err)
 {
     for (struct crl_code_ctx **pp = list_of(sb); *pp; pp = &(*pp)->next)
         if (strcmp((*pp)->name, name) == 0) {
             struct crl_code_ctx *cx = *pp;
+            json_t *was = ctx_json(cx);
             *pp = cx->next;
             ctx_free(cx);
-            return 0;
+            return was;
         }
-    return crl_err_set(err, CRL_E_NOT_FOUND, "sandbox %s has no code context %s", sb->id, name);
+    crl_err_set(err, CRL_E_NOT_FOUND, "sandbox %s has no code context %s", sb->id, name);
+    return NULL;
 }

@@ -42,7 +42,8 @@ void crl_code_cancel(struct crl_code_cell *c);
 json_t *crl_code_context_create(struct crl_sandbox *sb, const char *cwd, struct crl_err *err);
 json_t *crl_code_context_list(struct crl_sandbox *sb);
 json_t *crl_code_context_restart(struct crl_sandbox *sb, const char *name, struct crl_err *err);
-int crl_code_context_remove(struct crl_sandbox *sb, const char *name, struct crl_err *err);
+/* remove answers the context as it was (a new reference), or NULL */
+json_t *crl_code_context_remove(struct crl_sandbox *sb, const char *name, struct crl_err *err);
 
 /* One line a kernel wrote (without its newline), read as hostile input
  * (lib/core/code_answer.c).  ANSWER: the answer to cell `want` (<0: none

@@ -276,8 +276,8 @@ json_t *crl_netlog_json(const struct crl_netlog *n, const struct crl_sandbox *sb
     json_t *list = json_array();
     for (unsigned k = 0; g && list && k < g->n; k++) { /* the oldest first */
         const struct denial *d = &g->d[(g->next + CRL_NETLOG_KEEP - g->n + k) % CRL_NETLOG_KEEP];
-        json_t *o =
-            json_pack("{s:f, s:s, s:s}", "time", d->time, "protocol", d->proto, "rule", d->rule);
+        json_t *o = json_pack("{s:o, s:s, s:s}", "time", crl_json_time(d->time), "protocol",
+                              d->proto, "rule", d->rule);
         if (o && d->addr[0])
             json_object_set_new(o, "address", json_string(d->addr));
         if (o && d->port >= 0)

@@ -533,15 +533,6 @@ const struct crl_exec_result *crl_process_result(const struct crl_process *x)
     return &x->res;
 }
 
-static json_t *time_or_null(double t)
-{
-    char buf[40];
-    if (t <= 0)
-        return json_null();
-    crl_fmt_time(t, buf, sizeof(buf));
-    return json_string(buf);
-}
-
 json_t *crl_process_json(const struct crl_process *x)
 {
     json_t *o = json_object();
@@ -555,8 +546,8 @@ json_t *crl_process_json(const struct crl_process *x)
     json_object_set_new(o, "tag", x->req.tag ? json_string(x->req.tag) : json_null());
     json_object_set_new(o, "tty", json_boolean(x->proc.tty));
     json_object_set_new(o, "state", json_string(x->ended ? "exited" : "running"));
-    json_object_set_new(o, "started_at", time_or_null(x->started_at));
-    json_object_set_new(o, "ended_at", time_or_null(x->ended_at));
+    json_object_set_new(o, "started_at", crl_json_time(x->started_at));
+    json_object_set_new(o, "ended_at", crl_json_time(x->ended_at));
     json_object_set_new(o, "stdin_open", json_boolean(crl_process_stdin_open(x)));
     json_object_set_new(o, "output",
                         json_pack("{s:I, s:I, s:I}", "start", (json_int_t)x->base, "end",

@@ -510,17 +510,6 @@ void crl_sandbox_usage(struct crl_sandbox *sb, struct crl_usage *u)
     *u = sb->usage;
 }
 
-static void fmt_time_or_null(json_t *o, const char *key, double t)
-{
-    if (t > 0) {
-        char buf[40];
-        crl_fmt_time(t, buf, sizeof(buf));
-        json_object_set_new(o, key, json_string(buf));
-    } else {
-        json_object_set_new(o, key, json_null());
-    }
-}
-
 json_t *crl_sandbox_json(struct crl_sandbox *sb)
 {
     struct crl_usage u;
@@ -531,10 +520,10 @@ json_t *crl_sandbox_json(struct crl_sandbox *sb)
     json_object_set_new(o, "image", json_string(sb->spec.image));
     json_object_set_new(o, "state", json_string(crl_sb_state_name(sb->state)));
     json_object_set_new(o, "spec", crl_spec_to_json(&sb->spec));
-    fmt_time_or_null(o, "created_at", sb->created_at);
-    fmt_time_or_null(o, "ready_at", sb->ready_at);
-    fmt_time_or_null(o, "ended_at", sb->ended_at);
-    fmt_time_or_null(o, "expires_at", sb->expires_at);
+    json_object_set_new(o, "created_at", crl_json_time(sb->created_at));
+    json_object_set_new(o, "ready_at", crl_json_time(sb->ready_at));
+    json_object_set_new(o, "ended_at", crl_json_time(sb->ended_at));
+    json_object_set_new(o, "expires_at", crl_json_time(sb->expires_at));
     json_t *labels = json_object();
     for (size_t i = 0; i < sb->spec.n_labels; i++)
         json_object_set_new(labels, sb->spec.labels[i].key, json_string(sb->spec.labels[i].value));

@@ -9,6 +9,7 @@
 
 #include "../util/buf.h"
 #include "../util/cleanup.h"
+#include "../util/fdio.h"
 #include "../util/path.h"
 #include "services.h"
 
@@ -123,6 +124,24 @@ static int get_number(json_t *v, const char *name, double lo, double hi, double 
                            x);
     *out = x;
     return 0;
+}
+
+json_t *crl_json_time(double wall_s)
+{
+    if (wall_s <= 0)
+        return json_null();
+    char buf[40];
+    crl_fmt_time(wall_s, buf, sizeof(buf));
+    return json_string(buf);
+}
+
+void crl_json_times(json_t *o, const char *const *keys, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_object_get(o, keys[i]);
+        if (json_is_number(v))
+            json_object_set_new(o, keys[i], crl_json_time(json_number_value(v)));
+    }
 }
 
 int crl_json_get_string(json_t *v, const char *name, size_t maxlen, const char **out,

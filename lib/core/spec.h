@@ -158,6 +158,12 @@ int crl_json_check_keys(json_t *obj, const char *where, const char *const *allow
  * `name` names the field in the message. */
 int crl_json_get_uint(json_t *v, const char *name, long long lo, long long hi, unsigned *out,
                       struct crl_err *err);
+/* A time as every answer of the API gives it: RFC 3339 in UTC with
+ * milliseconds ("2026-12-03T13:16:01.778Z"); null for 0 (never). */
+json_t *crl_json_time(double wall_s);
+/* The same for a stored record's times (numbers of seconds): each of
+ * `keys` in o that is a number becomes such a string. */
+void crl_json_times(json_t *o, const char *const *keys, size_t n);
 int crl_json_get_string(json_t *v, const char *name, size_t maxlen, const char **out,
                         struct crl_err *err);
 void crl_strv_free(char **v);

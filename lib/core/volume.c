@@ -116,9 +116,10 @@ int crl_volumes_open(const char *dir, struct crl_volumes **out, struct crl_err *
     if (!vs)
         return crl_err_sys(err, ENOMEM, "volumes");
     vs->dir_fd = -1;
-    snprintf(vs->dir, sizeof(vs->dir), "%s", dir);
-    if (crl_mkdir_p(dir, 0700) < 0 ||
-        (vs->dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+    /* absolute and without symlinks: the kernel names a loop device's file
+     * so (loop_backing) */
+    if (crl_mkdir_p(dir, 0700) < 0 || !realpath(dir, vs->dir) ||
+        (vs->dir_fd = open(vs->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
         crl_err_sys(err, errno, "the volume dir %s", dir);
         free(vs);
         return -1;
@@ -130,6 +131,15 @@ int crl_volumes_open(const char *dir, struct crl_volumes **out, struct crl_err *
             continue;
         if (!crl_volume_name_ok(de->d_name)) {
             crl_warn(NULL, "volume dir %s: %s is not a volume's name: left alone", dir, de->d_name);
+            continue;
+        }
+        char meta[PATH_MAX];
+        struct stat st;
+        if (path_of(vs, de->d_name, META, meta, sizeof(meta)) == 0 && lstat(meta, &st) < 0 &&
+            errno == ENOENT) {
+            /* a create that never finished: no volume was there to lose */
+            crl_info(NULL, "volume dir %s: %s was never finished: removed", vs->dir, de->d_name);
+            crl_rm_rf_at(vs->dir_fd, de->d_name);
             continue;
         }
         struct crl_volume *v = vs->n < CRL_VOLUMES_MAX ? load(vs, de->d_name) : NULL;
@@ -269,16 +279,14 @@ static int mkfs(const char *path, struct crl_err *err)
 
 static json_t *volume_json(struct crl_volumes *vs, struct crl_volume *v)
 {
-    char t[40];
-    crl_fmt_time(v->created_at, t, sizeof(t));
     json_t *mounts = json_array();
     for (size_t i = 0; i < v->n_users; i++)
         json_array_append_new(mounts,
                               json_pack("{s:s, s:s, s:b}", "sandbox", v->users[i].sandbox, "path",
                                         v->users[i].path, "read_only", v->users[i].read_only));
-    json_t *o = json_pack("{s:s, s:i, s:s, s:O, s:o, s:s}", "name", v->name, "size_mb",
-                          (json_int_t)v->size_mb, "created_at", t, "labels", v->labels, "mounts",
-                          mounts, "enforced_by", "ext4 image");
+    json_t *o = json_pack("{s:s, s:i, s:o, s:O, s:o, s:s}", "name", v->name, "size_mb",
+                          (json_int_t)v->size_mb, "created_at", crl_json_time(v->created_at),
+                          "labels", v->labels, "mounts", mounts, "enforced_by", "ext4 image");
     /* What is written in it, when it is mounted (else not known cheaply). */
     struct statfs st;
     if (o && v->mnt >= 0 && fstatfs(v->mnt, &st) == 0)

@@ -1108,6 +1108,9 @@ static json_t *step_summary(json_t *rec)
     return o;
 }
 
+/* The times a record stores as seconds, which the API gives as RFC 3339. */
+static const char *const record_times[] = {"created_at", "started_at", "recorded_at", "time"};
+
 int crl_traj_read(struct crl_trajs *ts, const char *id, bool outputs, json_t **out,
                   void (*each)(json_t *step, void *ctx), void *ctx, struct crl_err *err)
 {
@@ -1140,6 +1143,7 @@ int crl_traj_read(struct crl_trajs *ts, const char *id, bool outputs, json_t **o
             json_object_set(o, "spec", json_object_get(j, "spec"));
             json_object_set(o, "base", json_object_get(j, "base"));
             json_object_set(o, "created_at", json_object_get(j, "created_at"));
+            crl_json_times(o, record_times, CRL_ARRAY_SIZE(record_times));
         } else if (rec.type == CRL_TRAJ_STEP) {
             if (n == cap) {
                 cap = cap ? cap * 2 : 64;
@@ -1158,6 +1162,7 @@ int crl_traj_read(struct crl_trajs *ts, const char *id, bool outputs, json_t **o
                 inline_blobs(ts, j);
                 crl_trajs_unlock(ts);
             }
+            crl_json_times(j, record_times, CRL_ARRAY_SIZE(record_times));
             json_t *s = outputs ? json_incref(j) : step_summary(j);
             if (each) {
                 each(s, ctx);
@@ -1166,6 +1171,7 @@ int crl_traj_read(struct crl_trajs *ts, const char *id, bool outputs, json_t **o
                 json_array_append_new(steps, s);
             }
         } else if (rec.type == CRL_TRAJ_EVENT) {
+            crl_json_times(j, record_times, CRL_ARRAY_SIZE(record_times));
             json_array_append(json_object_get(o, "events"), j);
         }
         json_decref(j);

@@ -552,3 +552,22 @@ int crl_cli_delete_each(const char *prefix, char *const *names, int n)
     }
     return rc;
 }
+
+int crl_cli_dispatch(int argc, char **argv, const char *group, const struct crl_cli_sub *subs,
+                     size_t n, const char *names, const char *help)
+{
+    if (argc < 2)
+        return crl_cli_usage(argv[0], "needs a command (%s)", names);
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)
+        return crl_cli_help(help);
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(subs[i].name, argv[1]) != 0)
+            continue;
+        char self[64];
+        snprintf(self, sizeof(self), "%s %s", group, argv[1]);
+        argv[1] = self;
+        optind = 0; /* getopt_long starts over */
+        return subs[i].fn(argc - 1, argv + 1);
+    }
+    return crl_cli_usage(argv[0], "unknown command '%s'", argv[1]);
+}

@@ -33,6 +33,16 @@ int crl_cmd_cp(int argc, char **argv);
 int crl_cmd_rm(int argc, char **argv);
 int crl_cmd_host(int argc, char **argv);
 int crl_cmd_images(int argc, char **argv); /* corral image ls */
+/* A command of commands (corral image, traj, volume): argv[1] names one
+ * of subs[], which runs with argv[0] "GROUP SUB" (so its usage messages
+ * point at its --help); `names` lists them for the usage message. */
+struct crl_cli_sub {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+};
+int crl_cli_dispatch(int argc, char **argv, const char *group, const struct crl_cli_sub *subs,
+                     size_t n, const char *names, const char *help);
+
 int crl_cmd_image(int argc, char **argv);
 int crl_cmd_volume(int argc, char **argv);
 int crl_cmd_image_build_debian(int argc, char **argv);

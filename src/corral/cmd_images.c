@@ -381,10 +381,7 @@ static int cmd_import(int argc, char **argv)
 
 /* ---- dispatch ---- */
 
-static const struct {
-    const char *name;
-    int (*fn)(int argc, char **argv);
-} subs[] = {
+static const struct crl_cli_sub subs[] = {
     {"ls", cmd_ls},           {"list", cmd_ls},
     {"inspect", cmd_inspect}, {"rm", cmd_rm},
     {"tag", cmd_tag},         {"gc", cmd_gc},
@@ -393,22 +390,8 @@ static const struct {
 
 int crl_cmd_image(int argc, char **argv)
 {
-    if (argc < 2)
-        return crl_cli_usage(argv[0], "needs a command (ls, inspect, rm, tag, gc, import, "
-                                      "build-debian)");
-    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)
-        return crl_cli_help(help);
-    for (size_t i = 0; i < CRL_ARRAY_SIZE(subs); i++) {
-        if (strcmp(subs[i].name, argv[1]) != 0)
-            continue;
-        /* "image ls" as argv[0]: usage messages point at its --help */
-        char self[64];
-        snprintf(self, sizeof(self), "image %s", argv[1]);
-        argv[1] = self;
-        optind = 0; /* getopt_long starts over */
-        return subs[i].fn(argc - 1, argv + 1);
-    }
-    return crl_cli_usage(argv[0], "unknown command '%s'", argv[1]);
+    return crl_cli_dispatch(argc, argv, "image", subs, CRL_ARRAY_SIZE(subs),
+                            "ls, inspect, rm, tag, gc, import, build-debian", help);
 }
 
 int crl_cmd_images(int argc, char **argv)

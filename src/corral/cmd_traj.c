@@ -130,20 +130,9 @@ const char *crl_cli_traj_ckpt(json_t *step, char *buf, size_t cap)
     return buf;
 }
 
-/* created_at is seconds since the epoch: its age as crl_cli_age() gives it. */
 static const char *age_of(json_t *t, char *buf, size_t cap)
 {
-    json_t *v = json_object_get(t, "created_at");
-    if (!json_is_number(v)) {
-        snprintf(buf, cap, "-");
-        return buf;
-    }
-    time_t at = (time_t)floor(json_number_value(v));
-    struct tm tm;
-    char iso[32];
-    if (!gmtime_r(&at, &tm) || !strftime(iso, sizeof(iso), "%Y-%m-%dT%H:%M:%S", &tm))
-        snprintf(iso, sizeof(iso), "-");
-    return crl_cli_age(iso, buf, cap);
+    return crl_cli_age(crl_cli_str(t, "created_at", "-"), buf, cap);
 }
 
 static int id_arg(const char *cmd, const char *id)
@@ -440,10 +429,7 @@ static int cmd_gc(int argc, char **argv)
 
 /* ---- dispatch ---- */
 
-static const struct {
-    const char *name;
-    int (*fn)(int argc, char **argv);
-} subs[] = {
+static const struct crl_cli_sub subs[] = {
     {"ls", cmd_ls},         {"list", cmd_ls}, {"show", cmd_show},
     {"export", cmd_export}, {"rm", cmd_rm},   {"replay", crl_cmd_traj_replay},
     {"gc", cmd_gc},
@@ -451,19 +437,6 @@ static const struct {
 
 int crl_cmd_traj(int argc, char **argv)
 {
-    if (argc < 2)
-        return crl_cli_usage(argv[0], "needs a command (ls, show, export, rm, replay, gc)");
-    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)
-        return crl_cli_help(help);
-    for (size_t i = 0; i < CRL_ARRAY_SIZE(subs); i++) {
-        if (strcmp(subs[i].name, argv[1]) != 0)
-            continue;
-        /* "traj ls" as argv[0]: usage messages point at its --help */
-        char self[64];
-        snprintf(self, sizeof(self), "traj %s", argv[1]);
-        argv[1] = self;
-        optind = 0; /* getopt_long starts over */
-        return subs[i].fn(argc - 1, argv + 1);
-    }
-    return crl_cli_usage(argv[0], "unknown command '%s'", argv[1]);
+    return crl_cli_dispatch(argc, argv, "traj", subs, CRL_ARRAY_SIZE(subs),
+                            "ls, show, export, rm, replay, gc", help);
 }

@@ -183,28 +183,13 @@ static int cmd_rm(int argc, char **argv)
     return crl_cli_delete_each("/v1/volumes", argv + optind, argc - optind);
 }
 
-static const struct {
-    const char *name;
-    int (*fn)(int argc, char **argv);
-} subs[] = {
+static const struct crl_cli_sub subs[] = {
     {"create", cmd_create},   {"ls", cmd_ls}, {"list", cmd_ls},
     {"inspect", cmd_inspect}, {"rm", cmd_rm},
 };
 
 int crl_cmd_volume(int argc, char **argv)
 {
-    if (argc < 2)
-        return crl_cli_usage(argv[0], "needs a command (create, ls, inspect, rm)");
-    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)
-        return crl_cli_help(help);
-    for (size_t i = 0; i < CRL_ARRAY_SIZE(subs); i++) {
-        if (strcmp(subs[i].name, argv[1]) != 0)
-            continue;
-        char self[64];
-        snprintf(self, sizeof(self), "volume %s", argv[1]);
-        argv[1] = self;
-        optind = 0;
-        return subs[i].fn(argc - 1, argv + 1);
-    }
-    return crl_cli_usage(argv[0], "unknown command '%s'", argv[1]);
+    return crl_cli_dispatch(argc, argv, "volume", subs, CRL_ARRAY_SIZE(subs),
+                            "create, ls, inspect, rm", help);
 }

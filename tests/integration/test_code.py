@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 import corral
-from conftest import BUILD, IMAGES, MICROVM_READY, SMALL
+from conftest import BUILD, IMAGES, MICROVM_READY, SMALL, wait_for
 
 PNG_CELL = '''
 import struct, zlib
@@ -122,6 +122,26 @@ def test_named_contexts_are_apart_and_restart_forgets(py):
     py.remove_code_context(b["id"])
     with pytest.raises(corral.NotFound, match="no code context"):
         py.run_code("1", context=b["id"])
+
+
+def kernels(sb):
+    """How many code-context kernels run in the sandbox (processes whose
+    command line starts as a kernel's does)."""
+    r = sb.exec(["sh", "-c", "n=0; for p in /proc/[0-9]*; do "
+                             "case \"$(head -c 14 $p/cmdline 2>/dev/null | tr '\\0' ' ')\" in "
+                             "'python3 -I -u ') n=$((n+1));; esac; done; echo $n"])
+    return int(r.stdout)
+
+
+def test_a_context_removed_or_restarted_while_its_kernel_starts(py):
+    for _ in range(5):  # removed before its kernel has answered that it started
+        py.remove_code_context(py.create_code_context()["id"])
+    c = py.create_code_context()
+    py.restart_code_context(c["id"])
+    py.restart_code_context(c["id"])
+    assert py.run_code("1 + 1", context=c["id"]).text == "2"
+    wait_for(lambda: kernels(py) == 1, timeout=10, what="one kernel, the live context's")
+    assert [x["id"] for x in py.code_contexts()] == [c["id"]]
 
 
 def test_a_cell_past_its_timeout_is_interrupted_or_its_context_restarted(py):

@@ -5,6 +5,7 @@ bridged to the same link as a container's eth0, lib/os/vnet.h); the rest
 on containers.  corrald runs in the lab's host
 network namespace (netlab.py), so a sandbox's traffic leads into the lab's
 internet and nowhere else on this machine."""
+import datetime
 import re
 import subprocess
 import time
@@ -292,7 +293,8 @@ def test_a_denied_connection_is_told_with_the_rule_that_dropped_it(lab_corrald):
         assert fetch(sb, WEB[2]) is None              # denied by deny[0]
         d = wait_for(lambda: _denied(sb, protocol="tcp", address=WEB[1]), what="the denial")[0]
         assert d["port"] == 80 and d["rule"] == "not allowed" and "name" not in d, d
-        assert isinstance(d["time"], float) and abs(d["time"] - time.time()) < 60, d
+        when = datetime.datetime.fromisoformat(d["time"].replace("Z", "+00:00"))  # RFC 3339
+        assert d["time"].endswith("Z") and abs(when.timestamp() - time.time()) < 60, d
         d = wait_for(lambda: _denied(sb, protocol="tcp", address=WEB[2]), what="the denial")[0]
         assert d["port"] == 80 and d["rule"] == f"deny[0] {WEB[2]}:80", d
         assert not _denied(sb, address=WEB[0]), _net(sb)["denied"]

@@ -138,7 +138,7 @@ def test_bad_handles_and_requests_name_what_is_wrong(corrald, deb):
     r = corrald.request("POST", f"/v1/sandboxes/{deb.id}/processes", {"cmd": "x", "stream": True})
     assert r.status == 400 and "unknown field 'stream'" in r.json()["error"]["message"]
     r = corrald.request("GET", f"/v1/sandboxes/{deb.id}/processes?state=zombie")
-    assert r.status == 400 and "running or exited" in r.json()["error"]["message"]
+    assert r.status == 400 and "one of running, exited" in r.json()["error"]["message"]
     with pytest.raises(corral.NotFound, match="executable not found"):
         deb.process.start(["/no/such/binary"])
     assert deb.process.list() == []  # a failed start leaves no record

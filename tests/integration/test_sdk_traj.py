@@ -163,7 +163,8 @@ def test_trajectory_info_steps_and_remove(client):
     assert base64.b64decode(steps[1]["request"]["body_base64"]) == blob
     assert base64.b64decode(steps[2]["content_base64"]) == blob
     assert client.trajectory(t).info()["live_sandbox"] is None
-    assert client.trajectory(t).remove() == {"id": t, "removed": True}
+    removed = client.trajectory(t).remove()  # what was removed, as it was
+    assert removed["id"] == t and removed["n_steps"] == 3 and "steps" not in removed
     for call in (lambda: client.trajectory(t).info(), lambda: client.trajectory(t).steps(),
                  lambda: client.trajectory(t).remove()):
         with pytest.raises(corral.NotFound):
@@ -213,7 +214,7 @@ def test_the_async_client_has_the_same_methods(corrald):
             assert [s["n"] for s in await traj.steps()] == [1, 2, 3, 4, 5, 6]
             assert (await traj.info())["n_steps"] == 6
             assert t in {x["id"] for x in await client.trajectories()}
-            assert (await traj.remove())["removed"] is True
+            assert (await traj.remove())["n_steps"] == 6
             with pytest.raises(corral.NotFound):
                 await traj.info()
             async with await client.create(**SMALL) as sb:

@@ -123,9 +123,21 @@ def build_spec(spec: Mapping[str, Any] | None = None, *, backend: str | None = N
     return out
 
 
-def list_target(labels: Mapping[str, str] | None, collection: str = "/v1/sandboxes") -> str:
-    query = urllib.parse.urlencode([("label", f"{k}={v}") for k, v in (labels or {}).items()])
+def list_target(labels: Mapping[str, str] | None, collection: str = "/v1/sandboxes",
+                state: str | None = None) -> str:
+    pairs = [("label", f"{k}={v}") for k, v in (labels or {}).items()]
+    if state is not None:
+        pairs.append(("state", state))
+    query = urllib.parse.urlencode(pairs)
     return collection + ("?" + query if query else "")
+
+
+def timeout_arg(timeout_s: float | None, timeout: float | None) -> float | None:
+    """``timeout_s``, the API's name for a command's time limit in seconds;
+    ``timeout`` is the same, by the SDK's older name."""
+    if timeout_s is not None and timeout is not None and timeout_s != timeout:
+        raise TypeError("give timeout_s or timeout (its older name), not both")
+    return timeout_s if timeout_s is not None else timeout
 
 
 def exec_wait(timeout: float | None) -> float:

@@ -65,9 +65,11 @@ class AsyncClient:
         """The sandbox with this id (NotFound if corrald does not know it)."""
         return AsyncSandbox(self, await self._json("GET", f"/v1/sandboxes/{q(sandbox_id)}"))
 
-    async def list(self, labels: Mapping[str, str] | None = None) -> List["AsyncSandbox"]:
-        """Every sandbox corrald knows, or those with all of ``labels``."""
-        found = (await self._json("GET", _api.list_target(labels)))["sandboxes"]
+    async def list(self, labels: Mapping[str, str] | None = None,
+                   state: str | None = None) -> List["AsyncSandbox"]:
+        """Every sandbox corrald knows, or those with all of ``labels`` and in
+        ``state``; see Client.list()."""
+        found = (await self._json("GET", _api.list_target(labels, state=state)))["sandboxes"]
         return [AsyncSandbox(self, info) for info in found]
 
     async def host(self) -> JSONObject:
@@ -121,9 +123,9 @@ class AsyncClient:
         """One volume; see Client.volume()."""
         return await self._json("GET", _api.volume_target(name))
 
-    async def remove_volume(self, name: str) -> None:
+    async def remove_volume(self, name: str) -> JSONObject:
         """Remove a volume; see Client.remove_volume()."""
-        await self._json("DELETE", _api.volume_target(name))
+        return await self._json("DELETE", _api.volume_target(name))
 
     async def remove_image(self, name: str) -> None:
         """Remove an image's tag; see Client.remove_image()."""
@@ -232,7 +234,8 @@ class AsyncSandbox:
 
     async def exec(self, cmd: Command, stdin: bytes | str | None = None,
                    env: Mapping[str, str] | None = None, cwd: str | None = None,
-                   user: str | None = None, timeout: float | None = None,
+                   user: str | None = None, timeout_s: float | None = None,
+                   timeout: float | None = None,
                    max_output_bytes: int | None = None,
                    on_stdout: AsyncOutputCallback | None = None,
                    on_stderr: AsyncOutputCallback | None = None, background: bool = False,
@@ -240,6 +243,7 @@ class AsyncSandbox:
         """Run a command; see Sandbox.exec().  ``on_stdout``/``on_stderr`` may
         be plain functions or coroutine functions; ``background=True``
         returns an AsyncProcess at once."""
+        timeout = _api.timeout_arg(timeout_s, timeout)
         if background or tty:
             return await self.process.start(cmd, stdin=stdin, env=env, cwd=cwd, user=user,
                                             timeout=timeout, tty=tty, tag=tag)
@@ -279,8 +283,9 @@ class AsyncSandbox:
         return self.info
 
     async def run_code(self, code: str, context: str | None = None,
-                       timeout: float | None = None) -> Execution:
+                       timeout_s: float | None = None, timeout: float | None = None) -> Execution:
         """Run python code in a code context; see Sandbox.run_code()."""
+        timeout = _api.timeout_arg(timeout_s, timeout)
         wait = math.inf if timeout == 0 else (timeout or 300) + _api.EXEC_GRACE
         answer = (await self.client._call(_api.json_call(
             "POST", f"{self._path}/code", _api.code_body(code, context, timeout), wait))).json()
@@ -427,10 +432,12 @@ class AsyncProcesses:
 
     async def start(self, cmd: Command | None, stdin: bytes | str | None = None,
                     env: Mapping[str, str] | None = None, cwd: str | None = None,
-                    user: str | None = None, timeout: float | None = None,
+                    user: str | None = None, timeout_s: float | None = None,
+                    timeout: float | None = None,
                     tty: bool | tuple[int, int] = False, tag: str | None = None,
                     output_buffer_bytes: int | None = None) -> "AsyncProcess":
         """Start a background process; see Processes.start()."""
+        timeout = _api.timeout_arg(timeout_s, timeout)
         body = _api.process_body(cmd, stdin=stdin, env=env, cwd=cwd, user=user, timeout=timeout,
                                  tty=tty, tag=tag, output_buffer_bytes=output_buffer_bytes)
         return AsyncProcess(self._sb, await self._sb.client._json(
@@ -515,8 +522,10 @@ class AsyncProcess:
     async def resize(self, rows: int, cols: int) -> JSONObject:
         return await self._post("/resize", {"rows": rows, "cols": cols})
 
-    async def wait(self, timeout: float | None = None) -> ExecResult:
+    async def wait(self, timeout_s: float | None = None,
+                   timeout: float | None = None) -> ExecResult:
         """See Process.wait()."""
+        timeout = _api.timeout_arg(timeout_s, timeout)
         body = {} if timeout is None else {"timeout_s": max(1, math.ceil(timeout))}
         wait = math.inf if timeout is None else timeout + _api.EXEC_GRACE
         self.info = (await self.sandbox.client._call(
@@ -555,11 +564,12 @@ class AsyncSession:
     def _path(self) -> str:
         return f"{self.sandbox._path}/sessions/{q(self.session_id)}"
 
-    async def run(self, cmd: str, timeout: float | None = None,
+    async def run(self, cmd: str, timeout_s: float | None = None, timeout: float | None = None,
                   max_output_bytes: int | None = None,
                   on_stdout: AsyncOutputCallback | None = None,
                   on_stderr: AsyncOutputCallback | None = None) -> ExecResult:
         """Run a shell command line in the session; see Session.run()."""
+        timeout = _api.timeout_arg(timeout_s, timeout)
         call = _api.exec_call(f"{self._path}/run", cmd, timeout=timeout,
                               max_output_bytes=max_output_bytes,
                               stream=on_stdout is not None or on_stderr is not None)

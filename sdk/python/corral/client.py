@@ -74,10 +74,12 @@ class Client:
         """The sandbox with this id (NotFound if corrald does not know it)."""
         return Sandbox(self, self._json("GET", f"/v1/sandboxes/{q(sandbox_id)}"))
 
-    def list(self, labels: Mapping[str, str] | None = None) -> List["Sandbox"]:
+    def list(self, labels: Mapping[str, str] | None = None,
+             state: str | None = None) -> List["Sandbox"]:
         """Every sandbox corrald knows (destroyed ones for a while too), or
-        those with all of ``labels``."""
-        found = self._json("GET", _api.list_target(labels))["sandboxes"]
+        those with all of ``labels`` and in ``state`` (``ready``,
+        ``paused``, ...), oldest first."""
+        found = self._json("GET", _api.list_target(labels, state=state))["sandboxes"]
         return [Sandbox(self, info) for info in found]
 
     def host(self) -> JSONObject:
@@ -120,9 +122,10 @@ class Client:
         """One volume (NotFound if there is none)."""
         return self._json("GET", _api.volume_target(name))
 
-    def remove_volume(self, name: str) -> None:
-        """Remove a volume and its files (Conflict while a sandbox mounts it)."""
-        self._json("DELETE", _api.volume_target(name))
+    def remove_volume(self, name: str) -> JSONObject:
+        """Remove a volume and its files, and return it as it was (Conflict
+        while a sandbox mounts it)."""
+        return self._json("DELETE", _api.volume_target(name))
 
     def images(self) -> JSONList:
         """The images sandboxes can be created from: a list of dicts."""
@@ -282,7 +285,7 @@ class Sandbox:
 
     def exec(self, cmd: Command, stdin: bytes | str | None = None,
              env: Mapping[str, str] | None = None, cwd: str | None = None,
-             user: str | None = None, timeout: float | None = None,
+             user: str | None = None, timeout_s: float | None = None, timeout: float | None = None,
              max_output_bytes: int | None = None, on_stdout: OutputCallback | None = None,
              on_stderr: OutputCallback | None = None, background: bool = False,
              tty: bool | tuple[int, int] = False, tag: str | None = None) -> Any:
@@ -290,7 +293,8 @@ class Sandbox:
 
         ``cmd`` is a string (run by ``/bin/sh -c``) or an argv list.  ``stdin``
         is bytes or str; ``user`` is ``"root"``, ``"UID"`` or ``"UID:GID"``;
-        ``timeout`` is in seconds (0: none; corrald's default is 300), after
+        ``timeout_s`` (or ``timeout``, its older name) is in seconds (0:
+        none; corrald's default is 300), after
         which the command's whole process tree is killed and the result's
         reason is ``"timeout"``.  ``on_stdout``/``on_stderr`` are called with
         bytes as output arrives; the result has all of it too.
@@ -299,6 +303,7 @@ class Sandbox:
         returns its Process at once (``tty`` and ``tag`` as
         Processes.start() takes them; no timeout unless given).
         """
+        timeout = _api.timeout_arg(timeout_s, timeout)
         if background or tty:
             return self.process.start(cmd, stdin=stdin, env=env, cwd=cwd, user=user,
                                       timeout=timeout, tty=tty, tag=tag)
@@ -345,12 +350,13 @@ class Sandbox:
         return self.info
 
     def run_code(self, code: str, context: str | None = None,
-                 timeout: float | None = None) -> Execution:
+                 timeout_s: float | None = None, timeout: float | None = None) -> Execution:
         """Run python ``code`` in a code context (``"default"``, made at its
         first use, or one from create_code_context()), whose globals persist
         between calls: ``run_code("x = 1")``, then ``run_code("x + 1").text
         == "2"``.  An exception is the Execution's ``error``, not raised;
-        past ``timeout`` seconds (default 300) the cell is interrupted."""
+        past ``timeout_s`` seconds (default 300) the cell is interrupted."""
+        timeout = _api.timeout_arg(timeout_s, timeout)
         wait = math.inf if timeout == 0 else (timeout or 300) + _api.EXEC_GRACE
         answer = self.client._call(_api.json_call("POST", f"{self._path}/code",
                                                   _api.code_body(code, context, timeout),
@@ -520,7 +526,7 @@ class Processes:
 
     def start(self, cmd: Command | None, stdin: bytes | str | None = None,
               env: Mapping[str, str] | None = None, cwd: str | None = None,
-              user: str | None = None, timeout: float | None = None,
+              user: str | None = None, timeout_s: float | None = None, timeout: float | None = None,
               tty: bool | tuple[int, int] = False, tag: str | None = None,
               output_buffer_bytes: int | None = None) -> "Process":
         """Start a command that runs on in the background, and return its
@@ -531,6 +537,7 @@ class Processes:
         (rows, cols)); ``tag``: a name to find it by in list();
         ``output_buffer_bytes``: how much of its newest output corrald
         keeps for readers (default 1 MiB)."""
+        timeout = _api.timeout_arg(timeout_s, timeout)
         body = _api.process_body(cmd, stdin=stdin, env=env, cwd=cwd, user=user, timeout=timeout,
                                  tty=tty, tag=tag, output_buffer_bytes=output_buffer_bytes)
         return Process(self._sb, self._sb.client._json(
@@ -631,10 +638,11 @@ class Process:
         return self._update(self.sandbox.client._json("POST", self._target("/resize"),
                                                       {"rows": rows, "cols": cols}))
 
-    def wait(self, timeout: float | None = None) -> ExecResult:
+    def wait(self, timeout_s: float | None = None, timeout: float | None = None) -> ExecResult:
         """Wait for it to end and return how (an ExecResult without output:
         read that with output()); errors.Timeout if it still runs after
         ``timeout`` seconds (None: as long as it takes)."""
+        timeout = _api.timeout_arg(timeout_s, timeout)
         body = {} if timeout is None else {"timeout_s": max(1, math.ceil(timeout))}
         wait = math.inf if timeout is None else timeout + _api.EXEC_GRACE
         info = self.sandbox.client._call(
@@ -676,11 +684,12 @@ class Session:
     def _path(self) -> str:
         return f"{self.sandbox._path}/sessions/{q(self.session_id)}"
 
-    def run(self, cmd: str, timeout: float | None = None,
+    def run(self, cmd: str, timeout_s: float | None = None, timeout: float | None = None,
             max_output_bytes: int | None = None, on_stdout: OutputCallback | None = None,
             on_stderr: OutputCallback | None = None) -> ExecResult:
         """Run a shell command line in the session; see Sandbox.exec().  A
         timeout kills what the command started but keeps the shell."""
+        timeout = _api.timeout_arg(timeout_s, timeout)
         call = _api.exec_call(f"{self._path}/run", cmd, timeout=timeout,
                               max_output_bytes=max_output_bytes,
                               stream=on_stdout is not None or on_stderr is not None)
@@ -729,8 +738,9 @@ class Trajectory:
         return _api.ndjson(resp.body)
 
     def remove(self) -> JSONObject:
-        """Delete the trajectory and its log; Conflict while a sandbox holds
-        it.  Checkpoints stay in the shared store."""
+        """Delete the trajectory and its log, and return it as it was (as
+        info() without its steps); Conflict while a sandbox holds it.
+        Checkpoints stay in the shared store."""
         return self.client._json("DELETE", _api.trajectory_target(self.id))
 
 
