@@ -43,7 +43,7 @@ void crl_h_sandboxes_list(struct crl_req *r)
                                          "destroying", "destroyed", NULL};
     static const struct crl_list_spec list = {
         .items = "sandboxes", .order = "created_at", .key = "id", .states = states};
-    crl_req_list(r, crl_host_list_json(r->api->host, NULL, 0), &list);
+    crl_req_list(r, crl_host_list_json(r->api->host), &list);
 }
 
 /* A create's state is the trajectory it opened ("trajectory" in its spec)

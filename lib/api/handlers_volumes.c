@@ -8,8 +8,7 @@
 void crl_h_volumes_list(struct crl_req *r)
 {
     static const struct crl_list_spec list = {.items = "volumes", .key = "name"};
-    crl_req_list(r, json_pack("{s:o}", "volumes", crl_volumes_list(r->api->host->volumes, NULL, 0)),
-                 &list);
+    crl_req_list(r, json_pack("{s:o}", "volumes", crl_volumes_list(r->api->host->volumes)), &list);
 }
 
 void crl_h_volume_create(struct crl_req *r)

@@ -163,7 +163,8 @@ int crl_host_create_pooled(struct crl_host *h, struct crl_spec *spec, struct crl
 /* Destroy (idempotent); cb runs once it is gone: crl_sandbox_destroy(). */
 int crl_host_destroy(struct crl_host *h, struct crl_sandbox *sb, const char *reason,
                      crl_sandbox_cb cb, void *ctx, struct crl_err *err);
-json_t *crl_host_list_json(struct crl_host *h, const struct crl_kv *sel, size_t n_sel);
+/* Every sandbox but pools' (the API filters and pages them: crl_req_list). */
+json_t *crl_host_list_json(struct crl_host *h);
 json_t *crl_host_info_json(struct crl_host *h);
 /* Prometheus text exposition. */
 char *crl_host_metrics(struct crl_host *h);

@@ -277,7 +277,7 @@ static int mkfs(const char *path, struct crl_err *err)
 
 /* ---- the API ---- */
 
-static json_t *volume_json(struct crl_volumes *vs, struct crl_volume *v)
+static json_t *volume_json(struct crl_volume *v)
 {
     json_t *mounts = json_array();
     for (size_t i = 0; i < v->n_users; i++)
@@ -294,7 +294,6 @@ static json_t *volume_json(struct crl_volumes *vs, struct crl_volume *v)
                             json_integer((json_int_t)((st.f_blocks - st.f_bfree) * st.f_bsize)));
     else if (o)
         json_object_set_new(o, "used_bytes", json_null());
-    (void)vs;
     return o;
 }
 
@@ -366,7 +365,7 @@ int crl_volume_create(struct crl_volumes *vs, json_t *body, json_t **out, struct
     vs->head = v;
     vs->n++;
     crl_info(NULL, "volume %s: made, %u MiB", name, size_mb);
-    *out = volume_json(vs, v);
+    *out = volume_json(v);
     return 0;
 fail:
     if (fd >= 0)
@@ -382,39 +381,14 @@ json_t *crl_volume_inspect(struct crl_volumes *vs, const char *name, struct crl_
         crl_err_set(err, CRL_E_NOT_FOUND, "no volume '%s'", name);
         return NULL;
     }
-    return volume_json(vs, v);
+    return volume_json(v);
 }
 
-static bool labels_match(json_t *labels, const struct crl_kv *sel, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        const char *v = json_string_value(json_object_get(labels, sel[i].key));
-        if (!v || strcmp(v, sel[i].value) != 0)
-            return false;
-    }
-    return true;
-}
-
-/* By name: the list's order, and so a cursor's, is stable. */
-static int by_name(const void *a, const void *b)
-{
-    const struct crl_volume *const *x = a, *const *y = b;
-    return strcmp((*x)->name, (*y)->name);
-}
-
-json_t *crl_volumes_list(struct crl_volumes *vs, const struct crl_kv *sel, size_t n)
+json_t *crl_volumes_list(struct crl_volumes *vs)
 {
     json_t *arr = json_array();
-    struct crl_volume **all = calloc(vs->n ? vs->n : 1, sizeof(*all));
-    size_t k = 0;
-    for (struct crl_volume *v = vs->head; all && v; v = v->next)
-        all[k++] = v;
-    if (all)
-        qsort(all, k, sizeof(*all), by_name);
-    for (size_t i = 0; all && i < k; i++)
-        if (labels_match(all[i]->labels, sel, n))
-            json_array_append_new(arr, volume_json(vs, all[i]));
-    free(all);
+    for (struct crl_volume *v = vs->head; v; v = v->next)
+        json_array_append_new(arr, volume_json(v));
     return arr;
 }
 

@@ -42,8 +42,8 @@ void crl_volumes_free(struct crl_volumes *vs);
 int crl_volume_create(struct crl_volumes *vs, json_t *body, json_t **out, struct crl_err *err);
 int crl_volume_remove(struct crl_volumes *vs, const char *name, struct crl_err *err);
 json_t *crl_volume_inspect(struct crl_volumes *vs, const char *name, struct crl_err *err);
-/* Every volume, by name, whose labels match all of sel[0..n). */
-json_t *crl_volumes_list(struct crl_volumes *vs, const struct crl_kv *sel, size_t n);
+/* Every volume (the API orders, filters and pages them: crl_req_list). */
+json_t *crl_volumes_list(struct crl_volumes *vs);
 
 /* Take the volumes spec->volumes names for sandbox `id`: each exists, and
  * its mounts allow one more (409 naming who holds it otherwise); fds[i]
