@@ -220,6 +220,11 @@ static void release(struct crl_sandbox *sb)
 
 int crl_sandbox_build(struct crl_sandbox *sb, crl_sandbox_cb cb, void *ctx, struct crl_err *err)
 {
+    /* Said first: a create that fails at once may have freed sb before
+     * ops->create returns (crl_sandbox_created with an error). */
+    crl_info(sb->id, "creating backend=%s image=%s memory_mb=%u cpus=%.2f pids=%u disk_mb=%u",
+             sb->spec.backend, sb->spec.image, sb->spec.memory_mb, sb->spec.cpus, sb->spec.pids,
+             sb->spec.disk_mb);
     if (add_waiter(&sb->create_waiters, cb, ctx, err) < 0 || sb->ops->create(sb, err) < 0) {
         crl_err_prefix(err, "creating %s", sb->id);
         crl_warn(sb->id, "create failed: %s", err->msg);
@@ -230,9 +235,6 @@ int crl_sandbox_build(struct crl_sandbox *sb, crl_sandbox_cb cb, void *ctx, stru
         sb->owner->retire(sb, false);
         return -1;
     }
-    crl_info(sb->id, "creating backend=%s image=%s memory_mb=%u cpus=%.2f pids=%u disk_mb=%u",
-             sb->spec.backend, sb->spec.image, sb->spec.memory_mb, sb->spec.cpus, sb->spec.pids,
-             sb->spec.disk_mb);
     return 0;
 }
 

@@ -38,7 +38,8 @@ int crl_mount_idmapped(int mnt, int userns, bool read_only)
 
 /* The namespace's placeholder: it closes its copy of the pipe's write end
  * and waits for ours to close.  It shares our memory (CLONE_VM), so raw
- * system calls only. */
+ * system calls only, and reads the pipe's numbers from the parent's p,
+ * which must not change until it has ended. */
 NO_SAN static int hold(void *arg)
 {
     const int *p = arg;
@@ -69,6 +70,7 @@ int crl_userns_of_range(uint32_t base, uint32_t count, struct crl_err *err)
     int fd = -1;
     if (pid < 0) {
         crl_err_sys(err, (int)-pid, "a user namespace: clone");
+        close(p[1]);
     } else {
         char path[64];
         snprintf(path, sizeof(path), "/proc/%ld/ns/user", pid);
@@ -77,14 +79,13 @@ int crl_userns_of_range(uint32_t base, uint32_t count, struct crl_err *err)
             crl_err_sys(err, errno, "a user namespace: its id maps");
         else if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
             crl_err_sys(err, errno, "a user namespace: %s", path);
+        /* p stays as it is until the child is reaped: it reads p[1] (our
+         * memory) whenever it runs, perhaps only after this close. */
         close(p[1]);
-        p[1] = -1;
         while (waitpid((pid_t)pid, NULL, __WALL) < 0 && errno == EINTR)
             ;
     }
     close(p[0]);
-    if (p[1] >= 0)
-        close(p[1]);
     free(stack);
     return fd;
 }
