@@ -293,11 +293,44 @@ static int parse_net(json_t *net, struct crl_agent_config *m, struct crl_err *er
     return 0;
 }
 
+/* CONFIG's volumes: each a device and an absolute path, no two on one
+ * device or path. */
+static int parse_volumes(json_t *a, struct crl_agent_config *m, struct crl_err *err)
+{
+    static const char *const keys[] = {"device", "path", "read_only", NULL};
+    if (!json_is_array(a))
+        return crl_err_set(err, CRL_E_INVALID, "CONFIG: volumes is not an array");
+    if (json_array_size(a) > CRL_AGENT_MAX_VOLUMES)
+        return crl_err_set(err, CRL_E_INVALID, "CONFIG: %zu volumes is over the limit of %d",
+                           json_array_size(a), CRL_AGENT_MAX_VOLUMES);
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        json_t *v = json_array_get(a, i);
+        struct crl_agent_volume *mv = &m->volumes[i];
+        char what[32];
+        snprintf(what, sizeof(what), "CONFIG: volumes[%zu]", i);
+        if (!json_is_object(v))
+            return crl_err_set(err, CRL_E_INVALID, "%s is not an object", what);
+        if (known_keys(what, v, keys, err) < 0 ||
+            get_text(what, v, "device", true, T_DEVICE, mv->device, CRL_AGENT_MAX_DEVICE, err) <
+                0 ||
+            get_text(what, v, "path", true, T_PATH, mv->path, CRL_AGENT_MAX_PATH, err) < 0 ||
+            get_bool(what, v, "read_only", false, &mv->read_only, err) < 0)
+            return -1;
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(m->volumes[j].device, mv->device) == 0 ||
+                strcmp(m->volumes[j].path, mv->path) == 0)
+                return crl_err_set(err, CRL_E_INVALID, "%s: its device or path is volumes[%zu]'s",
+                                   what, j);
+    }
+    m->n_volumes = json_array_size(a);
+    return 0;
+}
+
 int crl_agent_parse_config(const void *p, size_t len, struct crl_agent_config *m,
                            struct crl_err *err)
 {
-    static const char *const keys[] = {"hostname", "realtime_ns", "seed", "layers", "disk",
-                                       "disk_mb",  "etc",         "net",  NULL};
+    static const char *const keys[] = {"hostname", "realtime_ns", "seed", "layers",  "disk",
+                                       "disk_mb",  "etc",         "net",  "volumes", NULL};
     const char *what = "CONFIG";
     json_t *o;
     if (load(what, p, len, &o, err) < 0)
@@ -380,6 +413,9 @@ int crl_agent_parse_config(const void *p, size_t len, struct crl_agent_config *m
     json_t *net = json_object_get(o, "net");
     if (net && parse_net(net, m, err) < 0)
         goto out;
+    json_t *volumes = json_object_get(o, "volumes");
+    if (volumes && parse_volumes(volumes, m, err) < 0)
+        goto out;
     r = 0;
 out:
     json_decref(o);
@@ -440,6 +476,22 @@ int crl_agent_build_config(const struct crl_agent_config *m, char **out, size_t 
                     json_integer(m->net_prefix), "gateway", json_string(m->net_gateway)))) {
         json_decref(o);
         o = NULL;
+    }
+    if (o && m->n_volumes) {
+        json_t *a = m->n_volumes <= CRL_AGENT_MAX_VOLUMES ? json_array() : NULL;
+        for (size_t i = 0; a && i < m->n_volumes; i++) {
+            const struct crl_agent_volume *v = &m->volumes[i];
+            if (json_array_append_new(a, object(3, "device", json_string(v->device), "path",
+                                                json_string(v->path), "read_only",
+                                                json_boolean(v->read_only))) < 0) {
+                json_decref(a);
+                a = NULL;
+            }
+        }
+        if (!set(o, "volumes", a)) {
+            json_decref(o);
+            o = NULL;
+        }
     }
     return finish("CONFIG", o, out, len, check_config, NULL, err);
 }

@@ -34,6 +34,7 @@
 #define CRL_AGENT_MAX_DISK_MB (1 << 24)        /* 16 TiB */
 #define CRL_AGENT_MAX_SIGNAL 64                /* signals are 1..64 */
 #define CRL_AGENT_MAX_USAGE ((int64_t)1 << 53) /* usage counters stay exact in JSON */
+#define CRL_AGENT_MAX_VOLUMES 8                /* CONFIG's volumes */
 
 /* HELLO {"proto": 2, "agent": "corral-agent 0.1", "kernel": "6.1.0-28-cloud-amd64"} */
 struct crl_agent_hello {
@@ -47,7 +48,16 @@ struct crl_agent_hello {
  * disk: the writable layer's device; "" (the key left out) for a tmpfs,
  * then of disk_mb MiB (0, left out: the kernel's default, half the RAM).
  * "net": {"address": "10.0.0.2", "prefix": 30, "gateway": "10.0.0.1"}: the
- * network device's IPv4 address and default route (left out: none). */
+ * network device's IPv4 address and default route (left out: none).
+ * "volumes": [{"device": "/dev/vdi", "path": "/data", "read_only": true}]:
+ * ext4 file systems to mount at their paths in the new root (left out:
+ * none). */
+struct crl_agent_volume {
+    char device[CRL_AGENT_MAX_DEVICE + 1];
+    char path[CRL_AGENT_MAX_PATH + 1];
+    bool read_only;
+};
+
 struct crl_agent_config {
     char hostname[CRL_AGENT_MAX_HOSTNAME + 1];
     int64_t realtime_ns; /* CLOCK_REALTIME to set, 0..2^63-1 */
@@ -65,6 +75,8 @@ struct crl_agent_config {
     char net_address[16]; /* dotted IPv4, "" for no network */
     char net_gateway[16];
     unsigned net_prefix; /* 1..32 */
+    size_t n_volumes;    /* 0..CRL_AGENT_MAX_VOLUMES */
+    struct crl_agent_volume volumes[CRL_AGENT_MAX_VOLUMES];
 };
 
 /* READY {"uptime_ms": n}: the guest's CLOCK_BOOTTIME when it was ready. */

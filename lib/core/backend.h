@@ -17,6 +17,7 @@
 #include "../helper/stream.h"
 #include "../os/cgroup.h"
 #include "../util/err.h"
+#include "volume.h"
 
 struct crl_host;
 struct crl_sandbox;
@@ -248,9 +249,11 @@ struct crl_backend_ops {
      * (netns), where a sandbox service of another connects (lib/api/service_server.c);
      * a guest's are not. */
     bool ports_on_netns;
-    /* It mounts volumes (spec.volumes): create finds their mounts in
-     * sb->volume_fds, one per spec volume, and attaches idmapped clones. */
-    bool volumes;
+    /* How it uses volumes (spec.volumes): create finds, in sb->volume_fds,
+     * one per spec volume, corrald's mounts (CRL_VOLUMES_MOUNT: it attaches
+     * idmapped clones) or the disk files (CRL_VOLUMES_DISK: a guest's
+     * kernel mounts them). */
+    enum crl_volume_use volumes;
     /* For admission control: the memory a new sandbox is expected to take
      * from the host before it can be measured (0: 1 MiB), and the most
      * descriptors corrald holds open for each live one. */

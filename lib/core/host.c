@@ -534,7 +534,7 @@ static int create(struct crl_host *h, struct crl_spec *spec, struct crl_pool *po
         return -1;
     }
     if (sb->spec.n_volumes &&
-        crl_volumes_take(h->volumes, sb->id, &sb->spec, sb->volume_fds, err) < 0) {
+        crl_volumes_take(h->volumes, sb->id, &sb->spec, ops->volumes, sb->volume_fds, err) < 0) {
         crl_image_put(sb->image);
         crl_sandbox_unref(sb);
         return -1;

@@ -88,7 +88,7 @@ struct crl_sandbox {
     void *priv; /* the backend's */
     struct crl_spec spec;
     struct crl_image *image;              /* NULL on a host that serves no images */
-    int volume_fds[CRL_SPEC_MAX_VOLUMES]; /* spec.volumes' mounts: the host's, borrowed */
+    int volume_fds[CRL_SPEC_MAX_VOLUMES]; /* spec.volumes' mounts or disks: the host's, borrowed */
     enum crl_sb_state state;
     char end_reason[32]; /* why it ended: destroyed, ttl, idle_ttl, init_exited, ... */
     char message[256];   /* what went wrong, for failed sandboxes */

@@ -14,6 +14,7 @@
 #include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../util/cleanup.h"
@@ -29,6 +30,7 @@ struct user {
     char sandbox[64];
     char path[CRL_VOLUME_PATH_MAX + 1];
     bool read_only;
+    int disk_fd; /* a guest's: the disk file it has (-1: a host mount's user) */
 };
 
 struct crl_volume {
@@ -61,6 +63,9 @@ static void volume_free(struct crl_volume *v)
 {
     if (v->mnt >= 0)
         close(v->mnt);
+    for (size_t i = 0; i < v->n_users; i++)
+        if (v->users[i].disk_fd >= 0)
+            close(v->users[i].disk_fd);
     json_decref(v->labels);
     free(v->users);
     free(v);
@@ -257,6 +262,68 @@ static int volume_mount(struct crl_volumes *vs, struct crl_volume *v, struct crl
     return 0;
 }
 
+/* Does the file system's journal hold what a mount must replay first (the
+ * superblock's RECOVER feature: its last writer did not unmount it)? */
+static bool needs_recovery(int img)
+{
+    uint8_t b[4];
+    if (pread(img, b, sizeof(b), 1024 + 0x60) != (ssize_t)sizeof(b)) /* s_feature_incompat */
+        return false;
+    return (b[0] | b[1] << 8 | b[2] << 16 | (uint32_t)b[3] << 24) & 0x4;
+}
+
+/* Wait (a little) until no loop device is backed by the volume's file:
+ * the kernel unmounts a file system when its last mount goes, which for
+ * a sandbox's mount is when its mount namespace does. */
+static int wait_unmounted(struct crl_volume *v, const char *path, struct crl_err *err)
+{
+    char dev[64];
+    for (int i = 0; loop_backing(path, dev, sizeof(dev)); i++) {
+        if (i == 400)
+            return crl_err_set(err, CRL_E_CONFLICT,
+                               "volume '%s' is still mounted on the host (through %s, by a "
+                               "sandbox that is ending or one of an earlier corrald): a guest "
+                               "may have it once that mount has gone",
+                               v->name, dev);
+        struct timespec ts = {0, 5 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
+/* The volume's disk file for a guest's own kernel to mount: corrald's
+ * mount (no sandbox on the host has the volume, check_use saw to that)
+ * goes first, so that one kernel alone has the file system.  A guest that
+ * reads it must find it whole: a journal left to replay (a writer ended
+ * without unmounting) is replayed by one mount on the host first. */
+static int volume_disk(struct crl_volumes *vs, struct crl_volume *v, bool read_only,
+                       struct crl_err *err)
+{
+    char path[PATH_MAX];
+    if (path_of(vs, v->name, DISK, path, sizeof(path)) < 0)
+        return crl_err_set(err, CRL_E_INTERNAL, "volume %s: its path is too long", v->name);
+    close_fd(&v->mnt);
+    if (wait_unmounted(v, path, err) < 0)
+        return -1;
+    int img = open(path, (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW);
+    if (img < 0)
+        return crl_err_sys(err, errno, "volume %s: %s", v->name, path);
+    if (read_only && needs_recovery(img)) {
+        if (volume_mount(vs, v, err) < 0) {
+            close(img);
+            return -1;
+        }
+        close_fd(&v->mnt);
+        if (wait_unmounted(v, path, err) < 0) {
+            close(img);
+            return -1;
+        }
+        crl_info(NULL, "volume %s: its journal replayed on the host for a guest that reads it",
+                 v->name);
+    }
+    return img;
+}
+
 /* mkfs.ext4 on `path`: root owned by 0:0 (each sandbox's root, through
  * its idmapped mount), no blocks reserved for root. */
 static int mkfs(const char *path, struct crl_err *err)
@@ -414,11 +481,19 @@ int crl_volume_remove(struct crl_volumes *vs, const char *name, struct crl_err *
 
 /* ---- sandboxes' mounts ---- */
 
-/* May v be mounted once more so?  Who stands in the way otherwise. */
-static int check_use(const struct crl_volume *v, bool read_only, struct crl_err *err)
+/* May v be mounted once more so (by a guest's kernel if `disk`)?  Who
+ * stands in the way otherwise. */
+static int check_use(const struct crl_volume *v, bool read_only, bool disk, struct crl_err *err)
 {
     for (size_t i = 0; i < v->n_users; i++)
-        if (!read_only || !v->users[i].read_only)
+        if ((v->users[i].disk_fd >= 0) != disk)
+            return crl_err_set(err, CRL_E_CONFLICT,
+                               "volume '%s' is mounted by %s sandbox %s: a microvm's guest "
+                               "mounts a volume with its own kernel, so only while no container "
+                               "or function sandbox has it, and they only while no guest has it",
+                               v->name, disk ? "the host for" : "the guest of",
+                               v->users[i].sandbox);
+        else if (!read_only || !v->users[i].read_only)
             return crl_err_set(err, CRL_E_CONFLICT,
                                "volume '%s' is mounted %s by sandbox %s: a volume is mounted "
                                "read-write by one sandbox at a time, or read-only by any number",
@@ -431,7 +506,7 @@ static int check_use(const struct crl_volume *v, bool read_only, struct crl_err 
 }
 
 static int add_user(struct crl_volume *v, const char *id, const struct crl_spec_volume *sv,
-                    struct crl_err *err)
+                    int disk_fd, struct crl_err *err)
 {
     struct user *u = realloc(v->users, (v->n_users + 1) * sizeof(*u));
     if (!u)
@@ -441,30 +516,40 @@ static int add_user(struct crl_volume *v, const char *id, const struct crl_spec_
     snprintf(u->sandbox, sizeof(u->sandbox), "%s", id);
     snprintf(u->path, sizeof(u->path), "%s", sv->path);
     u->read_only = sv->read_only;
+    u->disk_fd = disk_fd;
     return 0;
 }
 
 static void drop_user(struct crl_volume *v, const char *id)
 {
     for (size_t i = 0; i < v->n_users;)
-        if (strcmp(v->users[i].sandbox, id) == 0)
+        if (strcmp(v->users[i].sandbox, id) == 0) {
+            if (v->users[i].disk_fd >= 0)
+                close(v->users[i].disk_fd);
             v->users[i] = v->users[--v->n_users];
-        else
+        } else
             i++;
 }
 
-int crl_volumes_take(struct crl_volumes *vs, const char *id, const struct crl_spec *spec, int *fds,
-                     struct crl_err *err)
+int crl_volumes_take(struct crl_volumes *vs, const char *id, const struct crl_spec *spec,
+                     enum crl_volume_use use, int *fds, struct crl_err *err)
 {
+    bool disk = use == CRL_VOLUMES_DISK;
     for (size_t i = 0; i < spec->n_volumes; i++) {
         const struct crl_spec_volume *sv = &spec->volumes[i];
         struct crl_volume *v = find(vs, sv->name);
-        if (!v)
+        if (!v) {
             crl_err_set(err, CRL_E_NOT_FOUND, "volumes[%zu]: no volume '%s'", i, sv->name);
-        else if (check_use(v, sv->read_only, err) == 0 && volume_mount(vs, v, err) == 0 &&
-                 add_user(v, id, sv, err) == 0) {
-            fds[i] = v->mnt;
-            continue;
+        } else if (check_use(v, sv->read_only, disk, err) == 0) {
+            int fd = -1;
+            bool got = disk ? (fd = volume_disk(vs, v, sv->read_only, err)) >= 0
+                            : volume_mount(vs, v, err) == 0;
+            if (got && add_user(v, id, sv, fd, err) == 0) {
+                fds[i] = disk ? fd : v->mnt;
+                continue;
+            }
+            if (fd >= 0)
+                close(fd);
         }
         crl_volumes_release(vs, id);
         return -1;

@@ -18,7 +18,13 @@
  * file system; when the last goes, the kernel unmounts it and frees the
  * loop device.  A volume still held so (by a sandbox of a corrald that was
  * killed) is not mounted again until it is free: two mounts of one file
- * would corrupt it. */
+ * would corrupt it.
+ *
+ * A microvm's guest mounts a volume with its own kernel: it is given the
+ * disk file (read-only if asked), once corrald's mount has gone, so that
+ * one kernel alone has the file system at a time; a volume is then used
+ * by guests alone (read-write by one, or read-only by any number) or by
+ * sandboxes on the host alone, never both at once (409). */
 #ifndef CRL_CORE_VOLUME_H
 #define CRL_CORE_VOLUME_H
 
@@ -33,6 +39,13 @@
 
 struct crl_volumes;
 
+/* How a backend's sandboxes use volumes. */
+enum crl_volume_use {
+    CRL_VOLUMES_NONE,  /* they cannot */
+    CRL_VOLUMES_MOUNT, /* idmapped clones of corrald's mount (containers, functions) */
+    CRL_VOLUMES_DISK,  /* the disk file, for a guest's kernel (microVMs) */
+};
+
 /* Open the volume dir `dir` (made if missing), reading what is there. */
 int crl_volumes_open(const char *dir, struct crl_volumes **out, struct crl_err *err);
 /* Close every volume's mount (the sandboxes' own stay) and free. */
@@ -45,12 +58,12 @@ json_t *crl_volume_inspect(struct crl_volumes *vs, const char *name, struct crl_
 /* Every volume (the API orders, filters and pages them: crl_req_list). */
 json_t *crl_volumes_list(struct crl_volumes *vs);
 
-/* Take the volumes spec->volumes names for sandbox `id`: each exists, and
- * its mounts allow one more (409 naming who holds it otherwise); fds[i]
- * gets volume i's mount (corrald's: borrowed until the release).  All or
- * nothing. */
-int crl_volumes_take(struct crl_volumes *vs, const char *id, const struct crl_spec *spec, int *fds,
-                     struct crl_err *err);
+/* Take the volumes spec->volumes names for sandbox `id` to use so: each
+ * exists, and its users allow one more (409 naming who holds it
+ * otherwise); fds[i] gets volume i's mount or disk file (corrald's:
+ * borrowed until the release).  All or nothing. */
+int crl_volumes_take(struct crl_volumes *vs, const char *id, const struct crl_spec *spec,
+                     enum crl_volume_use use, int *fds, struct crl_err *err);
 /* Give back what sandbox `id` took (nothing taken: nothing happens). */
 void crl_volumes_release(struct crl_volumes *vs, const char *id);
 

@@ -43,6 +43,7 @@ int crl_ga_init_config(const struct crl_agent_config *c, bool first, struct crl_
 #define CRL_GA_BUILTIN_LAYER_IN "corral:layer-in"
 #define CRL_GA_BUILTIN_FS "corral:fs" /* REQUEST: a filesystem operation (lib/helper/fsop.h) */
 #define CRL_GA_BUILTIN_WATCH "corral:watch" /* PATH 0|1: its events, recursive with 1 */
+#define CRL_GA_BUILTIN_SYNC "corral:sync"   /* every file system written back (a destroy's) */
 /* corral:layer-out finds the writable layer (crl_ga_rw_fd) here. */
 #define CRL_GA_LAYER_FD 3
 /* In an EXEC's child, in its ids and cwd: the exit status. */

@@ -10,6 +10,9 @@
  *   corral:file-out PATH a regular file to stdout (a directory: exit
  *                        CRL_STREAM_ISDIR, and the host asks for a tar)
  *   corral:layer-out, corral:layer-in   a checkpoint's halves (layer.c)
+ *   corral:sync          every file system written back to its device: what
+ *                        the host runs before it ends a guest that has a
+ *                        volume read-write
  *   corral:file-in PATH MODE   stdin into PATH (MODE in octal), replaced
  *                        whole at stdin's end and not before: the host
  *                        ends stdin only once the upload is whole, and
@@ -110,6 +113,10 @@ int crl_ga_builtin(char *const argv[])
         return file_in(argv);
     if (strcmp(argv[0], CRL_GA_BUILTIN_FILE_OUT) == 0)
         return file_out(argv);
+    if (strcmp(argv[0], CRL_GA_BUILTIN_SYNC) == 0) {
+        sync();
+        return CRL_STREAM_OK;
+    }
     if (strcmp(argv[0], CRL_GA_BUILTIN_LAYER_OUT) == 0 ||
         strcmp(argv[0], CRL_GA_BUILTIN_LAYER_IN) == 0) {
         if (getuid() != 0) {

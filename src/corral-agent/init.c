@@ -119,7 +119,9 @@ static int set_identity(const struct crl_agent_config *c, struct crl_err *err)
 
 static int mkdirs(const char *path, struct crl_err *err)
 {
-    char p[256];
+    char p[CRL_AGENT_MAX_PATH + 1];
+    if (strlen(path) >= sizeof(p))
+        return crl_err_set(err, CRL_E_INVALID, "mkdir: a path of %zu bytes", strlen(path));
     snprintf(p, sizeof(p), "%s", path);
     for (char *s = p + 1;; s++) {
         if (*s == '/' || *s == '\0') {
@@ -136,18 +138,18 @@ static int mkdirs(const char *path, struct crl_err *err)
 
 /* A guest restored from a template read its disks' first blocks at boot
  * (the partition scan), when they were the template's empty placeholders;
- * the host has put the sandbox's layers behind them since.  Drop what the
+ * the host has put the sandbox's layers and volumes behind them since.  Drop what the
  * kernel cached of the device so the mount reads the layer itself. */
 static int forget_cache(const char *dev, struct crl_err *err)
 {
     int fd = open(dev, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return crl_err_sys(err, errno, "open layer %s", dev);
+        return crl_err_sys(err, errno, "open %s", dev);
     int r = ioctl(fd, BLKFLSBUF, 0);
     int e = errno;
     close(fd);
     if (r < 0)
-        return crl_err_sys(err, e, "BLKFLSBUF on layer %s", dev);
+        return crl_err_sys(err, e, "BLKFLSBUF on %s", dev);
     return 0;
 }
 
@@ -383,6 +385,24 @@ static int set_network(const struct crl_agent_config *c, struct crl_err *err)
     return r;
 }
 
+/* The sandbox's volumes (CONFIG's, ext4 on their devices), each at its
+ * path in the new root, made if missing: after the switch, so an image's
+ * symlinks on the way resolve inside it, as in a container.  A volume
+ * the host gave read-only is read-only on its device too. */
+static int mount_volumes(const struct crl_agent_config *c, struct crl_err *err)
+{
+    for (size_t i = 0; i < c->n_volumes; i++) {
+        const struct crl_agent_volume *v = &c->volumes[i];
+        if (mkdirs(v->path, err) < 0 || forget_cache(v->device, err) < 0)
+            return -1;
+        unsigned long flags = MS_NOSUID | MS_NODEV | (v->read_only ? MS_RDONLY : 0);
+        if (mount(v->device, v->path, "ext4", flags, NULL) < 0)
+            return crl_err_sys(err, errno, "mount volume %zu (%s, ext4) on %s", i, v->device,
+                               v->path);
+    }
+    return 0;
+}
+
 int crl_ga_init_config(const struct crl_agent_config *c, bool first, struct crl_err *err)
 {
     if (set_identity(c, err) < 0)
@@ -394,6 +414,8 @@ int crl_ga_init_config(const struct crl_agent_config *c, bool first, struct crl_
         return crl_err_prefix(err, "the guest's root");
     if (!etc_done && write_etc(c, err) < 0)
         return crl_err_prefix(err, "the guest's /etc");
+    if (mount_volumes(c, err) < 0)
+        return crl_err_prefix(err, "the guest's volumes");
     if (set_network(c, err) < 0)
         return crl_err_prefix(err, "the guest's network");
     return 0;

@@ -536,6 +536,12 @@ static void test_msg_round_trips(void)
     snprintf(c->net_address, sizeof(c->net_address), "10.213.0.2");
     snprintf(c->net_gateway, sizeof(c->net_gateway), "10.213.0.1");
     c->net_prefix = 30;
+    c->n_volumes = 2;
+    snprintf(c->volumes[0].device, sizeof(c->volumes[0].device), "/dev/vdi");
+    snprintf(c->volumes[0].path, sizeof(c->volumes[0].path), "/data");
+    snprintf(c->volumes[1].device, sizeof(c->volumes[1].device), "/dev/vdj");
+    snprintf(c->volumes[1].path, sizeof(c->volumes[1].path), "/srv/ro");
+    c->volumes[1].read_only = true;
     ok(crl_agent_build_config(c, &out, &n, &e) == 0 &&
            crl_agent_parse_config(out, n, &c[1], &e) == 0 && memcmp(&c[0], &c[1], sizeof(*c)) == 0,
        "CONFIG round trip (%s)", e.msg);
@@ -544,10 +550,11 @@ static void test_msg_round_trips(void)
     c->n_layers = 0;
     c->net_address[0] = c->net_gateway[0] = 0;
     c->net_prefix = 0;
+    c->n_volumes = 0;
     ok(crl_agent_build_config(c, &out, &n, &e) == 0 &&
            crl_agent_parse_config(out, n, &c[1], &e) == 0 && c[1].disk[0] == 0 &&
-           c[1].n_layers == 0,
-       "CONFIG without a disk or layers");
+           c[1].n_layers == 0 && c[1].n_volumes == 0 && !strstr(out, "volumes"),
+       "CONFIG without a disk, layers or volumes");
     free(out);
     free(c);
 
@@ -753,6 +760,24 @@ static void test_msg_refused(void)
          "{\"hostname\":\"a\",\"realtime_ns\":0,\"seed\":\"AAAAAAAAAAAAAAAAAAAAAA==\","
          "\"layers\":[],\"net\":{\"address\":\"10.0.0.2\",\"prefix\":30}}",
          "^CONFIG: net: gateway is missing"},
+        {1,
+         "{\"hostname\":\"a\",\"realtime_ns\":0,\"seed\":\"AAAAAAAAAAAAAAAAAAAAAA==\","
+         "\"layers\":[],\"volumes\":[{\"device\":\"/tmp/x\",\"path\":\"/d\"}]}",
+         "^CONFIG: volumes\\[0\\]: device is not under /dev/$"},
+        {1,
+         "{\"hostname\":\"a\",\"realtime_ns\":0,\"seed\":\"AAAAAAAAAAAAAAAAAAAAAA==\","
+         "\"layers\":[],\"volumes\":[{\"device\":\"/dev/vdi\",\"path\":\"d\"}]}",
+         "^CONFIG: volumes\\[0\\]: path is not an absolute path$"},
+        {1,
+         "{\"hostname\":\"a\",\"realtime_ns\":0,\"seed\":\"AAAAAAAAAAAAAAAAAAAAAA==\","
+         "\"layers\":[],\"volumes\":[{\"device\":\"/dev/vdi\",\"path\":\"/d\"},"
+         "{\"device\":\"/dev/vdj\",\"path\":\"/d\"}]}",
+         "^CONFIG: volumes\\[1\\]: its device or path is volumes\\[0\\]'s$"},
+        {1,
+         "{\"hostname\":\"a\",\"realtime_ns\":0,\"seed\":\"AAAAAAAAAAAAAAAAAAAAAA==\","
+         "\"layers\":[],\"volumes\":[{\"device\":\"/dev/vdi\",\"path\":\"/d\","
+         "\"read_only\":1}]}",
+         "^CONFIG: volumes\\[0\\]: read_only is not true or false$"},
         {2, "{\"argv\":[],\"cwd\":\"/\",\"uid\":0,\"gid\":0}",
          "^EXEC: argv has 0 entries \\(it may have 1 to 1024\\)$"},
         {2, "{\"argv\":[\"a\",1],\"cwd\":\"/\",\"uid\":0,\"gid\":0}",

@@ -436,7 +436,7 @@ static void ctr_shutdown(struct crl_host *h, void *state)
 const struct crl_backend_ops crl_container_backend = {
     .name = "container",
     .ports_on_netns = true,
-    .volumes = true,
+    .volumes = CRL_VOLUMES_MOUNT,
     .admit_mb = 1, /* an idle one takes about 0.8 MiB, most of it the kernel's */
     .fds_held = 4, /* its init's pidfd, its netns, its tmpfs (and v2's memory.peak) */
     .init = ctr_init,

@@ -472,7 +472,7 @@ static void fn_shutdown(struct crl_host *h, void *state)
 
 const struct crl_backend_ops crl_function_backend = {
     .name = "function",
-    .volumes = true,
+    .volumes = CRL_VOLUMES_MOUNT,
     .admit_mb = 2, /* a keeper: a fork of its runtime's zygote, most pages shared */
     .fds_held = 5, /* measured: its keeper's pidfd and socket, its netns (v2: memory.peak) */
     .init = fn_init,

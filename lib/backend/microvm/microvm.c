@@ -109,11 +109,21 @@ static void mvm_destroy(struct crl_sandbox *sb)
         crl_sandbox_destroyed(sb);
         return;
     }
-    m->releasing = true;
     if (m->waiting_template) {
         mvm_template_unwait(crl_mvm_state, m);
         m->waiting_template = false;
     }
+    /* A volume read-write: what the guest's kernel holds of it is written
+     * back first (a paused guest is thawed for it). */
+    struct crl_err err = CRL_ERR_INIT;
+    if (m->rw_volume && !m->releasing && m->ready && m->vm_started && !m->vm.dying &&
+        crl_cgroup_freeze(m->cg, false, &err) == 0 && mvm_sync_volumes(m, &err) == 0) {
+        m->releasing = true;
+        return; /* corral:sync's end kills the guest; dead() releases */
+    }
+    if (err.code)
+        crl_warn(sb->id, "its volumes are not written back: %s", err.msg);
+    m->releasing = true;
     if (m->vm_started && !m->vm.reaped)
         mvm_vm_kill(&m->vm, "destroyed", "destroyed"); /* dead() releases */
     else
@@ -127,7 +137,8 @@ static int launch(struct mvm_sandbox *m, int state_fd, int ram_fd,
 
 /* What makes the guest this sandbox's: its name and /etc files (as every
  * backend gets them, lib/core/etc.h), its layers in slots 0..n-1 (top
- * first: /dev/vda...), a writable tmpfs of disk_mb. */
+ * first: /dev/vda...), a writable tmpfs of disk_mb, its volumes in the
+ * volume slots after the layers' (/dev/vdi...). */
 static void configure(struct mvm_sandbox *m)
 {
     struct crl_sandbox *sb = m->sb;
@@ -142,6 +153,13 @@ static void configure(struct mvm_sandbox *m)
     for (size_t i = 0; i < m->n_layers; i++)
         snprintf(c->layers[i], sizeof(c->layers[i]), "/dev/vd%c", (char)('a' + i));
     c->disk_mb = sb->spec.disk_mb;
+    c->n_volumes = sb->spec.n_volumes;
+    for (size_t i = 0; i < sb->spec.n_volumes; i++) {
+        struct crl_agent_volume *v = &c->volumes[i];
+        snprintf(v->device, sizeof(v->device), "/dev/vd%c", (char)('a' + MVM_SLOTS + i));
+        snprintf(v->path, sizeof(v->path), "%s", sb->spec.volumes[i].path);
+        v->read_only = sb->spec.volumes[i].read_only;
+    }
     if (m->tap_fd >= 0 &&
         crl_backend_net_address(sb, c->net_address, c->net_gateway, sizeof(c->net_address)) == 0)
         c->net_prefix = 30;
@@ -254,6 +272,12 @@ static int launch(struct mvm_sandbox *m, int state_fd, int ram_fd,
         .gid = h->cfg.uid_base + sb->slot * 65536u,
     };
     memcpy(l.layer_fds, m->layer_fds, sizeof(l.layer_fds));
+    l.volume_slots = sb->spec.n_volumes > 0;
+    for (size_t i = 0; i < MVM_VOLUME_SLOTS; i++) {
+        bool used = i < sb->spec.n_volumes;
+        l.volume_fds[i] = used ? sb->volume_fds[i] : -1;
+        l.volume_ro[i] = !used || sb->spec.volumes[i].read_only;
+    }
     m->attempts++;
     m->start_kind = state_fd >= 0 ? "restored" : "cold";
     int r = mvm_vm_start(st, &m->vm, sb->id, &l, &sandbox_vm_ops, m, err);
@@ -288,10 +312,11 @@ static void start(struct mvm_sandbox *m)
     int fd = -1, ram_fd = -1;
     struct crl_agent_hello hello;
     struct crl_err err = CRL_ERR_INIT;
-    int r = m->sb->host->cfg.microvm_cold
-                ? -1
-                : mvm_template_get(crl_mvm_state, m->mem_mb, m->vcpus, m->tap_fd >= 0, &fd, &ram_fd,
-                                   &hello, template_waited, m);
+    int r =
+        m->sb->host->cfg.microvm_cold
+            ? -1
+            : mvm_template_get(crl_mvm_state, m->mem_mb, m->vcpus, m->tap_fd >= 0,
+                               m->sb->spec.n_volumes > 0, &fd, &ram_fd, &hello, template_waited, m);
     if (r == 0) {
         m->waiting_template = true;
         return;
@@ -347,6 +372,8 @@ static int mvm_create(struct crl_sandbox *sb, struct crl_err *err)
     for (int i = 0; i < MVM_SLOTS; i++)
         m->layer_fds[i] = -1;
     m->n_layers = nl;
+    for (size_t i = 0; i < sb->spec.n_volumes; i++)
+        m->rw_volume |= !sb->spec.volumes[i].read_only;
     m->t_create = crl_wall_s();
     m->mem_mb = sb->spec.memory_mb;
     double c = ceil(sb->spec.cpus);
@@ -590,6 +617,7 @@ const struct crl_backend_ops crl_microvm_backend = {
     .shutdown = mvm_shutdown,
     .create = mvm_create,
     .destroy = mvm_destroy,
+    .volumes = CRL_VOLUMES_DISK,
     .stats = mvm_stats,
     .info = mvm_info,
     .spawn = mvm_spawn,

@@ -32,6 +32,7 @@
 #include "../../agent/msg.h"
 #include "../../core/host.h"
 #include "../../core/sandbox.h"
+#include "../../core/volume.h"
 #include "../../util/buf.h"
 #include "../../util/loop.h"
 
@@ -41,6 +42,12 @@
 /* What a guest's layer slots read as in a template: an empty sparse file
  * this big (the guest sizes its disks once, at boot). */
 #define MVM_PLACEHOLDER_BYTES (64ull << 30)
+/* Read-write block devices after the layers' in a guest made for volumes
+ * (its template too): one per volume a spec may name.  A template's read
+ * as an empty sparse file of the largest volume's size, so a clone's guest
+ * takes any volume (a device reads and writes only within its file). */
+#define MVM_VOLUME_SLOTS CRL_SPEC_MAX_VOLUMES
+#define MVM_VOLUME_PLACEHOLDER_BYTES ((unsigned long long)CRL_VOLUME_MAX_MB << 20)
 /* Shapes (memory, vCPUs) with a template at once: the least recently used
  * is forgotten for a new one. */
 #define MVM_MAX_TEMPLATES 8
@@ -95,11 +102,17 @@ struct mvm_vm_ops {
 struct mvm_launch {
     unsigned mem_mb, vcpus;
     int layer_fds[MVM_SLOTS]; /* -1: the placeholder */
-    int incoming_fd;          /* a template's state to restore, or -1 */
-    int ram_fd;               /* a template's RAM (a memfd), or -1: anonymous RAM */
-    int netns_fd;             /* the network namespace QEMU runs in (-1: a new empty one) */
-    int tap_fd;               /* the network device's tap, -1 for none, or MVM_TAP_MAKE */
-    struct crl_cgroup *cg;    /* NULL: none (a template's build) */
+    /* With volume_slots, MVM_VOLUME_SLOTS more disks, /dev/vdi...: a
+     * volume's disk file (read-only with volume_ro), or -1: the
+     * placeholder, read-only. */
+    bool volume_slots;
+    int volume_fds[MVM_VOLUME_SLOTS];
+    bool volume_ro[MVM_VOLUME_SLOTS];
+    int incoming_fd;       /* a template's state to restore, or -1 */
+    int ram_fd;            /* a template's RAM (a memfd), or -1: anonymous RAM */
+    int netns_fd;          /* the network namespace QEMU runs in (-1: a new empty one) */
+    int tap_fd;            /* the network device's tap, -1 for none, or MVM_TAP_MAKE */
+    struct crl_cgroup *cg; /* NULL: none (a template's build) */
     uid_t uid;
     gid_t gid;
 };
@@ -156,15 +169,15 @@ const char *mvm_accel_detect(const char *want, char *why, size_t cap, struct crl
 
 /* ---- template.c ---- */
 
-/* A restorable state for this shape (with a network device or not): 1 with open descriptors of its
- * device state and its RAM (a sealed memfd) in *fd and *ram_fd (the caller
- * closes them) and its HELLO; 0 when one is being built (`waiting` is
- * called once it is, or once it failed); -1 when none can be had (boot
- * cold). */
+/* A restorable state for this shape, with a network device or not, with
+ * volume slots or not: 1 with open descriptors of its device state and
+ * its RAM (a sealed memfd) in *fd and *ram_fd (the caller closes them)
+ * and its HELLO; 0 when one is being built (`waiting` is called once it
+ * is, or once it failed); -1 when none can be had (boot cold). */
 typedef void (*mvm_template_cb)(void *ctx);
-int mvm_template_get(struct mvm_state *st, unsigned mem_mb, unsigned vcpus, bool nic, int *fd,
-                     int *ram_fd, struct crl_agent_hello *hello, mvm_template_cb waiting,
-                     void *ctx);
+int mvm_template_get(struct mvm_state *st, unsigned mem_mb, unsigned vcpus, bool nic,
+                     bool volume_slots, int *fd, int *ram_fd, struct crl_agent_hello *hello,
+                     mvm_template_cb waiting, void *ctx);
 /* Forget a waiter (its sandbox ended first). */
 void mvm_template_unwait(struct mvm_state *st, void *ctx);
 json_t *mvm_templates_json(struct mvm_state *st);
@@ -183,6 +196,7 @@ struct mvm_sandbox {
     int tap_fd; /* its network device's, bridged to its link (-1: none) */
     int layer_fds[MVM_SLOTS];
     size_t n_layers;
+    bool rw_volume; /* a volume read-write: the guest writes back before its end */
     unsigned mem_mb, vcpus;
     const char *start_kind; /* "restored" or "cold" */
     unsigned attempts;
@@ -213,6 +227,7 @@ int mvm_open(struct crl_sandbox *sb, struct crl_open_req *o, struct crl_err *err
 int mvm_stream(struct crl_sandbox *sb, struct crl_stream_req *t, struct crl_err *err);
 int mvm_snapshot_start(struct crl_sandbox *sb, struct crl_snapshot_req *rq, struct crl_err *err);
 int mvm_restore(struct crl_sandbox *sb, struct crl_restore_req *rq, struct crl_err *err);
+int mvm_sync_volumes(struct mvm_sandbox *m, struct crl_err *err);
 /* A frame on an exec's or a transfer's stream. */
 void mvm_procs_frame(struct mvm_sandbox *m, const struct crl_agent_frame *f);
 /* The VM is gone: every process and transfer ends (as killed). */

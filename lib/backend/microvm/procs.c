@@ -41,7 +41,8 @@ struct mvm_proc {
     struct crl_stream_req *t;        /* a stream's, or */
     struct crl_open_req *o;          /* a file read's (agent builtins), or */
     struct mvm_view *view;           /* a checkpoint's, or */
-    struct crl_restore_req *restore; /* a restore's */
+    struct crl_restore_req *restore; /* a restore's, or */
+    bool sync;                       /* a destroy's corral:sync */
     uint64_t bytes;                  /* a file read's, so far */
     char why[256]; /* a builtin's stderr, kept where nobody reads it: why it failed */
     int memfd;     /* a file read's bytes, handed over whole */
@@ -175,6 +176,8 @@ static void maybe_finish(struct mvm_proc *x)
     struct crl_open_req *o = x->o;
     struct mvm_view *view = x->view;
     struct crl_restore_req *rq = x->restore;
+    struct mvm_sandbox *m = x->m;
+    bool sync = x->sync;
     bool live = serving(x->m);
     int st = x->status, memfd = x->memfd;
     int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
@@ -197,6 +200,8 @@ static void maybe_finish(struct mvm_proc *x)
     }
     if (t) /* the builtin's status is the stream's, or 128 + its signal */
         t->done(t, WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+    if (sync) /* the volumes are written back: the guest may end */
+        mvm_vm_kill(&m->vm, "destroyed", "destroyed");
 }
 
 static void out_writable(struct crl_watch *w, uint32_t ev);
@@ -769,6 +774,25 @@ int mvm_restore(struct crl_sandbox *sb, struct crl_restore_req *rq, struct crl_e
     x->restore = rq;
     x->in_file = true;
     stdin_watch(x);
+    return 0;
+}
+
+/* ---- a guest's volumes at its end ---- */
+
+/* A destroy of a guest with a volume read-write: corral:sync writes back
+ * what its kernel holds of it before QEMU is killed (maybe_finish kills it
+ * then; a guest that does not finish within its deadline is killed by it,
+ * and loses what it had not written, as a power cut would). */
+int mvm_sync_volumes(struct mvm_sandbox *m, struct crl_err *err)
+{
+    char *argv[] = {"corral:sync", NULL};
+    char *envp[] = {NULL};
+    struct start st = {.argv = argv, .envp = envp, .out_w = -1, .err_w = -1, .in_r = -1};
+    struct mvm_proc *x = proc_start(m, &st, err);
+    if (!x)
+        return -1;
+    x->sync = true;
+    mvm_vm_deadline(&m->vm, 10000, "the volumes written back at destroy");
     return 0;
 }
 

@@ -52,7 +52,8 @@ struct waiter {
 struct mvm_template {
     struct mvm_template *next;
     unsigned mem_mb, vcpus;
-    bool nic; /* with a network device: a clone's device set is its template's */
+    bool nic;          /* with a network device: a clone's device set is its template's */
+    bool volume_slots; /* with MVM_VOLUME_SLOTS disks for volumes, likewise */
     enum tstate state;
     char path[PATH_MAX];
     struct crl_agent_hello hello;
@@ -237,10 +238,15 @@ static const struct mvm_vm_ops template_ops = {
     .dead = t_dead,
 };
 
+static const char *kind_suffix(const struct mvm_template *t)
+{
+    return t->nic && t->volume_slots ? "-nic-vol" : t->nic ? "-nic" : t->volume_slots ? "-vol" : "";
+}
+
 static int build(struct mvm_state *st, struct mvm_template *t, struct crl_err *err)
 {
     char name[48];
-    snprintf(name, sizeof(name), "template-%um-%uc%s", t->mem_mb, t->vcpus, t->nic ? "-nic" : "");
+    snprintf(name, sizeof(name), "template-%um-%uc%s", t->mem_mb, t->vcpus, kind_suffix(t));
     snprintf(t->path, sizeof(t->path), "%s/%s.state", st->dir, name);
     if (t->ram_fd >= 0)
         close(t->ram_fd);
@@ -262,6 +268,21 @@ static int build(struct mvm_state *st, struct mvm_template *t, struct crl_err *e
     };
     for (int i = 0; i < MVM_SLOTS; i++)
         l.layer_fds[i] = -1;
+    /* Volume slots read-write (a clone's guest mounts a volume on one so),
+     * over an empty file of the largest volume's size: a memfd of its own,
+     * gone with its QEMU. */
+    cleanup_close int volume_fd = -1;
+    if (t->volume_slots) {
+        volume_fd = memfd_create("corral-volume-slot", MFD_CLOEXEC);
+        if (volume_fd < 0 || ftruncate(volume_fd, (off_t)MVM_VOLUME_PLACEHOLDER_BYTES) < 0) {
+            crl_err_sys(err, errno, "the template's volume slots (a memfd)");
+            close_fd(&t->ram_fd);
+            return -1;
+        }
+        l.volume_slots = true;
+        for (int i = 0; i < MVM_VOLUME_SLOTS; i++)
+            l.volume_fds[i] = volume_fd;
+    }
     t->state = T_BUILDING;
     t->saving = t->saved = false;
     t->started = crl_wall_s();
@@ -293,19 +314,21 @@ static void evict_one(struct mvm_state *st)
     struct mvm_template *t = *victim;
     *victim = t->next;
     crl_info(NULL, "template %um-%uc%s forgotten (%u shapes at most): its shape boots a new one",
-             t->mem_mb, t->vcpus, t->nic ? "-nic" : "", MVM_MAX_TEMPLATES);
+             t->mem_mb, t->vcpus, kind_suffix(t), MVM_MAX_TEMPLATES);
     if (t->path[0])
         unlink(t->path);
     close_fd(&t->ram_fd);
     free(t);
 }
 
-int mvm_template_get(struct mvm_state *st, unsigned mem_mb, unsigned vcpus, bool nic, int *fd,
-                     int *ram_fd, struct crl_agent_hello *hello, mvm_template_cb waiting, void *ctx)
+int mvm_template_get(struct mvm_state *st, unsigned mem_mb, unsigned vcpus, bool nic,
+                     bool volume_slots, int *fd, int *ram_fd, struct crl_agent_hello *hello,
+                     mvm_template_cb waiting, void *ctx)
 {
     struct mvm_template *t = st->templates;
     unsigned n = 0;
-    while (t && (t->mem_mb != mem_mb || t->vcpus != vcpus || t->nic != nic)) {
+    while (t && (t->mem_mb != mem_mb || t->vcpus != vcpus || t->nic != nic ||
+                 t->volume_slots != volume_slots)) {
         t = t->next;
         n++;
     }
@@ -317,6 +340,7 @@ int mvm_template_get(struct mvm_state *st, unsigned mem_mb, unsigned vcpus, bool
         t->mem_mb = mem_mb;
         t->vcpus = vcpus;
         t->nic = nic;
+        t->volume_slots = volume_slots;
         t->ram_fd = -1;
         t->state = T_FAILED;
         t->next = st->templates;
@@ -381,11 +405,11 @@ json_t *mvm_templates_json(struct mvm_state *st)
 {
     json_t *a = json_array();
     for (struct mvm_template *t = st->templates; t && a; t = t->next) {
-        json_t *o =
-            json_pack("{s:I, s:I, s:b, s:s, s:I, s:I, s:f, s:f}", "memory_mb",
-                      (json_int_t)t->mem_mb, "vcpus", (json_int_t)t->vcpus, "nic", t->nic, "state",
-                      tstate_name(t->state), "restores", (json_int_t)t->restores, "state_bytes",
-                      (json_int_t)t->bytes, "boot_to_hello_s", t->hello_s, "save_s", t->save_s);
+        json_t *o = json_pack(
+            "{s:I, s:I, s:b, s:b, s:s, s:I, s:I, s:f, s:f}", "memory_mb", (json_int_t)t->mem_mb,
+            "vcpus", (json_int_t)t->vcpus, "nic", t->nic, "volume_slots", t->volume_slots, "state",
+            tstate_name(t->state), "restores", (json_int_t)t->restores, "state_bytes",
+            (json_int_t)t->bytes, "boot_to_hello_s", t->hello_s, "save_s", t->save_s);
         if (o)
             json_object_set_new(o, "ram_bytes", json_integer((json_int_t)t->ram_bytes));
         if (o && t->error[0])

@@ -35,7 +35,7 @@
 #include "../../vmm/qmp.h"
 #include "mvm_int.h"
 
-#define MAX_ARGS 96
+#define MAX_ARGS 160
 #define READ_CHUNK (64u * 1024u)
 /* What corrald sends is bounded by the guest's windows, but for PONGs: a
  * guest that PINGs without reading its PONGs would grow the queue. */
@@ -110,8 +110,8 @@ __attribute__((format(printf, 2, 3))) static void arg(struct argv_buf *a, const 
 /* The same devices, in the same order, for a template and every restore of
  * it: a migration stream only fits the machine it was saved from. */
 static int build_argv(const struct mvm_state *st, const struct mvm_launch *l, int kernel_fd,
-                      int initrd_fd, int agent_fd, int qmp_fd, const int *slot_fds, int tap_fd,
-                      struct argv_buf *a, struct crl_err *err)
+                      int initrd_fd, int agent_fd, int qmp_fd, const int *slot_fds,
+                      int (*volume_fds)[2], int tap_fd, struct argv_buf *a, struct crl_err *err)
 {
     bool kvm = strcmp(st->accel, "kvm") == 0;
     arg(a, "%s", st->qemu);
@@ -175,6 +175,27 @@ static int build_argv(const struct mvm_state *st, const struct mvm_launch *l, in
         arg(a, "-device");
         arg(a, "virtio-blk-device,drive=l%d", i);
     }
+    /* A volume's file is corrald's descriptor, which QEMU (another uid)
+     * could not open again by its /proc path: it is an fd set's, of a
+     * read-only descriptor and, for a drive it writes, a read-write one
+     * (QEMU opens a drive read-only first), which QEMU dups for the drive.
+     * No locks on a placeholder, which many drives and guests read; a
+     * volume's are QEMU's own guard against a second writer. */
+    for (int i = 0; l->volume_slots && i < MVM_VOLUME_SLOTS; i++) {
+        /* a template's boot: its RAM shared, no state to restore */
+        bool template = l->ram_fd >= 0 && l->incoming_fd < 0;
+        bool placeholder = l->volume_fds[i] < 0 || template;
+        for (int j = 0; j < 2; j++)
+            if (volume_fds[i][j] >= 0) {
+                arg(a, "-add-fd");
+                arg(a, "fd=%d,set=%d", volume_fds[i][j], i + 1);
+            }
+        arg(a, "-drive");
+        arg(a, "id=v%d,file=/dev/fdset/%d,format=raw,if=none,readonly=%s%s", i, i + 1,
+            l->volume_ro[i] ? "on" : "off", placeholder ? ",file.locking=off" : "");
+        arg(a, "-device");
+        arg(a, "virtio-blk-device,drive=v%d", i);
+    }
     if (tap_fd >= 0) {
         /* No vnet header (the same tap flags for a template's and its
          * clones'), no vhost: QEMU's own virtio-net over the tap. */
@@ -196,6 +217,24 @@ static int build_argv(const struct mvm_state *st, const struct mvm_launch *l, in
 }
 
 /* ---- the launch ---- */
+
+/* Each volume slot's descriptors for its fd set, QEMU's to close: [0]
+ * read-only, [1] read-write where the drive writes (a volume read-write,
+ * a template's placeholder).  Opened afresh, not dup'd: QEMU's locks are
+ * its open files', which must go with it. */
+static int volume_fds_open(const struct mvm_state *st, const struct mvm_launch *l, int (*out)[2],
+                           struct crl_err *err)
+{
+    for (int i = 0; i < MVM_VOLUME_SLOTS; i++) {
+        int src = l->volume_fds[i] >= 0 ? l->volume_fds[i] : st->placeholder_fd;
+        char p[64];
+        snprintf(p, sizeof(p), "/proc/self/fd/%d", src);
+        if ((out[i][0] = open(p, O_RDONLY | O_CLOEXEC)) < 0 ||
+            (!l->volume_ro[i] && (out[i][1] = open(p, O_RDWR | O_CLOEXEC)) < 0))
+            return crl_err_sys(err, errno, "volume slot %d: open %s", i, p);
+    }
+    return 0;
+}
 
 struct child {
     const struct mvm_launch *l;
@@ -707,6 +746,8 @@ int mvm_vm_start(struct mvm_state *st, struct mvm_vm *vm, const char *name,
     snprintf(vm->name, sizeof(vm->name), "%s", name);
     crl_buf_init(&vm->outq, CRL_BUF_UNBOUNDED);
     int agent[2] = {-1, -1}, qmp[2] = {-1, -1}, con[2] = {-1, -1};
+    int volume_fds[MVM_VOLUME_SLOTS][2];
+    memset(volume_fds, -1, sizeof(volume_fds));
     cleanup_close int tap_hold = -1; /* a template's tap's number, until QEMU has it */
     cleanup_close int kernel_fd = open(st->kernel, O_RDONLY | O_CLOEXEC);
     cleanup_close int initrd_fd = open(st->initrd, O_RDONLY | O_CLOEXEC);
@@ -722,7 +763,7 @@ int mvm_vm_start(struct mvm_state *st, struct mvm_vm *vm, const char *name,
         goto fail;
     }
     int slot_fds[MVM_SLOTS];
-    int keep[4 + MVM_SLOTS + 3];
+    int keep[4 + MVM_SLOTS + 2 * MVM_VOLUME_SLOTS + 3];
     int n_keep = 0;
     keep[n_keep++] = kernel_fd;
     keep[n_keep++] = initrd_fd;
@@ -732,6 +773,12 @@ int mvm_vm_start(struct mvm_state *st, struct mvm_vm *vm, const char *name,
         slot_fds[i] = l->layer_fds[i] >= 0 ? l->layer_fds[i] : st->placeholder_fd;
         keep[n_keep++] = slot_fds[i];
     }
+    if (l->volume_slots && volume_fds_open(st, l, volume_fds, err) < 0)
+        goto fail;
+    for (int i = 0; l->volume_slots && i < MVM_VOLUME_SLOTS; i++)
+        for (int j = 0; j < 2; j++)
+            if (volume_fds[i][j] >= 0)
+                keep[n_keep++] = volume_fds[i][j];
     if (l->ram_fd >= 0)
         keep[n_keep++] = l->ram_fd;
     /* A template's tap is made by the child, in its namespace, onto a
@@ -746,7 +793,8 @@ int mvm_vm_start(struct mvm_state *st, struct mvm_vm *vm, const char *name,
         keep[n_keep++] = tap_fd;
     static struct argv_buf a; /* the loop's thread only */
     memset(&a, 0, sizeof(a));
-    if (build_argv(st, l, kernel_fd, initrd_fd, agent[1], qmp[1], slot_fds, tap_fd, &a, err) < 0)
+    if (build_argv(st, l, kernel_fd, initrd_fd, agent[1], qmp[1], slot_fds, volume_fds, tap_fd, &a,
+                   err) < 0)
         goto fail;
     struct child c = {
         .l = l,
@@ -766,6 +814,8 @@ int mvm_vm_start(struct mvm_state *st, struct mvm_vm *vm, const char *name,
         child_run(&c);
     int fork_errno = errno;
     close_fds(c.cg_fds, c.n_cg); /* the child has its copies */
+    close_fds(&volume_fds[0][0], 2 * MVM_VOLUME_SLOTS);
+    memset(volume_fds, -1, sizeof(volume_fds));
     if (pid < 0) {
         crl_err_sys(err, fork_errno, "fork for QEMU");
         goto fail;
@@ -806,6 +856,7 @@ fail:
     close_fds(agent, 2);
     close_fds(qmp, 2);
     close_fds(con, 2);
+    close_fds(&volume_fds[0][0], 2 * MVM_VOLUME_SLOTS);
     crl_agent_host_free(&vm->sess);
     vm->sess_open = false;
     crl_buf_free(&vm->outq);
