@@ -6,7 +6,8 @@ answer to www.example.com A IN, sent with id 0x5555) and a DNS packet, the
 shape real stub resolvers and recursive resolvers send: a query with and
 without EDNS, an answer of a CNAME and two A records with compressed names,
 an NXDOMAIN with the zone's SOA, an answer with AAAA, authority and
-additional records; and one that found a bug (answer_expanding).  The output is deterministic.
+additional records; and two that found bugs (answer_expanding,
+query_two_tsig).  The output is deterministic.
 
     tests/fuzz/make_dns_corpus.py [OUT_DIR]
 """
@@ -84,6 +85,13 @@ SEEDS["answer_expanding"] = (
     + rr(PTR_Q, CNAME, 60, BLOB)
     + b"".join(rr(PTR_Q, CNAME, 60, struct.pack(">H", 0xC000 | (BLOB_AT + i))) for i in range(1, 63))
 )
+
+
+# Two TSIG records among three additional ones: libldns 1.8.3 keeps the
+# last TSIG as the packet's and loses the first (refused before it sees
+# them).
+TSIG = rr(name("key.example"), 250, 0, PTR_Q, rclass=255)
+SEEDS["query_two_tsig"] = QUERY + header(0x1234, 0x0100, ar=3) + QUESTION + TSIG + TSIG + EDNS
 
 
 def main():

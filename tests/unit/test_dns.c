@@ -238,6 +238,19 @@ static void test_refused(void)
     rr_ns(&p, "example.com");
     refused(&p, "with answers", "a query carrying an authority record");
 
+    /* TSIG records: libldns keeps the last of several and loses the rest */
+    header(&p, 1, RD, 1, 0, 0, 2);
+    question(&p, "example.com", CRL_DNS_A, 1);
+    for (int i = 0; i < 2; i++) {
+        name(&p, "key.example");
+        put16(&p, 250);
+        put16(&p, 255);
+        put32(&p, 0);
+        put16(&p, 2);
+        put16(&p, 0xc00c); /* the key's algorithm: a pointer to the question's name */
+    }
+    refused(&p, "a TSIG record", "a query with two TSIG records");
+
     /* every proper prefix of a good query, and counts beyond the records */
     struct pkt good;
     query(&good, 9, "www.example.com", CRL_DNS_A);
