@@ -565,10 +565,13 @@ int crl_fsop_watch(int root, const char *path_in, bool recursive, int out, char 
         goto out;
     char buf[65536] __attribute__((aligned(__alignof__(struct inotify_event))));
     for (;;) {
-        /* A rename's first half waits a moment for its second, which the
-         * kernel queues just after it but may not have yet. */
+        /* A rename's first half waits a while for its second, which the
+         * kernel queues just after it but may not have yet: the renaming
+         * task may be preempted between the two (20 ms was too short for a
+         * guest under emulation on a busy host).  Only a move out of the
+         * tree, reported as a remove, waits the whole time. */
         struct pollfd pf[2] = {{.fd = w.ifd, .events = POLLIN}, {.fd = out, .events = 0}};
-        int ready = poll(pf, 2, w.pending ? 20 : -1);
+        int ready = poll(pf, 2, w.pending ? 250 : -1);
         if (ready < 0 && errno != EINTR)
             break;
         if (ready == 0 && flush_moved(&w) < 0)
