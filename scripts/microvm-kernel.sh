@@ -23,11 +23,12 @@ while [ $# -gt 0 ]; do
 done
 
 # The modules the guest needs, each behind the config symbol that builds it:
-# virtio over MMIO (microvm has no PCI), the block devices for image layers
+# virtio over MMIO (microvm has no PCI) and over PCI (the vm backend's q35
+# machine boots the same kernel and initramfs), the block devices for image layers
 # and the writable disk, virtio-serial for the agent, EROFS for the layers,
 # overlay to stack them.  ext4 and tmpfs are for a writable upper; on the
 # cloud kernel they are built in, and then nothing is loaded for them.
-WANT="VIRTIO_MMIO:virtio_mmio VIRTIO_BLK:virtio_blk VIRTIO_CONSOLE:virtio_console
+WANT="VIRTIO_MMIO:virtio_mmio VIRTIO_PCI:virtio_pci VIRTIO_BLK:virtio_blk VIRTIO_CONSOLE:virtio_console
       VIRTIO_NET:virtio_net EROFS_FS:erofs OVERLAY_FS:overlay EXT4_FS:ext4 TMPFS:-"
 # A cached directory made for another list is made again.
 want_line="want=$(echo $WANT)"

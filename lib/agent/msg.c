@@ -329,8 +329,9 @@ static int parse_volumes(json_t *a, struct crl_agent_config *m, struct crl_err *
 int crl_agent_parse_config(const void *p, size_t len, struct crl_agent_config *m,
                            struct crl_err *err)
 {
-    static const char *const keys[] = {"hostname", "realtime_ns", "seed", "layers",  "disk",
-                                       "disk_mb",  "etc",         "net",  "volumes", NULL};
+    static const char *const keys[] = {"hostname", "realtime_ns", "seed",       "layers",
+                                       "disk",     "disk_mb",     "etc",        "net",
+                                       "volumes",  "init",        "machine_id", NULL};
     const char *what = "CONFIG";
     json_t *o;
     if (load(what, p, len, &o, err) < 0)
@@ -343,9 +344,18 @@ int crl_agent_parse_config(const void *p, size_t len, struct crl_agent_config *m
         check_hostname(what, m->hostname, err) < 0 ||
         get_int(what, o, "realtime_ns", true, 0, INT64_MAX, &m->realtime_ns, err) < 0 ||
         get_text(what, o, "disk", false, T_DEVICE, m->disk, CRL_AGENT_MAX_DEVICE, err) < 0 ||
-        get_int(what, o, "disk_mb", false, 0, CRL_AGENT_MAX_DISK_MB, &disk_mb, err) < 0)
+        get_int(what, o, "disk_mb", false, 0, CRL_AGENT_MAX_DISK_MB, &disk_mb, err) < 0 ||
+        get_text(what, o, "init", false, T_PATH, m->init, CRL_AGENT_MAX_PATH, err) < 0 ||
+        get_text(what, o, "machine_id", false, T_NAME, m->machine_id, CRL_AGENT_MACHINE_ID, err) <
+            0)
         goto out;
     m->disk_mb = (uint32_t)disk_mb;
+    if (m->machine_id[0] && (strlen(m->machine_id) != CRL_AGENT_MACHINE_ID ||
+                             strspn(m->machine_id, "0123456789abcdef") != CRL_AGENT_MACHINE_ID)) {
+        crl_err_set(err, CRL_E_INVALID, "CONFIG: machine_id is not %d lowercase hex digits",
+                    CRL_AGENT_MACHINE_ID);
+        goto out;
+    }
 
     json_t *seed = json_object_get(o, "seed");
     if (!json_is_string(seed)) {
@@ -452,7 +462,9 @@ int crl_agent_build_config(const struct crl_agent_config *m, char **out, size_t 
                "seed", b64 ? json_string(b64) : NULL, "layers", layers);
     free(b64);
     if (o && ((m->disk[0] && !set(o, "disk", json_string(m->disk))) ||
-              (m->disk_mb && !set(o, "disk_mb", json_integer(m->disk_mb))))) {
+              (m->disk_mb && !set(o, "disk_mb", json_integer(m->disk_mb))) ||
+              (m->init[0] && !set(o, "init", json_string(m->init))) ||
+              (m->machine_id[0] && !set(o, "machine_id", json_string(m->machine_id))))) {
         json_decref(o);
         o = NULL;
     }

@@ -35,6 +35,7 @@
 #define CRL_AGENT_MAX_SIGNAL 64                /* signals are 1..64 */
 #define CRL_AGENT_MAX_USAGE ((int64_t)1 << 53) /* usage counters stay exact in JSON */
 #define CRL_AGENT_MAX_VOLUMES 8                /* CONFIG's volumes */
+#define CRL_AGENT_MACHINE_ID 32                /* hex digits of a machine-id */
 
 /* HELLO {"proto": 2, "agent": "corral-agent 0.1", "kernel": "6.1.0-28-cloud-amd64"} */
 struct crl_agent_hello {
@@ -51,7 +52,13 @@ struct crl_agent_hello {
  * network device's IPv4 address and default route (left out: none).
  * "volumes": [{"device": "/dev/vdi", "path": "/data", "read_only": true}]:
  * ext4 file systems to mount at their paths in the new root (left out:
- * none). */
+ * none).
+ * "init": "/sbin/init": a full system's guest (the vm backend): PID 1
+ * builds the root, answers READY and execs this program (systemd), which
+ * starts the agent again as a service; it greets the host anew (HELLO)
+ * once the system is up.  Left out: the agent stays PID 1 (a microVM).
+ * "machine_id": 32 lowercase hex digits, the guest's /etc/machine-id (a
+ * full system's; left out: none is written). */
 struct crl_agent_volume {
     char device[CRL_AGENT_MAX_DEVICE + 1];
     char path[CRL_AGENT_MAX_PATH + 1];
@@ -77,6 +84,8 @@ struct crl_agent_config {
     unsigned net_prefix; /* 1..32 */
     size_t n_volumes;    /* 0..CRL_AGENT_MAX_VOLUMES */
     struct crl_agent_volume volumes[CRL_AGENT_MAX_VOLUMES];
+    char init[CRL_AGENT_MAX_PATH + 1]; /* "" for none */
+    char machine_id[CRL_AGENT_MACHINE_ID + 1];
 };
 
 /* READY {"uptime_ms": n}: the guest's CLOCK_BOOTTIME when it was ready. */

@@ -349,3 +349,11 @@ void crl_backend_net_release(struct crl_sandbox *sb, int netns_fd, bool quaranti
     }
     sb->net_linked = false;
 }
+
+void *crl_backend_state(struct crl_host *h, const struct crl_backend_ops *ops)
+{
+    for (size_t i = 0; h->backend_state && i < h->cfg.n_backends; i++)
+        if (h->cfg.backends[i] == ops)
+            return h->backend_state[i];
+    return NULL;
+}

@@ -243,6 +243,11 @@ int crl_backend_signal_host(struct crl_sandbox *sb, struct crl_proc *p, struct c
 int crl_backend_host_pty(unsigned rows, unsigned cols, int *master, int *slave,
                          struct crl_err *err);
 
+struct crl_backend_ops;
+/* A registered backend's state (its init's), for code that one ops table
+ * of several shares: NULL if ops is not registered with h. */
+void *crl_backend_state(struct crl_host *h, const struct crl_backend_ops *ops);
+
 struct crl_backend_ops {
     const char *name;
     /* Its sandboxes' ports are on the loopback of their network namespace

@@ -282,6 +282,11 @@ static void image_free(struct crl_image *img)
     free(img);
 }
 
+bool crl_image_is_vm(const struct crl_image *img)
+{
+    return img->rec && img->rec->kind && strcmp(img->rec->kind, "vm") == 0;
+}
+
 void crl_image_put(struct crl_image *img)
 {
     if (img && --img->refs == 0)

@@ -55,6 +55,8 @@ const char *crl_image_store_dir(const struct crl_image_store *s);
  * CRL_E_NOT_FOUND names the available ones.  A reference for the caller. */
 struct crl_image *crl_image_get(struct crl_image_store *s, const char *name, struct crl_err *err);
 void crl_image_put(struct crl_image *img);
+/* Whether it is a full system's image (its kind vm: `corral image build-vm`). */
+bool crl_image_is_vm(const struct crl_image *img);
 
 json_t *crl_image_list_json(struct crl_image_store *s);
 /* One image's JSON (inspect); NULL with CRL_E_NOT_FOUND. */

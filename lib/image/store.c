@@ -33,6 +33,13 @@ struct crl_store {
 
 /* ---- small helpers ---- */
 
+/* The one kind an image may name; anything else is an ordinary image, so
+ * a label some other tool set means nothing here. */
+static const char *kind_known(const char *kind)
+{
+    return kind && strcmp(kind, "vm") == 0 ? "vm" : NULL;
+}
+
 static void strv_free(char **v)
 {
     for (char **p = v; p && *p; p++)
@@ -272,6 +279,7 @@ void crl_store_image_free(struct crl_store_image *img)
     free(img->cwd);
     free(img->user);
     free(img->created);
+    free(img->kind);
     free(img);
 }
 
@@ -284,10 +292,11 @@ json_t *crl_store_image_json(const struct crl_store_image *img)
                                                 "size", (json_int_t)img->layers[i].size));
         total += img->layers[i].size;
     }
-    return json_pack("{s:s, s:o, s:I, s:o, s:s, s:s, s:o, s:o, s:s}", "id", img->id, "layers",
+    return json_pack("{s:s, s:o, s:I, s:o, s:s, s:s, s:o, s:o, s:s, s:s}", "id", img->id, "layers",
                      layers, "size", (json_int_t)total, "env", strv_json(img->env), "cwd", img->cwd,
                      "user", img->user, "entrypoint", strv_json(img->entrypoint), "cmd",
-                     strv_json(img->cmd), "created", img->created ? img->created : "");
+                     strv_json(img->cmd), "created", img->created ? img->created : "", "kind",
+                     img->kind ? img->kind : "container");
 }
 
 static struct crl_store_image *record_parse(json_t *j, struct crl_err *err)
@@ -323,7 +332,9 @@ static struct crl_store_image *record_parse(json_t *j, struct crl_err *err)
     img->cwd = strdup(cwd && *cwd ? cwd : "/");
     img->user = strdup(user && *user ? user : "0:0");
     img->created = strdup(created ? created : "");
-    if (!img->layers || !img->cwd || !img->user || !img->created) {
+    const char *kind = kind_known(json_string_value(json_object_get(j, "kind")));
+    img->kind = kind ? strdup(kind) : NULL;
+    if (!img->layers || !img->cwd || !img->user || !img->created || (kind && !img->kind)) {
         crl_store_image_free(img);
         crl_err_sys(err, ENOMEM, "image record");
         return NULL;
@@ -710,6 +721,10 @@ static json_t *runtime_config(const char *config)
         if (v && !json_is_null(v))
             json_object_set(out, keys[i][1], v);
     }
+    const char *kind = kind_known(
+        json_string_value(json_object_get(json_object_get(cc, "Labels"), CRL_IMAGE_KIND_LABEL)));
+    if (kind)
+        json_object_set_new(out, "kind", json_string(kind));
     json_decref(c);
     return out;
 }
@@ -897,6 +912,11 @@ json_t *crl_store_config_json(const json_t *runtime, const char *diff_id)
         if (v)
             json_object_set(cc, keys[i][1], v);
     }
+    /* Only a vm image gets Labels: an ordinary image's config, and so its
+     * id, is what it was before images had kinds. */
+    const char *kind = kind_known(json_string_value(json_object_get(runtime, "kind")));
+    if (kind)
+        json_object_set_new(cc, "Labels", json_pack("{s:s}", CRL_IMAGE_KIND_LABEL, kind));
     return json_pack("{s:s, s:s, s:o, s:{s:s, s:[s]}}", "architecture", crl_store_arch(), "os",
                      "linux", "config", cc, "rootfs", "type", "layers", "diff_ids", diff_id);
 }

@@ -36,6 +36,9 @@
 
 #define CRL_IMAGE_NAME_MAX 255
 #define CRL_IMAGE_MAX_LAYERS 125
+/* The OCI config label that carries an image's kind out of the store and
+ * back in (export, pull): its one value is "vm". */
+#define CRL_IMAGE_KIND_LABEL "org.corral.kind"
 
 struct crl_store;
 
@@ -62,6 +65,8 @@ struct crl_store_image {
     char **entrypoint; /* NULL when unset */
     char **cmd;        /* NULL when unset */
     char *created;     /* when it was imported, RFC 3339 */
+    char *kind;        /* "vm": a bootable full-OS image for the vm backend;
+                          NULL: an ordinary one (JSON: "container") */
 };
 
 int crl_store_open(const char *dir, bool writable, struct crl_store **out, struct crl_err *err);
@@ -98,13 +103,14 @@ int crl_store_import(struct crl_store *s, int fd, const char *dir, const char *n
 
 /* Make a one-layer image from a root filesystem directory (debootstrap's
  * output, busybox), with `config` as {"env", "cwd", "user", "entrypoint",
- * "cmd"}; tagged `name`. */
+ * "cmd", "kind"}; tagged `name`. */
 int crl_store_import_rootfs(struct crl_store *s, const char *rootfs, const json_t *config,
                             const char *name, json_t **out, struct crl_err *err);
 
 /* The OCI config of a one-layer image made from a root filesystem: this
  * machine's architecture, `runtime` ({"env", "cwd", "user", "entrypoint",
- * "cmd"}) as Env, WorkingDir, User, Entrypoint, Cmd, and `diff_id`.  No
+ * "cmd", "kind"}) as Env, WorkingDir, User, Entrypoint, Cmd and, for kind
+ * "vm" only, Labels {CRL_IMAGE_KIND_LABEL: "vm"}; and `diff_id`.  No
  * timestamp: the same tree and config always give the same image id. */
 json_t *crl_store_config_json(const json_t *runtime, const char *diff_id);
 

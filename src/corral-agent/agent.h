@@ -15,8 +15,16 @@
 struct crl_ga_opts {
     int fd;           /* the byte stream to the host */
     bool pid1;        /* the guest's init: reconnects, reaps, powers off */
+    bool service;     /* a full system's agent (systemd's service): reconnects, powers off */
     const char *root; /* files are resolved inside it ("/" in a guest) */
 };
+
+/* Whether the agent outlives its host's connection (a restore gives the
+ * guest a new host, which it greets): as PID 1 and as a system's service. */
+static inline bool crl_ga_reconnects(const struct crl_ga_opts *o)
+{
+    return o->pid1 || o->service;
+}
 
 /* Serve the host on opts->fd until it hangs up (an ordinary process: end
  * of file or BYE) or forever (PID 1: a host that goes away may come back,
@@ -32,6 +40,29 @@ int crl_ga_init_boot(struct crl_err *err);
  * only) the root: the layers read-only under a writable overlay, then the
  * guest's root moved onto it.  -1 with *err naming what failed. */
 int crl_ga_init_config(const struct crl_agent_config *c, bool first, struct crl_err *err);
+
+/* A full system, CONFIG's init: PID 1 hands the guest to its init once
+ * READY is out.  Returns only on failure. */
+int crl_ga_exec_init(const char *init, struct crl_err *err);
+
+/* The agent as a full system's service (corral-agent --systemd): the port,
+ * the writable layer PID 1 left at CRL_GA_SYSTEM_RW, the system up.
+ * Returns the port, -1 with *err. */
+int crl_ga_service_boot(struct crl_err *err);
+/* Its CONFIG (a clone's): identity, /etc files, volumes, network. */
+int crl_ga_service_config(const struct crl_agent_config *c, struct crl_err *err);
+
+/* Where PID 1 leaves a full system's writable layer and /etc layer (bound
+ * under the new root's /run, a tmpfs it mounts), and the service's unit
+ * and binary (in the /etc layer, above the image). */
+#define CRL_GA_SYSTEM_RUN "/run/corral"
+#define CRL_GA_SYSTEM_RW CRL_GA_SYSTEM_RUN "/rw"
+#define CRL_GA_SYSTEM_ETC CRL_GA_SYSTEM_RUN "/etc-layer"
+#define CRL_GA_SERVICE_BIN "/usr/lib/corral/corral-agent"
+#define CRL_GA_SERVICE_UNIT "corral-agent.service"
+
+/* The cgroup directory execs get leaves in (set before serving). */
+extern char crl_ga_leaves[256];
 
 /* Builtins (builtin.c): an EXEC's argv[0] the agent runs itself. */
 #define CRL_GA_BUILTIN_PREFIX "corral:"

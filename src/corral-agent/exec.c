@@ -60,16 +60,20 @@ fail:;
     _exit(127);
 }
 
-#define LEAVES "/sys/fs/cgroup/corral"
+/* PID 1's: the guest's whole tree is its own.  A service's: below its
+ * own cgroup, which systemd delegates to it. */
+char crl_ga_leaves[256] = "/sys/fs/cgroup/corral";
+#define LEAVES crl_ga_leaves
 
 /* A cgroup for exec `id` (a directory descriptor), or -1 where the guest
  * has no cgroup2: then kills go by session. */
 static int leaf_make(uint32_t id)
 {
-    char path[64];
+    char path[sizeof(crl_ga_leaves) + 16];
     if (mkdir(LEAVES, 0755) < 0 && errno != EEXIST)
         return -1;
-    snprintf(path, sizeof(path), LEAVES "/e%u", id);
+    if (snprintf(path, sizeof(path), "%s/e%u", LEAVES, id) >= (int)sizeof(path))
+        return -1;
     if (mkdir(path, 0755) < 0 && errno != EEXIST)
         return -1;
     return open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -167,7 +171,7 @@ int crl_ga_exec_start(struct agent *a, uint32_t id, const struct crl_agent_frame
     /* As PID 1, each exec gets a cgroup of its own in the guest: its tree,
      * however detached, is what a kill of it reaches. */
     int procs = -1;
-    if (!e && a->o->pid1 && (s->leaf = leaf_make(id)) >= 0)
+    if (!e && crl_ga_reconnects(a->o) && (s->leaf = leaf_make(id)) >= 0)
         procs = openat(s->leaf, "cgroup.procs", O_WRONLY | O_CLOEXEC);
     pid_t pid = -1;
     if (!e && (pid = fork()) < 0)

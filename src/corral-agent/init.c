@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/random.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include <sys/mount.h>
 #include <sys/reboot.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -153,8 +155,29 @@ static int forget_cache(const char *dev, struct crl_err *err)
     return 0;
 }
 
+/* Write a small file at dir/name: replaced (a new inode) or, in_place,
+ * truncated and rewritten (the same inode: a file of a layer beneath a
+ * mounted overlay, which shows its new content without a copy up). */
+static int put_file(int dir, const char *name, const char *text, mode_t mode, bool in_place,
+                    struct crl_err *err)
+{
+    if (!in_place && unlinkat(dir, name, 0) < 0 && errno != ENOENT)
+        return crl_err_sys(err, errno, "replace %s", name);
+    int flags = O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (in_place ? O_TRUNC : O_EXCL);
+    int fd = openat(dir, name, flags, mode);
+    if (fd < 0 || crl_write_full(fd, text, strlen(text)) < 0) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return crl_err_sys(err, e, "write %s", name);
+    }
+    close(fd);
+    return 0;
+}
+
 /* The /etc files the host sent, in the directory `etc` (made here). */
-static int write_etc_files(int dir, const struct crl_agent_config *c, struct crl_err *err)
+static int write_etc_files_at(int dir, const struct crl_agent_config *c, bool in_place,
+                              struct crl_err *err)
 {
     const char *names[3] = {"hostname", "hosts", "resolv.conf"};
     const char *texts[3] = {c->etc_hostname, c->etc_hosts, c->etc_resolv_conf};
@@ -163,28 +186,113 @@ static int write_etc_files(int dir, const struct crl_agent_config *c, struct crl
     int etc = openat(dir, "etc", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (etc < 0)
         return crl_err_sys(err, errno, "open /etc");
-    for (int i = 0; i < 3; i++) {
-        if (!texts[i][0])
-            continue;
-        if (unlinkat(etc, names[i], 0) < 0 && errno != ENOENT) {
-            crl_err_sys(err, errno, "replace /etc/%s", names[i]);
+    for (int i = 0; i < 3; i++)
+        if (texts[i][0] && put_file(etc, names[i], texts[i], 0644, in_place, err) < 0)
             goto fail;
-        }
-        int fd = openat(etc, names[i], O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-        if (fd < 0 || crl_write_full(fd, texts[i], strlen(texts[i])) < 0) {
-            int e = errno;
-            if (fd >= 0)
-                close(fd);
-            crl_err_sys(err, e, "write /etc/%s", names[i]);
-            goto fail;
-        }
-        close(fd);
-    }
+    /* A full system's machine-id (a newline ends it, as systemd writes it). */
+    char id[CRL_AGENT_MACHINE_ID + 2];
+    snprintf(id, sizeof(id), "%s\n", c->machine_id);
+    if (c->machine_id[0] && put_file(etc, "machine-id", id, 0444, in_place, err) < 0)
+        goto fail;
     close(etc);
     return 0;
 fail:
     close(etc);
-    return -1;
+    return crl_err_prefix(err, "/etc");
+}
+
+static int write_etc_files(int dir, const struct crl_agent_config *c, struct crl_err *err)
+{
+    return write_etc_files_at(dir, c, false, err);
+}
+
+/* What a full system's init starts the agent with: a unit enabled in
+ * multi-user.target.  The service's output goes to the console too, where
+ * the host reads a failed boot's last words. */
+static const char service_unit[] =
+    "[Unit]\n"
+    "Description=Corral's agent: the host's channel into this machine\n"
+    "\n"
+    "[Service]\n"
+    "ExecStart=" CRL_GA_SERVICE_BIN " --systemd\n"
+    "Delegate=yes\n"
+    "OOMScoreAdjust=-1000\n"
+    "StandardOutput=journal+console\n"
+    "StandardError=journal+console\n"
+    "\n"
+    "[Install]\n"
+    "WantedBy=multi-user.target\n";
+
+static int mkdirs_at(int dir, const char *path, struct crl_err *err)
+{
+    char p[256];
+    snprintf(p, sizeof(p), "%s", path);
+    for (char *s = p;; s++)
+        if (*s == '/' || *s == '\0') {
+            char ch = *s;
+            *s = '\0';
+            if (mkdirat(dir, p, 0755) < 0 && errno != EEXIST)
+                return crl_err_sys(err, errno, "mkdir %s", p);
+            *s = ch;
+            if (!ch)
+                return 0;
+        }
+}
+
+/* A full system's part of the /etc layer: the agent's own binary (this
+ * one, so the guest's agent is always the host's version, whatever the
+ * image holds) and its unit, enabled. */
+static int system_layer(int dir, struct crl_err *err)
+{
+    const char *wants = "etc/systemd/system/multi-user.target.wants";
+    if (mkdirs_at(dir, "usr/lib/corral", err) < 0 || mkdirs_at(dir, wants, err) < 0)
+        return -1;
+    int etc_sys = openat(dir, "etc/systemd/system", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (etc_sys < 0)
+        return crl_err_sys(err, errno, "open etc/systemd/system");
+    int r = put_file(etc_sys, CRL_GA_SERVICE_UNIT, service_unit, 0644, false, err);
+    close(etc_sys);
+    char link[256];
+    snprintf(link, sizeof(link), "%s/" CRL_GA_SERVICE_UNIT, wants);
+    if (r == 0 && symlinkat("../" CRL_GA_SERVICE_UNIT, dir, link) < 0)
+        r = crl_err_sys(err, errno, "enable %s", CRL_GA_SERVICE_UNIT);
+    if (r < 0)
+        return -1;
+    int src = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+    int dst = src < 0 ? -1
+                      : openat(dir, CRL_GA_SERVICE_BIN + 1, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+                               0755);
+    if (src < 0 || dst < 0) {
+        r = crl_err_sys(err, errno, "copy the agent to %s", CRL_GA_SERVICE_BIN);
+    } else {
+        char buf[65536];
+        ssize_t n;
+        while ((n = read(src, buf, sizeof(buf))) > 0)
+            if (crl_write_full(dst, buf, (size_t)n) < 0)
+                break;
+        if (n != 0)
+            r = crl_err_sys(err, errno, "copy the agent to %s", CRL_GA_SERVICE_BIN);
+    }
+    if (src >= 0)
+        close(src);
+    if (dst >= 0)
+        close(dst);
+    return r;
+}
+
+/* A full system keeps the writable layer and the /etc layer where its
+ * agent, a service started by its init, finds them: bound under the new
+ * root's /run, a tmpfs mounted here (systemd keeps a /run it finds). */
+static int system_run(struct crl_err *err)
+{
+    if (mount("tmpfs", NEWROOT "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") < 0)
+        return crl_err_sys(err, errno, "mount a tmpfs on the new root's /run");
+    if (mkdirs(NEWROOT CRL_GA_SYSTEM_RW, err) < 0 || mkdirs(NEWROOT CRL_GA_SYSTEM_ETC, err) < 0)
+        return -1;
+    if (mount(RW, NEWROOT CRL_GA_SYSTEM_RW, NULL, MS_BIND, NULL) < 0 ||
+        mount(ETC_LAYER, NEWROOT CRL_GA_SYSTEM_ETC, NULL, MS_BIND, NULL) < 0)
+        return crl_err_sys(err, errno, "bind the writable and /etc layers under /run");
+    return 0;
 }
 
 /* Whether the image's /etc, as its top-most layer with one has it, is a
@@ -249,17 +357,26 @@ static int build_root(const struct crl_agent_config *c, bool *etc_done, struct c
     if (etc_layer_fits(c->n_layers)) {
         if (mkdirs(ETC_LAYER, err) < 0)
             return -1;
-        if (mount("tmpfs", ETC_LAYER, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m") < 0)
+        /* A full system's holds the agent's service too (its binary is
+         * about 2 MiB). */
+        const char *opts = c->init[0] ? "mode=0755,size=16m" : "mode=0755,size=1m";
+        if (mount("tmpfs", ETC_LAYER, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
             return crl_err_sys(err, errno, "mount a tmpfs on %s", ETC_LAYER);
         int d = open(ETC_LAYER, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (d < 0)
             return crl_err_sys(err, errno, "open %s", ETC_LAYER);
         int r = write_etc_files(d, c, err);
+        if (r == 0 && c->init[0])
+            r = system_layer(d, err);
         close(d);
         if (r < 0)
             return -1;
         snprintf(etc_lower, sizeof(etc_lower), "%s:%s", ETC_LAYER, lower);
         *etc_done = true;
+    } else if (c->init[0]) {
+        return crl_err_set(err, CRL_E_INVALID,
+                           "a full system's image needs an /etc directory (its top layer with "
+                           "one has something else there)");
     } else {
         snprintf(etc_lower, sizeof(etc_lower), "%s", lower);
     }
@@ -410,10 +527,146 @@ int crl_ga_init_config(const struct crl_agent_config *c, bool first, struct crl_
     if (!first)
         return 0;
     bool etc_done;
-    if (build_root(c, &etc_done, err) < 0 || switch_root(err) < 0)
+    if (build_root(c, &etc_done, err) < 0 || (c->init[0] && system_run(err) < 0) ||
+        switch_root(err) < 0)
         return crl_err_prefix(err, "the guest's root");
     if (!etc_done && write_etc(c, err) < 0)
         return crl_err_prefix(err, "the guest's /etc");
+    if (mount_volumes(c, err) < 0)
+        return crl_err_prefix(err, "the guest's volumes");
+    if (set_network(c, err) < 0)
+        return crl_err_prefix(err, "the guest's network");
+    return 0;
+}
+
+int crl_ga_exec_init(const char *init, struct crl_err *err)
+{
+    if (access(init, X_OK) < 0)
+        return crl_err_sys(err, errno,
+                           "the image has no init at %s (a full system's image: corral image "
+                           "build-vm)",
+                           init);
+    crl_info(NULL, "handing the guest to %s at %.3f s", init, uptime());
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    for (int s = 1; s < NSIG; s++)
+        signal(s, SIG_DFL);
+    char *argv[] = {(char *)init, NULL};
+    char *envp[] = {"HOME=/", "TERM=linux", NULL};
+    execve(init, argv, envp);
+    return crl_err_sys(err, errno, "exec %s", init);
+}
+
+/* ---- the agent as a full system's service ---- */
+
+/* Run argv to its end (at most `secs`), its first line of output in out. */
+static int run_line(char *const argv[], unsigned secs, char *out, size_t cap)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        dup2(p[1], 1);
+        alarm(secs); /* survives the exec: SIGALRM ends the program */
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(p[1]);
+    size_t n = 0;
+    ssize_t r;
+    while (pid > 0 && n + 1 < cap && (r = read(p[0], out + n, cap - 1 - n)) > 0)
+        n += (size_t)r;
+    close(p[0]);
+    out[n] = 0;
+    out[strcspn(out, "\n")] = 0;
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) < 0)
+        return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* The service's own cgroup (systemd delegates it): execs get leaves there. */
+static void own_cgroup(void)
+{
+    char line[256];
+    if (crl_read_file_at(AT_FDCWD, "/proc/self/cgroup", line, sizeof(line)) <= 0)
+        return;
+    char *path = strstr(line, "0::/");
+    if (!path)
+        return;
+    path += 3;
+    path[strcspn(path, "\n")] = 0;
+    snprintf(crl_ga_leaves, sizeof(crl_ga_leaves), "/sys/fs/cgroup%s", path);
+}
+
+int crl_ga_service_boot(struct crl_err *err)
+{
+    if ((crl_ga_rw_fd = open(CRL_GA_SYSTEM_RW, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+        return crl_err_sys(err, errno,
+                           "open %s (is this guest's PID 1 corral-agent's init? "
+                           "--systemd serves a guest it booted)",
+                           CRL_GA_SYSTEM_RW);
+    own_cgroup();
+    char name[128];
+    crl_guest_port_name(name, sizeof(name));
+    int fd = crl_guest_open_port(name, 30000);
+    if (fd < 0)
+        return crl_err_sys(err, errno, "virtio-serial port %s not found after 30 s", name);
+    /* The host saves a template once the agent greets it: after the boot,
+     * so that every clone starts from a system at rest. */
+    char state[64];
+    char *argv[] = {"/bin/systemctl", "is-system-running", "--wait", NULL};
+    int rc = run_line(argv, 600, state, sizeof(state));
+    crl_info(NULL, "the system is %s at %.3f s (systemctl: %d)", state[0] ? state : "?", uptime(),
+             rc);
+    if (strcmp(state, "running") != 0) {
+        char *failed[] = {"/bin/systemctl", "--failed", "--no-legend", "--plain", NULL};
+        char units[256];
+        run_line(failed, 30, units, sizeof(units));
+        crl_warn(NULL, "the system is %s: failed units begin with: %s", state, units);
+    }
+    return fd;
+}
+
+/* A clone's host SSH keys are its own: where the image has them (from the
+ * template's boot), they are made again. */
+static int ssh_host_keys(struct crl_err *err)
+{
+    static const char *const kinds[] = {"rsa", "ecdsa", "ed25519"};
+    bool had = false;
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+        char p[64];
+        snprintf(p, sizeof(p), "/etc/ssh/ssh_host_%s_key", kinds[i]);
+        if (unlink(p) == 0)
+            had = true;
+        snprintf(p, sizeof(p), "/etc/ssh/ssh_host_%s_key.pub", kinds[i]);
+        unlink(p);
+    }
+    if (!had || access("/usr/bin/ssh-keygen", X_OK) < 0)
+        return 0;
+    char out[128];
+    char *argv[] = {"/usr/bin/ssh-keygen", "-A", NULL};
+    if (run_line(argv, 60, out, sizeof(out)) != 0)
+        return crl_err_set(err, CRL_E_INTERNAL, "ssh-keygen -A failed: %s", out);
+    return 0;
+}
+
+int crl_ga_service_config(const struct crl_agent_config *c, struct crl_err *err)
+{
+    if (set_identity(c, err) < 0)
+        return -1;
+    int etc = open(CRL_GA_SYSTEM_ETC, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (etc < 0)
+        return crl_err_sys(err, errno, "open %s", CRL_GA_SYSTEM_ETC);
+    int r = write_etc_files_at(etc, c, true, err);
+    close(etc);
+    if (r < 0 || ssh_host_keys(err) < 0)
+        return crl_err_prefix(err, "the guest's identity");
     if (mount_volumes(c, err) < 0)
         return crl_err_prefix(err, "the guest's volumes");
     if (set_network(c, err) < 0)

@@ -23,6 +23,7 @@
 static int usage(void)
 {
     fprintf(stderr, "usage: corral-agent (as PID 1)\n"
+                    "       corral-agent --systemd (a full system's service, started by its init)\n"
                     "       corral-agent --serve-fd N [--root DIR] [--log-level L]\n");
     return 64;
 }
@@ -57,10 +58,34 @@ static int pid1(void)
     crl_ga_power_off();
 }
 
+/* A full system's agent: PID 1 built the root, handed the guest to
+ * systemd and left this service enabled; it greets the host once the
+ * system is up and serves as PID 1 did, but for the root. */
+static int service(void)
+{
+    crl_log_setup(CRL_LOG_INFO, CRL_LOG_TEXT, "corral-agent");
+    seed_json();
+    struct crl_err err = CRL_ERR_INIT;
+    int port = crl_ga_service_boot(&err);
+    if (port >= 0) {
+        struct crl_ga_opts o = {.fd = port, .service = true, .root = "/"};
+        if (crl_ga_serve(&o, &err) == 0) {
+            crl_info(NULL, "the host said BYE: powering off");
+            crl_ga_power_off();
+        }
+    }
+    /* Without its agent the machine is of no use to the host: the host
+     * sees it end, with this line on the console. */
+    crl_error(NULL, "%s: powering off", err.msg);
+    crl_ga_power_off();
+}
+
 int main(int argc, char **argv)
 {
     if (getpid() == 1)
         return pid1();
+    if (argc == 2 && strcmp(argv[1], "--systemd") == 0)
+        return service();
     struct crl_ga_opts o = {.fd = -1, .root = "/"};
     enum crl_log_level level = CRL_LOG_WARN;
     for (int i = 1; i < argc; i++) {

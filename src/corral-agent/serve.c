@@ -201,6 +201,8 @@ static int send_hello(struct agent *a, struct crl_err *err)
     return crl_ga_queue_json(a, CRL_AGENT_HELLO, 0, j, n, err);
 }
 
+static void drop_all(struct agent *a);
+
 static int do_config(struct agent *a, const struct crl_agent_frame *f, struct crl_err *err)
 {
     struct crl_agent_config *c = calloc(1, sizeof(*c));
@@ -209,6 +211,13 @@ static int do_config(struct agent *a, const struct crl_agent_frame *f, struct cr
     int r = crl_agent_parse_config(f->payload, f->len, c, err);
     if (r == 0 && a->o->pid1)
         r = crl_ga_init_config(c, !a->configured, err);
+    else if (r == 0 && a->o->service)
+        r = crl_ga_service_config(c, err);
+    /* PID 1 of a full system hands over to its init once READY is out. */
+    static char init[CRL_AGENT_MAX_PATH + 1];
+    bool handover = r == 0 && a->o->pid1 && !a->configured && c->init[0];
+    if (handover)
+        snprintf(init, sizeof(init), "%s", c->init);
     explicit_bzero(c->seed, sizeof(c->seed));
     free(c);
     if (r < 0)
@@ -226,9 +235,21 @@ static int do_config(struct agent *a, const struct crl_agent_frame *f, struct cr
     struct crl_agent_ready m = {.uptime_ms = ts.tv_sec * 1000 + ts.tv_nsec / 1000000};
     char *j;
     size_t n;
-    if (crl_agent_build_ready(&m, &j, &n, err) < 0)
+    if (crl_agent_build_ready(&m, &j, &n, err) < 0 ||
+        crl_ga_queue_json(a, CRL_AGENT_READY, 0, j, n, err) < 0)
         return -1;
-    return crl_ga_queue_json(a, CRL_AGENT_READY, 0, j, n, err);
+    if (!handover)
+        return 0;
+    /* The host hears READY before the port closes: then it waits for the
+     * service's HELLO.  What it sent meanwhile is the new agent's. */
+    crl_set_nonblock(a->port, 0);
+    while (a->out.len)
+        if (flush_some(a) < 0)
+            return crl_err_sys(err, errno, "READY before the hand-over");
+    close_fd(&a->port);
+    drop_all(a);
+    crl_ga_reap(a);
+    return crl_ga_exec_init(init, err);
 }
 
 /* A frame on a stream that is not open: late STDIN, CREDIT, SIGNAL,
@@ -422,7 +443,7 @@ static int loop(struct agent *a, struct crl_err *err)
     size_t cap = 0;
     int ret = -1;
     for (;;) {
-        if (a->o->pid1 && !a->connected && host_connected(a->port)) {
+        if (crl_ga_reconnects(a->o) && !a->connected && host_connected(a->port)) {
             a->connected = true;
             port_async(a, false);
             crl_info(NULL, "the host opened the port");
@@ -483,13 +504,13 @@ static int loop(struct agent *a, struct crl_err *err)
                 while (read(a->sigfd, &si, sizeof(si)) > 0)
                     ;
                 crl_ga_reap(a);
-                if (a->o->pid1)
+                if (crl_ga_reconnects(a->o))
                     crl_ga_exec_tidy();
                 continue;
             }
             if (fd == a->port) {
                 if (pfd[i].revents & POLLOUT && flush_some(a) < 0) {
-                    if (!a->o->pid1) {
+                    if (!crl_ga_reconnects(a->o)) {
                         ret = errno == EPIPE ? 0 : crl_err_sys(err, errno, "write to the host");
                         goto out;
                     }
@@ -503,7 +524,7 @@ static int loop(struct agent *a, struct crl_err *err)
                 ssize_t r = read(a->port, buf, sizeof(buf));
                 if (r < 0 && (errno == EINTR || errno == EAGAIN))
                     continue;
-                if (r <= 0 && !a->o->pid1) {
+                if (r <= 0 && !crl_ga_reconnects(a->o)) {
                     ret = r == 0 || errno == ECONNRESET
                               ? 0
                               : crl_err_sys(err, errno, "read from the host");
@@ -572,7 +593,8 @@ out:
 
 int crl_ga_serve(const struct crl_ga_opts *o, struct crl_err *err)
 {
-    struct agent a = {.o = o, .port = o->fd, .sigfd = -1, .rootfd = -1, .connected = !o->pid1};
+    struct agent a = {
+        .o = o, .port = o->fd, .sigfd = -1, .rootfd = -1, .connected = !crl_ga_reconnects(o)};
     crl_buf_init(&a.out, CRL_BUF_UNBOUNDED);
     sigset_t mask;
     sigemptyset(&mask);
@@ -597,7 +619,7 @@ int crl_ga_serve(const struct crl_ga_opts *o, struct crl_err *err)
         crl_err_sys(err, errno, "O_NONBLOCK on fd %d", a.port);
         goto out;
     }
-    if (o->pid1)
+    if (crl_ga_reconnects(o))
         port_async(&a, true);
     if (crl_agent_dec_init(&a.dec, CRL_AGENT_SIDE_GUEST, err) < 0)
         goto out;

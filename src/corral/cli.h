@@ -45,7 +45,10 @@ int crl_cli_dispatch(int argc, char **argv, const char *group, const struct crl_
 
 int crl_cmd_image(int argc, char **argv);
 int crl_cmd_volume(int argc, char **argv);
-int crl_cmd_image_build_debian(int argc, char **argv);
+/* What `corral image build-debian` makes: an ordinary image, or (build-vm)
+ * one with systemd and the guest kernel's modules for the vm backend. */
+enum crl_debian_flavour { CRL_DEBIAN_CONTAINER, CRL_DEBIAN_VM };
+int crl_cmd_image_build_debian(int argc, char **argv, enum crl_debian_flavour flavour);
 int crl_cmd_bench(int argc, char **argv); /* runs corral-bench */
 int crl_cmd_call(int argc, char **argv);
 int crl_cmd_functions(int argc, char **argv);

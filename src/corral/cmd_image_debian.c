@@ -1,5 +1,8 @@
 /* corral image build-debian: a Debian root filesystem made by debootstrap,
- * imported as a one-layer image.
+ * imported as a one-layer image.  corral image build-vm is the same with
+ * what a full OS in a vm guest boots (systemd, udev) and the guest
+ * kernel's package, so its /lib/modules is the kernel's the host boots
+ * guests with; the image is labelled kind "vm".
  *
  * debootstrap takes minutes, so its output is cached under
  * $XDG_CACHE_HOME/corral (else ~/.cache/corral), one directory per suite
@@ -49,7 +52,49 @@ static const char help[] =
     "  --store DIR         import into the store DIR directly, without corrald\n"
     "  --json              print the image as JSON\n";
 
+static const char help_vm[] =
+    "usage: corral image build-vm NAME[:TAG] [--suite S] [--packages A,B,...]\n"
+    "                             [--mirror URL] [--store DIR]\n"
+    "                             [--kernel-manifest FILE] [--json]\n"
+    "\n"
+    "Build a Debian image that boots as a full OS in the vm backend\n"
+    "(client.create(backend=\"vm\", image=NAME)) and import it as NAME: what\n"
+    "build-debian makes, plus systemd (as /sbin/init), udev, dbus, kmod,\n"
+    "iproute2, procps, e2fsprogs and the guest kernel's package, so that\n"
+    "/lib/modules/VERSION is the kernel the host boots guests with.  The kernel\n"
+    "package is named by the kernel manifest `corral setup microvm` (or make\n"
+    "microvm-guest) wrote, and comes from this host's apt, as the guest kernel\n"
+    "did (Debian ships kernel updates in SUITE-security, which debootstrap does\n"
+    "not read).  No initramfs in /boot (the host boots its own), an empty\n"
+    "/etc/machine-id (made on the first boot), root's password locked.  The\n"
+    "image is labelled org.corral.kind=vm; 'corral image ls' shows KIND vm.\n"
+    "Cached as build-debian's is.  Needs root.\n"
+    "\n"
+    "  --suite S               Debian suite (default bookworm)\n"
+    "  --packages A,B,...      packages to include beyond those\n"
+    "  --mirror URL            Debian mirror (default: the one apt uses here, else\n"
+    "                          http://deb.debian.org/debian)\n"
+    "  --store DIR             import into the store DIR directly, without corrald\n"
+    "  --kernel-manifest FILE  the guest kernel's manifest (default\n"
+    "                          build/microvm/kernel.manifest if there is one, else\n"
+    "                          /var/lib/corral/microvm/kernel.manifest)\n"
+    "  --json                  print the image as JSON\n";
+
 #define MAX_PACKAGES 256
+
+/* What build-vm adds to minbase: systemd as init, udev and kmod to find
+ * devices and load modules, dbus for systemd's own tools, and the ip, ps
+ * and mkfs.ext4 a guest's set-up runs.  linux-base and initramfs-tools are
+ * the kernel package's dependencies (its Depends in bookworm and trixie):
+ * it is installed with dpkg, which resolves nothing. */
+static const char vm_packages[] = "systemd,systemd-sysv,udev,dbus,kmod,iproute2,procps,e2fsprogs,"
+                                  "linux-base,initramfs-tools";
+
+/* The guest kernel, from its manifest (scripts/microvm-kernel.sh writes it). */
+struct guest_kernel {
+    char package[129]; /* linux-image-6.1.0-57-cloud-amd64 */
+    char version[129]; /* 6.1.0-57-cloud-amd64: its /lib/modules/<version> */
+};
 
 /* ---- inputs ---- */
 
@@ -151,6 +196,50 @@ static int cache_root(char *out, size_t cap, struct crl_err *err)
     return 0;
 }
 
+/* A manifest's `key=` line's value into out; false if none or not made of
+ * `allowed` characters. */
+static bool manifest_value(const char *text, const char *key, const char *allowed, char *out,
+                           size_t cap)
+{
+    size_t kl = strlen(key);
+    for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        if (strncmp(l, key, kl) != 0 || l[kl] != '=')
+            continue;
+        const char *v = l + kl + 1;
+        size_t n = strcspn(v, "\n");
+        if (n == 0 || n >= cap || strspn(v, allowed) < n)
+            return false;
+        memcpy(out, v, n);
+        out[n] = 0;
+        return true;
+    }
+    return false;
+}
+
+static int read_kernel_manifest(const char *path, struct guest_kernel *k, struct crl_err *err)
+{
+    cleanup_free char *text = NULL;
+    size_t len = 0;
+    struct crl_err e2 = CRL_ERR_INIT;
+    if (crl_read_file_alloc(path, 64u << 10, &text, &len, &e2) < 0)
+        return crl_err_set(err, e2.code,
+                           "the guest kernel's manifest: %s: run `make microvm-guest` (in a "
+                           "build tree) or `corral setup microvm` to fetch the guest kernel, or "
+                           "name its manifest with --kernel-manifest FILE",
+                           e2.msg);
+    static const char name_chars[] = "abcdefghijklmnopqrstuvwxyz0123456789+.-";
+    if (!manifest_value(text, "package", name_chars, k->package, sizeof(k->package)) ||
+        !pkg_ok(k->package) || strncmp(k->package, "linux-image-", 12) != 0)
+        return crl_err_set(err, CRL_E_INVALID,
+                           "the guest kernel's manifest %s names no kernel package "
+                           "(package=linux-image-...)",
+                           path);
+    if (!manifest_value(text, "version", name_chars, k->version, sizeof(k->version)))
+        return crl_err_set(err, CRL_E_INVALID,
+                           "the guest kernel's manifest %s has no version= line", path);
+    return 0;
+}
+
 /* ---- debootstrap, cached ---- */
 
 /* Remove the files (not directories) in dir/sub, those ending in `suffix`
@@ -172,6 +261,47 @@ static void prune(const char *dir, const char *sub, const char *suffix)
         closedir(d);
 }
 
+/* Run argv (in `dir` unless NULL, with `envp`), its output appended to
+ * `log`.  On a failure the log's end, which says why, goes to stderr and
+ * the error names `what`; `install` says how to get a program that is not
+ * there. */
+static int run_logged(char *const argv[], const char *dir, char *const envp[], const char *log,
+                      const char *what, const char *install, struct crl_err *err)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
+    if (dir)
+        posix_spawn_file_actions_addchdir_np(&fa, dir);
+    pid_t pid;
+    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, envp);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0)
+        return crl_err_sys(err, rc, "running %s%s%s%s", argv[0], install ? " (" : "",
+                           install ? install : "", install ? ")" : "");
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return crl_err_sys(err, errno, "waitpid(%s)", argv[0]);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return 0;
+    /* its log's end says why */
+    cleanup_free char *text = NULL;
+    size_t len = 0;
+    struct crl_err e2 = CRL_ERR_INIT;
+    if (crl_read_file_alloc(log, 64u << 20, &text, &len, &e2) == 0 && len) {
+        size_t start = len, lines = 0;
+        while (start > 0 && lines < 15)
+            if (text[--start] == '\n')
+                lines++;
+        fprintf(stderr, "%s\n", text + start);
+    }
+    return crl_err_set(err, CRL_E_INTERNAL, "%s failed (status 0x%x; its log: %s)", what,
+                       (unsigned)status, log);
+}
+
 static int run_debootstrap(const char *suite, const char *pkgs, const char *mirror,
                            const char *target, const char *log, struct crl_err *err)
 {
@@ -187,40 +317,169 @@ static int run_debootstrap(const char *suite, const char *pkgs, const char *mirr
                     include ? (char *)target : (char *)mirror,
                     include ? (char *)mirror : NULL,
                     NULL};
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
-    pid_t pid;
-    int rc = posix_spawnp(&pid, "debootstrap", &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0)
-        return crl_err_sys(err, rc, "running debootstrap (apt-get install debootstrap)");
-    int status;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR)
-            return crl_err_sys(err, errno, "waitpid(debootstrap)");
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        return 0;
-    /* its log's end says why */
-    cleanup_free char *text = NULL;
-    size_t len = 0;
-    struct crl_err e2 = CRL_ERR_INIT;
-    if (crl_read_file_alloc(log, 64u << 20, &text, &len, &e2) == 0 && len) {
-        size_t start = len, lines = 0;
-        while (start > 0 && lines < 15)
-            if (text[--start] == '\n')
-                lines++;
-        fprintf(stderr, "%s\n", text + start);
-    }
-    return crl_err_set(err, CRL_E_INTERNAL, "debootstrap %s failed (status 0x%x; its log: %s)",
-                       suite, (unsigned)status, log);
+    char what[64];
+    snprintf(what, sizeof(what), "debootstrap %s", suite);
+    return run_logged(argv, NULL, environ, log, what, "apt-get install debootstrap", err);
 }
 
-/* The cached rootfs for suite+pkgs at entry/rootfs, made if missing. */
+/* ---- what build-vm does to the tree ---- */
+
+/* What programs run in the tree get: not the caller's environment (a PATH
+ * without sbin fails dpkg); INITRD=No tells the kernel's postinst hook to
+ * make no initramfs, which a guest never boots (the host boots its own). */
+static char *const chroot_env[] = {
+    (char *)"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    (char *)"HOME=/root",
+    (char *)"LC_ALL=C",
+    (char *)"DEBIAN_FRONTEND=noninteractive",
+    (char *)"INITRD=No",
+    NULL};
+
+/* The kernel package into rootfs: downloaded by this host's apt (where
+ * `corral setup microvm` got the guest kernel: Debian's kernel updates are
+ * in SUITE-security, a suite and mirror debootstrap does not read) into
+ * the tree's apt cache, which prune() empties, then dpkg -i in the tree,
+ * which runs its postinst (depmod). */
+static int install_kernel(const char *rootfs, const struct guest_kernel *k, const char *log,
+                          struct crl_err *err)
+{
+    char dir[4400], deb[4700], what[200];
+    snprintf(dir, sizeof(dir), "%s/var/cache/apt/archives", rootfs);
+    fprintf(stderr, "corral: %s, from this host's apt, into the image\n", k->package);
+    /* apt would drop to _apt to download, which cannot write to a cache
+     * in root's 0700 home; the .deb is checked against apt's signed lists
+     * all the same */
+    char *get[] = {(char *)"apt-get",
+                   (char *)"download",
+                   (char *)"-q",
+                   (char *)"-o",
+                   (char *)"APT::Sandbox::User=root",
+                   (char *)k->package,
+                   NULL};
+    snprintf(what, sizeof(what), "apt-get download %s (is it in this host's apt sources?)",
+             k->package);
+    if (run_logged(get, dir, environ, log, what, NULL, err) < 0)
+        return -1;
+    /* apt names it PACKAGE_VERSION_ARCH.deb */
+    size_t pl = strlen(k->package);
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    deb[0] = 0;
+    while (d && (de = readdir(d))) {
+        size_t n = strlen(de->d_name);
+        if (strncmp(de->d_name, k->package, pl) == 0 && de->d_name[pl] == '_' && n > 4 &&
+            strcmp(de->d_name + n - 4, ".deb") == 0)
+            snprintf(deb, sizeof(deb), "/var/cache/apt/archives/%s", de->d_name);
+    }
+    if (d)
+        closedir(d);
+    if (!deb[0])
+        return crl_err_set(err, CRL_E_INTERNAL, "apt-get download %s left no .deb in %s",
+                           k->package, dir);
+    char *install[] = {
+        (char *)"chroot", (char *)rootfs, (char *)"dpkg", (char *)"--install", deb, NULL};
+    snprintf(what, sizeof(what), "dpkg --install %s in the image", k->package);
+    if (run_logged(install, NULL, chroot_env, log, what, NULL, err) < 0)
+        return -1;
+    /* the postinst runs depmod; a kernel whose postinst did not gets it here */
+    char path[4700];
+    snprintf(path, sizeof(path), "%s/lib/modules/%s", rootfs, k->version);
+    if (access(path, F_OK) < 0)
+        return crl_err_set(err, CRL_E_INVALID,
+                           "the kernel package %s has no /lib/modules/%s (the version its "
+                           "manifest names)",
+                           k->package, k->version);
+    snprintf(path, sizeof(path), "%s/lib/modules/%s/modules.dep", rootfs, k->version);
+    char *depmod[] = {(char *)"chroot", (char *)rootfs, (char *)"depmod", (char *)k->version, NULL};
+    if (access(path, F_OK) < 0 &&
+        run_logged(depmod, NULL, chroot_env, log, "depmod", NULL, err) < 0)
+        return -1;
+    return 0;
+}
+
+/* Remove /boot/initrd.img-*, and the /initrd.img links to them. */
+static int remove_initrd(const char *rootfs, struct crl_err *err)
+{
+    char path[4300];
+    snprintf(path, sizeof(path), "%s/boot", rootfs);
+    DIR *d = opendir(path);
+    struct dirent *de;
+    while (d && (de = readdir(d)))
+        if (strncmp(de->d_name, "initrd.img-", 11) == 0 && unlinkat(dirfd(d), de->d_name, 0) < 0) {
+            int e = errno;
+            closedir(d);
+            return crl_err_sys(err, e, "removing %s/%s", path, de->d_name);
+        }
+    if (d)
+        closedir(d);
+    static const char *const links[] = {"initrd.img", "initrd.img.old", "boot/initrd.img",
+                                        "boot/initrd.img.old"};
+    for (size_t i = 0; i < CRL_ARRAY_SIZE(links); i++) {
+        struct stat st;
+        snprintf(path, sizeof(path), "%s/%s", rootfs, links[i]);
+        if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode) && unlink(path) < 0)
+            return crl_err_sys(err, errno, "removing %s", path);
+    }
+    return 0;
+}
+
+/* An empty /etc/machine-id: systemd's sign of a first boot, when it makes
+ * one up (the guest agent writes the sandbox's own); the one systemd's
+ * postinst made here would be every guest's.  D-Bus reads its own copy
+ * first, which dbus's postinst wrote: it becomes a link to the real one,
+ * as Debian's cloud images have it. */
+static int empty_machine_id(const char *rootfs, struct crl_err *err)
+{
+    char path[4300];
+    snprintf(path, sizeof(path), "%s/etc/machine-id", rootfs);
+    if (unlink(path) < 0 && errno != ENOENT)
+        return crl_err_sys(err, errno, "removing %s", path);
+    cleanup_close int fd =
+        crl_openat(AT_FDCWD, path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0444);
+    if (fd < 0)
+        return crl_err_sys(err, errno, "creating %s", path);
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/var/lib/dbus/machine-id", rootfs);
+    if (lstat(path, &st) == 0 && !S_ISLNK(st.st_mode) &&
+        (unlink(path) < 0 || symlink("/etc/machine-id", path) < 0))
+        return crl_err_sys(err, errno, "linking %s to /etc/machine-id", path);
+    return 0;
+}
+
+/* root's password locked.  debootstrap leaves it '*' (no password opens
+ * it), and then /etc/shadow stays as it is; a tree that has one, or an
+ * empty one, gets passwd --lock. */
+static int lock_root(const char *rootfs, const char *log, struct crl_err *err)
+{
+    char path[4300];
+    snprintf(path, sizeof(path), "%s/etc/shadow", rootfs);
+    cleanup_free char *text = NULL;
+    size_t len = 0;
+    if (crl_read_file_alloc(path, 4u << 20, &text, &len, err) < 0)
+        return -1;
+    for (const char *l = text; l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        if (strncmp(l, "root:", 5) == 0 && (l[5] == '*' || l[5] == '!'))
+            return 0;
+    char *argv[] = {(char *)"chroot", (char *)rootfs, (char *)"passwd",
+                    (char *)"--lock", (char *)"root", NULL};
+    return run_logged(argv, NULL, chroot_env, log, "passwd --lock root", NULL, err);
+}
+
+/* build-vm's work on a debootstrap'd tree. */
+static int vm_finish(const char *rootfs, const struct guest_kernel *k, const char *log,
+                     struct crl_err *err)
+{
+    if (install_kernel(rootfs, k, log, err) < 0 || remove_initrd(rootfs, err) < 0 ||
+        empty_machine_id(rootfs, err) < 0 || lock_root(rootfs, log, err) < 0)
+        return -1;
+    return 0;
+}
+
+/* The cached rootfs for suite+pkgs at entry/rootfs, made if missing;
+ * with `kernel`, made a vm image's (vm_finish()) before it is marked
+ * complete. */
 static int cached_rootfs(const char *entry, const char *suite, const char *pkgs, const char *mirror,
-                         struct crl_err *err)
+                         const struct guest_kernel *kernel, struct crl_err *err)
 {
     char done[4200], tmp[4200], path[4300];
     snprintf(done, sizeof(done), "%s/complete", entry);
@@ -240,7 +499,9 @@ static int cached_rootfs(const char *entry, const char *suite, const char *pkgs,
     char log[4300];
     snprintf(path, sizeof(path), "%s/rootfs", tmp);
     snprintf(log, sizeof(log), "%s.log", entry);
-    if (run_debootstrap(suite, pkgs, mirror, path, log, err) < 0) {
+    unlink(log);
+    if (run_debootstrap(suite, pkgs, mirror, path, log, err) < 0 ||
+        (kernel && vm_finish(path, kernel, log, err) < 0)) {
         crl_rm_rf_at(AT_FDCWD, tmp);
         return -1;
     }
@@ -249,7 +510,8 @@ static int cached_rootfs(const char *entry, const char *suite, const char *pkgs,
     prune(path, "var/lib/apt/lists", NULL);
     snprintf(path, sizeof(path), "%s/complete", tmp);
     char what[4096];
-    snprintf(what, sizeof(what), "%s %s\n", suite, pkgs);
+    snprintf(what, sizeof(what), "%s %s%s%s\n", suite, pkgs, kernel ? " " : "",
+             kernel ? kernel->package : "");
     cleanup_close int fd = crl_openat(AT_FDCWD, path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0 || crl_write_full(fd, what, strlen(what)) < 0 || fsync(fd) < 0) {
         int e = errno;
@@ -265,11 +527,15 @@ static int cached_rootfs(const char *entry, const char *suite, const char *pkgs,
     return 0;
 }
 
-static json_t *image_config(void)
+static json_t *image_config(enum crl_debian_flavour flavour)
 {
-    return json_pack("{s:[s,s,s], s:s, s:s, s:[s]}", "env",
-                     "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                     "HOME=/root", "LANG=C.UTF-8", "cwd", "/", "user", "0:0", "cmd", "/bin/bash");
+    json_t *c =
+        json_pack("{s:[s,s,s], s:s, s:s, s:[s]}", "env",
+                  "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root",
+                  "LANG=C.UTF-8", "cwd", "/", "user", "0:0", "cmd", "/bin/bash");
+    if (c && flavour == CRL_DEBIAN_VM)
+        json_object_set_new(c, "kind", json_string("vm"));
+    return c;
 }
 
 /* ---- the layer: a tar of the rootfs, cached with its digest ---- */
@@ -435,17 +701,28 @@ static int post_archive(const char *entry, const char *name, json_t *cfg, json_t
     return rc;
 }
 
-int crl_cmd_image_build_debian(int argc, char **argv)
+int crl_cmd_image_build_debian(int argc, char **argv, enum crl_debian_flavour flavour)
 {
-    enum { OPT_SUITE = CRL_CLI_OPT_OTHER, OPT_PACKAGES, OPT_MIRROR, OPT_STORE, OPT_JSON };
-    static const struct option opts[] = {{"suite", required_argument, 0, OPT_SUITE},
-                                         {"packages", required_argument, 0, OPT_PACKAGES},
-                                         {"mirror", required_argument, 0, OPT_MIRROR},
-                                         {"store", required_argument, 0, OPT_STORE},
-                                         {"json", no_argument, 0, OPT_JSON},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    const char *suite = "bookworm", *pkg_arg = NULL, *store = NULL;
+    enum {
+        OPT_SUITE = CRL_CLI_OPT_OTHER,
+        OPT_PACKAGES,
+        OPT_MIRROR,
+        OPT_STORE,
+        OPT_JSON,
+        OPT_KERNEL_MANIFEST
+    };
+    static const struct option opts[] = {
+        {"suite", required_argument, 0, OPT_SUITE},
+        {"packages", required_argument, 0, OPT_PACKAGES},
+        {"mirror", required_argument, 0, OPT_MIRROR},
+        {"store", required_argument, 0, OPT_STORE},
+        {"json", no_argument, 0, OPT_JSON},
+        {"kernel-manifest", required_argument, 0, OPT_KERNEL_MANIFEST},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    bool vm = flavour == CRL_DEBIAN_VM;
+    const char *cmd = vm ? "build-vm" : "build-debian";
+    const char *suite = "bookworm", *pkg_arg = NULL, *store = NULL, *manifest = NULL;
     char mirror[512] = "";
     bool as_json = false;
     int c;
@@ -457,7 +734,12 @@ int crl_cmd_image_build_debian(int argc, char **argv)
         case OPT_MIRROR: snprintf(mirror, sizeof(mirror), "%s", optarg); break;
         case OPT_STORE: store = optarg; break;
         case OPT_JSON: as_json = true; break;
-        case 'h': return crl_cli_help(help);
+        case OPT_KERNEL_MANIFEST:
+            if (!vm)
+                return crl_cli_usage(argv[0], "--kernel-manifest is build-vm's option");
+            manifest = optarg;
+            break;
+        case 'h': return crl_cli_help(vm ? help_vm : help);
         default: return crl_cli_bad_option(argv[0], argv, c);
         }
     }
@@ -471,29 +753,52 @@ int crl_cmd_image_build_debian(int argc, char **argv)
     size_t sl = strlen(suite);
     if (!sl || sl > 32 || strspn(suite, "abcdefghijklmnopqrstuvwxyz0123456789-") != sl)
         return crl_cli_usage(argv[0], "--suite '%s' is not a Debian suite name", suite);
+    struct guest_kernel kernel;
+    if (vm) {
+        /* a build tree's (make microvm-guest), else corrald's (corral setup
+         * microvm) */
+        if (!manifest)
+            manifest = access("build/microvm/kernel.manifest", F_OK) == 0
+                           ? "build/microvm/kernel.manifest"
+                           : "/var/lib/corral/microvm/kernel.manifest";
+        if (read_kernel_manifest(manifest, &kernel, &err) < 0) {
+            crl_err_prefix(&err, "%s %s", cmd, canon);
+            return crl_cli_fail(&err);
+        }
+    }
+    cleanup_free char *all_pkgs = NULL;
+    if (vm && asprintf(&all_pkgs, "%s,%s", vm_packages, pkg_arg ? pkg_arg : "") < 0)
+        all_pkgs = NULL;
+    if (vm && !all_pkgs) {
+        crl_err_sys(&err, ENOMEM, "%s", cmd);
+        return crl_cli_fail(&err);
+    }
     struct crl_buf pkgs;
     crl_buf_init(&pkgs, CRL_BUF_UNBOUNDED);
-    if (packages(pkg_arg, &pkgs, &err) < 0) {
+    if (packages(vm ? all_pkgs : pkg_arg, &pkgs, &err) < 0) {
         crl_buf_free(&pkgs);
         return crl_cli_usage(argv[0], "%s", err.msg);
     }
     if (!mirror[0])
         detect_mirror(mirror, sizeof(mirror));
 
-    /* The cache entry: suite and sorted packages, hashed into its name. */
+    /* The cache entry: suite and sorted packages, and for build-vm its
+     * flavour and kernel, hashed into its name. */
     char root[4096], entry[4200], key[CRL_DIGEST_LEN + 1];
     cleanup_free char *keytext = NULL;
     const char *pkg_list = pkgs.len ? pkgs.data : "";
-    if (asprintf(&keytext, "%s\n%s", suite, pkg_list) < 0)
+    if (asprintf(&keytext, "%s\n%s%s%s", suite, pkg_list, vm ? "\nvm " : "",
+                 vm ? kernel.package : "") < 0)
         keytext = NULL;
-    json_auto_t *cfg = image_config();
+    json_auto_t *cfg = image_config(flavour);
     json_auto_t *out = NULL;
     int rc = keytext && cfg ? cache_root(root, sizeof(root), &err)
-                            : crl_err_sys(&err, ENOMEM, "build-debian");
+                            : crl_err_sys(&err, ENOMEM, "%s", cmd);
     if (rc == 0) {
         crl_sha256_buf(keytext, strlen(keytext), key);
-        snprintf(entry, sizeof(entry), "%s/debian-%s-%.12s", root, suite, crl_digest_hex(key));
-        rc = cached_rootfs(entry, suite, pkg_list, mirror, &err);
+        snprintf(entry, sizeof(entry), "%s/debian-%s%s-%.12s", root, vm ? "vm-" : "", suite,
+                 crl_digest_hex(key));
+        rc = cached_rootfs(entry, suite, pkg_list, mirror, vm ? &kernel : NULL, &err);
     }
     if (rc == 0 && store) {
         char rootfs[4300];
@@ -513,7 +818,7 @@ int crl_cmd_image_build_debian(int argc, char **argv)
     }
     crl_buf_free(&pkgs);
     if (rc < 0) {
-        crl_err_prefix(&err, "build-debian %s", canon);
+        crl_err_prefix(&err, "%s %s", cmd, canon);
         return crl_cli_fail(&err);
     }
     if (as_json)

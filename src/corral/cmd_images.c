@@ -1,6 +1,6 @@
 /* corral image: the image store, through corrald or (--store) directly.
  *
- *   corral image ls | inspect | rm | tag | gc | import | build-debian
+ *   corral image ls | inspect | rm | tag | gc | import | build-debian | build-vm
  *
  * `corral images` is `corral image ls`.  Imports stream: a file is sent as
  * it is read, a directory (an OCI image layout) as a tar stream made on the
@@ -36,20 +36,26 @@ static const char help[] =
     "                                  DIR:REF) picks one image of several\n"
     "  build-debian NAME [--suite S] [--packages A,B,...] [--mirror URL] [--store DIR]\n"
     "                                  a Debian image made by debootstrap (cached)\n"
+    "  build-vm NAME [--suite S] [--packages A,B,...] [--mirror URL] [--store DIR]\n"
+    "           [--kernel-manifest FILE]\n"
+    "                                  the same with systemd and the guest kernel's\n"
+    "                                  modules: an image for the vm backend\n"
     "\n"
     "NAME is NAME[:TAG] (':latest' if none) or an image id (sha256:..., or 12 or\n"
-    "more of its hex digits).  With --store DIR, import and build-debian write\n"
-    "into that store directly, without corrald.\n";
+    "more of its hex digits).  With --store DIR, import, build-debian and build-vm\n"
+    "write into that store directly, without corrald.\n";
 
 static const char help_ls[] = "usage: corral image ls [--json]\n"
                               "\n"
                               "List the images corrald has, and how many sandboxes use each.\n"
+                              "KIND is vm for an image made to boot in the vm backend\n"
+                              "(build-vm), else container.\n"
                               "\n"
                               "  --json              print corrald's answer as JSON\n";
 
 static const char help_inspect[] = "usage: corral image inspect NAME\n"
                                    "\n"
-                                   "Print an image as JSON: its names, id, layers, size and\n"
+                                   "Print an image as JSON: its names, id, kind, layers, size and\n"
                                    "runtime config (env, cwd, user, entrypoint, cmd).\n";
 
 static const char help_rm[] = "usage: corral image rm NAME...\n"
@@ -118,8 +124,8 @@ static const char *short_id(json_t *img, char *buf, size_t cap)
 
 static void show_list(json_t *out)
 {
-    printf("%-28s %-12s %-10s %-6s %-9s %-6s %s\n", "NAME", "ID", "SIZE", "LAYERS", "SANDBOXES",
-           "USER", "CMD");
+    printf("%-28s %-12s %-9s %-10s %-6s %-9s %-6s %s\n", "NAME", "ID", "KIND", "SIZE", "LAYERS",
+           "SANDBOXES", "USER", "CMD");
     size_t i;
     json_t *img;
     json_array_foreach(json_object_get(out, "images"), i, img)
@@ -130,8 +136,8 @@ static void show_list(json_t *out)
         argv_text(json_object_get(img, "entrypoint"), &b);
         argv_text(json_object_get(img, "cmd"), &b);
         json_t *sz = json_object_get(img, "size");
-        printf("%-28s %-12s %-10s %-6zu %-9lld %-6s %s\n", crl_cli_str(img, "name", "?"),
-               short_id(img, id, sizeof(id)),
+        printf("%-28s %-12s %-9s %-10s %-6zu %-9lld %-6s %s\n", crl_cli_str(img, "name", "?"),
+               short_id(img, id, sizeof(id)), crl_cli_str(img, "kind", "container"),
                sz ? crl_cli_bytes((double)json_integer_value(sz), size, sizeof(size)) : "-",
                json_array_size(json_object_get(img, "layers")),
                json_integer_value(json_object_get(img, "sandboxes")), crl_cli_str(img, "user", "-"),
@@ -381,17 +387,32 @@ static int cmd_import(int argc, char **argv)
 
 /* ---- dispatch ---- */
 
+static int cmd_build_debian(int argc, char **argv)
+{
+    return crl_cmd_image_build_debian(argc, argv, CRL_DEBIAN_CONTAINER);
+}
+
+static int cmd_build_vm(int argc, char **argv)
+{
+    return crl_cmd_image_build_debian(argc, argv, CRL_DEBIAN_VM);
+}
+
 static const struct crl_cli_sub subs[] = {
-    {"ls", cmd_ls},           {"list", cmd_ls},
-    {"inspect", cmd_inspect}, {"rm", cmd_rm},
-    {"tag", cmd_tag},         {"gc", cmd_gc},
-    {"import", cmd_import},   {"build-debian", crl_cmd_image_build_debian},
+    {"ls", cmd_ls},
+    {"list", cmd_ls},
+    {"inspect", cmd_inspect},
+    {"rm", cmd_rm},
+    {"tag", cmd_tag},
+    {"gc", cmd_gc},
+    {"import", cmd_import},
+    {"build-debian", cmd_build_debian},
+    {"build-vm", cmd_build_vm},
 };
 
 int crl_cmd_image(int argc, char **argv)
 {
     return crl_cli_dispatch(argc, argv, "image", subs, CRL_ARRAY_SIZE(subs),
-                            "ls, inspect, rm, tag, gc, import, build-debian", help);
+                            "ls, inspect, rm, tag, gc, import, build-debian, build-vm", help);
 }
 
 int crl_cmd_images(int argc, char **argv)

@@ -22,7 +22,7 @@ static const struct {
     {"cp", crl_cmd_cp, "copy files and directories in and out of a sandbox"},
     {"rm", crl_cmd_rm, "destroy sandboxes"},
     {"host", crl_cmd_host, "show the host's capacity and use"},
-    {"image", crl_cmd_image, "images: ls, inspect, rm, tag, gc, import, build-debian"},
+    {"image", crl_cmd_image, "images: ls, inspect, rm, tag, gc, import, build-debian, build-vm"},
     {"images", crl_cmd_images, "list images (corral image ls)"},
     {"volume", crl_cmd_volume, "named volumes: create, ls, inspect, rm"},
     {"call", crl_cmd_call, "call a registered function with JSON arguments"},

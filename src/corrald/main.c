@@ -149,7 +149,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "corrald: close_range: %s\n", strerror(errno));
     /* The backends this daemon serves; a spec naming another is refused (501). */
     static const struct crl_backend_ops *const backends[] = {
-        &crl_container_backend, &crl_function_backend, &crl_microvm_backend};
+        &crl_container_backend, &crl_function_backend, &crl_microvm_backend, &crl_vm_backend};
     struct crl_host_config hc;
     crl_host_config_defaults(&hc);
     hc.backends = backends;

@@ -6,7 +6,8 @@ Fixtures:
                    stopped (and checked) when the test ends
   client           a corral.Client on the shared daemon
   sandbox          a small fresh sandbox on the shared daemon, destroyed after
-  backend          "container", then "microvm": the contract tests run on each
+  backend          "container", "microvm", then "vm": the contract tests run on each
+                   (sized(backend, ...): a spec fit for it)
   any_sandbox      a small fresh sandbox of each backend in turn
   built, imaged, iclient, tree_image   the image tests', from images_common.py
   netlab           a lab internet of network namespaces, one per test module
@@ -69,10 +70,17 @@ MICROVM = REPO / "build" / "microvm"
 MICROVM_READY = (MICROVM / "vmlinuz").is_file() and (MICROVM / "initrd.cpio").is_file()
 MICROVM_ARGS = ["--microvm-kernel", str(MICROVM / "vmlinuz"),
                 "--microvm-initrd", str(MICROVM / "initrd.cpio")]
+# The vm backend's image (`make images` builds it once the guest kernel is
+# there): a full Debian system.
+VM_READY = MICROVM_READY and (IMAGES / "tags" / "debian-vm:latest").is_file()
 # The backends the contract tests run on: a test that takes the `backend`
-# fixture runs once on each (microvm under TCG here: guests are restored
-# from a template per shape, not booted).
-BACKENDS = ("container", "microvm")
+# fixture runs once on each (microvm and vm under TCG here: guests are
+# restored from a template, not booted).
+BACKENDS = ("container", "microvm", "vm")
+# Every full system the contract tests make is of one image and shape: its
+# template is a boot of systemd (half a minute under TCG here), once per
+# image, memory and disk size.
+VM_SHAPE = {"image": "debian-vm", "memory_mb": 512}
 # OCI's name for this machine's architecture: the configs of the images made
 # here say it, since corrald refuses an image for another platform.
 HOST_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
@@ -402,16 +410,29 @@ def sandbox(client):
 @pytest.fixture(params=BACKENDS)
 def backend(request):
     """Each backend the shared contract holds for, in turn."""
-    if request.param == "microvm" and not MICROVM_READY:
+    if request.param in ("microvm", "vm") and not MICROVM_READY:
         pytest.skip(f"no microvm guest in {MICROVM}: `make microvm-guest` builds it (it needs "
                     "the kernel apt fetches)")
+    if request.param == "vm" and not VM_READY:
+        pytest.skip(f"no debian-vm image in {IMAGES}: `make images` builds it once the guest "
+                    "kernel is there")
     return request.param
+
+
+def sized(backend, **spec):
+    """The keywords of a create on `backend`: SMALL's resources unless the
+    test names its own; a full system's image and memory always (VM_SHAPE),
+    and its disk unless the test names one."""
+    spec = {**SMALL, **spec, "backend": backend}
+    if backend == "vm":
+        spec.update(VM_SHAPE)
+    return spec
 
 
 @pytest.fixture
 def any_sandbox(client, backend):
     """A small fresh sandbox of each backend in turn."""
-    with client.create(backend=backend, **SMALL) as sb:
+    with client.create(**sized(backend)) as sb:
         yield sb
 
 

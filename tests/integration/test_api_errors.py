@@ -70,7 +70,6 @@ BAD_SPECS = [
     ({"backend": "zzz"}, 400, "invalid_argument", ["backend", "zzz"]),
     ({"network": {"mode": "zzz"}}, 400, "invalid_argument", ["network.mode"]),
     ({"image": "no-such-image"}, 404, "not_found", ["no-such-image"]),
-    ({"backend": "vm"}, 501, "not_implemented", ["vm"]),
     ({"backend": "function", "runtime": "ruby"}, 400, "invalid_argument", ["runtime", "ruby"]),
     ({"runtime": "python"}, 400, "invalid_argument", ["runtime", "function"]),
     # (a network that works is test_network.py's, in its lab: not on this host)

@@ -12,19 +12,21 @@ import time
 import pytest
 
 import corral
-from conftest import BUILD, MICROVM_READY, SMALL, wait_for
+from conftest import BUILD, MICROVM_READY, SMALL, VM_READY, sized, wait_for
 
 
 def fs_sandbox(client, backend):
     if backend == "function":
         return client.create(backend="function", runtime="shell", **SMALL)
-    return client.create(backend=backend, image="debian", **SMALL)
+    return client.create(**sized(backend, image="debian"))
 
 
-@pytest.fixture(params=["container", "microvm", "function"])
+@pytest.fixture(params=["container", "microvm", "vm", "function"])
 def fsb(request, client):
-    if request.param == "microvm" and not MICROVM_READY:
+    if request.param in ("microvm", "vm") and not MICROVM_READY:
         pytest.skip("no microvm guest: `make microvm-guest` builds it")
+    if request.param == "vm" and not VM_READY:
+        pytest.skip("no debian-vm image: `make images` builds it")
     with fs_sandbox(client, request.param) as sb:
         # a function's files API is rooted at its scratch dir, its commands' cwd
         fn = request.param == "function"

@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 import corral
-from conftest import SMALL, need_debian, wait_for
+from conftest import SMALL, need_debian, sized, wait_for
 from netlab import ECHO, RESOLVER, WEB
 
 
@@ -36,7 +36,7 @@ def lab_corrald(netlab, corrald_factory):
 
 
 def make(c, network, backend="container"):
-    return c.create(**SMALL, network=network, backend=backend)
+    return c.create(**sized(backend), network=network)
 
 
 def _net(sb):
@@ -152,7 +152,7 @@ def get(sb, url):
 
 
 def make_debian(c, network, backend="container"):
-    return c.create(image="debian", memory_mb=256, network=network, backend=backend)
+    return c.create(**sized(backend, image="debian", memory_mb=256), network=network)
 
 
 @need_debian

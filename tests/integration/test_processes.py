@@ -20,7 +20,7 @@ import time
 import pytest
 
 import corral
-from conftest import BUILD, SMALL, wait_for
+from conftest import BUILD, SMALL, sized, wait_for
 
 CORRAL = BUILD / "corral"
 
@@ -284,7 +284,7 @@ def test_the_process_api_on_each_backend(client, backend):
     """What an agent framework uses, the same on a container and a microVM:
     start, list, find, feed, follow, signal the process and its group, a
     terminal that follows a resize."""
-    with client.create(backend=backend, image="debian", **SMALL) as sb:
+    with client.create(**sized(backend, image="debian")) as sb:
         p = sb.process.start("echo up; while read l; do echo \"got:$l\"; done; exit 9",
                              tag="loop")
         assert p.pid > 1 and [x.pid for x in sb.process.list()] == [p.pid]

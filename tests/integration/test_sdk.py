@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 import corral
-from conftest import SMALL
+from conftest import SMALL, sized
 
 # The contract every backend keeps: what takes `sandbox` or `backend` here
 # runs on each one (conftest.BACKENDS).
@@ -48,17 +48,19 @@ def test_default_client_from_environment(corrald, monkeypatch):
 
 
 def test_create_maps_keywords_into_the_spec(client, backend):
-    with client.create(backend=backend, image="busybox", memory_mb=96, cpus=0.5, pids=64,
-                       disk_mb=32, ttl_s=600, idle_ttl_s=300, labels={"k": "v"}, env={"E": "e"},
+    want = sized(backend, image="busybox", memory_mb=96, cpus=0.5, pids=64,
+                 disk_mb=1024 if backend == "vm" else 32)
+    with client.create(**want, ttl_s=600, idle_ttl_s=300, labels={"k": "v"}, env={"E": "e"},
                        cwd="/tmp", network="none") as sb:
         spec = sb.info["spec"]
-        assert spec["resources"] == {"memory_mb": 96, "cpus": 0.5, "pids": 64, "disk_mb": 32}
+        assert spec["resources"] == {k: want[k] for k in ("memory_mb", "cpus", "pids", "disk_mb")}
         assert (spec["ttl_s"], spec["idle_ttl_s"], spec["network"]) == (600, 300, {"mode": "none"})
         assert sb.info["labels"] == {"k": "v"} and sb.info["state"] == "ready"
         assert sb.exec("echo $E; pwd").stdout == b"e\n/tmp\n"
-    mem = 64 if backend == "container" else 112  # a microvm's kernel needs 96
-    with client.create(backend=backend, spec={"resources": {"memory_mb": mem, "pids": 32}},
-                       cpus=0.25) as sb:
+    # a microvm's kernel needs 96; a full system is of one shape (conftest.VM_SHAPE)
+    mem = {"container": 64, "microvm": 112}.get(backend) or sized(backend)["memory_mb"]
+    with client.create(backend=backend, image=sized(backend, image="busybox")["image"],
+                       spec={"resources": {"memory_mb": mem, "pids": 32}}, cpus=0.25) as sb:
         assert sb.info["spec"]["resources"]["memory_mb"] == mem
         assert sb.info["spec"]["resources"]["pids"] == 32
         assert sb.info["spec"]["resources"]["cpus"] == 0.25
@@ -66,8 +68,8 @@ def test_create_maps_keywords_into_the_spec(client, backend):
 
 def test_list_with_label_filter(client, backend):
     tag = uuid.uuid4().hex[:12]
-    with client.create(backend=backend, labels={"suite": tag, "role": "a"}, **SMALL) as a, \
-            client.create(backend=backend, labels={"suite": tag, "role": "b"}, **SMALL) as b:
+    with client.create(labels={"suite": tag, "role": "a"}, **sized(backend)) as a, \
+            client.create(labels={"suite": tag, "role": "b"}, **sized(backend)) as b:
         assert {s.id for s in client.list(labels={"suite": tag})} == {a.id, b.id}
         assert [s.id for s in client.list(labels={"suite": tag, "role": "a"})] == [a.id]
         assert client.list(labels={"suite": tag, "role": "c"}) == []
@@ -77,12 +79,13 @@ def test_list_with_label_filter(client, backend):
 
 
 def test_inspect_usage(client, backend):
-    with client.create(backend=backend, memory_mb=128, disk_mb=64, cpus=0.25) as sb:
+    disk_mb = 1024 if backend == "vm" else 64  # a full system's template is of its disk's size
+    with client.create(**sized(backend, disk_mb=disk_mb)) as sb:
         info = sb.inspect()
         assert info["id"] == sb.id and info["state"] == "ready"
         assert info["ready_at"] and info["expires_at"] and info["ended_at"] is None
         usage = info["usage"]
-        assert usage["disk_limit_bytes"] == 64 << 20
+        assert usage["disk_limit_bytes"] == disk_mb << 20
         assert usage["pids"] >= 1 and usage["oom_kills"] == 0
         sb.exec("dd if=/dev/zero of=/tmp/blob bs=1M count=4 2>/dev/null; sleep 5 & "
                 "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done")
@@ -99,7 +102,7 @@ def test_inspect_usage(client, backend):
 
 
 def test_destroy_is_idempotent(client, corrald, backend):
-    sb = client.create(backend=backend, **SMALL)
+    sb = client.create(**sized(backend))
     sb.destroy()
     assert sb.info["state"] == "destroyed"
     again = corrald.request("DELETE", f"/v1/sandboxes/{sb.id}")  # the API itself, not the SDK
@@ -129,7 +132,7 @@ def test_stdin(sandbox):
 
 
 def test_env(client, backend):
-    with client.create(backend=backend, env={"A": "sandbox", "B": "sandbox"}, **SMALL) as sb:
+    with client.create(env={"A": "sandbox", "B": "sandbox"}, **sized(backend)) as sb:
         r = sb.exec("echo $A $B $C; echo $PATH", env={"B": "exec", "C": "exec"})
         a_b_c, path = r.stdout.decode().splitlines()
         assert a_b_c == "sandbox exec exec"
@@ -138,7 +141,7 @@ def test_env(client, backend):
 
 
 def test_cwd(client, backend):
-    with client.create(backend=backend, cwd="/tmp", **SMALL) as sb:
+    with client.create(cwd="/tmp", **sized(backend)) as sb:
         assert sb.exec("pwd").stdout == b"/tmp\n"
         assert sb.exec("pwd", cwd="/etc").stdout == b"/etc\n"
         assert sb.exec(["pwd"], cwd="/").stdout == b"/\n"
@@ -361,8 +364,8 @@ def test_session_busy_is_a_conflict(corrald, sandbox):
 
 
 def test_ttl_and_idle_ttl(client, backend):
-    a = client.create(backend=backend, ttl_s=1, **SMALL)
-    b = client.create(backend=backend, idle_ttl_s=1, **SMALL)
+    a = client.create(ttl_s=1, **sized(backend))
+    b = client.create(idle_ttl_s=1, **sized(backend))
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if a.inspect()["state"] == b.inspect()["state"] == "destroyed":

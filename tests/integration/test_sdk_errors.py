@@ -118,7 +118,8 @@ SHARED = {
     "conflict": lambda d, c, sb: conflict(c),
     "payload_too_large": lambda d, c, sb: c.create(env={"X": "a" * (17 << 20)}),
     "unsupported_media_type": lambda d, c, sb: raw(c, "POST", "/v1/images", b"x", "text/plain"),
-    "not_implemented": lambda d, c, sb: c.create(backend="vm"),
+    "not_implemented": lambda d, c, sb: c.create(backend="function", runtime="shell",
+                                                 network={"mode": "full"}),
     "no_space": lambda d, c, sb: no_space(c),
 }
 # Provoked on a daemon of the test's own (test_a_host_in_trouble).

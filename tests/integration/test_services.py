@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 import corral
-from conftest import MICROVM_READY, SMALL, need_debian, wait_for
+from conftest import MICROVM_READY, SMALL, need_debian, sized, wait_for
 from netlab import WEB
 from test_cli import corral as run_cli
 from test_network import lab_corrald  # noqa: F401 (a fixture)
@@ -47,7 +47,7 @@ SHOP = {"name": "shop", "kind": "http-mock", "routes": [
 
 
 def debian(c, backend="container", **kw):
-    return c.create(image="debian", memory_mb=256, backend=backend, **kw)
+    return c.create(**sized(backend, image="debian", memory_mb=256), **kw)
 
 
 @need_debian

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SMALL
+from conftest import SMALL, sized
 
 
 def tid():
@@ -24,8 +24,9 @@ def tid():
 
 
 def create(d, traj, checkpoint=None, backend="container", **extra):
-    spec = {"backend": backend,
-            "resources": {"memory_mb": SMALL["memory_mb"], "cpus": SMALL["cpus"]}, **extra}
+    size = sized(backend)
+    spec = {"backend": backend, "image": size["image"] if "image" in size else "busybox",
+            "resources": {"memory_mb": size["memory_mb"], "cpus": size["cpus"]}, **extra}
     spec["trajectory"] = {"id": traj, "checkpoint": checkpoint} if checkpoint else traj
     r = d.request("POST", "/v1/sandboxes", spec)
     assert r.status == 201, r
@@ -181,7 +182,7 @@ def test_fork_from_a_step(corrald, backend):
 
 def test_fork_now_and_from_a_snapshot(corrald, client, backend):
     d = corrald
-    with client.create(backend=backend, **SMALL) as sb:
+    with client.create(**sized(backend)) as sb:
         exec_(d, sb.id, "echo one > /tmp/a; mkdir -p /tmp/d/e; echo deep > /tmp/d/e/f; "
                         "ln -s /tmp/a /tmp/link; rm /bin/true")
         snap = d.request("POST", f"/v1/sandboxes/{sb.id}/snapshot", {"name": "first"}).json()

@@ -542,6 +542,8 @@ static void test_msg_round_trips(void)
     snprintf(c->volumes[1].device, sizeof(c->volumes[1].device), "/dev/vdj");
     snprintf(c->volumes[1].path, sizeof(c->volumes[1].path), "/srv/ro");
     c->volumes[1].read_only = true;
+    snprintf(c->init, sizeof(c->init), "/sbin/init");
+    snprintf(c->machine_id, sizeof(c->machine_id), "0123456789abcdef0123456789abcdef");
     ok(crl_agent_build_config(c, &out, &n, &e) == 0 &&
            crl_agent_parse_config(out, n, &c[1], &e) == 0 && memcmp(&c[0], &c[1], sizeof(*c)) == 0,
        "CONFIG round trip (%s)", e.msg);
@@ -551,10 +553,12 @@ static void test_msg_round_trips(void)
     c->net_address[0] = c->net_gateway[0] = 0;
     c->net_prefix = 0;
     c->n_volumes = 0;
+    c->init[0] = c->machine_id[0] = 0;
     ok(crl_agent_build_config(c, &out, &n, &e) == 0 &&
            crl_agent_parse_config(out, n, &c[1], &e) == 0 && c[1].disk[0] == 0 &&
-           c[1].n_layers == 0 && c[1].n_volumes == 0 && !strstr(out, "volumes"),
-       "CONFIG without a disk, layers or volumes");
+           c[1].n_layers == 0 && c[1].n_volumes == 0 && c[1].init[0] == 0 &&
+           !strstr(out, "volumes") && !strstr(out, "init") && !strstr(out, "machine_id"),
+       "CONFIG without a disk, layers, volumes, init or machine-id");
     free(out);
     free(c);
 
@@ -778,6 +782,14 @@ static void test_msg_refused(void)
          "\"layers\":[],\"volumes\":[{\"device\":\"/dev/vdi\",\"path\":\"/d\","
          "\"read_only\":1}]}",
          "^CONFIG: volumes\\[0\\]: read_only is not true or false$"},
+        {1,
+         "{\"hostname\":\"a\",\"realtime_ns\":0,\"seed\":\"AAAAAAAAAAAAAAAAAAAAAA==\","
+         "\"layers\":[],\"init\":\"sbin/init\"}",
+         "^CONFIG: init is not an absolute path$"},
+        {1,
+         "{\"hostname\":\"a\",\"realtime_ns\":0,\"seed\":\"AAAAAAAAAAAAAAAAAAAAAA==\","
+         "\"layers\":[],\"machine_id\":\"0123456789ABCDEF0123456789abcdef\"}",
+         "^CONFIG: machine_id is not 32 lowercase hex digits$"},
         {2, "{\"argv\":[],\"cwd\":\"/\",\"uid\":0,\"gid\":0}",
          "^EXEC: argv has 0 entries \\(it may have 1 to 1024\\)$"},
         {2, "{\"argv\":[\"a\",1],\"cwd\":\"/\",\"uid\":0,\"gid\":0}",

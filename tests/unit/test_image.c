@@ -4,7 +4,8 @@
  * applier must refuse, with nothing written outside the layer.  Then the
  * reader's choice of one image of several (layouts of images with no
  * layers, written here): by ref, by platform, through a nested index, in a
- * docker manifest.json, and the messages that list what is there. */
+ * docker manifest.json, and the messages that list what is there.  Last,
+ * an image's kind: from its config's label into the store and back out. */
 #include <archive.h>
 #include <archive_entry.h>
 #include <errno.h>
@@ -254,16 +255,12 @@ static void put_blob(const char *layout, const char *data, char digest[CRL_DIGES
     put_file(layout, name, data);
 }
 
-/* An image of no layers for linux/`arch`: its config's and its manifest's
- * digests. */
-static void put_image(const char *layout, const char *arch, const char *marker,
-                      char config[CRL_DIGEST_LEN + 1], char manifest[CRL_DIGEST_LEN + 1])
+/* An image of no layers with the config `cfg`: its config's and its
+ * manifest's digests. */
+static void put_config(const char *layout, const char *cfg, char config[CRL_DIGEST_LEN + 1],
+                       char manifest[CRL_DIGEST_LEN + 1])
 {
-    char cfg[256], man[512];
-    snprintf(cfg, sizeof(cfg),
-             "{\"architecture\":\"%s\",\"os\":\"linux\",\"config\":{\"Env\":[\"M=%s\"]},"
-             "\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[]}}",
-             arch, marker);
+    char man[512];
     put_blob(layout, cfg, config);
     snprintf(man, sizeof(man),
              "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\","
@@ -271,6 +268,18 @@ static void put_image(const char *layout, const char *arch, const char *marker,
              "\"digest\":\"%s\",\"size\":%zu},\"layers\":[]}",
              config, strlen(cfg));
     put_blob(layout, man, manifest);
+}
+
+/* An image of no layers for linux/`arch`. */
+static void put_image(const char *layout, const char *arch, const char *marker,
+                      char config[CRL_DIGEST_LEN + 1], char manifest[CRL_DIGEST_LEN + 1])
+{
+    char cfg[256];
+    snprintf(cfg, sizeof(cfg),
+             "{\"architecture\":\"%s\",\"os\":\"linux\",\"config\":{\"Env\":[\"M=%s\"]},"
+             "\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[]}}",
+             arch, marker);
+    put_config(layout, cfg, config, manifest);
 }
 
 /* An index.json entry: a manifest (or an index, `mt`) with these
@@ -520,6 +529,121 @@ static void test_ref_check(void)
     ok(crl_store_ref_check(long_ref, &err) < 0 && strstr(err.msg, "longer"), "%s", err.msg);
 }
 
+/* ---- an image's kind (store.c) ---- */
+
+/* A config of no layers for this host, with `inner` as its "config". */
+static const char *kind_config(char *buf, size_t cap, const char *inner)
+{
+    snprintf(buf, cap,
+             "{\"architecture\":\"%s\",\"os\":\"linux\",\"config\":%s,"
+             "\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[]}}",
+             crl_store_arch(), inner);
+    return buf;
+}
+
+/* Import a layout of one image with config `cfg` as `name`; its kind as the
+ * store's JSON gives it ("" if the import failed), and as its record has it. */
+static void import_kind(struct crl_store *st, const char *cfg, const char *name, char *kind,
+                        size_t cap, const char **rec_kind, struct crl_store_image **img)
+{
+    char c[CRL_DIGEST_LEN + 1], m[CRL_DIGEST_LEN + 1], e[512];
+    struct crl_err err = CRL_ERR_INIT;
+    json_t *out = NULL;
+    new_layout();
+    put_config(layout, cfg, c, m);
+    put_index(entry(e, sizeof(e), "manifest", m, "", ""), NULL);
+    snprintf(kind, cap, "%s", "");
+    *img = NULL;
+    *rec_kind = "(no record)";
+    if (crl_store_import(st, -1, layout, name, NULL, &big, &out, &err) < 0) {
+        diag("import %s: %s", name, err.msg);
+        return;
+    }
+    snprintf(kind, cap, "%s", json_string_value(json_object_get(out, "kind")));
+    json_decref(out);
+    if (crl_store_lookup(st, name, img, &err) == 0)
+        *rec_kind = (*img)->kind;
+}
+
+static void test_kind(void)
+{
+    static const char diff[] =
+        "sha256:0000000000000000000000000000000000000000000000000000000000000000";
+    char path[PATH_MAX], kind[32], c[512];
+    struct crl_err err = CRL_ERR_INIT;
+    struct crl_store *st = NULL;
+    struct crl_store_image *img = NULL;
+    const char *rec = NULL;
+
+    /* what build-vm writes, and what build-debian does */
+    json_t *rt = json_pack("{s:[s], s:s}", "cmd", "/bin/bash", "kind", "vm");
+    json_t *cfg = crl_store_config_json(rt, diff);
+    json_t *labels = json_object_get(json_object_get(cfg, "config"), "Labels");
+    is_str(json_string_value(json_object_get(labels, CRL_IMAGE_KIND_LABEL)), "vm",
+           "kind vm goes out as the label " CRL_IMAGE_KIND_LABEL);
+    json_decref(cfg);
+    json_object_set_new(rt, "kind", json_string("appliance"));
+    cfg = crl_store_config_json(rt, diff);
+    ok(!json_object_get(json_object_get(cfg, "config"), "Labels"),
+       "an unknown kind goes out as nothing: no Labels");
+    json_decref(cfg);
+    json_object_del(rt, "kind");
+    cfg = crl_store_config_json(rt, diff);
+    ok(!json_object_get(json_object_get(cfg, "config"), "Labels"),
+       "an ordinary image's config has no Labels (its id is what it was)");
+    json_decref(cfg);
+
+    snprintf(path, sizeof(path), "%s/store", tmpl);
+    if (crl_store_open(path, true, &st, &err) < 0) {
+        fail("open a store: %s", err.msg);
+        json_decref(rt);
+        return;
+    }
+    /* the round trip: build-vm's config (with no layer) imported */
+    json_object_set_new(rt, "kind", json_string("vm"));
+    cfg = crl_store_config_json(rt, diff);
+    json_object_set_new(json_object_get(cfg, "rootfs"), "diff_ids", json_array());
+    json_object_set_new(cfg, "architecture", json_string(crl_store_arch()));
+    char *text = json_dumps(cfg, JSON_SORT_KEYS | JSON_COMPACT);
+    json_decref(cfg);
+    import_kind(st, text, "kind/vm:1", kind, sizeof(kind), &rec, &img);
+    free(text);
+    is_str(kind, "vm", "an image labelled " CRL_IMAGE_KIND_LABEL "=vm is of kind vm");
+    is_str(rec, "vm", "and its record, read back from the store, says so");
+    crl_store_image_free(img);
+
+    /* beside other labels, as a Dockerfile's LABEL makes them */
+    import_kind(
+        st,
+        kind_config(c, sizeof(c), "{\"Labels\":{\"maintainer\":\"x\",\"org.corral.kind\":\"vm\"}}"),
+        "kind/labels:1", kind, sizeof(kind), &rec, &img);
+    ok(strcmp(kind, "vm") == 0 && rec && strcmp(rec, "vm") == 0,
+       "the kind label among others: vm (%s)", kind);
+    crl_store_image_free(img);
+
+    static const char *const others[][2] = {
+        {"{\"org.corral.kind\":\"appliance\"}", "an unknown kind"},
+        {"{\"org.corral.kind\":7}", "a kind that is no string"},
+        {"{\"org.corral.kind\":\"VM\"}", "VM (kinds are lower case)"},
+        {"null", "Labels null"},
+    };
+    for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++) {
+        char inner[128], name[32];
+        snprintf(inner, sizeof(inner), "{\"Labels\":%s}", others[i][0]);
+        snprintf(name, sizeof(name), "kind/other:%zu", i);
+        import_kind(st, kind_config(c, sizeof(c), inner), name, kind, sizeof(kind), &rec, &img);
+        ok(strcmp(kind, "container") == 0 && img && !rec, "%s is ignored: kind container (%s)",
+           others[i][1], kind);
+        crl_store_image_free(img);
+    }
+    import_kind(st, kind_config(c, sizeof(c), "{}"), "kind/plain:1", kind, sizeof(kind), &rec,
+                &img);
+    ok(strcmp(kind, "container") == 0 && img && !rec, "no Labels: kind container (%s)", kind);
+    crl_store_image_free(img);
+    crl_store_close(st);
+    json_decref(rt);
+}
+
 int main(void)
 {
     snprintf(tmpl, sizeof(tmpl), "/tmp/corral-test-image.XXXXXX");
@@ -535,6 +659,7 @@ int main(void)
     TAP_RUN(test_read_docker, 30);
     TAP_RUN(test_read_many, 30);
     TAP_RUN(test_ref_check, 10);
+    TAP_RUN(test_kind, 30);
     crl_rm_rf_at(AT_FDCWD, tmpl);
     return done_testing();
 }

@@ -1,5 +1,6 @@
-/* The microvm backend: its ops table, a sandbox's life, and the backend's
- * start and end (mvm_int.h says how its files divide the work).
+/* The microvm and vm backends: their ops tables, a sandbox's life, and
+ * the backends' start and end (mvm_int.h says how its files divide the
+ * work and where the two machines differ).
  *
  * A create restores the template of the sandbox's shape (template.c) into
  * a QEMU of its own (vm.c), with the image's EROFS layers behind the
@@ -9,7 +10,14 @@
  * create answer.  Without a template (being built, or failed) it waits for
  * one or boots cold.  A guest that does not reach READY in time is killed
  * and started once more; the second failure fails the create, leaving
- * nothing behind. */
+ * nothing behind.
+ *
+ * The vm backend: a full system restores its image's template, booted to
+ * systemd (template.c), with a qcow2 overlay of the template's disk of
+ * its own, made by qemu-img at create and removed at the end; its CONFIG
+ * goes to the agent's service and gives the clone its identity.  It never
+ * boots cold: a template that cannot be built fails the create, saying
+ * why. */
 #include <errno.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -19,7 +27,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -29,10 +39,14 @@
 #include "../../util/cleanup.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"
+#include "../../util/run.h"
 #include "microvm.h"
 #include "mvm_int.h"
 
-struct mvm_state *crl_mvm_state;
+struct mvm_state *mvm_state_of(const struct crl_sandbox *sb)
+{
+    return crl_backend_state(sb->host, sb->ops);
+}
 
 /* QEMU's own memory above the guest's (its code, devices, TCG's
  * translation cache of 64 MiB): the cgroup's limit is the sum. */
@@ -72,6 +86,9 @@ static void release_now(struct crl_timer *t)
     crl_backend_net_release(sb, m->netns_fd, false);
     for (size_t i = 0; i < MVM_SLOTS; i++)
         close_fd(&m->layer_fds[i]);
+    close_fd(&m->disk_base_fd);
+    if (m->disk_path[0] && unlink(m->disk_path) < 0 && errno != ENOENT)
+        crl_log_syscall(sb->id, errno, "unlink %s", m->disk_path);
     if (m->vm_started)
         mvm_vm_free(&m->vm);
     bool failed_create = m->failed_create;
@@ -110,7 +127,7 @@ static void mvm_destroy(struct crl_sandbox *sb)
         return;
     }
     if (m->waiting_template) {
-        mvm_template_unwait(crl_mvm_state, m);
+        mvm_template_unwait(mvm_state_of(sb), m);
         m->waiting_template = false;
     }
     /* A volume read-write: what the guest's kernel holds of it is written
@@ -142,6 +159,7 @@ static int launch(struct mvm_sandbox *m, int state_fd, int ram_fd,
 static void configure(struct mvm_sandbox *m)
 {
     struct crl_sandbox *sb = m->sb;
+    struct mvm_state *st = mvm_state_of(sb);
     struct crl_err err = CRL_ERR_INIT;
     struct crl_agent_config *c = calloc(1, sizeof(*c));
     if (!c) {
@@ -149,14 +167,24 @@ static void configure(struct mvm_sandbox *m)
         return;
     }
     snprintf(c->hostname, sizeof(c->hostname), "%s", sb->id);
-    c->n_layers = m->n_layers;
-    for (size_t i = 0; i < m->n_layers; i++)
-        snprintf(c->layers[i], sizeof(c->layers[i]), "/dev/vd%c", (char)('a' + i));
-    c->disk_mb = sb->spec.disk_mb;
+    if (st->machine == MVM_PC) {
+        /* A full system's root is its template's: a clone gets its own
+         * machine-id (and the agent its own SSH host keys). */
+        uint8_t id[CRL_AGENT_MACHINE_ID / 2];
+        if (getrandom(id, sizeof(id), 0) != (ssize_t)sizeof(id))
+            crl_err_sys(&err, errno, "getrandom for a machine-id");
+        for (size_t i = 0; i < sizeof(id); i++)
+            snprintf(c->machine_id + 2 * i, 3, "%02x", id[i]);
+    } else {
+        c->n_layers = m->n_layers;
+        for (size_t i = 0; i < m->n_layers; i++)
+            snprintf(c->layers[i], sizeof(c->layers[i]), "/dev/vd%c", (char)('a' + i));
+        c->disk_mb = sb->spec.disk_mb;
+    }
     c->n_volumes = sb->spec.n_volumes;
     for (size_t i = 0; i < sb->spec.n_volumes; i++) {
         struct crl_agent_volume *v = &c->volumes[i];
-        snprintf(v->device, sizeof(v->device), "/dev/vd%c", (char)('a' + MVM_SLOTS + i));
+        snprintf(v->device, sizeof(v->device), "/dev/vd%c", (char)('a' + mvm_volume_base(st) + i));
         snprintf(v->path, sizeof(v->path), "%s", sb->spec.volumes[i].path);
         v->read_only = sb->spec.volumes[i].read_only;
     }
@@ -188,7 +216,7 @@ static void sb_hello(struct mvm_vm *vm)
 static void sb_ready(struct mvm_vm *vm)
 {
     struct mvm_sandbox *m = vm->ctx;
-    struct mvm_state *st = crl_mvm_state;
+    struct mvm_state *st = mvm_state_of(m->sb);
     mvm_vm_deadline_stop(vm);
     if (m->ready)
         return;
@@ -211,10 +239,13 @@ static void sb_frame(struct mvm_vm *vm, const struct crl_agent_frame *f)
     mvm_procs_frame(m, f);
 }
 
+static void start(struct mvm_sandbox *m);
+static void drop_disk(struct mvm_sandbox *m);
+
 static void sb_dead(struct mvm_vm *vm, const char *reason, const char *msg)
 {
     struct mvm_sandbox *m = vm->ctx;
-    struct mvm_state *st = crl_mvm_state;
+    struct mvm_state *st = mvm_state_of(m->sb);
     struct crl_sandbox *sb = m->sb;
     mvm_procs_end(m);
     if (m->releasing) {
@@ -227,15 +258,21 @@ static void sb_dead(struct mvm_vm *vm, const char *reason, const char *msg)
                  msg);
         struct crl_err err = CRL_ERR_INIT;
         if (m->attempts < 2) {
-            /* Once more, cold this time if the restore failed. */
+            /* Once more: cold this time if the restore failed, but for a
+             * full system, which restores again on a new overlay. */
             st->n.retries++;
             mvm_vm_free(vm);
             m->vm_started = false;
+            if (st->machine == MVM_PC) {
+                drop_disk(m);
+                start(m);
+                return;
+            }
             if (launch(m, -1, -1, NULL, &err) == 0)
                 return;
         } else {
-            crl_err_set(&err, CRL_E_INTERNAL, "the microVM did not start (%s, twice): %s", reason,
-                        msg);
+            crl_err_set(&err, CRL_E_INTERNAL, "the %s did not start (%s, twice): %s",
+                        st->machine == MVM_PC ? "VM" : "microVM", reason, msg);
         }
         fail_create(m, &err);
         return;
@@ -257,12 +294,21 @@ static const struct mvm_vm_ops sandbox_vm_ops = {
 static int launch(struct mvm_sandbox *m, int state_fd, int ram_fd,
                   const struct crl_agent_hello *hello, struct crl_err *err)
 {
-    struct mvm_state *st = crl_mvm_state;
+    struct mvm_state *st = mvm_state_of(m->sb);
     struct crl_sandbox *sb = m->sb;
     struct crl_host *h = sb->host;
+    cleanup_close int disk_fd = -1;
+    if (m->disk_path[0] && (disk_fd = open(m->disk_path, O_RDWR | O_CLOEXEC)) < 0) {
+        crl_err_sys(err, errno, "the guest's disk %s", m->disk_path);
+        close_fd(&state_fd);
+        close_fd(&ram_fd);
+        return -1;
+    }
     struct mvm_launch l = {
         .mem_mb = m->mem_mb,
         .vcpus = m->vcpus,
+        .disk_fd = disk_fd,
+        .disk_backing_fd = m->disk_base_fd,
         .incoming_fd = state_fd,
         .ram_fd = ram_fd,
         .netns_fd = m->netns_fd,
@@ -298,8 +344,6 @@ static int launch(struct mvm_sandbox *m, int state_fd, int ram_fd,
     return 0;
 }
 
-static void start(struct mvm_sandbox *m);
-
 static void template_waited(void *ctx)
 {
     struct mvm_sandbox *m = ctx;
@@ -307,21 +351,99 @@ static void template_waited(void *ctx)
     start(m);
 }
 
+/* A full system's disk: a qcow2 overlay of its template's (read-only, by
+ * descriptor in disk_base_fd), made by qemu-img without opening the
+ * backing (its path in the header is only for a reader's eyes); the
+ * template's disk is checked first, as an ext4 of the size it should
+ * have, so that a lost or damaged one fails here, saying so. */
+static int make_disk(struct mvm_sandbox *m, struct mvm_restore *r, struct crl_err *err)
+{
+    struct mvm_state *st = mvm_state_of(m->sb);
+    uint8_t magic[2];
+    struct stat sb;
+    if (fstat(r->disk_fd, &sb) < 0 || (uint64_t)sb.st_size != r->disk_bytes)
+        return crl_err_set(err, CRL_E_INTERNAL,
+                           "template %s: its disk %s is %lld bytes, not the %llu it was made with",
+                           r->name, r->disk_path, (long long)sb.st_size,
+                           (unsigned long long)r->disk_bytes);
+    if (pread(r->disk_fd, magic, 2, 1080) != 2 || magic[0] != 0x53 || magic[1] != 0xef)
+        return crl_err_set(err, CRL_E_INTERNAL,
+                           "template %s: its disk %s is damaged (no ext4 superblock)", r->name,
+                           r->disk_path);
+    snprintf(m->disk_path, sizeof(m->disk_path), "%s/%s.qcow2", st->dir, m->sb->id);
+    char size[32];
+    snprintf(size, sizeof(size), "%llu", (unsigned long long)r->disk_bytes);
+    char *argv[] = {st->qemu_img, "create", "-q",         "-f",         "qcow2", "-u", "-F",
+                    "raw",        "-b",     r->disk_path, m->disk_path, size,    NULL};
+    static char *const envp[] = {"PATH=/usr/bin:/bin", NULL};
+    char *out = NULL;
+    int status = 0;
+    double t0 = crl_wall_s();
+    int rc = crl_run_capture(argv, envp, 1, 4096, &out, &status, err);
+    if (rc == 0 && (!WIFEXITED(status) || WEXITSTATUS(status) != 0))
+        rc = crl_err_set(err, CRL_E_INTERNAL, "qemu-img create %s failed: %s", m->disk_path,
+                         out && *out ? out : "(no output)");
+    free(out);
+    if (rc < 0) {
+        unlink(m->disk_path);
+        m->disk_path[0] = 0;
+        return crl_err_prefix(err, "the VM's disk");
+    }
+    crl_debug(m->sb->id, "disk %s over %s in %.1f ms", m->disk_path, r->disk_path,
+              (crl_wall_s() - t0) * 1e3);
+    m->disk_base_fd = r->disk_fd;
+    r->disk_fd = -1;
+    snprintf(m->template_name, sizeof(m->template_name), "%s", r->name);
+    return 0;
+}
+
+/* A failed start's disk goes: a retry restores onto a new one. */
+static void drop_disk(struct mvm_sandbox *m)
+{
+    if (m->disk_path[0])
+        unlink(m->disk_path);
+    m->disk_path[0] = 0;
+    close_fd(&m->disk_base_fd);
+}
+
 static void start(struct mvm_sandbox *m)
 {
-    int fd = -1, ram_fd = -1;
-    struct crl_agent_hello hello;
+    struct crl_sandbox *sb = m->sb;
+    struct mvm_state *st = mvm_state_of(sb);
+    bool pc = st->machine == MVM_PC;
+    struct mvm_restore r = {.fd = -1, .ram_fd = -1, .disk_fd = -1};
     struct crl_err err = CRL_ERR_INIT;
-    int r =
-        m->sb->host->cfg.microvm_cold
-            ? -1
-            : mvm_template_get(crl_mvm_state, m->mem_mb, m->vcpus, m->tap_fd >= 0,
-                               m->sb->spec.n_volumes > 0, &fd, &ram_fd, &hello, template_waited, m);
-    if (r == 0) {
+    struct mvm_template_key k = {
+        .mem_mb = m->mem_mb,
+        .vcpus = m->vcpus,
+        .nic = m->tap_fd >= 0,
+        .volume_slots = sb->spec.n_volumes > 0,
+        .image_id = pc ? sb->image->rec->id : NULL,
+        .image_name = pc ? sb->image->name : NULL,
+        .layer_fds = m->layer_fds,
+        .n_layers = m->n_layers,
+        .disk_mb = sb->spec.disk_mb,
+    };
+    int got = sb->host->cfg.microvm_cold && !pc
+                  ? -1
+                  : mvm_template_get(st, &k, &r, template_waited, m, &err);
+    if (got == 0) {
         m->waiting_template = true;
         return;
     }
-    if (launch(m, r == 1 ? fd : -1, r == 1 ? ram_fd : -1, &hello, &err) < 0)
+    if (pc && got < 0) {
+        crl_err_prefix(&err, "no template of image %s to restore", sb->image->name);
+        fail_create(m, &err);
+        return;
+    }
+    if (pc && make_disk(m, &r, &err) < 0) {
+        close_fd(&r.fd);
+        close_fd(&r.ram_fd);
+        close_fd(&r.disk_fd);
+        fail_create(m, &err);
+        return;
+    }
+    if (launch(m, got == 1 ? r.fd : -1, got == 1 ? r.ram_fd : -1, &r.hello, &err) < 0)
         fail_create(m, &err);
 }
 
@@ -345,30 +467,37 @@ static void net_claimed(struct crl_sandbox *sb, int netns_fd, const struct crl_e
 
 static int mvm_create(struct crl_sandbox *sb, struct crl_err *err)
 {
-    struct mvm_state *st = crl_mvm_state;
+    struct mvm_state *st = mvm_state_of(sb);
     struct crl_host *h = sb->host;
+    bool pc = st->machine == MVM_PC;
     if (st->missing[0])
         return crl_err_set(err, CRL_E_UNSUPPORTED, "%s", st->missing);
     if (!sb->image)
-        return crl_err_set(err, CRL_E_INVALID, "a microvm sandbox needs an image");
+        return crl_err_set(err, CRL_E_INVALID, "a %s sandbox needs an image", st->backend);
+    if (pc && !crl_image_is_vm(sb->image))
+        return crl_err_set(err, CRL_E_INVALID,
+                           "image %s is not a full system's: a vm sandbox boots an image made "
+                           "by `corral image build-vm` (its kind is vm)",
+                           sb->image->name);
     if (sb->spec.trajectory[0] && sb->spec.checkpoint != CRL_CKPT_NONE && !st->unpack[0])
         return crl_err_set(err, CRL_E_UNSUPPORTED, "trajectory.checkpoint %s: %s",
                            crl_checkpoint_mode_name(sb->spec.checkpoint), st->unpack_missing);
-    if (sb->spec.memory_mb < MVM_MIN_MEMORY_MB)
+    unsigned min_mb = pc ? MVM_PC_MIN_MEMORY_MB : MVM_MIN_MEMORY_MB;
+    if (sb->spec.memory_mb < min_mb)
         return crl_err_set(err, CRL_E_INVALID,
-                           "memory_mb %u: a microvm sandbox needs at least %u (its own kernel "
-                           "runs in it)",
-                           sb->spec.memory_mb, MVM_MIN_MEMORY_MB);
+                           "memory_mb %u: a %s sandbox needs at least %u (its own kernel runs "
+                           "in it%s)",
+                           sb->spec.memory_mb, st->backend, min_mb, pc ? ", and systemd" : "");
     size_t nl = sb->image->n_layers;
     if (nl == 0 || nl > MVM_SLOTS)
         return crl_err_set(err, CRL_E_INVALID,
-                           "image %s has %zu layers: a microvm sandbox takes 1 to %d",
-                           sb->image->name, nl, MVM_SLOTS);
+                           "image %s has %zu layers: a %s sandbox takes 1 to %d", sb->image->name,
+                           nl, st->backend, MVM_SLOTS);
     struct mvm_sandbox *m = calloc(1, sizeof(*m));
     if (!m)
         return crl_err_sys(err, ENOMEM, "sandbox");
     m->sb = sb;
-    m->netns_fd = m->tap_fd = -1;
+    m->netns_fd = m->tap_fd = m->disk_base_fd = -1;
     for (int i = 0; i < MVM_SLOTS; i++)
         m->layer_fds[i] = -1;
     m->n_layers = nl;
@@ -455,7 +584,7 @@ static int mvm_stats(struct crl_sandbox *sb, struct crl_usage *u)
 static json_t *mvm_info(struct crl_sandbox *sb)
 {
     struct mvm_sandbox *m = sb->priv;
-    struct mvm_state *st = crl_mvm_state;
+    struct mvm_state *st = mvm_state_of(sb);
     if (!m || !m->vm_started)
         return NULL;
     json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:s, s:I, s:I}", "accel", st->accel, "start",
@@ -465,6 +594,11 @@ static json_t *mvm_info(struct crl_sandbox *sb)
                           "attempts", (json_int_t)m->attempts);
     if (!o)
         return NULL;
+    json_object_set_new(o, "machine", json_string(st->machine == MVM_PC ? "q35" : "microvm"));
+    if (m->disk_path[0]) {
+        json_object_set_new(o, "template", json_string(m->template_name));
+        json_object_set_new(o, "disk", json_string(m->disk_path));
+    }
     if (!is_kvm(st))
         json_object_set_new(o, "warning", json_string(st->accel_why));
     if (m->ready) {
@@ -518,16 +652,21 @@ static void mvm_metrics(struct crl_host *h, void *state, struct crl_buf *b)
 
 /* ---- start and end of the backend ---- */
 
-static int mvm_init(struct crl_host *h, void **state, struct crl_err *err)
+/* Both backends boot the same kernel and initramfs (set up by `corral
+ * setup microvm`), each with its own run directory. */
+static int init_machine(struct crl_host *h, void **state, enum mvm_machine machine,
+                        struct crl_err *err)
 {
     struct mvm_state *st = calloc(1, sizeof(*st));
     if (!st)
-        return crl_err_sys(err, ENOMEM, "microvm backend");
+        return crl_err_sys(err, ENOMEM, "%s backend", machine == MVM_PC ? "vm" : "microvm");
     st->host = h;
+    st->machine = machine;
+    st->backend = machine == MVM_PC ? "vm" : "microvm";
     st->placeholder_fd = -1;
     *state = st;
-    crl_mvm_state = st;
     const struct crl_host_config *c = &h->cfg;
+    snprintf(st->qemu_img, sizeof(st->qemu_img), "/usr/bin/qemu-img");
     snprintf(st->qemu, sizeof(st->qemu), "%s",
              c->qemu_path ? c->qemu_path : "/usr/bin/qemu-system-x86_64");
     if (c->microvm_kernel)
@@ -549,10 +688,14 @@ static int mvm_init(struct crl_host *h, void **state, struct crl_err *err)
                      "the microvm backend is not set up: no %s at %s (%s): run `corral "
                      "setup microvm` or pass --microvm-kernel and --microvm-initrd",
                      what[i], paths[i], strerror(errno));
+    if (!st->missing[0] && machine == MVM_PC && access(st->qemu_img, X_OK) < 0)
+        snprintf(st->missing, sizeof(st->missing),
+                 "the vm backend needs qemu-img at %s (%s): apt-get install qemu-utils",
+                 st->qemu_img, strerror(errno));
     if (st->missing[0])
-        crl_warn(NULL, "microvm: %s", st->missing);
+        crl_warn(NULL, "%s: %s", st->backend, st->missing);
     else if (!is_kvm(st))
-        crl_warn(NULL, "microvm: guests run under %s", st->accel_why);
+        crl_warn(NULL, "%s: guests run under %s", st->backend, st->accel_why);
     if (is_kvm(st)) {
         struct group *g = getgrnam("kvm");
         st->kvm_gid = g ? g->gr_gid : 0;
@@ -561,12 +704,12 @@ static int mvm_init(struct crl_host *h, void **state, struct crl_err *err)
     if (crl_sibling_path("corral-unpack", st->unpack, sizeof(st->unpack), &e2) < 0 ||
         access(st->unpack, X_OK) < 0) {
         snprintf(st->unpack_missing, sizeof(st->unpack_missing),
-                 "microvm checkpoints need corral-unpack next to corrald (%s)",
+                 "%s checkpoints need corral-unpack next to corrald (%s)", st->backend,
                  e2.msg[0] ? e2.msg : strerror(errno));
-        crl_warn(NULL, "microvm: %s", st->unpack_missing);
+        crl_warn(NULL, "%s: %s", st->backend, st->unpack_missing);
         st->unpack[0] = 0;
     }
-    snprintf(st->dir, sizeof(st->dir), "%s/microvm", h->run_dir);
+    snprintf(st->dir, sizeof(st->dir), "%s/%s", h->run_dir, st->backend);
     if (mkdir(st->dir, 0700) < 0 && errno != EEXIST)
         return crl_err_sys(err, errno, "mkdir %s", st->dir);
     char path[PATH_MAX + 32];
@@ -579,17 +722,33 @@ static int mvm_init(struct crl_host *h, void **state, struct crl_err *err)
     return 0;
 }
 
+static int mvm_init(struct crl_host *h, void **state, struct crl_err *err)
+{
+    return init_machine(h, state, MVM_MICROVM, err);
+}
+
+static int vm_init(struct crl_host *h, void **state, struct crl_err *err)
+{
+    return init_machine(h, state, MVM_PC, err);
+}
+
 /* A crashed corrald's QEMUs died with it (their parent-death signal) or
- * with their cgroups (the host's reconcile); its templates lived in the
- * run directory, which init starts afresh. */
+ * with their cgroups (the host's reconcile); its templates (their states
+ * and disks) and its full systems' overlays lived in the run directory,
+ * and go. */
 static int mvm_reconcile(struct crl_host *h, void *state, struct crl_err *err)
 {
     struct mvm_state *st = state;
     DIR *d = opendir(st->dir);
     struct dirent *e;
+    unsigned n = 0;
     while (d && (e = readdir(d)))
-        if (strstr(e->d_name, ".state"))
-            unlinkat(dirfd(d), e->d_name, 0);
+        if (strstr(e->d_name, ".state") || strstr(e->d_name, ".disk") ||
+            strstr(e->d_name, ".qcow2"))
+            n += unlinkat(dirfd(d), e->d_name, 0) == 0;
+    if (n)
+        crl_info(NULL, "%s: removed %u files a crashed corrald left in %s", st->backend, n,
+                 st->dir);
     if (d)
         closedir(d);
     return 0;
@@ -605,33 +764,28 @@ static void mvm_shutdown(struct crl_host *h, void *state)
     unlink(path);
     rmdir(st->dir);
     free(st);
-    crl_mvm_state = NULL;
 }
+
+#define MVM_OPS                                                                         \
+    .volumes = CRL_VOLUMES_DISK, .reconcile = mvm_reconcile, .shutdown = mvm_shutdown,  \
+    .create = mvm_create, .destroy = mvm_destroy, .stats = mvm_stats, .info = mvm_info, \
+    .spawn = mvm_spawn, .kill = mvm_kill, .signal = mvm_signal, .resize = mvm_resize,   \
+    .open = mvm_open, .stream = mvm_stream, .stream_cancel = mvm_stream_cancel,         \
+    .snapshot_start = mvm_snapshot_start, .netns = mvm_netns, .restore = mvm_restore,   \
+    .pause = mvm_pause, .resume = mvm_resume, .host_info = mvm_host_info, .metrics = mvm_metrics
 
 const struct crl_backend_ops crl_microvm_backend = {
     .name = "microvm",
     .admit_mb = 48, /* a restored guest's QEMU, idle: about 46 MiB (docs/benchmarks.md) */
     .fds_held = 8,  /* measured: QMP and agent sockets, pidfd, console pipe, netns (v2: +1) */
     .init = mvm_init,
-    .reconcile = mvm_reconcile,
-    .shutdown = mvm_shutdown,
-    .create = mvm_create,
-    .destroy = mvm_destroy,
-    .volumes = CRL_VOLUMES_DISK,
-    .stats = mvm_stats,
-    .info = mvm_info,
-    .spawn = mvm_spawn,
-    .kill = mvm_kill,
-    .signal = mvm_signal,
-    .resize = mvm_resize,
-    .open = mvm_open,
-    .stream = mvm_stream,
-    .stream_cancel = mvm_stream_cancel,
-    .snapshot_start = mvm_snapshot_start,
-    .netns = mvm_netns,
-    .restore = mvm_restore,
-    .pause = mvm_pause,
-    .resume = mvm_resume,
-    .host_info = mvm_host_info,
-    .metrics = mvm_metrics,
+    MVM_OPS,
+};
+
+const struct crl_backend_ops crl_vm_backend = {
+    .name = "vm",
+    .admit_mb = 96, /* a restored full system's QEMU, idle (docs/benchmarks.md) */
+    .fds_held = 9,  /* a microVM's and its template's disk */
+    .init = vm_init,
+    MVM_OPS,
 };

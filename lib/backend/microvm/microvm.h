@@ -8,5 +8,7 @@
 #include "../../core/backend.h"
 
 extern const struct crl_backend_ops crl_microvm_backend;
+/* The vm backend: a full system, q35 and systemd, on the same code. */
+extern const struct crl_backend_ops crl_vm_backend;
 
 #endif

@@ -1,4 +1,10 @@
-/* The microvm backend's internals.
+/* The microvm backend's internals, which the vm backend shares: a full
+ * system is a guest of another machine (q35, its devices on PCI, a disk
+ * of its own), booted to its init once per image and shape as a template
+ * and restored from it; everything else is the same code.  Where the two
+ * differ is st->machine: the command line (vm.c), the template's boot
+ * (template.c: to the system's agent, past its init) and a clone's disk
+ * (microvm.c: a qcow2 overlay of the template's).
  *
  *   microvm.c   the ops table, a sandbox's life (create from a template or
  *               cold, destroy, stats, info, pause), start and end
@@ -52,8 +58,10 @@
  * is forgotten for a new one. */
 #define MVM_MAX_TEMPLATES 8
 /* The least memory a guest boots in: Debian's kernel and corral-agent's
- * initramfs (64 MiB powers off in its firmware). */
+ * initramfs (64 MiB powers off in its firmware); a full system, systemd
+ * and its services besides. */
 #define MVM_MIN_MEMORY_MB 96
+#define MVM_PC_MIN_MEMORY_MB 256
 
 /* A launch's tap_fd: QEMU's child makes a tap in its own new network
  * namespace (a template's network device, connected to nothing). */
@@ -64,12 +72,20 @@
 struct mvm_vm;
 struct mvm_template;
 
+enum mvm_machine {
+    MVM_MICROVM, /* -M microvm, virtio-mmio: the agent is PID 1 (the microvm backend) */
+    MVM_PC,      /* -M q35, virtio-pci, a disk: systemd is PID 1 (the vm backend) */
+};
+
 struct mvm_counters {
     uint64_t restores, cold_boots, template_builds, start_failures, retries, killed;
 };
 
 struct mvm_state {
     struct crl_host *host;
+    enum mvm_machine machine;
+    const char *backend; /* its name, for messages: "microvm" or "vm" */
+    char qemu_img[PATH_MAX];
     char qemu[PATH_MAX];
     char kernel[PATH_MAX];
     char initrd[PATH_MAX];
@@ -85,7 +101,16 @@ struct mvm_state {
     char unpack_missing[PATH_MAX + 64]; /* why checkpoints cannot be taken */
 };
 
-extern struct mvm_state *crl_mvm_state;
+/* The state of the backend a sandbox is of (microvm or vm). */
+struct mvm_state *mvm_state_of(const struct crl_sandbox *sb);
+
+/* A full system's disk (MVM_PC): after the layers' slots, before the
+ * volumes'; /dev/vdi in the guest. */
+#define MVM_DISK_SLOT MVM_SLOTS
+static inline unsigned mvm_volume_base(const struct mvm_state *st)
+{
+    return MVM_SLOTS + (st->machine == MVM_PC ? 1 : 0);
+}
 
 /* ---- vm.c ---- */
 
@@ -108,6 +133,11 @@ struct mvm_launch {
     bool volume_slots;
     int volume_fds[MVM_VOLUME_SLOTS];
     bool volume_ro[MVM_VOLUME_SLOTS];
+    /* A full system's disk (MVM_PC): a template's raw ext4, read-write
+     * (disk_backing_fd -1), or a clone's qcow2 overlay over it (its
+     * backing, read-only, by descriptor: never by the path the overlay
+     * names). */
+    int disk_fd, disk_backing_fd;
     int incoming_fd;       /* a template's state to restore, or -1 */
     int ram_fd;            /* a template's RAM (a memfd), or -1: anonymous RAM */
     int netns_fd;          /* the network namespace QEMU runs in (-1: a new empty one) */
@@ -169,15 +199,36 @@ const char *mvm_accel_detect(const char *want, char *why, size_t cap, struct crl
 
 /* ---- template.c ---- */
 
-/* A restorable state for this shape, with a network device or not, with
- * volume slots or not: 1 with open descriptors of its device state and
- * its RAM (a sealed memfd) in *fd and *ram_fd (the caller closes them)
- * and its HELLO; 0 when one is being built (`waiting` is called once it
- * is, or once it failed); -1 when none can be had (boot cold). */
+/* What a template is for: a shape (memory, vCPUs), with a network device
+ * or not, with volume slots or not; a full system's also an image (its
+ * layers booted in it) and a disk size. */
+struct mvm_template_key {
+    unsigned mem_mb, vcpus;
+    bool nic, volume_slots;
+    const char *image_id; /* MVM_PC: the image's config digest */
+    const char *image_name;
+    const int *layer_fds; /* MVM_PC: its layers, top first (the template dups them) */
+    size_t n_layers;
+    unsigned disk_mb; /* MVM_PC */
+};
+
+/* What a restore takes from a template: descriptors of its device state,
+ * its RAM (a sealed memfd) and, for a full system, its disk (read-only),
+ * which the caller closes; its HELLO; its name and disk's path. */
+struct mvm_restore {
+    int fd, ram_fd, disk_fd;
+    struct crl_agent_hello hello;
+    char name[48];
+    char disk_path[PATH_MAX];
+    uint64_t disk_bytes;
+};
+
+/* 1 with *r filled; 0 when one is being built (`waiting` is called once it
+ * is, or once it failed); -1 when none can be had (*err says why: a
+ * microVM boots cold, a full system's create fails). */
 typedef void (*mvm_template_cb)(void *ctx);
-int mvm_template_get(struct mvm_state *st, unsigned mem_mb, unsigned vcpus, bool nic,
-                     bool volume_slots, int *fd, int *ram_fd, struct crl_agent_hello *hello,
-                     mvm_template_cb waiting, void *ctx);
+int mvm_template_get(struct mvm_state *st, const struct mvm_template_key *k, struct mvm_restore *r,
+                     mvm_template_cb waiting, void *ctx, struct crl_err *err);
 /* Forget a waiter (its sandbox ended first). */
 void mvm_template_unwait(struct mvm_state *st, void *ctx);
 json_t *mvm_templates_json(struct mvm_state *st);
@@ -196,6 +247,11 @@ struct mvm_sandbox {
     int tap_fd; /* its network device's, bridged to its link (-1: none) */
     int layer_fds[MVM_SLOTS];
     size_t n_layers;
+    /* A full system's: its template's disk (read-only) and its own qcow2
+     * overlay of it, removed at the end. */
+    int disk_base_fd;
+    char disk_path[PATH_MAX];
+    char template_name[48];
     bool rw_volume; /* a volume read-write: the guest writes back before its end */
     unsigned mem_mb, vcpus;
     const char *start_kind; /* "restored" or "cold" */

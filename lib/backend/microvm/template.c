@@ -19,13 +19,22 @@
  * The template boots with the empty placeholder behind every layer slot;
  * it never reads past their first blocks (the kernel's partition scan,
  * which the agent drops from its cache before it mounts a layer).  It runs
- * as nobody, in namespaces of its own, like any guest. */
+ * as nobody, in namespaces of its own, like any guest.
+ *
+ * A full system's template (MVM_PC, the vm backend) is an image's: it
+ * boots with the image's layers and a disk of its own (a raw ext4 made
+ * here, the writable layer), and the CONFIG its first HELLO gets builds
+ * the root and names the init: the agent answers READY and hands the
+ * guest to systemd, which starts the agent again as a service; that one's
+ * HELLO, once the system is up, is where the template is saved.  Its disk
+ * is then its clones' backing, never written again. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,6 +44,8 @@
 #include "../../util/cleanup.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"
+#include "../../util/run.h"
+#include "../../util/sha256.h"
 #include "../../vmm/qmp.h"
 #include "mvm_int.h"
 
@@ -54,6 +65,18 @@ struct mvm_template {
     unsigned mem_mb, vcpus;
     bool nic;          /* with a network device: a clone's device set is its template's */
     bool volume_slots; /* with MVM_VOLUME_SLOTS disks for volumes, likewise */
+    /* A full system's: its image, the layers it boots (held while it
+     * does), its disk (size, file, descriptor) and whether its init has
+     * the guest yet. */
+    char image_id[CRL_DIGEST_LEN + 1];
+    char image_name[128];
+    int layer_fds[MVM_SLOTS];
+    size_t n_layers;
+    unsigned disk_mb;
+    char disk_path[PATH_MAX];
+    int disk_fd;
+    bool config_sent, handed_over;
+    char name[48];
     enum tstate state;
     char path[PATH_MAX];
     struct crl_agent_hello hello;
@@ -81,6 +104,15 @@ static void notify(struct mvm_template *t)
     }
 }
 
+/* What only its boot needs: the image's layers and the disk's
+ * read-write descriptor (the file stays, its clones' backing). */
+static void boot_fds_close(struct mvm_template *t)
+{
+    for (int i = 0; i < MVM_SLOTS; i++)
+        close_fd(&t->layer_fds[i]);
+    close_fd(&t->disk_fd);
+}
+
 static void failed(struct mvm_template *t, const char *what, const char *msg)
 {
     if (t->state != T_BUILDING)
@@ -91,8 +123,13 @@ static void failed(struct mvm_template *t, const char *what, const char *msg)
     if (t->ram_fd >= 0)
         close(t->ram_fd);
     t->ram_fd = -1;
-    crl_warn(t->vm.name, "template failed: %s (sandboxes of this shape boot cold)", t->error);
+    crl_warn(t->name, "template failed: %s (%s)", t->error,
+             t->vm.st->machine == MVM_PC ? "creates of this image and shape fail until it is "
+                                           "built again"
+                                         : "sandboxes of this shape boot cold");
     unlink(t->path);
+    if (t->disk_path[0])
+        unlink(t->disk_path);
     if (t->vm_live && !t->vm.dying)
         mvm_vm_kill(&t->vm, "template_failed", "%s", t->error);
     notify(t);
@@ -152,17 +189,53 @@ static void migrate_started(struct crl_qmp *q, json_t *ret, const struct crl_err
     poll_again(&t->poll);
 }
 
-/* HELLO: the agent waits for its CONFIG.  Stop the guest there and save it. */
+/* A full system's first CONFIG: the image's layers over the template's
+ * disk, made the root, and handed to the image's init. */
+static void configure_system(struct mvm_template *t)
+{
+    struct crl_err err = CRL_ERR_INIT;
+    struct crl_agent_config *c = calloc(1, sizeof(*c));
+    uint8_t id[CRL_AGENT_MACHINE_ID / 2];
+    if (!c) {
+        failed(t, "", "out of memory for a CONFIG");
+        return;
+    }
+    snprintf(c->hostname, sizeof(c->hostname), "corral-template");
+    snprintf(c->init, sizeof(c->init), "/sbin/init");
+    c->n_layers = t->n_layers;
+    for (size_t i = 0; i < t->n_layers; i++)
+        snprintf(c->layers[i], sizeof(c->layers[i]), "/dev/vd%c", (char)('a' + i));
+    snprintf(c->disk, sizeof(c->disk), "/dev/vd%c", (char)('a' + MVM_DISK_SLOT));
+    if (getrandom(id, sizeof(id), 0) != (ssize_t)sizeof(id))
+        crl_err_sys(&err, errno, "getrandom for a machine-id");
+    for (size_t i = 0; i < sizeof(id); i++)
+        snprintf(c->machine_id + 2 * i, 3, "%02x", id[i]);
+    snprintf(c->etc_hostname, sizeof(c->etc_hostname), "corral-template\n");
+    snprintf(c->etc_hosts, sizeof(c->etc_hosts), "127.0.0.1\tlocalhost\n");
+    if (err.code || mvm_vm_configure(&t->vm, c, &err) < 0)
+        failed(t, "the template's CONFIG: ", err.msg);
+    free(c);
+    t->config_sent = true;
+}
+
+/* HELLO: the agent waits for its CONFIG.  Stop the guest there and save
+ * it: a full system's once its init started the agent's service. */
 static void t_hello(struct mvm_vm *vm)
 {
     struct mvm_template *t = vm->ctx;
     if (t->saving)
         return;
+    if (vm->st->machine == MVM_PC && !t->handed_over) {
+        if (!t->config_sent)
+            configure_system(t);
+        return;
+    }
     t->saving = true;
     t->hello = vm->sess.hello;
     t->hello_s = crl_wall_s() - t->started;
     mvm_vm_deadline_stop(vm);
     mvm_vm_deadline(vm, 60000, "a saved state");
+    crl_info(t->name, "the guest's agent greets (%.1f s after start): saving it", t->hello_s);
     struct crl_err err = CRL_ERR_INIT;
     cleanup_close int fd = open(t->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) {
@@ -190,7 +263,19 @@ static void t_hello(struct mvm_vm *vm)
 static void t_ready(struct mvm_vm *vm)
 {
     struct mvm_template *t = vm->ctx;
-    failed(t, "", "the guest said READY to a template that sent no CONFIG");
+    if (!t->config_sent || t->handed_over) {
+        failed(t, "", "the guest said READY to a template that sent no CONFIG");
+        return;
+    }
+    /* The root is built and the init has the guest: the agent greets
+     * again, as a service, once the system is up. */
+    t->handed_over = true;
+    mvm_vm_takeover(vm, &vm->sess.hello);
+    mvm_vm_deadline_stop(vm);
+    bool kvm = strcmp(vm->st->accel, "kvm") == 0;
+    mvm_vm_deadline(vm, kvm ? 120000 : 600000, "the system's agent (HELLO after its init)");
+    crl_info(t->name, "root built (%.1f s after start): the image's init boots the system",
+             crl_wall_s() - t->started);
 }
 
 static void t_frame(struct mvm_vm *vm, const struct crl_agent_frame *f)
@@ -226,6 +311,7 @@ static void t_dead(struct mvm_vm *vm, const char *reason, const char *msg)
         failed(t, "sealing its RAM: ", strerror(-e));
     }
     failed(t, "the template's guest ended before it was saved: ", msg);
+    boot_fds_close(t);
     crl_timer_stop(vm->st->host->loop, &t->poll);
     mvm_vm_free(vm);
     t->vm_live = false;
@@ -243,14 +329,45 @@ static const char *kind_suffix(const struct mvm_template *t)
     return t->nic && t->volume_slots ? "-nic-vol" : t->nic ? "-nic" : t->volume_slots ? "-vol" : "";
 }
 
-static int build(struct mvm_state *st, struct mvm_template *t, struct crl_err *err)
+/* mkfs.ext4 on a sparse file of disk_mb: a full system's writable layer
+ * (the agent makes the upper and work dirs on it).  Once per template. */
+static int make_disk(struct mvm_state *st, struct mvm_template *t, struct crl_err *err)
 {
-    char name[48];
-    snprintf(name, sizeof(name), "template-%um-%uc%s", t->mem_mb, t->vcpus, kind_suffix(t));
-    snprintf(t->path, sizeof(t->path), "%s/%s.state", st->dir, name);
+    snprintf(t->disk_path, sizeof(t->disk_path), "%s/%s.disk", st->dir, t->name);
+    cleanup_close int fd = open(t->disk_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0 || ftruncate(fd, (off_t)t->disk_mb << 20) < 0)
+        return crl_err_sys(err, errno, "the template's disk %s (%u MiB)", t->disk_path, t->disk_mb);
+    char *argv[] = {"mkfs.ext4", "-q", "-F", "-m", "0", "-E", "root_owner=0:0", t->disk_path, NULL};
+    static char *const envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
+    char *out = NULL;
+    int status = 0;
+    if (crl_run_capture(argv, envp, 1, 4096, &out, &status, err) < 0)
+        return crl_err_prefix(err, "mkfs.ext4 (apt-get install e2fsprogs)");
+    int rc = 0;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        rc = crl_err_set(err, CRL_E_INTERNAL, "mkfs.ext4 %s failed: %s", t->disk_path,
+                         out && *out ? out : "(no output)");
+    free(out);
+    if (rc == 0 && (t->disk_fd = open(t->disk_path, O_RDWR | O_CLOEXEC)) < 0)
+        rc = crl_err_sys(err, errno, "open %s", t->disk_path);
+    return rc;
+}
+
+static int build(struct mvm_state *st, struct mvm_template *t, const struct mvm_template_key *k,
+                 struct crl_err *err)
+{
+    bool pc = st->machine == MVM_PC;
+    cleanup_close int volume_fd = -1; /* the volume slots' placeholder, below */
+    if (pc)
+        snprintf(t->name, sizeof(t->name), "vm-%.12s-%um-%uc-%ud%s", t->image_id + 7, t->mem_mb,
+                 t->vcpus, t->disk_mb, kind_suffix(t));
+    else
+        snprintf(t->name, sizeof(t->name), "template-%um-%uc%s", t->mem_mb, t->vcpus,
+                 kind_suffix(t));
+    snprintf(t->path, sizeof(t->path), "%s/%s.state", st->dir, t->name);
     if (t->ram_fd >= 0)
         close(t->ram_fd);
-    t->ram_fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    t->ram_fd = memfd_create(t->name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (t->ram_fd < 0 || ftruncate(t->ram_fd, (off_t)t->mem_mb << 20) < 0) {
         crl_err_sys(err, errno, "the template's RAM (a memfd of %u MiB)", t->mem_mb);
         close_fd(&t->ram_fd);
@@ -259,6 +376,8 @@ static int build(struct mvm_state *st, struct mvm_template *t, struct crl_err *e
     struct mvm_launch l = {
         .mem_mb = t->mem_mb,
         .vcpus = t->vcpus,
+        .disk_fd = -1,
+        .disk_backing_fd = -1,
         .incoming_fd = -1,
         .ram_fd = t->ram_fd,
         .netns_fd = -1,
@@ -268,16 +387,28 @@ static int build(struct mvm_state *st, struct mvm_template *t, struct crl_err *e
     };
     for (int i = 0; i < MVM_SLOTS; i++)
         l.layer_fds[i] = -1;
+    /* A full system boots its image, on a disk of its own. */
+    t->config_sent = t->handed_over = false;
+    if (pc) {
+        t->n_layers = k->n_layers;
+        for (size_t i = 0; i < k->n_layers; i++)
+            if ((t->layer_fds[i] = fcntl(k->layer_fds[i], F_DUPFD_CLOEXEC, 0)) < 0) {
+                crl_err_sys(err, errno, "dup of a layer");
+                goto fail;
+            }
+        memcpy(l.layer_fds, t->layer_fds, sizeof(l.layer_fds));
+        if (make_disk(st, t, err) < 0)
+            goto fail;
+        l.disk_fd = t->disk_fd;
+    }
     /* Volume slots read-write (a clone's guest mounts a volume on one so),
      * over an empty file of the largest volume's size: a memfd of its own,
      * gone with its QEMU. */
-    cleanup_close int volume_fd = -1;
     if (t->volume_slots) {
         volume_fd = memfd_create("corral-volume-slot", MFD_CLOEXEC);
         if (volume_fd < 0 || ftruncate(volume_fd, (off_t)MVM_VOLUME_PLACEHOLDER_BYTES) < 0) {
             crl_err_sys(err, errno, "the template's volume slots (a memfd)");
-            close_fd(&t->ram_fd);
-            return -1;
+            goto fail;
         }
         l.volume_slots = true;
         for (int i = 0; i < MVM_VOLUME_SLOTS; i++)
@@ -288,15 +419,32 @@ static int build(struct mvm_state *st, struct mvm_template *t, struct crl_err *e
     t->started = crl_wall_s();
     t->error[0] = 0;
     t->poll.data = t;
-    if (mvm_vm_start(st, &t->vm, name, &l, &template_ops, t, err) < 0) {
-        close_fd(&t->ram_fd);
-        return -1;
-    }
+    if (mvm_vm_start(st, &t->vm, t->name, &l, &template_ops, t, err) < 0)
+        goto fail;
     t->vm_live = true;
     st->n.template_builds++;
     mvm_vm_deadline(&t->vm, strcmp(st->accel, "kvm") == 0 ? 20000 : 60000, "HELLO");
-    crl_info(name, "building a template (QEMU pid %d, %s)", (int)t->vm.pid, st->accel);
+    crl_info(t->name, "building a template (QEMU pid %d, %s%s%s)", (int)t->vm.pid, st->accel,
+             pc ? ", image " : "", pc ? t->image_name : "");
     return 0;
+fail:
+    close_fd(&t->ram_fd);
+    boot_fds_close(t);
+    if (t->disk_path[0])
+        unlink(t->disk_path);
+    t->disk_path[0] = 0;
+    return -1;
+}
+
+static void forget(struct mvm_template *t)
+{
+    if (t->path[0])
+        unlink(t->path);
+    if (t->disk_path[0])
+        unlink(t->disk_path); /* its clones keep their descriptors of it */
+    close_fd(&t->ram_fd);
+    boot_fds_close(t);
+    free(t);
 }
 
 /* Forget the template used longest ago that nothing waits on or builds:
@@ -313,22 +461,27 @@ static void evict_one(struct mvm_state *st)
         return;
     struct mvm_template *t = *victim;
     *victim = t->next;
-    crl_info(NULL, "template %um-%uc%s forgotten (%u shapes at most): its shape boots a new one",
-             t->mem_mb, t->vcpus, kind_suffix(t), MVM_MAX_TEMPLATES);
-    if (t->path[0])
-        unlink(t->path);
-    close_fd(&t->ram_fd);
-    free(t);
+    crl_info(NULL, "template %s forgotten (%u at most): its kind boots a new one", t->name,
+             MVM_MAX_TEMPLATES);
+    forget(t);
 }
 
-int mvm_template_get(struct mvm_state *st, unsigned mem_mb, unsigned vcpus, bool nic,
-                     bool volume_slots, int *fd, int *ram_fd, struct crl_agent_hello *hello,
-                     mvm_template_cb waiting, void *ctx)
+static bool matches(const struct mvm_state *st, const struct mvm_template *t,
+                    const struct mvm_template_key *k)
+{
+    if (t->mem_mb != k->mem_mb || t->vcpus != k->vcpus || t->nic != k->nic ||
+        t->volume_slots != k->volume_slots)
+        return false;
+    return st->machine != MVM_PC ||
+           (t->disk_mb == k->disk_mb && strcmp(t->image_id, k->image_id) == 0);
+}
+
+int mvm_template_get(struct mvm_state *st, const struct mvm_template_key *k, struct mvm_restore *r,
+                     mvm_template_cb waiting, void *ctx, struct crl_err *err)
 {
     struct mvm_template *t = st->templates;
     unsigned n = 0;
-    while (t && (t->mem_mb != mem_mb || t->vcpus != vcpus || t->nic != nic ||
-                 t->volume_slots != volume_slots)) {
+    while (t && !matches(st, t, k)) {
         t = t->next;
         n++;
     }
@@ -336,11 +489,19 @@ int mvm_template_get(struct mvm_state *st, unsigned mem_mb, unsigned vcpus, bool
         if (n >= MVM_MAX_TEMPLATES)
             evict_one(st);
         if (!(t = calloc(1, sizeof(*t))))
-            return -1;
-        t->mem_mb = mem_mb;
-        t->vcpus = vcpus;
-        t->nic = nic;
-        t->volume_slots = volume_slots;
+            return crl_err_sys(err, ENOMEM, "a template");
+        t->mem_mb = k->mem_mb;
+        t->vcpus = k->vcpus;
+        t->nic = k->nic;
+        t->volume_slots = k->volume_slots;
+        if (st->machine == MVM_PC) {
+            snprintf(t->image_id, sizeof(t->image_id), "%s", k->image_id);
+            snprintf(t->image_name, sizeof(t->image_name), "%s", k->image_name);
+            t->disk_mb = k->disk_mb;
+        }
+        for (int i = 0; i < MVM_SLOTS; i++)
+            t->layer_fds[i] = -1;
+        t->disk_fd = -1;
         t->ram_fd = -1;
         t->state = T_FAILED;
         t->next = st->templates;
@@ -348,25 +509,34 @@ int mvm_template_get(struct mvm_state *st, unsigned mem_mb, unsigned vcpus, bool
     }
     t->last_used = crl_wall_s();
     if (t->state == T_READY) {
-        *fd = open(t->path, O_RDONLY | O_CLOEXEC);
-        *ram_fd = *fd >= 0 ? fcntl(t->ram_fd, F_DUPFD_CLOEXEC, 0) : -1;
-        if (*fd >= 0 && *ram_fd >= 0) {
-            *hello = t->hello;
+        r->disk_fd = -1;
+        r->fd = open(t->path, O_RDONLY | O_CLOEXEC);
+        r->ram_fd = r->fd >= 0 ? fcntl(t->ram_fd, F_DUPFD_CLOEXEC, 0) : -1;
+        if (r->ram_fd >= 0 && t->disk_path[0])
+            r->disk_fd = open(t->disk_path, O_RDONLY | O_CLOEXEC);
+        if (r->fd >= 0 && r->ram_fd >= 0 && (!t->disk_path[0] || r->disk_fd >= 0)) {
+            r->hello = t->hello;
+            snprintf(r->name, sizeof(r->name), "%s", t->name);
+            snprintf(r->disk_path, sizeof(r->disk_path), "%s", t->disk_path);
+            r->disk_bytes = (uint64_t)t->disk_mb << 20;
             t->restores++;
             return 1;
         }
-        close_fd(fd);
-        crl_warn(NULL, "template %s: %s: building it again", t->path, strerror(errno));
+        crl_warn(NULL, "template %s: %s: building it again", t->name, strerror(errno));
+        close_fd(&r->fd);
+        close_fd(&r->ram_fd);
+        close_fd(&r->disk_fd);
         t->state = T_FAILED;
         t->ended = 0;
     }
     if (t->state == T_FAILED) {
         if (t->ended && crl_wall_s() - t->ended < RETRY_AFTER_S)
-            return -1;
-        struct crl_err err = CRL_ERR_INIT;
-        if (t->vm_live || build(st, t, &err) < 0) {
+            return crl_err_set(err, CRL_E_UNAVAILABLE,
+                               "template %s failed %.0f s ago (built again %.0f s after): %s",
+                               t->name, crl_wall_s() - t->ended, RETRY_AFTER_S, t->error);
+        if (t->vm_live || build(st, t, k, err) < 0) {
             if (!t->vm_live) {
-                snprintf(t->error, sizeof(t->error), "%s", err.msg);
+                snprintf(t->error, sizeof(t->error), "%s", err->msg);
                 t->ended = crl_wall_s();
             }
             return -1;
@@ -374,7 +544,7 @@ int mvm_template_get(struct mvm_state *st, unsigned mem_mb, unsigned vcpus, bool
     }
     struct waiter *w = calloc(1, sizeof(*w));
     if (!w)
-        return -1;
+        return crl_err_sys(err, ENOMEM, "a template's waiter");
     w->cb = waiting;
     w->ctx = ctx;
     w->next = t->waiters;
@@ -410,8 +580,15 @@ json_t *mvm_templates_json(struct mvm_state *st)
             "vcpus", (json_int_t)t->vcpus, "nic", t->nic, "volume_slots", t->volume_slots, "state",
             tstate_name(t->state), "restores", (json_int_t)t->restores, "state_bytes",
             (json_int_t)t->bytes, "boot_to_hello_s", t->hello_s, "save_s", t->save_s);
-        if (o)
+        if (o) {
+            json_object_set_new(o, "name", json_string(t->name));
             json_object_set_new(o, "ram_bytes", json_integer((json_int_t)t->ram_bytes));
+        }
+        if (o && t->image_id[0]) {
+            json_object_set_new(o, "image", json_string(t->image_name));
+            json_object_set_new(o, "image_id", json_string(t->image_id));
+            json_object_set_new(o, "disk_mb", json_integer(t->disk_mb));
+        }
         if (o && t->error[0])
             json_object_set_new(o, "error", json_string(t->error));
         json_array_append_new(a, o);
@@ -438,8 +615,6 @@ void mvm_templates_free(struct mvm_state *st)
             free(w);
             w = next;
         }
-        unlink(t->path);
-        close_fd(&t->ram_fd);
-        free(t);
+        forget(t);
     }
 }

@@ -261,7 +261,7 @@ struct mvm_view *mvm_view_start(struct mvm_sandbox *m, struct crl_snapshot_req *
                                 struct crl_err *err)
 {
     struct crl_sandbox *sb = m->sb;
-    struct mvm_state *st = crl_mvm_state;
+    struct mvm_state *st = mvm_state_of(sb);
     if (!st->unpack[0])
         return crl_err_set(err, CRL_E_UNSUPPORTED, "%s", st->unpack_missing), NULL;
     struct mvm_view *v = calloc(1, sizeof(*v));

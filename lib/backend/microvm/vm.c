@@ -109,15 +109,27 @@ __attribute__((format(printf, 2, 3))) static void arg(struct argv_buf *a, const 
 
 /* The same devices, in the same order, for a template and every restore of
  * it: a migration stream only fits the machine it was saved from. */
+/* Fd sets of a full system's disk (volumes take 1..MVM_VOLUME_SLOTS). */
+#define DISK_FDSET 20
+#define DISK_BACKING_FDSET 21
+
 static int build_argv(const struct mvm_state *st, const struct mvm_launch *l, int kernel_fd,
                       int initrd_fd, int agent_fd, int qmp_fd, const int *slot_fds,
-                      int (*volume_fds)[2], int tap_fd, struct argv_buf *a, struct crl_err *err)
+                      int (*volume_fds)[2], const int *disk_fds, int tap_fd, struct argv_buf *a,
+                      struct crl_err *err)
 {
     bool kvm = strcmp(st->accel, "kvm") == 0;
+    /* What differs between the machines: its type, and its devices' bus
+     * (virtio-blk-device on microvm's MMIO, virtio-blk-pci on q35's PCI). */
+    bool pc = st->machine == MVM_PC;
+    const char *bus = pc ? "pci" : "device";
     arg(a, "%s", st->qemu);
     arg(a, "-M");
-    arg(a, "microvm,x-option-roms=off,pit=off,pic=off,rtc=on,isa-serial=off%s",
-        l->ram_fd >= 0 ? ",memory-backend=ram0" : "");
+    if (pc)
+        arg(a, "q35,smm=off,vmport=off%s", l->ram_fd >= 0 ? ",memory-backend=ram0" : "");
+    else
+        arg(a, "microvm,x-option-roms=off,pit=off,pic=off,rtc=on,isa-serial=off%s",
+            l->ram_fd >= 0 ? ",memory-backend=ram0" : "");
     if (l->ram_fd >= 0) {
         /* A template's RAM is a memfd it writes (share=on); its clones map
          * it privately (share=off): they read its pages where they lie and
@@ -153,12 +165,13 @@ static int build_argv(const struct mvm_state *st, const struct mvm_launch *l, in
      * resets at once by a triple fault (the other ways a microvm has none
      * of, and the kernel tries them for many seconds), which -no-reboot
      * makes QEMU's exit. */
-    arg(a, "console=hvc0 quiet panic=-1 reboot=t cryptomgr.notests corral.port=corral.agent%s",
-        kvm ? "" : " tsc_early_khz=2100000");
+    /* A full system's: eth0 as a microVM's (no renaming by udev). */
+    arg(a, "console=hvc0 quiet panic=-1 reboot=t cryptomgr.notests corral.port=corral.agent%s%s",
+        kvm ? "" : " tsc_early_khz=2100000", pc ? " net.ifnames=0" : "");
     arg(a, "-chardev");
     arg(a, "stdio,id=con,signal=off");
     arg(a, "-device");
-    arg(a, "virtio-serial-device,max_ports=2");
+    arg(a, "virtio-serial-%s,max_ports=2", bus);
     arg(a, "-device");
     arg(a, "virtconsole,chardev=con");
     arg(a, "-chardev");
@@ -173,7 +186,34 @@ static int build_argv(const struct mvm_state *st, const struct mvm_launch *l, in
         arg(a, "-drive");
         arg(a, "id=l%d,file=/proc/self/fd/%d,format=raw,if=none,readonly=on", i, slot_fds[i]);
         arg(a, "-device");
-        arg(a, "virtio-blk-device,drive=l%d", i);
+        arg(a, "virtio-blk-%s,drive=l%d", bus, i);
+    }
+    /* A full system's disk: the template's raw ext4, or a clone's qcow2
+     * over it, its backing a node of its own (the path in the overlay's
+     * header is never opened).  Both by fd set (QEMU runs as another uid),
+     * read-only and read-write descriptors each. */
+    if (pc) {
+        for (int j = 0; j < 3; j++)
+            if (disk_fds[j] >= 0) {
+                arg(a, "-add-fd");
+                arg(a, "fd=%d,set=%d", disk_fds[j], j < 2 ? DISK_FDSET : DISK_BACKING_FDSET);
+            }
+        arg(a, "-blockdev");
+        arg(a, "driver=file,node-name=disk-file,filename=/dev/fdset/%d", DISK_FDSET);
+        if (l->disk_backing_fd >= 0) {
+            arg(a, "-blockdev");
+            arg(a, "driver=file,node-name=base-file,filename=/dev/fdset/%d,read-only=on",
+                DISK_BACKING_FDSET);
+            arg(a, "-blockdev");
+            arg(a, "driver=raw,node-name=base,file=base-file,read-only=on");
+            arg(a, "-blockdev");
+            arg(a, "driver=qcow2,node-name=disk,file=disk-file,backing=base");
+        } else {
+            arg(a, "-blockdev");
+            arg(a, "driver=raw,node-name=disk,file=disk-file");
+        }
+        arg(a, "-device");
+        arg(a, "virtio-blk-pci,drive=disk");
     }
     /* A volume's file is corrald's descriptor, which QEMU (another uid)
      * could not open again by its /proc path: it is an fd set's, of a
@@ -194,7 +234,7 @@ static int build_argv(const struct mvm_state *st, const struct mvm_launch *l, in
         arg(a, "id=v%d,file=/dev/fdset/%d,format=raw,if=none,readonly=%s%s", i, i + 1,
             l->volume_ro[i] ? "on" : "off", placeholder ? ",file.locking=off" : "");
         arg(a, "-device");
-        arg(a, "virtio-blk-device,drive=v%d", i);
+        arg(a, "virtio-blk-%s,drive=v%d", bus, i);
     }
     if (tap_fd >= 0) {
         /* No vnet header (the same tap flags for a template's and its
@@ -202,7 +242,8 @@ static int build_argv(const struct mvm_state *st, const struct mvm_launch *l, in
         arg(a, "-netdev");
         arg(a, "tap,id=n0,fd=%d,vhost=off", tap_fd);
         arg(a, "-device");
-        arg(a, "virtio-net-device,netdev=n0,mac=%s", MVM_MAC);
+        /* no option ROM: nothing boots from the network */
+        arg(a, "virtio-net-%s,netdev=n0,mac=%s%s", bus, MVM_MAC, pc ? ",romfile=" : "");
     }
     if (l->incoming_fd >= 0) {
         /* The state comes over QMP once x-ignore-shared is set (QEMU 7.2
@@ -232,6 +273,24 @@ static int volume_fds_open(const struct mvm_state *st, const struct mvm_launch *
         if ((out[i][0] = open(p, O_RDONLY | O_CLOEXEC)) < 0 ||
             (!l->volume_ro[i] && (out[i][1] = open(p, O_RDWR | O_CLOEXEC)) < 0))
             return crl_err_sys(err, errno, "volume slot %d: open %s", i, p);
+    }
+    return 0;
+}
+
+/* A full system's disk's descriptors, QEMU's to close: its file read-only
+ * and read-write, its backing read-only (-1 where there is none), opened
+ * afresh as a volume's are. */
+static int disk_fds_open(const struct mvm_launch *l, int out[3], struct crl_err *err)
+{
+    const int src[3] = {l->disk_fd, l->disk_fd, l->disk_backing_fd};
+    const int flags[3] = {O_RDONLY, O_RDWR, O_RDONLY};
+    for (int j = 0; j < 3; j++) {
+        if (src[j] < 0)
+            continue;
+        char p[64];
+        snprintf(p, sizeof(p), "/proc/self/fd/%d", src[j]);
+        if ((out[j] = open(p, flags[j] | O_CLOEXEC)) < 0)
+            return crl_err_sys(err, errno, "the guest's disk: open %s", p);
     }
     return 0;
 }
@@ -748,6 +807,7 @@ int mvm_vm_start(struct mvm_state *st, struct mvm_vm *vm, const char *name,
     int agent[2] = {-1, -1}, qmp[2] = {-1, -1}, con[2] = {-1, -1};
     int volume_fds[MVM_VOLUME_SLOTS][2];
     memset(volume_fds, -1, sizeof(volume_fds));
+    int disk_fds[3] = {-1, -1, -1};
     cleanup_close int tap_hold = -1; /* a template's tap's number, until QEMU has it */
     cleanup_close int kernel_fd = open(st->kernel, O_RDONLY | O_CLOEXEC);
     cleanup_close int initrd_fd = open(st->initrd, O_RDONLY | O_CLOEXEC);
@@ -763,7 +823,7 @@ int mvm_vm_start(struct mvm_state *st, struct mvm_vm *vm, const char *name,
         goto fail;
     }
     int slot_fds[MVM_SLOTS];
-    int keep[4 + MVM_SLOTS + 2 * MVM_VOLUME_SLOTS + 3];
+    int keep[4 + MVM_SLOTS + 2 * MVM_VOLUME_SLOTS + 3 + 3];
     int n_keep = 0;
     keep[n_keep++] = kernel_fd;
     keep[n_keep++] = initrd_fd;
@@ -775,6 +835,11 @@ int mvm_vm_start(struct mvm_state *st, struct mvm_vm *vm, const char *name,
     }
     if (l->volume_slots && volume_fds_open(st, l, volume_fds, err) < 0)
         goto fail;
+    if (st->machine == MVM_PC && disk_fds_open(l, disk_fds, err) < 0)
+        goto fail;
+    for (int j = 0; j < 3; j++)
+        if (disk_fds[j] >= 0)
+            keep[n_keep++] = disk_fds[j];
     for (int i = 0; l->volume_slots && i < MVM_VOLUME_SLOTS; i++)
         for (int j = 0; j < 2; j++)
             if (volume_fds[i][j] >= 0)
@@ -793,8 +858,8 @@ int mvm_vm_start(struct mvm_state *st, struct mvm_vm *vm, const char *name,
         keep[n_keep++] = tap_fd;
     static struct argv_buf a; /* the loop's thread only */
     memset(&a, 0, sizeof(a));
-    if (build_argv(st, l, kernel_fd, initrd_fd, agent[1], qmp[1], slot_fds, volume_fds, tap_fd, &a,
-                   err) < 0)
+    if (build_argv(st, l, kernel_fd, initrd_fd, agent[1], qmp[1], slot_fds, volume_fds, disk_fds,
+                   tap_fd, &a, err) < 0)
         goto fail;
     struct child c = {
         .l = l,
@@ -816,6 +881,8 @@ int mvm_vm_start(struct mvm_state *st, struct mvm_vm *vm, const char *name,
     close_fds(c.cg_fds, c.n_cg); /* the child has its copies */
     close_fds(&volume_fds[0][0], 2 * MVM_VOLUME_SLOTS);
     memset(volume_fds, -1, sizeof(volume_fds));
+    close_fds(disk_fds, 3);
+    memset(disk_fds, -1, sizeof(disk_fds));
     if (pid < 0) {
         crl_err_sys(err, fork_errno, "fork for QEMU");
         goto fail;
@@ -857,6 +924,7 @@ fail:
     close_fds(qmp, 2);
     close_fds(con, 2);
     close_fds(&volume_fds[0][0], 2 * MVM_VOLUME_SLOTS);
+    close_fds(disk_fds, 3);
     crl_agent_host_free(&vm->sess);
     vm->sess_open = false;
     crl_buf_free(&vm->outq);
