@@ -324,24 +324,6 @@ static int volume_disk(struct crl_volumes *vs, struct crl_volume *v, bool read_o
     return img;
 }
 
-/* mkfs.ext4 on `path`: root owned by 0:0 (each sandbox's root, through
- * its idmapped mount), no blocks reserved for root. */
-static int mkfs(const char *path, struct crl_err *err)
-{
-    char *argv[] = {"mkfs.ext4", "-q", "-F", "-m", "0", "-E", "root_owner=0:0", (char *)path, NULL};
-    static char *const envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
-    char *out = NULL;
-    int status = 0;
-    if (crl_run_capture(argv, envp, 1, 4096, &out, &status, err) < 0)
-        return crl_err_prefix(err, "mkfs.ext4 (apt-get install e2fsprogs)");
-    int rc = 0;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        rc = crl_err_set(err, CRL_E_INTERNAL, "mkfs.ext4 %s failed: %s", path,
-                         out && *out ? out : "(no output)");
-    free(out);
-    return rc;
-}
-
 /* ---- the API ---- */
 
 static json_t *volume_json(struct crl_volume *v)
@@ -417,7 +399,7 @@ int crl_volume_create(struct crl_volumes *vs, json_t *body, json_t **out, struct
     }
     close(fd);
     fd = -1;
-    if (mkfs(disk, err) < 0)
+    if (crl_mkfs_ext4(disk, err) < 0)
         goto fail;
     if (!m || json_dump_file(m, tmp, JSON_COMPACT) < 0 || rename(tmp, meta) < 0) {
         crl_err_sys(err, errno ? errno : EIO, "volume %s: writing %s", name, meta);

@@ -81,3 +81,19 @@ int crl_run_capture(char *const argv[], char *const envp[], int with_stderr, siz
     *out = buf;
     return 0;
 }
+
+int crl_mkfs_ext4(const char *path, struct crl_err *err)
+{
+    char *argv[] = {"mkfs.ext4", "-q", "-F", "-m", "0", "-E", "root_owner=0:0", (char *)path, NULL};
+    static char *const envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
+    char *out = NULL;
+    int status = 0;
+    if (crl_run_capture(argv, envp, 1, 4096, &out, &status, err) < 0)
+        return crl_err_prefix(err, "mkfs.ext4 (apt-get install e2fsprogs)");
+    int rc = 0;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        rc = crl_err_set(err, CRL_E_INTERNAL, "mkfs.ext4 %s failed: %s", path,
+                         out && *out ? out : "(no output)");
+    free(out);
+    return rc;
+}

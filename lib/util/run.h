@@ -25,4 +25,9 @@ int crl_seqpacket_pair(int pair[2], size_t max_msg, struct crl_err *err);
 int crl_run_capture(char *const argv[], char *const envp[], int with_stderr, size_t max, char **out,
                     int *status, struct crl_err *err);
 
+/* mkfs.ext4 on the file or device `path`: its root owned by 0:0, no
+ * blocks reserved for root (a volume, a full system's writable disk).
+ * The error says what mkfs printed. */
+int crl_mkfs_ext4(const char *path, struct crl_err *err);
+
 #endif

@@ -530,6 +530,13 @@ int crl_ga_init_config(const struct crl_agent_config *c, bool first, struct crl_
     if (build_root(c, &etc_done, err) < 0 || (c->init[0] && system_run(err) < 0) ||
         switch_root(err) < 0)
         return crl_err_prefix(err, "the guest's root");
+    /* An image with nothing to hand the guest to fails here, before READY,
+     * where the host hears why. */
+    if (c->init[0] && access(c->init, X_OK) < 0)
+        return crl_err_sys(err, errno,
+                           "the image has no init at %s (a full system's image: corral image "
+                           "build-vm)",
+                           c->init);
     if (!etc_done && write_etc(c, err) < 0)
         return crl_err_prefix(err, "the guest's /etc");
     if (mount_volumes(c, err) < 0)

@@ -389,8 +389,8 @@ static int make_disk(struct mvm_sandbox *m, struct mvm_restore *r, struct crl_er
         m->disk_path[0] = 0;
         return crl_err_prefix(err, "the VM's disk");
     }
-    crl_debug(m->sb->id, "disk %s over %s in %.1f ms", m->disk_path, r->disk_path,
-              (crl_wall_s() - t0) * 1e3);
+    m->disk_ms = (crl_wall_s() - t0) * 1e3;
+    crl_debug(m->sb->id, "disk %s over %s in %.1f ms", m->disk_path, r->disk_path, m->disk_ms);
     m->disk_base_fd = r->disk_fd;
     r->disk_fd = -1;
     snprintf(m->template_name, sizeof(m->template_name), "%s", r->name);
@@ -598,6 +598,7 @@ static json_t *mvm_info(struct crl_sandbox *sb)
     if (m->disk_path[0]) {
         json_object_set_new(o, "template", json_string(m->template_name));
         json_object_set_new(o, "disk", json_string(m->disk_path));
+        json_object_set_new(o, "disk_ms", json_real(m->disk_ms));
     }
     if (!is_kvm(st))
         json_object_set_new(o, "warning", json_string(st->accel_why));

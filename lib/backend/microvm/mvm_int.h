@@ -251,6 +251,7 @@ struct mvm_sandbox {
      * overlay of it, removed at the end. */
     int disk_base_fd;
     char disk_path[PATH_MAX];
+    double disk_ms; /* what making the overlay took */
     char template_name[48];
     bool rw_volume; /* a volume read-write: the guest writes back before its end */
     unsigned mem_mb, vcpus;

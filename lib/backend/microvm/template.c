@@ -337,17 +337,7 @@ static int make_disk(struct mvm_state *st, struct mvm_template *t, struct crl_er
     cleanup_close int fd = open(t->disk_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0 || ftruncate(fd, (off_t)t->disk_mb << 20) < 0)
         return crl_err_sys(err, errno, "the template's disk %s (%u MiB)", t->disk_path, t->disk_mb);
-    char *argv[] = {"mkfs.ext4", "-q", "-F", "-m", "0", "-E", "root_owner=0:0", t->disk_path, NULL};
-    static char *const envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
-    char *out = NULL;
-    int status = 0;
-    if (crl_run_capture(argv, envp, 1, 4096, &out, &status, err) < 0)
-        return crl_err_prefix(err, "mkfs.ext4 (apt-get install e2fsprogs)");
-    int rc = 0;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        rc = crl_err_set(err, CRL_E_INTERNAL, "mkfs.ext4 %s failed: %s", t->disk_path,
-                         out && *out ? out : "(no output)");
-    free(out);
+    int rc = crl_mkfs_ext4(t->disk_path, err);
     if (rc == 0 && (t->disk_fd = open(t->disk_path, O_RDWR | O_CLOEXEC)) < 0)
         rc = crl_err_sys(err, errno, "open %s", t->disk_path);
     return rc;
