@@ -239,18 +239,29 @@ static int mkdirs_at(int dir, const char *path, struct crl_err *err)
         }
 }
 
+/* The journal in memory (/run/log/journal): a system writes it all the
+ * time, and in the writable layer it would be in every checkpoint. */
+static const char journald_conf[] = "[Journal]\nStorage=volatile\n";
+
 /* A full system's part of the /etc layer: the agent's own binary (this
  * one, so the guest's agent is always the host's version, whatever the
- * image holds) and its unit, enabled. */
+ * image holds) and its unit, enabled; the journal's setting; and the
+ * commit of a machine-id mounted over /etc/machine-id (init_config's)
+ * masked: the machine-id is the host's to give. */
 static int system_layer(int dir, struct crl_err *err)
 {
     const char *wants = "etc/systemd/system/multi-user.target.wants";
-    if (mkdirs_at(dir, "usr/lib/corral", err) < 0 || mkdirs_at(dir, wants, err) < 0)
+    if (mkdirs_at(dir, "usr/lib/corral", err) < 0 || mkdirs_at(dir, wants, err) < 0 ||
+        mkdirs_at(dir, "etc/systemd/journald.conf.d", err) < 0)
         return -1;
-    int etc_sys = openat(dir, "etc/systemd/system", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int etc_sys = openat(dir, "etc/systemd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (etc_sys < 0)
-        return crl_err_sys(err, errno, "open etc/systemd/system");
-    int r = put_file(etc_sys, CRL_GA_SERVICE_UNIT, service_unit, 0644, false, err);
+        return crl_err_sys(err, errno, "open etc/systemd");
+    int r = put_file(etc_sys, "system/" CRL_GA_SERVICE_UNIT, service_unit, 0644, false, err);
+    if (r == 0)
+        r = put_file(etc_sys, "journald.conf.d/corral.conf", journald_conf, 0644, false, err);
+    if (r == 0 && symlinkat("/dev/null", etc_sys, "system/systemd-machine-id-commit.service") < 0)
+        r = crl_err_sys(err, errno, "mask systemd-machine-id-commit.service");
     close(etc_sys);
     char link[256];
     snprintf(link, sizeof(link), "%s/" CRL_GA_SERVICE_UNIT, wants);
@@ -292,6 +303,19 @@ static int system_run(struct crl_err *err)
     if (mount(RW, NEWROOT CRL_GA_SYSTEM_RW, NULL, MS_BIND, NULL) < 0 ||
         mount(ETC_LAYER, NEWROOT CRL_GA_SYSTEM_ETC, NULL, MS_BIND, NULL) < 0)
         return crl_err_sys(err, errno, "bind the writable and /etc layers under /run");
+    return 0;
+}
+
+/* /etc/machine-id, the /etc layer's, read-only over itself: systemd opens
+ * it for writing first, which through the overlay would copy it up into
+ * the writable layer, where a clone's own (written in place in the /etc
+ * layer) would not show.  Read-only, it opens it to read. */
+static int machine_id_mount(struct crl_err *err)
+{
+    const char *src = CRL_GA_SYSTEM_ETC "/etc/machine-id";
+    if (mount(src, "/etc/machine-id", NULL, MS_BIND, NULL) < 0 ||
+        mount(NULL, "/etc/machine-id", NULL, MS_BIND | MS_REMOUNT | MS_RDONLY, NULL) < 0)
+        return crl_err_sys(err, errno, "bind %s read-only on /etc/machine-id", src);
     return 0;
 }
 
@@ -537,6 +561,8 @@ int crl_ga_init_config(const struct crl_agent_config *c, bool first, struct crl_
                            "the image has no init at %s (a full system's image: corral image "
                            "build-vm)",
                            c->init);
+    if (c->init[0] && c->machine_id[0] && machine_id_mount(err) < 0)
+        return crl_err_prefix(err, "the guest's machine-id");
     if (!etc_done && write_etc(c, err) < 0)
         return crl_err_prefix(err, "the guest's /etc");
     if (mount_volumes(c, err) < 0)
