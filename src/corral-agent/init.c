@@ -296,6 +296,8 @@ static int system_layer(int dir, struct crl_err *err)
  * root's /run, a tmpfs mounted here (systemd keeps a /run it finds). */
 static int system_run(struct crl_err *err)
 {
+    if (mkdirs(NEWROOT "/run", err) < 0)
+        return -1;
     if (mount("tmpfs", NEWROOT "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") < 0)
         return crl_err_sys(err, errno, "mount a tmpfs on the new root's /run");
     if (mkdirs(NEWROOT CRL_GA_SYSTEM_RW, err) < 0 || mkdirs(NEWROOT CRL_GA_SYSTEM_ETC, err) < 0)

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 import corral
-from conftest import BUILD, MICROVM, MICROVM_READY, SMALL, need_debian, wait_for
+from conftest import (BUILD, MICROVM, MICROVM_READY, SMALL, VM_READY, need_debian, sized,
+                      wait_for)
 from test_network import lab_corrald  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.skipif(
@@ -196,9 +197,12 @@ def test_a_flood_of_output_is_bounded(corrald, any_sandbox_microvm):
     assert sb.exec("echo after").stdout == b"after\n"
 
 
-@pytest.fixture
-def any_sandbox_microvm(client):
-    with client.create(backend="microvm", **SMALL) as sb:
+@pytest.fixture(params=["microvm", "vm"])
+def any_sandbox_microvm(client, request):
+    """A guest of each backend on the microvm backend's code."""
+    if request.param == "vm" and not VM_READY:
+        pytest.skip("no debian-vm image: `make images` builds it")
+    with client.create(**sized(request.param)) as sb:
         yield sb
 
 

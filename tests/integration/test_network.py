@@ -19,11 +19,25 @@ from netlab import ECHO, RESOLVER, WEB
 
 
 
+# What fetch runs where the image has no nc (a Debian system's: python3).
+PY_FETCH = ("import socket, sys\n"
+            "s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2)\n"
+            "s.sendall(('GET %s HTTP/1.0\\r\\n\\r\\n' % sys.argv[3]).encode())\n"
+            "while True:\n"
+            "    b = s.recv(65536)\n"
+            "    if not b: break\n"
+            "    sys.stdout.buffer.write(b)\n")
+
+
 def fetch(sb, addr, port=80, path="/"):
     """GET http://addr:port/path from inside the sandbox: the body, or None
     if nothing answered.  (With nc: the static busybox's wget resolves even
-    an address through glibc's NSS, which the busybox image lacks.)"""
-    r = sb.exec(f"printf 'GET {path} HTTP/1.0\\r\\n\\r\\n' | nc -w 2 {addr} {port}", timeout=15)
+    an address through glibc's NSS, which the busybox image lacks; with
+    python3 where there is no nc.)"""
+    r = sb.exec(f"if command -v nc >/dev/null; then "
+                f"printf 'GET {path} HTTP/1.0\\r\\n\\r\\n' | nc -w 2 {addr} {port}; "
+                f"else python3 -c \"$PY\" {addr} {port} {path}; fi", env={"PY": PY_FETCH},
+                timeout=15)
     head, sep, body = r.stdout.partition(b"\r\n\r\n")
     return body.decode() if r.exit_code == 0 and sep and head.startswith(b"HTTP/") else None
 
@@ -68,7 +82,7 @@ def test_full_reaches_the_lab_internet_through_nat(lab_corrald, netlab, backend)
 
 
 def test_none_stays_offline(lab_corrald, backend):
-    with lab_corrald.client() as c, c.create(**SMALL, backend=backend) as sb:
+    with lab_corrald.client() as c, c.create(**sized(backend)) as sb:
         assert fetch(sb, WEB[0]) is None
         out = sb.exec("ip -o addr 2>/dev/null || ifconfig -a").stdout.decode()
         assert "eth0" not in out

@@ -119,6 +119,22 @@ def test_its_disk_is_an_overlay_of_the_templates_gone_at_destroy(client):
     assert base.exists()  # the next clone's backing
 
 
+def test_a_damaged_template_disk_is_a_clear_error_then_built_again(corrald, client):
+    with client.create(**VM) as sb:
+        name = sb.inspect()["vm"]["template"]
+    base = Path(corrald.state_dir) / "run" / "vm" / f"{name}.disk"
+    with open(base, "r+b") as f:  # the ext4 superblock's magic
+        f.seek(1080)
+        f.write(b"\0\0")
+    with pytest.raises(corral.InternalError, match=f"template {name}'s disk .* is damaged"):
+        client.create(**VM)
+    assert not base.exists() and not list(base.parent.glob("*.qcow2"))
+    with client.create(**VM) as sb:  # a template of its kind is booted again
+        assert sb.inspect()["vm"]["template"] == name
+        assert sb.exec("systemctl is-system-running").stdout == b"running\n"
+        assert base.exists()
+
+
 def test_bad_input_is_refused_at_create(client):
     with pytest.raises(corral.InvalidSpec, match="at least 256"):
         client.create(**{**VM, "memory_mb": 128})

@@ -361,15 +361,21 @@ static int make_disk(struct mvm_sandbox *m, struct mvm_restore *r, struct crl_er
     struct mvm_state *st = mvm_state_of(m->sb);
     uint8_t magic[2];
     struct stat sb;
+    const char *broken = NULL;
     if (fstat(r->disk_fd, &sb) < 0 || (uint64_t)sb.st_size != r->disk_bytes)
-        return crl_err_set(err, CRL_E_INTERNAL,
-                           "template %s: its disk %s is %lld bytes, not the %llu it was made with",
-                           r->name, r->disk_path, (long long)sb.st_size,
-                           (unsigned long long)r->disk_bytes);
-    if (pread(r->disk_fd, magic, 2, 1080) != 2 || magic[0] != 0x53 || magic[1] != 0xef)
-        return crl_err_set(err, CRL_E_INTERNAL,
-                           "template %s: its disk %s is damaged (no ext4 superblock)", r->name,
-                           r->disk_path);
+        broken = "its size is not the one it was made with";
+    else if (pread(r->disk_fd, magic, 2, 1080) != 2 || magic[0] != 0x53 || magic[1] != 0xef)
+        broken = "it has no ext4 superblock";
+    else if (sb.st_nlink == 0)
+        broken = "it was removed";
+    if (broken) {
+        crl_err_set(err, CRL_E_INTERNAL,
+                    "the VM's disk: template %s's disk %s is damaged (%s): it is dropped, and "
+                    "the next create builds it again",
+                    r->name, r->disk_path, broken);
+        mvm_template_drop(st, r->name, err->msg);
+        return -1;
+    }
     snprintf(m->disk_path, sizeof(m->disk_path), "%s/%s.qcow2", st->dir, m->sb->id);
     char size[32];
     snprintf(size, sizeof(size), "%llu", (unsigned long long)r->disk_bytes);

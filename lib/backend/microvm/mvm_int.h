@@ -231,6 +231,9 @@ int mvm_template_get(struct mvm_state *st, const struct mvm_template_key *k, str
                      mvm_template_cb waiting, void *ctx, struct crl_err *err);
 /* Forget a waiter (its sandbox ended first). */
 void mvm_template_unwait(struct mvm_state *st, void *ctx);
+/* Forget a ready template found broken (its disk lost or damaged): the
+ * next create of its kind builds it again. */
+void mvm_template_drop(struct mvm_state *st, const char *name, const char *why);
 json_t *mvm_templates_json(struct mvm_state *st);
 void mvm_templates_free(struct mvm_state *st);
 

@@ -542,6 +542,19 @@ int mvm_template_get(struct mvm_state *st, const struct mvm_template_key *k, str
     return 0;
 }
 
+void mvm_template_drop(struct mvm_state *st, const char *name, const char *why)
+{
+    for (struct mvm_template **tp = &st->templates; *tp; tp = &(*tp)->next)
+        if (strcmp((*tp)->name, name) == 0 && !(*tp)->vm_live && !(*tp)->waiters) {
+            struct mvm_template *t = *tp;
+            *tp = t->next;
+            crl_warn(name, "template dropped: %s: the next create of its kind builds it again",
+                     why);
+            forget(t);
+            return;
+        }
+}
+
 void mvm_template_unwait(struct mvm_state *st, void *ctx)
 {
     for (struct mvm_template *t = st->templates; t; t = t->next)
