@@ -202,15 +202,16 @@ deps:
 
 # The `debian` image (minbase + python3), in the store the tests and the demo
 # read with --images-from; debootstrap's output is cached in ~/.cache/corral.
-# `debian-vm` is the vm backend's (systemd, and the modules of the guest
-# kernel microvm-guest fetched): made only when that kernel is there.
+# `debian-vm` is the vm backend's (systemd, the modules of the guest
+# kernel microvm-guest fetched, busybox for the tools the network tests
+# speak): made only when that kernel is there.
 images: $(BINS)
 	@if [ -f build/images/tags/debian:latest ]; then echo "image debian: in build/images"; \
 	else $(B)/corral image build-debian debian --packages python3 --store build/images; fi
 	@if [ -f build/images/tags/debian-vm:latest ]; then echo "image debian-vm: in build/images"; \
 	elif [ ! -f $(B)/microvm/kernel.manifest ]; then \
 	    echo "image debian-vm: skipped: no guest kernel was fetched ($(B)/microvm/kernel.manifest; make microvm-guest)"; \
-	else $(B)/corral image build-vm debian-vm --packages python3 --store build/images \
+	else $(B)/corral image build-vm debian-vm --packages python3,busybox --store build/images \
 	    --kernel-manifest $(B)/microvm/kernel.manifest; fi
 
 check-unit: $(UNIT_BIN)

@@ -89,6 +89,9 @@ struct crl_host_config {
      * <state>/microvm/), "auto", "kvm" or "tcg" (NULL: auto), QEMU. */
     const char *microvm_kernel, *microvm_initrd, *microvm_accel, *qemu_path;
     bool microvm_cold; /* no templates: every guest boots */
+    /* Where saved templates are kept for the next corrald (NULL:
+     * <state>/templates; "": nowhere). */
+    const char *template_cache;
     /* bookkeeping */
     double tombstone_s;
     unsigned max_tombstones; /* the oldest ended sandbox is forgotten beyond this */

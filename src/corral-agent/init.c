@@ -657,6 +657,11 @@ int crl_ga_service_boot(struct crl_err *err)
     char state[64];
     char *argv[] = {"/bin/systemctl", "is-system-running", "--wait", NULL};
     int rc = run_line(argv, 600, state, sizeof(state));
+    /* and udev's workers done with every device (blkid on a dozen disks
+     * is seconds under emulation), not left for each clone to finish */
+    char settle_out[64];
+    char *settle[] = {"/bin/udevadm", "settle", "--timeout=120", NULL};
+    run_line(settle, 130, settle_out, sizeof(settle_out));
     crl_info(NULL, "the system is %s at %.3f s (systemctl: %d)", state[0] ? state : "?", uptime(),
              rc);
     if (strcmp(state, "running") != 0) {

@@ -69,23 +69,30 @@ static void show(json_t *h)
         const char *why = crl_cli_str(p, "error", crl_cli_str(p, "waiting", NULL));
         printf("%s%s\n", why ? ": " : "", why ? why : "");
     }
-    json_t *vm = json_object_get(json_object_get(h, "backend_info"), "microvm");
-    if (vm && json_object_get(vm, "not_set_up")) {
-        printf("microvm:    %s\n", crl_cli_str(vm, "not_set_up", ""));
-    } else if (vm) {
-        printf("microvm:    %s; %lld restored, %lld booted cold, %lld templates built, "
-               "%lld starts failed\n",
-               crl_cli_str(vm, "accel_why", "?"),
+    static const char *const guests[] = {"microvm", "vm"};
+    for (size_t g = 0; g < 2; g++) {
+        json_t *vm = json_object_get(json_object_get(h, "backend_info"), guests[g]);
+        if (vm && json_object_get(vm, "not_set_up")) {
+            printf("%-11s %s\n", guests[g], crl_cli_str(vm, "not_set_up", ""));
+            continue;
+        }
+        if (!vm)
+            continue;
+        printf("%s:%*s %s; %lld restored, %lld booted cold, %lld templates built, %lld loaded "
+               "from the cache, %lld starts failed\n",
+               guests[g], (int)(10 - strlen(guests[g])), "", crl_cli_str(vm, "accel_why", "?"),
                json_integer_value(json_object_get(vm, "restores")),
                json_integer_value(json_object_get(vm, "cold_boots")),
                json_integer_value(json_object_get(vm, "template_builds")),
+               json_integer_value(json_object_get(vm, "template_loads")),
                json_integer_value(json_object_get(vm, "start_failures")));
         json_t *t;
         json_array_foreach(json_object_get(vm, "templates"), i, t)
-            printf("template:   %lld MiB, %lld vCPU: %s, %lld restores, RAM %.1f MB\n",
-                   json_integer_value(json_object_get(t, "memory_mb")),
-                   json_integer_value(json_object_get(t, "vcpus")), crl_cli_str(t, "state", "?"),
-                   json_integer_value(json_object_get(t, "restores")),
+            printf("template:   %s: %lld MiB, %lld vCPU%s%s: %s, %lld restores, RAM %.1f MB\n",
+                   crl_cli_str(t, "name", "?"), json_integer_value(json_object_get(t, "memory_mb")),
+                   json_integer_value(json_object_get(t, "vcpus")),
+                   json_object_get(t, "image") ? ", image " : "", crl_cli_str(t, "image", ""),
+                   crl_cli_str(t, "state", "?"), json_integer_value(json_object_get(t, "restores")),
                    (double)json_integer_value(json_object_get(t, "ram_bytes")) / 1e6);
     }
 }

@@ -92,6 +92,8 @@ static const char usage[] =
     "                         and /dev/kvm opens, else tcg (emulation); default auto\n"
     "  --microvm-cold         boot every microvm guest cold, no template (to measure\n"
     "                         what templates save, or to rule them out)\n"
+    "  --template-cache DIR   keep saved microvm and vm templates in DIR for the next\n"
+    "                         corrald (default <state>/templates; \"\" for none)\n"
     "  --qemu PATH            qemu-system-x86_64 (default /usr/bin/qemu-system-x86_64)\n"
     "  --tombstone-s N        keep destroyed sandboxes visible N seconds (default 600)\n"
     "  --max-tombstones N     and at most N of them, oldest forgotten first (default 10000)\n"
@@ -195,6 +197,7 @@ int main(int argc, char **argv)
                                          {"microvm-accel", required_argument, 0, 1003},
                                          {"qemu", required_argument, 0, 1004},
                                          {"microvm-cold", no_argument, 0, 1005},
+                                         {"template-cache", required_argument, 0, 1006},
                                          {"network-range", required_argument, 0, 'n'},
                                          {"dns-upstream", required_argument, 0, 'D'},
                                          {"resolver-port", required_argument, 0, 'E'},
@@ -387,6 +390,7 @@ int main(int argc, char **argv)
             break;
         case 1004: hc.qemu_path = optarg; break;
         case 1005: hc.microvm_cold = true; break;
+        case 1006: hc.template_cache = optarg; break;
         case 'T':
             if (parse_uint("--tombstone-s", optarg, 86400 * 30, &v) < 0)
                 return 2;

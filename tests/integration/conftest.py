@@ -77,6 +77,10 @@ VM_READY = MICROVM_READY and (IMAGES / "tags" / "debian-vm:latest").is_file()
 # fixture runs once on each (microvm and vm under TCG here: guests are
 # restored from a template, not booted).
 BACKENDS = ("container", "microvm", "vm")
+# Saved templates every daemon of the tests shares (the sanitizer build's
+# too: the guest is the same), so that only the first daemon to need a
+# template boots it: a full system's is half a minute under TCG.
+TEMPLATE_CACHE = REPO / "build" / "template-cache"
 # Every full system the contract tests make is of one image and shape: its
 # template is a boot of systemd (half a minute under TCG here), once per
 # image, memory and disk size.
@@ -184,6 +188,8 @@ class Corrald:
             args += ["--images-from", str(IMAGES)]
         if MICROVM_READY and self.microvm_args:
             args += MICROVM_ARGS
+        if "--template-cache" not in self.extra_args:
+            args += ["--template-cache", str(TEMPLATE_CACHE)]
         return args + self.extra_args
 
     def _preexec(self):

@@ -6,6 +6,7 @@ floods its channel, pause, and a crashed corrald's guests.
 Under TCG here (this machine has no vmx/svm): each sandbox is restored from
 a template of its shape, booted once per daemon."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -305,7 +306,7 @@ def test_a_guest_that_breaks_the_protocol_is_killed_and_named(corrald_factory):
 
 
 def test_the_host_tells_an_operator_about_microvms(corrald_factory):
-    d = corrald_factory()
+    d = corrald_factory(["--template-cache", ""])  # none: its template is booted
     with d.client() as c:
         with c.create(backend="microvm", **SMALL):
             pass
@@ -322,6 +323,40 @@ def test_the_host_tells_an_operator_about_microvms(corrald_factory):
     from test_cli import corral as cli
     shown = cli(d, "host").stdout.decode()
     assert "2 restored, 0 booted cold, 1 templates built" in shown, shown
+
+
+def test_a_restarted_corrald_restores_from_its_template_cache(corrald_factory, tmp_path):
+    cache = tmp_path / "templates"
+    d = corrald_factory(["--template-cache", str(cache)])
+
+    def counts():
+        vm = d.request("GET", "/v1/host").json()["backend_info"]["microvm"]
+        return vm["template_builds"], vm["template_loads"]
+
+    with d.client() as c, c.create(backend="microvm", **SMALL) as sb:
+        assert sb.exec("echo built").stdout == b"built\n"
+    assert counts() == (1, 0)
+    [meta] = cache.glob("*.json")
+    entry = json.loads(meta.read_text())
+    assert entry["hello"]["kernel"] and entry["ram_bytes"] == SMALL["memory_mb"] << 20
+    d.stop()
+    d.start()
+    with d.client() as c, c.create(backend="microvm", **SMALL) as sb:
+        assert sb.inspect()["microvm"]["start"] == "restored"
+        assert sb.exec("echo loaded").stdout == b"loaded\n"
+    assert counts() == (0, 1)
+    # an entry whose files do not check is ignored: the template is built again
+    d.stop()
+    ram = cache / f"{meta.stem}-{entry['boot']}.ram"
+    with open(ram, "r+b") as f:
+        f.truncate(4096)
+    d.start()
+    with d.client() as c, c.create(backend="microvm", **SMALL) as sb:
+        assert sb.exec("echo rebuilt").stdout == b"rebuilt\n"
+    assert counts() == (1, 0)
+    assert "is missing or of another size" in d.log()
+    assert json.loads(meta.read_text())["boot"] != entry["boot"]  # saved anew
+    assert not ram.exists()  # the old boot's files went with it
 
 
 # ---- checkpoints: the guest's writable layer, taken through its agent ----

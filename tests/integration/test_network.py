@@ -49,8 +49,17 @@ def lab_corrald(netlab, corrald_factory):
                            netns=netlab.host_netns)
 
 
+def with_busybox(sb):
+    """A full system has Debian's tools; these tests speak busybox's (nc,
+    httpd, nslookup): its applets first on PATH (debian-vm has busybox)."""
+    if sb.info["backend"] == "vm":
+        r = sb.exec("busybox --install -s /usr/local/bin")
+        assert r.exit_code == 0, r.stderr
+    return sb
+
+
 def make(c, network, backend="container"):
-    return c.create(**sized(backend), network=network)
+    return with_busybox(c.create(**sized(backend), **({"network": network} if network else {})))
 
 
 def _net(sb):
@@ -82,7 +91,7 @@ def test_full_reaches_the_lab_internet_through_nat(lab_corrald, netlab, backend)
 
 
 def test_none_stays_offline(lab_corrald, backend):
-    with lab_corrald.client() as c, c.create(**sized(backend)) as sb:
+    with lab_corrald.client() as c, make(c, None, backend) as sb:
         assert fetch(sb, WEB[0]) is None
         out = sb.exec("ip -o addr 2>/dev/null || ifconfig -a").stdout.decode()
         assert "eth0" not in out
@@ -145,7 +154,7 @@ def test_a_slot_reused_starts_from_its_own_policy(lab_corrald, backend):
         with make(c, {"mode": "allow", "allow": [WEB[0]]}, backend) as sb:
             assert fetch(sb, WEB[1]) is None
             assert fetch(sb, WEB[0]) is not None
-        with c.create(**SMALL, backend=backend) as sb:
+        with make(c, None, backend) as sb:
             assert fetch(sb, WEB[0]) is None
 
 

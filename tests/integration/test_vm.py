@@ -191,6 +191,22 @@ def test_a_template_that_cannot_boot_is_reported_and_leaves_nothing(corrald, cli
         p.name.split(".")[0] in {s.id for s in client.list()} for p in run.glob("*.qcow2"))
 
 
+def test_another_corrald_restores_from_the_template_cache(client, corrald_factory):
+    """A template saved by one corrald (the shared one: its cache is every
+    test daemon's) is restored by the next without a boot."""
+    with client.create(**VM) as sb:
+        name = sb.inspect()["vm"]["template"]
+    d = corrald_factory()
+    with d.client() as c, c.create(**VM) as sb:
+        assert sb.inspect()["vm"]["template"] == name
+        assert sb.exec("systemctl is-system-running").stdout == b"running\n"
+    info = d.request("GET", "/v1/host").json()["backend_info"]["vm"]
+    assert (info["template_loads"], info["template_builds"]) == (1, 0)
+    [t] = [t for t in info["templates"] if t["name"] == name]
+    assert t["from_cache"] and t["state"] == "ready" and t["restores"] == 1
+    assert "corral_vm_template_loads_total 1" in d.request("GET", "/metrics").body.decode()
+
+
 def test_a_crashed_corrald_leaves_no_qemu_or_overlay(corrald_factory):
     d = corrald_factory()
     with d.client() as c:

@@ -256,6 +256,10 @@ static void sb_dead(struct mvm_vm *vm, const char *reason, const char *msg)
         st->n.start_failures++;
         crl_warn(sb->id, "the guest did not start (%s, attempt %u): %s", m->start_kind, m->attempts,
                  msg);
+        /* A template another corrald saved that does not restore here is
+         * no good to the next create either. */
+        if (strcmp(m->start_kind, "restored") == 0 && m->template_cached)
+            mvm_template_drop(st, m->template_name, msg);
         struct crl_err err = CRL_ERR_INIT;
         if (m->attempts < 2) {
             /* Once more: cold this time if the restore failed, but for a
@@ -399,7 +403,6 @@ static int make_disk(struct mvm_sandbox *m, struct mvm_restore *r, struct crl_er
     crl_debug(m->sb->id, "disk %s over %s in %.1f ms", m->disk_path, r->disk_path, m->disk_ms);
     m->disk_base_fd = r->disk_fd;
     r->disk_fd = -1;
-    snprintf(m->template_name, sizeof(m->template_name), "%s", r->name);
     return 0;
 }
 
@@ -441,6 +444,10 @@ static void start(struct mvm_sandbox *m)
         crl_err_prefix(&err, "no template of image %s to restore", sb->image->name);
         fail_create(m, &err);
         return;
+    }
+    if (got == 1) {
+        snprintf(m->template_name, sizeof(m->template_name), "%s", r.name);
+        m->template_cached = r.cached;
     }
     if (pc && make_disk(m, &r, &err) < 0) {
         close_fd(&r.fd);
@@ -601,8 +608,9 @@ static json_t *mvm_info(struct crl_sandbox *sb)
     if (!o)
         return NULL;
     json_object_set_new(o, "machine", json_string(st->machine == MVM_PC ? "q35" : "microvm"));
-    if (m->disk_path[0]) {
+    if (m->template_name[0])
         json_object_set_new(o, "template", json_string(m->template_name));
+    if (m->disk_path[0]) {
         json_object_set_new(o, "disk", json_string(m->disk_path));
         json_object_set_new(o, "disk_ms", json_real(m->disk_ms));
     }
@@ -634,6 +642,10 @@ static json_t *mvm_host_info(struct crl_host *h, void *state)
                           "guests_killed", (json_int_t)st->n.killed);
     if (o && st->missing[0])
         json_object_set_new(o, "not_set_up", json_string(st->missing));
+    if (o) {
+        json_object_set_new(o, "template_loads", json_integer((json_int_t)st->n.template_loads));
+        json_object_set_new(o, "template_cache", json_string(st->cache));
+    }
     return o;
 }
 
@@ -644,17 +656,21 @@ static void mvm_metrics(struct crl_host *h, void *state, struct crl_buf *b)
         const char *name, *help;
         uint64_t v;
     } c[] = {
-        {"microvm_restores_total", "microVMs started from a template.", st->n.restores},
-        {"microvm_cold_boots_total", "microVMs booted cold.", st->n.cold_boots},
-        {"microvm_template_builds_total", "Templates booted and saved.", st->n.template_builds},
-        {"microvm_start_failures_total", "Starts killed before READY (each retried once).",
+        {"restores_total", "Guests started from a template.", st->n.restores},
+        {"cold_boots_total", "Guests booted cold.", st->n.cold_boots},
+        {"template_builds_total", "Templates booted and saved.", st->n.template_builds},
+        {"template_loads_total", "Templates loaded from the template cache.", st->n.template_loads},
+        {"start_failures_total", "Starts killed before READY (each retried once).",
          st->n.start_failures},
-        {"microvm_guests_killed_total", "Ready guests that died or were killed for what they did.",
+        {"guests_killed_total", "Ready guests that died or were killed for what they did.",
          st->n.killed},
     };
+    /* corral_microvm_... and corral_vm_...: a family per backend */
     for (size_t i = 0; i < CRL_ARRAY_SIZE(c); i++)
-        crl_buf_printf(b, "# HELP corral_%s %s\n# TYPE corral_%s counter\ncorral_%s %" PRIu64 "\n",
-                       c[i].name, c[i].help, c[i].name, c[i].name, c[i].v);
+        crl_buf_printf(
+            b, "# HELP corral_%s_%s %s\n# TYPE corral_%s_%s counter\ncorral_%s_%s %" PRIu64 "\n",
+            st->backend, c[i].name, c[i].help, st->backend, c[i].name, st->backend, c[i].name,
+            c[i].v);
 }
 
 /* ---- start and end of the backend ---- */
@@ -717,6 +733,10 @@ static int init_machine(struct crl_host *h, void **state, enum mvm_machine machi
         st->unpack[0] = 0;
     }
     snprintf(st->dir, sizeof(st->dir), "%s/%s", h->run_dir, st->backend);
+    char cache[PATH_MAX];
+    snprintf(cache, sizeof(cache), "%s/templates", h->state_dir);
+    if (mvm_cache_init(st, c->template_cache ? c->template_cache : cache, err) < 0)
+        return crl_err_prefix(err, "%s", st->backend);
     if (mkdir(st->dir, 0700) < 0 && errno != EEXIST)
         return crl_err_sys(err, errno, "mkdir %s", st->dir);
     char path[PATH_MAX + 32];

@@ -41,6 +41,7 @@
 #include "../../core/volume.h"
 #include "../../util/buf.h"
 #include "../../util/loop.h"
+#include "../../util/sha256.h"
 
 /* Block devices a template has, and so the most layers an image restored
  * from one may have; a bigger image boots cold. */
@@ -78,7 +79,7 @@ enum mvm_machine {
 };
 
 struct mvm_counters {
-    uint64_t restores, cold_boots, template_builds, start_failures, retries, killed;
+    uint64_t restores, cold_boots, template_builds, template_loads, start_failures, retries, killed;
 };
 
 struct mvm_state {
@@ -97,8 +98,10 @@ struct mvm_state {
     gid_t kvm_gid; /* the group that may open /dev/kvm (0: none needed) */
     struct mvm_template *templates;
     struct mvm_counters n;
-    char unpack[PATH_MAX];              /* corral-unpack, next to corrald ("": missing) */
-    char unpack_missing[PATH_MAX + 64]; /* why checkpoints cannot be taken */
+    char cache[PATH_MAX];                 /* saved templates (template_cache.c), "": none */
+    char cache_ident[CRL_DIGEST_LEN + 1]; /* the guest's kernel, initramfs, QEMU, accel */
+    char unpack[PATH_MAX];                /* corral-unpack, next to corrald ("": missing) */
+    char unpack_missing[PATH_MAX + 64];   /* why checkpoints cannot be taken */
 };
 
 /* The state of the backend a sandbox is of (microvm or vm). */
@@ -221,6 +224,7 @@ struct mvm_restore {
     char name[48];
     char disk_path[PATH_MAX];
     uint64_t disk_bytes;
+    bool cached; /* the template came from the template cache */
 };
 
 /* 1 with *r filled; 0 when one is being built (`waiting` is called once it
@@ -236,6 +240,34 @@ void mvm_template_unwait(struct mvm_state *st, void *ctx);
 void mvm_template_drop(struct mvm_state *st, const char *name, const char *why);
 json_t *mvm_templates_json(struct mvm_state *st);
 void mvm_templates_free(struct mvm_state *st);
+
+/* ---- template_cache.c ---- */
+
+/* A saved template as the cache holds it: its state's and disk's files
+ * (read-only, never written again), its RAM (a sealed memfd: the caller's
+ * to close), its HELLO. */
+struct mvm_cache_entry {
+    int ram_fd;
+    char state_path[PATH_MAX];
+    char disk_path[PATH_MAX]; /* "": none (a microVM's) */
+    struct crl_agent_hello hello;
+    const char *name; /* the template's, for an operator reading the entry */
+    uint64_t state_bytes;
+};
+
+/* The cache in `dir` (made if missing; NULL or "": none), keyed by the
+ * guest's kernel and initramfs (hashed here) and QEMU's identity. */
+int mvm_cache_init(struct mvm_state *st, const char *dir, struct crl_err *err);
+/* The entry's name for a template of this kind: 16 hex digits. */
+void mvm_cache_key(const struct mvm_state *st, const struct mvm_template_key *k, char out[17]);
+/* 1 with *c filled; 0: no entry (or one that does not check: ignored);
+ * -1 with *err when one could not be loaded. */
+int mvm_cache_load(const struct mvm_state *st, const char *key, unsigned mem_mb,
+                   struct mvm_cache_entry *c, struct crl_err *err);
+/* Write a saved template's entry (from c's files and RAM). */
+int mvm_cache_save(const struct mvm_state *st, const char *key, const struct mvm_cache_entry *c,
+                   struct crl_err *err);
+void mvm_cache_remove(const struct mvm_state *st, const char *key);
 
 /* ---- microvm.c: a sandbox ---- */
 
@@ -256,7 +288,8 @@ struct mvm_sandbox {
     char disk_path[PATH_MAX];
     double disk_ms; /* what making the overlay took */
     char template_name[48];
-    bool rw_volume; /* a volume read-write: the guest writes back before its end */
+    bool template_cached; /* its template came from the template cache */
+    bool rw_volume;       /* a volume read-write: the guest writes back before its end */
     unsigned mem_mb, vcpus;
     const char *start_kind; /* "restored" or "cold" */
     unsigned attempts;

@@ -77,6 +77,8 @@ struct mvm_template {
     int disk_fd;
     bool config_sent, handed_over;
     char name[48];
+    char cache_key[17]; /* its entry in the template cache (template_cache.c) */
+    bool cached;        /* loaded from it: its state and disk are the cache's files */
     enum tstate state;
     char path[PATH_MAX];
     struct crl_agent_hello hello;
@@ -294,6 +296,8 @@ static int seal(struct mvm_template *t)
     return 0;
 }
 
+static void cache_save(struct mvm_state *st, struct mvm_template *t);
+
 static void t_dead(struct mvm_vm *vm, const char *reason, const char *msg)
 {
     struct mvm_template *t = vm->ctx;
@@ -307,6 +311,7 @@ static void t_dead(struct mvm_vm *vm, const char *reason, const char *msg)
                  t->hello_s * 1e3, t->save_s * 1e3, (double)t->bytes / 1e6,
                  (double)t->ram_bytes / 1e6);
         notify(t);
+        cache_save(vm->st, t);
     } else if (e) {
         failed(t, "sealing its RAM: ", strerror(-e));
     }
@@ -329,6 +334,17 @@ static const char *kind_suffix(const struct mvm_template *t)
     return t->nic && t->volume_slots ? "-nic-vol" : t->nic ? "-nic" : t->volume_slots ? "-vol" : "";
 }
 
+/* A microVM's by its shape; a full system's by its image and disk too. */
+static void name_it(const struct mvm_state *st, struct mvm_template *t)
+{
+    if (st->machine == MVM_PC)
+        snprintf(t->name, sizeof(t->name), "vm-%.12s-%um-%uc-%ud%s", t->image_id + 7, t->mem_mb,
+                 t->vcpus, t->disk_mb, kind_suffix(t));
+    else
+        snprintf(t->name, sizeof(t->name), "template-%um-%uc%s", t->mem_mb, t->vcpus,
+                 kind_suffix(t));
+}
+
 /* mkfs.ext4 on a sparse file of disk_mb: a full system's writable layer
  * (the agent makes the upper and work dirs on it).  Once per template. */
 static int make_disk(struct mvm_state *st, struct mvm_template *t, struct crl_err *err)
@@ -348,12 +364,7 @@ static int build(struct mvm_state *st, struct mvm_template *t, const struct mvm_
 {
     bool pc = st->machine == MVM_PC;
     cleanup_close int volume_fd = -1; /* the volume slots' placeholder, below */
-    if (pc)
-        snprintf(t->name, sizeof(t->name), "vm-%.12s-%um-%uc-%ud%s", t->image_id + 7, t->mem_mb,
-                 t->vcpus, t->disk_mb, kind_suffix(t));
-    else
-        snprintf(t->name, sizeof(t->name), "template-%um-%uc%s", t->mem_mb, t->vcpus,
-                 kind_suffix(t));
+    name_it(st, t);
     snprintf(t->path, sizeof(t->path), "%s/%s.state", st->dir, t->name);
     if (t->ram_fd >= 0)
         close(t->ram_fd);
@@ -426,11 +437,53 @@ fail:
     return -1;
 }
 
+/* A template saved: into the cache too, for the next corrald. */
+static void cache_save(struct mvm_state *st, struct mvm_template *t)
+{
+    struct mvm_cache_entry c = {.ram_fd = t->ram_fd, .hello = t->hello, .name = t->name};
+    snprintf(c.state_path, sizeof(c.state_path), "%s", t->path);
+    snprintf(c.disk_path, sizeof(c.disk_path), "%s", t->disk_path);
+    struct crl_err err = CRL_ERR_INIT;
+    double t0 = crl_wall_s();
+    if (mvm_cache_save(st, t->cache_key, &c, &err) < 0)
+        crl_warn(t->name, "not kept in the template cache: %s", err.msg);
+    else if (st->cache[0])
+        crl_info(t->name, "kept in the template cache %s as %s (%.0f ms)", st->cache, t->cache_key,
+                 (crl_wall_s() - t0) * 1e3);
+}
+
+/* A template the cache has: ready at once, its files the cache's. */
+static void cache_load(struct mvm_state *st, struct mvm_template *t)
+{
+    struct mvm_cache_entry c = {.ram_fd = -1};
+    struct crl_err err = CRL_ERR_INIT;
+    double t0 = crl_wall_s();
+    int r = mvm_cache_load(st, t->cache_key, t->mem_mb, &c, &err);
+    if (r < 0)
+        crl_warn(NULL, "template cache entry %s: %s: building the template", t->cache_key, err.msg);
+    if (r <= 0)
+        return;
+    name_it(st, t);
+    t->ram_fd = c.ram_fd;
+    t->hello = c.hello;
+    snprintf(t->path, sizeof(t->path), "%s", c.state_path);
+    snprintf(t->disk_path, sizeof(t->disk_path), "%s", c.disk_path);
+    t->cached = true;
+    t->bytes = c.state_bytes;
+    struct stat sb;
+    t->ram_bytes = fstat(t->ram_fd, &sb) == 0 ? (uint64_t)sb.st_blocks * 512 : 0;
+    t->state = T_READY;
+    t->ended = crl_wall_s();
+    st->n.template_loads++;
+    crl_info(t->name, "template loaded from the cache %s (%s) in %.0f ms", st->cache, t->cache_key,
+             (crl_wall_s() - t0) * 1e3);
+}
+
 static void forget(struct mvm_template *t)
 {
-    if (t->path[0])
+    if (t->path[0] && !t->cached)
         unlink(t->path);
-    if (t->disk_path[0])
+    if (t->disk_path[0] && !t->cached)
         unlink(t->disk_path); /* its clones keep their descriptors of it */
     close_fd(&t->ram_fd);
     boot_fds_close(t);
@@ -496,6 +549,8 @@ int mvm_template_get(struct mvm_state *st, const struct mvm_template_key *k, str
         t->state = T_FAILED;
         t->next = st->templates;
         st->templates = t;
+        mvm_cache_key(st, k, t->cache_key);
+        cache_load(st, t);
     }
     t->last_used = crl_wall_s();
     if (t->state == T_READY) {
@@ -509,6 +564,7 @@ int mvm_template_get(struct mvm_state *st, const struct mvm_template_key *k, str
             snprintf(r->name, sizeof(r->name), "%s", t->name);
             snprintf(r->disk_path, sizeof(r->disk_path), "%s", t->disk_path);
             r->disk_bytes = (uint64_t)t->disk_mb << 20;
+            r->cached = t->cached;
             t->restores++;
             return 1;
         }
@@ -550,6 +606,7 @@ void mvm_template_drop(struct mvm_state *st, const char *name, const char *why)
             *tp = t->next;
             crl_warn(name, "template dropped: %s: the next create of its kind builds it again",
                      why);
+            mvm_cache_remove(st, t->cache_key);
             forget(t);
             return;
         }
@@ -594,6 +651,8 @@ json_t *mvm_templates_json(struct mvm_state *st)
         }
         if (o && t->error[0])
             json_object_set_new(o, "error", json_string(t->error));
+        if (o)
+            json_object_set_new(o, "from_cache", json_boolean(t->cached));
         json_array_append_new(a, o);
     }
     return a;
