@@ -41,41 +41,25 @@ static void seed_json(void)
     json_object_seed((size_t)ts.tv_nsec ^ ((size_t)ts.tv_sec << 20) ^ (size_t)getpid() ^ 1u);
 }
 
-static int pid1(void)
+/* A guest's agent: as PID 1 (a microVM's, and a full system's until it
+ * hands the guest to its init), or as the full system's service that init
+ * starts, which greets the host once the system is up and serves as PID 1
+ * did, but for the root.  Either way the guest ends with it: on the
+ * host's BYE, or on a failure (the host sees the guest end, with the
+ * reason on the console). */
+static int guest(bool pid1)
 {
     crl_log_setup(CRL_LOG_INFO, CRL_LOG_TEXT, "corral-agent");
     seed_json();
     struct crl_err err = CRL_ERR_INIT;
-    int port = crl_ga_init_boot(&err);
+    int port = pid1 ? crl_ga_init_boot(&err) : crl_ga_service_boot(&err);
     if (port >= 0) {
-        struct crl_ga_opts o = {.fd = port, .pid1 = true, .root = "/"};
+        struct crl_ga_opts o = {.fd = port, .pid1 = pid1, .service = !pid1, .root = "/"};
         if (crl_ga_serve(&o, &err) == 0) {
             crl_info(NULL, "the host said BYE: powering off");
             crl_ga_power_off();
         }
     }
-    crl_error(NULL, "%s: powering off", err.msg);
-    crl_ga_power_off();
-}
-
-/* A full system's agent: PID 1 built the root, handed the guest to
- * systemd and left this service enabled; it greets the host once the
- * system is up and serves as PID 1 did, but for the root. */
-static int service(void)
-{
-    crl_log_setup(CRL_LOG_INFO, CRL_LOG_TEXT, "corral-agent");
-    seed_json();
-    struct crl_err err = CRL_ERR_INIT;
-    int port = crl_ga_service_boot(&err);
-    if (port >= 0) {
-        struct crl_ga_opts o = {.fd = port, .service = true, .root = "/"};
-        if (crl_ga_serve(&o, &err) == 0) {
-            crl_info(NULL, "the host said BYE: powering off");
-            crl_ga_power_off();
-        }
-    }
-    /* Without its agent the machine is of no use to the host: the host
-     * sees it end, with this line on the console. */
     crl_error(NULL, "%s: powering off", err.msg);
     crl_ga_power_off();
 }
@@ -83,9 +67,9 @@ static int service(void)
 int main(int argc, char **argv)
 {
     if (getpid() == 1)
-        return pid1();
+        return guest(true);
     if (argc == 2 && strcmp(argv[1], "--systemd") == 0)
-        return service();
+        return guest(false);
     struct crl_ga_opts o = {.fd = -1, .root = "/"};
     enum crl_log_level level = CRL_LOG_WARN;
     for (int i = 1; i < argc; i++) {
