@@ -12,7 +12,7 @@ import time
 import pytest
 
 import corral
-from conftest import BUILD, MICROVM_READY, SMALL, VM_READY, sized, wait_for
+from conftest import BACKENDS, BUILD, MICROVM_READY, SMALL, VM_READY, sized, wait_for
 
 
 def fs_sandbox(client, backend):
@@ -21,7 +21,7 @@ def fs_sandbox(client, backend):
     return client.create(**sized(backend, image="debian"))
 
 
-@pytest.fixture(params=["container", "microvm", "vm", "function"])
+@pytest.fixture(params=[*BACKENDS, "function"])
 def fsb(request, client):
     if request.param in ("microvm", "vm") and not MICROVM_READY:
         pytest.skip("no microvm guest: `make microvm-guest` builds it")

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 import corral
-from conftest import (BUILD, MICROVM, MICROVM_READY, SMALL, VM_READY, need_debian, sized,
-                      wait_for)
+from conftest import (BACKENDS, BUILD, MICROVM, MICROVM_READY, SMALL, VM_READY, need_debian,
+                      sized, wait_for)
 from test_network import lab_corrald  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.skipif(
@@ -198,7 +198,7 @@ def test_a_flood_of_output_is_bounded(corrald, any_sandbox_microvm):
     assert sb.exec("echo after").stdout == b"after\n"
 
 
-@pytest.fixture(params=["microvm", "vm"])
+@pytest.fixture(params=[b for b in BACKENDS if b != "container"])
 def any_sandbox_microvm(client, request):
     """A guest of each backend on the microvm backend's code."""
     if request.param == "vm" and not VM_READY:
