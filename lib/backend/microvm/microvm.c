@@ -811,7 +811,8 @@ const struct crl_backend_ops crl_microvm_backend = {
 
 const struct crl_backend_ops crl_vm_backend = {
     .name = "vm",
-    .admit_mb = 96, /* a restored full system's QEMU, idle (docs/benchmarks.md) */
+    .admit_mb = 80, /* a restored full system's QEMU, idle: 54 MiB of MemAvailable, 73 PSS
+                       (docs/benchmarks.md) */
     .fds_held = 9,  /* a microVM's and its template's disk */
     .init = vm_init,
     MVM_OPS,
