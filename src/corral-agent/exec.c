@@ -168,8 +168,9 @@ int crl_ga_exec_start(struct agent *a, uint32_t id, const struct crl_agent_frame
     struct stream *s = e ? NULL : crl_ga_stream_new(a, id, K_EXEC);
     if (!e && !s)
         e = ENOMEM;
-    /* As PID 1, each exec gets a cgroup of its own in the guest: its tree,
-     * however detached, is what a kill of it reaches. */
+    /* As PID 1 or a system's service, each exec gets a cgroup of its own
+     * in the guest: its tree, however detached, is what a kill of it
+     * reaches. */
     int procs = -1;
     if (!e && crl_ga_reconnects(a->o) && (s->leaf = leaf_make(id)) >= 0)
         procs = openat(s->leaf, "cgroup.procs", O_WRONLY | O_CLOEXEC);
