@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import corral
-from conftest import MICROVM, SANITIZED, VM_READY, VM_SHAPE, sized, wait_for
+from conftest import MICROVM, SANITIZED, TEMPLATE_CACHE, VM_READY, VM_SHAPE, sized, wait_for
 from images_common import post_image
 from netlab import WEB
 from test_microvm import alive
@@ -101,14 +101,21 @@ def test_a_kernel_module_of_the_images_kernel_loads(vm):
     assert "dummy" in sh(vm, "lsmod")
 
 
-def test_its_disk_is_an_overlay_of_the_templates_gone_at_destroy(client):
+def overlay(sb):
+    """A VM's disk, as qemu-img reads it: its overlay's path and its info."""
+    disk = Path(sb.inspect()["vm"]["disk"])
+    return disk, json.loads(subprocess.run(["qemu-img", "info", "-U", "--output=json", str(disk)],
+                                           capture_output=True, check=True).stdout)
+
+
+def test_its_disk_is_an_overlay_of_the_templates_gone_at_destroy(corrald, client):
     with client.create(**VM) as sb:
-        disk = Path(sb.inspect()["vm"]["disk"])
-        info = json.loads(subprocess.run(["qemu-img", "info", "-U", "--output=json", str(disk)],
-                                         capture_output=True, check=True).stdout)
+        disk, info = overlay(sb)
         base = Path(info["backing-filename"])
-        assert info["format"] == "qcow2" and base.parent == disk.parent
-        assert base.name == sb.inspect()["vm"]["template"] + ".disk"
+        assert info["format"] == "qcow2" and info["backing-filename-format"] == "raw"
+        # the template's disk: built by this daemon, or loaded from the template cache
+        assert base.name == sb.inspect()["vm"]["template"] + ".disk" and \
+            base.parent == disk.parent or base.parent == TEMPLATE_CACHE.resolve()
         base_mtime, small = base.stat().st_mtime_ns, disk.stat().st_size
         sh(sb, "dd if=/dev/urandom of=/root/blob bs=1M count=16 2>/dev/null && sync")
         wait_for(lambda: disk.stat().st_size >= small + (16 << 20), timeout=30,
@@ -122,17 +129,20 @@ def test_its_disk_is_an_overlay_of_the_templates_gone_at_destroy(client):
 def test_a_damaged_template_disk_is_a_clear_error_then_built_again(corrald, client):
     with client.create(**VM) as sb:
         name = sb.inspect()["vm"]["template"]
-    base = Path(corrald.state_dir) / "run" / "vm" / f"{name}.disk"
+        base = Path(overlay(sb)[1]["backing-filename"])  # built here or from the cache
     with open(base, "r+b") as f:  # the ext4 superblock's magic
         f.seek(1080)
         f.write(b"\0\0")
     with pytest.raises(corral.InternalError, match=f"template {name}'s disk .* is damaged"):
         client.create(**VM)
-    assert not base.exists() and not list(base.parent.glob("*.qcow2"))
+    run = Path(corrald.state_dir) / "run" / "vm"
+    assert not base.exists() and not list(run.glob("*.qcow2"))
     with client.create(**VM) as sb:  # a template of its kind is booted again
         assert sb.inspect()["vm"]["template"] == name
         assert sb.exec("systemctl is-system-running").stdout == b"running\n"
-        assert base.exists()
+        assert Path(overlay(sb)[1]["backing-filename"]).exists()
+    info = corrald.request("GET", "/v1/host").json()["backend_info"]["vm"]
+    assert [t for t in info["templates"] if t["name"] == name][0]["from_cache"] is False
 
 
 def test_bad_input_is_refused_at_create(client):
