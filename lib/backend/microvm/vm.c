@@ -268,11 +268,9 @@ static int volume_fds_open(const struct mvm_state *st, const struct mvm_launch *
 {
     for (int i = 0; i < MVM_VOLUME_SLOTS; i++) {
         int src = l->volume_fds[i] >= 0 ? l->volume_fds[i] : st->placeholder_fd;
-        char p[64];
-        snprintf(p, sizeof(p), "/proc/self/fd/%d", src);
-        if ((out[i][0] = open(p, O_RDONLY | O_CLOEXEC)) < 0 ||
-            (!l->volume_ro[i] && (out[i][1] = open(p, O_RDWR | O_CLOEXEC)) < 0))
-            return crl_err_sys(err, errno, "volume slot %d: open %s", i, p);
+        if ((out[i][0] = crl_reopen(src, O_RDONLY)) < 0 ||
+            (!l->volume_ro[i] && (out[i][1] = crl_reopen(src, O_RDWR)) < 0))
+            return crl_err_sys(err, errno, "volume slot %d: open /proc/self/fd/%d", i, src);
     }
     return 0;
 }
@@ -284,14 +282,9 @@ static int disk_fds_open(const struct mvm_launch *l, int out[3], struct crl_err 
 {
     const int src[3] = {l->disk_fd, l->disk_fd, l->disk_backing_fd};
     const int flags[3] = {O_RDONLY, O_RDWR, O_RDONLY};
-    for (int j = 0; j < 3; j++) {
-        if (src[j] < 0)
-            continue;
-        char p[64];
-        snprintf(p, sizeof(p), "/proc/self/fd/%d", src[j]);
-        if ((out[j] = open(p, flags[j] | O_CLOEXEC)) < 0)
-            return crl_err_sys(err, errno, "the guest's disk: open %s", p);
-    }
+    for (int j = 0; j < 3; j++)
+        if (src[j] >= 0 && (out[j] = crl_reopen(src[j], flags[j])) < 0)
+            return crl_err_sys(err, errno, "the guest's disk: open /proc/self/fd/%d", src[j]);
     return 0;
 }
 
