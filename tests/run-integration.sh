@@ -4,4 +4,4 @@ set -eu
 cd "$(dirname "$0")/.."
 CORRAL_BUILD=${1:-build}
 export CORRAL_BUILD
-exec /usr/bin/python3 -m pytest tests/integration -q -p no:cacheprovider
+exec /usr/bin/python3 -m pytest tests/integration -q -p no:cacheprovider --durations=40
