@@ -71,10 +71,21 @@ static int attach(struct crl_req *r, struct crl_sandbox *sb, struct crl_err *err
     return rc;
 }
 
+/* The create of an Idempotency-Key ended: with its sandbox, or not. */
+static void idem_end(struct crl_req *r, const char *id)
+{
+    if (r->idem_key[0])
+        crl_idem_end(r->api->idem, r->idem_key, id);
+    r->idem_key[0] = 0;
+}
+
 static void created(struct crl_sandbox *sb, const struct crl_err *err, void *ctx)
 {
     struct crl_req *r = ctx;
     struct crl_err terr = CRL_ERR_INIT;
+    /* A sandbox the client hears of is its key's; any other end of the
+     * create forgets the key, so that a retry runs anew. */
+    bool ok = false;
     if (err) {
         traj_close(r); /* a new trajectory goes with the sandbox */
         if (!r->gone && !r->client_gone)
@@ -86,9 +97,28 @@ static void created(struct crl_sandbox *sb, const struct crl_err *err, void *ctx
         crl_host_destroy(sb->host, sb, "trajectory_failed", NULL, NULL, NULL);
         crl_req_error(r, &terr);
     } else {
+        ok = true;
         crl_req_json(r, 201, crl_h_traj_sandbox_json(sb, crl_sandbox_json(sb)));
     }
+    idem_end(r, ok ? sb->id : NULL);
     crl_req_pending_done(r);
+}
+
+/* A create retried with its Idempotency-Key: the sandbox the first made. */
+static void replay(struct crl_req *r, const char *id)
+{
+    struct crl_err err = CRL_ERR_INIT;
+    struct crl_sandbox *sb = crl_host_find(r->api->host, id, &err);
+    if (!sb) {
+        crl_err_set(&err, CRL_E_CONFLICT,
+                    "Idempotency-Key %s made sandbox %s, which is gone (destroyed and forgotten)",
+                    r->idem_key, id);
+        crl_req_error(r, &err);
+        return;
+    }
+    crl_req_json(r, 200, crl_h_traj_sandbox_json(sb, crl_sandbox_json(sb)));
+    if (r->resp)
+        MHD_add_response_header(r->resp, "Idempotent-Replayed", "true");
 }
 
 void crl_h_sandbox_create(struct crl_req *r)
@@ -99,9 +129,27 @@ void crl_h_sandbox_create(struct crl_req *r)
         crl_req_error(r, &err);
         return;
     }
+    const char *key = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Idempotency-Key");
+    if (key) {
+        char id[64];
+        int k = crl_idem_begin(r->api->idem, key, r->body.data, r->body.len, id, sizeof(id), &err);
+        if (k <= 0) {
+            crl_spec_free(&spec);
+            if (k == 0) {
+                snprintf(r->idem_key, sizeof(r->idem_key), "%s", key);
+                replay(r, id);
+                r->idem_key[0] = 0;
+            } else {
+                crl_req_error(r, &err);
+            }
+            return;
+        }
+        snprintf(r->idem_key, sizeof(r->idem_key), "%s", key);
+    }
     /* Its services are answered by corrald: listening from the first. */
     if (spec.services && crl_service_server_start(r->api, &err) < 0) {
         crl_spec_free(&spec);
+        idem_end(r, NULL);
         crl_req_error(r, &err);
         return;
     }
@@ -109,6 +157,7 @@ void crl_h_sandbox_create(struct crl_req *r)
     if (spec.trajectory[0] &&
         crl_traj_open(r->api->trajs, spec.trajectory, &spec, NULL, false, &t, &err) < 0) {
         crl_spec_free(&spec);
+        idem_end(r, NULL);
         crl_req_error(r, &err);
         return;
     }
@@ -118,6 +167,7 @@ void crl_h_sandbox_create(struct crl_req *r)
         r->pending--;
         crl_spec_free(&spec);
         traj_close(r);
+        idem_end(r, NULL);
         crl_req_error(r, &err);
     }
 }

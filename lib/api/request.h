@@ -18,6 +18,7 @@
 #include "../util/err.h"
 #include "../util/loop.h"
 #include "api.h"
+#include "idempotency.h"
 #include "router.h"
 
 struct crl_functions;
@@ -55,6 +56,7 @@ struct crl_api {
     struct crl_attach *attaches;     /* upgraded attaches to processes (handlers_processes.c) */
     struct crl_trajs *trajs;         /* <state>/trajectories */
     struct crl_svc_server *svc;      /* the sandboxes' services, once one has any */
+    struct crl_idem *idem;           /* creates' Idempotency-Keys (idempotency.h) */
 };
 
 /* libmicrohttpd on corrald's loop, for each daemon of the API's: its
@@ -97,7 +99,8 @@ struct crl_req {
      * state and its hooks. */
     struct crl_step *step;
     const struct crl_step_ops *step_ops;
-    unsigned pending; /* async operations that will still call back */
+    unsigned pending;                    /* async operations that will still call back */
+    char idem_key[CRL_IDEM_KEY_MAX + 1]; /* a create's Idempotency-Key, "" for none */
     struct crl_req *next;
 };
 

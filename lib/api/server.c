@@ -342,7 +342,7 @@ int crl_api_start(struct crl_host *h, const struct crl_api_config *cfg, struct c
         goto fail;
     char fdir[4200];
     snprintf(fdir, sizeof(fdir), "%s/functions", h->state_dir);
-    if (!(a->functions = crl_functions_new(fdir))) {
+    if (!(a->functions = crl_functions_new(fdir)) || !(a->idem = crl_idem_new())) {
         crl_err_sys(err, ENOMEM, "api");
         goto fail;
     }
@@ -412,6 +412,7 @@ void crl_api_stop(struct crl_api *a)
         unlink(a->unix_path);
     if (a->tcp_fd >= 0)
         close(a->tcp_fd);
+    crl_idem_free(a->idem);
     free(a->token);
     free(a);
 }

@@ -62,6 +62,8 @@ class AsyncTransport:
             lines.append(f"Content-Type: {call.content_type}")
         if call.range:
             lines.append(f"Range: {call.range}")
+        if call.idempotency_key:
+            lines.append(f"Idempotency-Key: {call.idempotency_key}")
         if self._expect(call):
             lines.append("Expect: 100-continue")
         return ("\r\n".join(lines) + "\r\n\r\n").encode()

@@ -77,6 +77,7 @@ class Call:
     timeout: float | None = None
     length: int | None = None  # of a file object body; None: sent chunked, to its end
     range: str | None = None  # a Range header's value
+    idempotency_key: str | None = None  # a create's Idempotency-Key header
 
     def waiting(self, client_timeout: float | None) -> "Call":
         """This call with its timeout resolved for a transport (None: no limit)."""
@@ -91,6 +92,15 @@ def q(s: object) -> str:
 def json_call(method: str, target: str, obj: Any = None, timeout: float | None = None) -> Call:
     body = b"" if obj is None else json.dumps(obj).encode()
     return Call(method, target, body, "application/json" if obj is not None else None, timeout)
+
+
+def create_call(spec: Mapping[str, Any] | None, idempotency_key: str | None,
+                fields: Mapping[str, Any]) -> Call:
+    """POST /v1/sandboxes; with a key, corrald answers a retry with the
+    sandbox the first made (docs/api.md, Idempotency-Key)."""
+    call = json_call("POST", "/v1/sandboxes", build_spec(spec, **fields))
+    call.idempotency_key = idempotency_key
+    return call
 
 
 def build_spec(spec: Mapping[str, Any] | None = None, *, backend: str | None = None,

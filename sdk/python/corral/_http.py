@@ -64,6 +64,8 @@ class Transport:
             headers["Content-Type"] = call.content_type
         if call.range:
             headers["Range"] = call.range
+        if call.idempotency_key:
+            headers["Idempotency-Key"] = call.idempotency_key
         streamed = hasattr(call.body, "read")
         if streamed and call.length is not None:
             headers["Content-Length"] = str(call.length)

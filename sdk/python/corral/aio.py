@@ -55,10 +55,11 @@ class AsyncClient:
     async def _json(self, method: str, target: str, obj: Any = None) -> Any:
         return (await self._call(_api.json_call(method, target, obj))).json()
 
-    async def create(self, spec: Mapping[str, Any] | None = None,
-                     **fields: Any) -> "AsyncSandbox":
+    async def create(self, spec: Mapping[str, Any] | None = None, *,
+                     idempotency_key: str | None = None, **fields: Any) -> "AsyncSandbox":
         """Create a sandbox; see Client.create()."""
-        info = await self._json("POST", "/v1/sandboxes", _api.build_spec(spec, **fields))
+        call = _api.create_call(spec, idempotency_key, fields)
+        info = (await self._call(call)).json()
         return AsyncSandbox(self, info)
 
     async def get(self, sandbox_id: str) -> "AsyncSandbox":

@@ -51,7 +51,8 @@ class Client:
     def _json(self, method: str, target: str, obj: Any = None) -> Any:
         return self._call(_api.json_call(method, target, obj)).json()
 
-    def create(self, spec: Mapping[str, Any] | None = None, **fields: Any) -> "Sandbox":
+    def create(self, spec: Mapping[str, Any] | None = None, *,
+               idempotency_key: str | None = None, **fields: Any) -> "Sandbox":
         """Create a sandbox and return it once it is ready.
 
         Keyword fields: backend, runtime (the function backend's: "shell" or
@@ -67,8 +68,11 @@ class Client:
         "every-step"|"on-request"|"none"}``) records every call made to the
         sandbox as a step of that trajectory; if it exists already, the
         sandbox first fast-forwards through it (see Trajectory).
+
+        ``idempotency_key``: a create retried with the same key (and the
+        same spec) answers with the sandbox the first made, never a second.
         """
-        return Sandbox(self, self._json("POST", "/v1/sandboxes", _api.build_spec(spec, **fields)))
+        return Sandbox(self, self._call(_api.create_call(spec, idempotency_key, fields)).json())
 
     def get(self, sandbox_id: str) -> "Sandbox":
         """The sandbox with this id (NotFound if corrald does not know it)."""
