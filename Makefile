@@ -34,7 +34,8 @@ LDFLAGS += $(SANFLAGS)
 LDLIBS += $(PKG_LIBS) -lm
 
 LIB_SRC := $(wildcard lib/util/*.c lib/agent/*.c lib/os/*.c lib/vmm/*.c lib/helper/*.c lib/core/*.c lib/image/*.c \
-                      lib/functions/*.c lib/api/*.c lib/client/*.c lib/traj/*.c lib/backend/*/*.c)
+                      lib/functions/*.c lib/api/*.c lib/client/*.c lib/traj/*.c lib/cluster/*.c \
+                      lib/backend/*/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/obj/%.o)
 LIB := $(B)/libcorral.a
 

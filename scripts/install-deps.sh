@@ -7,7 +7,7 @@ PKGS="build-essential pkg-config libmicrohttpd-dev libjansson-dev libseccomp-dev
       erofs-utils umoci skopeo zstd libc6-dev python3-dev zlib1g-dev
       python3 python3-pytest clang libclang-rt-14-dev ca-certificates libzstd-dev
       libnl-3-dev libnl-route-3-dev libnftables-dev nftables iproute2 libldns-dev
-      libnetfilter-log-dev qemu-system-x86 qemu-utils cpio xz-utils kmod lz4 e2fsprogs
+      libnetfilter-log-dev qemu-system-x86 qemu-utils etcd-server cpio xz-utils kmod lz4 e2fsprogs
       libacl1-dev liblz4-dev liblzma-dev libbz2-dev nettle-dev"
 missing=""
 for p in $PKGS; do
