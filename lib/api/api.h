@@ -18,6 +18,11 @@ struct crl_api_config {
     size_t max_body;           /* JSON request bodies */
     unsigned checkpoint_gc_s;  /* the checkpoint collector's period and grace; 0: never */
     const char *importer_path; /* corral-import; NULL: next to this program */
+    /* cluster mode (cluster.h): etcd's members (NULL: a single host),
+     * where the others reach this host's API, the lease's time */
+    const char *cluster_etcd;
+    const char *advertise;
+    unsigned cluster_lease_s;
 };
 
 struct crl_api;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "../traj/traj.h"
+#include "cluster.h"
 #include "handlers_sandboxes.h"
 #include "handlers_traj.h"
 #include "request.h"
@@ -39,11 +40,18 @@ void crl_h_host(struct crl_req *r)
 
 void crl_h_sandboxes_list(struct crl_req *r)
 {
+    json_t *local = crl_host_list_json(r->api->host);
+    if (!crl_cluster_list_sandboxes(r, local))
+        crl_h_sandboxes_list_answer(r, local);
+}
+
+void crl_h_sandboxes_list_answer(struct crl_req *r, json_t *merged)
+{
     static const char *const states[] = {"creating",   "ready",     "paused", "failed",
                                          "destroying", "destroyed", NULL};
     static const struct crl_list_spec list = {
         .items = "sandboxes", .order = "created_at", .key = "id", .states = states};
-    crl_req_list(r, crl_host_list_json(r->api->host), &list);
+    crl_req_list(r, merged, &list);
 }
 
 /* A create's state is the trajectory it opened ("trajectory" in its spec)
@@ -127,6 +135,10 @@ void crl_h_sandbox_create(struct crl_req *r)
     struct crl_spec spec;
     if (crl_spec_parse(r->body.data, r->body.len, &spec, &err) < 0) {
         crl_req_error(r, &err);
+        return;
+    }
+    if (crl_cluster_place_create(r, &spec)) { /* another host makes it */
+        crl_spec_free(&spec);
         return;
     }
     const char *key = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Idempotency-Key");

@@ -13,6 +13,9 @@ void crl_h_metrics(struct crl_req *r);
 void crl_h_host(struct crl_req *r);
 /* GET /v1/sandboxes[?label=k=v...]: those with every label asked for. */
 void crl_h_sandboxes_list(struct crl_req *r);
+/* The list's answer from `list` (taken): this host's, or a cluster's
+ * merged (cluster.c). */
+void crl_h_sandboxes_list_answer(struct crl_req *r, json_t *list);
 /* POST /v1/sandboxes: 201 once the sandbox is ready.  Its state is the
  * trajectory its spec names, opened before the sandbox exists and handed
  * to it once made; the free hook closes one never handed over. */

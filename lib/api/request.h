@@ -27,6 +27,7 @@ struct crl_import;
 struct crl_handler;
 struct crl_req;
 struct crl_step;
+struct crl_cluster;
 
 /* What a trajectory's step (traj_step.c) hooks into its request. */
 struct crl_step_ops {
@@ -57,6 +58,7 @@ struct crl_api {
     struct crl_trajs *trajs;         /* <state>/trajectories */
     struct crl_svc_server *svc;      /* the sandboxes' services, once one has any */
     struct crl_idem *idem;           /* creates' Idempotency-Keys (idempotency.h) */
+    struct crl_cluster *cluster;     /* cluster mode (cluster.h), NULL for a single host */
 };
 
 /* libmicrohttpd on corrald's loop, for each daemon of the API's: its
@@ -101,6 +103,12 @@ struct crl_req {
     const struct crl_step_ops *step_ops;
     unsigned pending;                    /* async operations that will still call back */
     char idem_key[CRL_IDEM_KEY_MAX + 1]; /* a create's Idempotency-Key, "" for none */
+    /* a create's placement in a cluster (cluster.c): this host makes it
+     * (placed), the hosts offered it so far and what each answered */
+    bool placed;
+    char tried[3][32];
+    unsigned n_tried;
+    char placement[160];
     struct crl_req *next;
 };
 

@@ -12,6 +12,8 @@ enum crl_endpoint {
     CRL_EP_HEALTHZ,
     CRL_EP_METRICS,
     CRL_EP_HOST,
+    CRL_EP_HOSTS,            /* GET list (a cluster's, or this host alone) */
+    CRL_EP_HOST_DRAIN,       /* POST drain, DELETE undo */
     CRL_EP_POOLS,            /* GET list */
     CRL_EP_POOL,             /* GET inspect, PUT set, DELETE remove */
     CRL_EP_VOLUMES,          /* GET list, POST create */

@@ -3,6 +3,7 @@
 #include "routes.h"
 
 #include "../functions/functions.h"
+#include "cluster.h"
 #include "handlers_actions.h"
 #include "handlers_ports.h"
 #include "handlers_code.h"

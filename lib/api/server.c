@@ -20,6 +20,8 @@
 #include "../functions/functions.h"
 #include "../traj/traj.h"
 #include "api.h"
+#include "cluster.h"
+#include "proxy.h"
 #include "handlers_images.h"
 #include "handlers_ports.h"
 #include "handlers_processes.h"
@@ -101,6 +103,10 @@ static void begin(struct crl_req *r, const char *url)
         crl_err_set(&err, CRL_E_METHOD, "%s is not allowed on %s (allowed: %s)", r->method, url,
                     r->route.allow);
         crl_req_error(r, &err);
+        return;
+    }
+    if (crl_proxy_route(r)) { /* another host's sandbox: passed on, body and all */
+        r->body_streamed = !r->resp;
         return;
     }
     if (r->h->begin && r->h->begin(r)) {
@@ -364,6 +370,11 @@ int crl_api_start(struct crl_host *h, const struct crl_api_config *cfg, struct c
             goto fail;
         a->tcp_fd = -1;
     }
+    if (cfg->cluster_etcd) {
+        struct crl_cluster_config cc = {cfg->cluster_etcd, cfg->advertise, cfg->cluster_lease_s};
+        if (crl_cluster_start(a, &cc, &a->cluster, err) < 0)
+            goto fail;
+    }
     crl_loop_set_prepare(h->loop, prepare, a);
     *out = a;
     return 0;
@@ -382,6 +393,7 @@ void crl_api_stop(struct crl_api *a)
     if (!a)
         return;
     crl_loop_set_prepare(a->host->loop, NULL, NULL);
+    crl_cluster_stop(a->cluster); /* the others see this host leave */
     /* MHD must not be stopped with connections suspended. */
     for (struct crl_req *r = a->reqs; r; r = r->next)
         crl_req_resume(r);

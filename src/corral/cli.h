@@ -32,6 +32,7 @@ int crl_cmd_kill(int argc, char **argv);
 int crl_cmd_cp(int argc, char **argv);
 int crl_cmd_rm(int argc, char **argv);
 int crl_cmd_host(int argc, char **argv);
+int crl_cmd_hosts(int argc, char **argv);
 int crl_cmd_images(int argc, char **argv); /* corral image ls */
 /* A command of commands (corral image, traj, volume): argv[1] names one
  * of subs[], which runs with argv[0] "GROUP SUB" (so its usage messages

@@ -5,10 +5,22 @@
 #include "cli.h"
 
 static const char help[] = "usage: corral host [--json]\n"
+                           "       corral host drain HOST | undrain HOST\n"
                            "\n"
                            "Show the host corrald runs on: capacity for sandboxes, use, backends.\n"
+                           "In a cluster, drain stops new placements on HOST (its sandboxes run\n"
+                           "on to their ends); undrain takes it back.\n"
                            "\n"
                            "  --json              print corrald's answer as JSON\n";
+
+static const char hosts_help[] =
+    "usage: corral hosts [--json]\n"
+    "\n"
+    "The cluster's hosts (this host alone without --cluster): state\n"
+    "(ready, draining, lost), sandboxes, free memory, CPUs and slots,\n"
+    "and how long ago each was last heard of.\n"
+    "\n"
+    "  --json              print corrald's answer as JSON\n";
 
 static void show(json_t *h)
 {
@@ -97,8 +109,66 @@ static void show(json_t *h)
     }
 }
 
+static int drain(const char *host, bool on)
+{
+    struct crl_client *c;
+    struct crl_err err = CRL_ERR_INIT;
+    if (strlen(host) > 64 || strspn(host, "abcdefghijklmnopqrstuvwxyz0123456789") != strlen(host))
+        return crl_cli_usage("host", "'%s' is not a host id", host);
+    if (crl_cli_connect(&c) < 0)
+        return 1;
+    char path[128];
+    snprintf(path, sizeof(path), "/v1/hosts/%s/drain", host);
+    json_t *out = NULL;
+    int rc = crl_client_request(c, on ? "POST" : "DELETE", path, NULL, &out, NULL, &err);
+    crl_client_close(c);
+    if (rc < 0)
+        return crl_cli_fail(&err);
+    printf("%s: %s\n", host, crl_cli_str(out, "state", "?"));
+    json_decref(out);
+    return 0;
+}
+
+static void show_hosts(json_t *answer)
+{
+    printf("%-16s %-9s %-28s %9s %10s %8s %8s %9s\n", "HOST", "STATE", "ADDRESS", "SANDBOXES",
+           "FREE_MB", "CPUS", "SLOTS", "HEARD");
+    size_t i;
+    json_t *h;
+    json_array_foreach(json_object_get(answer, "items"), i, h)
+    {
+        json_t *free_ = json_object_get(h, "free");
+        json_t *age = json_object_get(h, "heartbeat_age_s");
+        char heard[32] = "-";
+        if (json_is_number(age))
+            snprintf(heard, sizeof(heard), "%.1fs ago", json_number_value(age));
+        printf("%-16s %-9s %-28s %9lld %10lld %8.2f %8lld %9s%s\n", crl_cli_str(h, "id", "?"),
+               crl_cli_str(h, "state", "?"), crl_cli_str(h, "addr", "-"),
+               json_integer_value(json_object_get(h, "sandboxes")),
+               json_integer_value(json_object_get(free_, "memory_mb")),
+               json_number_value(json_object_get(free_, "cpus")),
+               json_integer_value(json_object_get(free_, "sandboxes")), heard,
+               json_is_true(json_object_get(h, "self")) ? "  (this host)" : "");
+    }
+    json_t *cl = json_object_get(answer, "cluster");
+    if (json_is_object(cl) && !json_is_true(json_object_get(cl, "member")))
+        printf("this host is not a member now: %s\n", crl_cli_str(cl, "reason", "?"));
+}
+
+int crl_cmd_hosts(int argc, char **argv)
+{
+    bool as_json;
+    int rc = crl_cli_read_flags(argc, argv, hosts_help, 0, NULL, &as_json, NULL);
+    return rc >= 0 ? rc : crl_cli_show("/v1/hosts", as_json, show_hosts);
+}
+
 int crl_cmd_host(int argc, char **argv)
 {
+    if (argc >= 2 && (strcmp(argv[1], "drain") == 0 || strcmp(argv[1], "undrain") == 0)) {
+        if (argc != 3)
+            return crl_cli_usage(argv[0], "%s takes one host id", argv[1]);
+        return drain(argv[2], strcmp(argv[1], "drain") == 0);
+    }
     bool as_json;
     int rc = crl_cli_read_flags(argc, argv, help, 0, NULL, &as_json, NULL);
     return rc >= 0 ? rc : crl_cli_show("/v1/host", as_json, show);

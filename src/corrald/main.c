@@ -27,7 +27,7 @@
 #define MAX_IMAGES_FROM 16
 #define MAX_POOLS 64
 
-enum { OPT_ADMISSION = 1100, OPT_POOL, OPT_VOLUME_DIR };
+enum { OPT_ADMISSION = 1100, OPT_POOL, OPT_VOLUME_DIR, OPT_CLUSTER, OPT_ADVERTISE, OPT_LEASE };
 
 static int set_pools(struct crl_host *h, const char *const *flags, size_t n, struct crl_err *err)
 {
@@ -44,6 +44,11 @@ static const char usage[] =
     "  --listen HOST:PORT     also listen on TCP (loopback unless --allow-remote)\n"
     "  --token-file FILE      bearer token the TCP listener requires\n"
     "  --allow-remote         allow --listen on a non-loopback address\n"
+    "  --cluster URLS         join the cluster whose etcd members are URLS\n"
+    "                         (http://HOST:PORT,...): any host answers for all\n"
+    "  --advertise URL        where the cluster's hosts reach this one's API\n"
+    "                         (http://ADDR:PORT: --listen's, with --token-file's token)\n"
+    "  --cluster-lease-s N    a host silent this long is lost (default 10)\n"
     "  --image-store DIR      the image store (default STATE/images)\n"
     "  --volume-dir DIR       named volumes (default STATE/volumes)\n"
     "  --images-from DIR      also use the images of the store DIR, read-only (repeatable)\n"
@@ -174,6 +179,9 @@ int main(int argc, char **argv)
                                          {"images-from", required_argument, 0, 'i'},
                                          {"image-store", required_argument, 0, 'I'},
                                          {"volume-dir", required_argument, 0, OPT_VOLUME_DIR},
+                                         {"cluster", required_argument, 0, OPT_CLUSTER},
+                                         {"advertise", required_argument, 0, OPT_ADVERTISE},
+                                         {"cluster-lease-s", required_argument, 0, OPT_LEASE},
                                          {"image-max-layer-mb", required_argument, 0, 'y'},
                                          {"image-max-mb", required_argument, 0, 'Y'},
                                          {"busybox", required_argument, 0, 'b'},
@@ -234,6 +242,13 @@ int main(int argc, char **argv)
             break;
         case 'I': hc.images_dir = optarg; break;
         case OPT_VOLUME_DIR: hc.volume_dir = optarg; break;
+        case OPT_CLUSTER: ac.cluster_etcd = optarg; break;
+        case OPT_ADVERTISE: ac.advertise = optarg; break;
+        case OPT_LEASE:
+            if (parse_uint("--cluster-lease-s", optarg, 3600, &v) < 0 || v < 2)
+                return 2;
+            ac.cluster_lease_s = (unsigned)v;
+            break;
         case 'y':
         case 'Y':
             if (parse_uint(c == 'y' ? "--image-max-layer-mb" : "--image-max-mb", optarg, 1ul << 30,
@@ -438,6 +453,14 @@ int main(int argc, char **argv)
     if (geteuid() != 0) {
         crl_error(NULL, "corrald must run as root (it creates namespaces and cgroups)");
         return 1;
+    }
+    if (ac.cluster_etcd && (!ac.advertise || !ac.tcp_listen)) {
+        crl_error(NULL, "--cluster needs --listen and --advertise: the other hosts call this one");
+        return 2;
+    }
+    if (ac.advertise && !ac.cluster_etcd) {
+        crl_error(NULL, "--advertise is for --cluster");
+        return 2;
     }
     if (ac.tcp_listen && !token_file) {
         crl_error(NULL, "--listen needs --token-file: the TCP listener always requires a token");

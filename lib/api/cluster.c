@@ -1,0 +1,444 @@
+/* Cluster mode, the API's side (cluster.h). */
+#include "cluster.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../util/fdio.h"
+#include "../util/log.h"
+#include "../util/worker.h"
+#include "handlers_sandboxes.h"
+#include "proxy.h"
+#include "request.h"
+#include "routes.h"
+
+#define PUBLISH_NS 500000000ull /* the record handed to the publisher */
+#define MAX_ATTEMPTS 3          /* hosts a create is offered to */
+
+struct crl_cluster {
+    struct crl_api *api;
+    struct crl_member *member;
+    struct crl_timer publish;
+    struct crl_worker *worker; /* drains: calls to etcd */
+};
+
+static const char *state_name(enum crl_peer_state s)
+{
+    return s == CRL_PEER_READY ? "ready" : s == CRL_PEER_DRAINING ? "draining" : "lost";
+}
+
+/* What this host publishes of itself: its capacity, what is free, its
+ * sandboxes and the images its ready warm pools hold. */
+static json_t *own_record(struct crl_host *h)
+{
+    json_t *info = crl_host_info_json(h);
+    if (!info)
+        return NULL;
+    json_t *ready = json_array();
+    size_t i;
+    json_t *p;
+    json_array_foreach(json_object_get(info, "pools"), i, p)
+    {
+        json_t *image = json_object_get(json_object_get(p, "template"), "image");
+        json_t *n = json_object_get(p, "ready");
+        if (json_is_string(image) && json_integer_value(n) > 0)
+            json_array_append(ready, image);
+    }
+    json_t *used = json_object_get(info, "used");
+    json_t *rec = json_pack(
+        "{s:O, s:O, s:O, s:o, s:O}", "capacity", json_object_get(info, "capacity"), "free",
+        json_object_get(info, "free"), "sandboxes", json_object_get(used, "sandboxes"),
+        "pools_ready", ready, "backends", json_object_get(info, "backends"));
+    json_decref(info);
+    return rec;
+}
+
+static void publish(struct crl_timer *t)
+{
+    struct crl_cluster *c = t->data;
+    json_t *rec = own_record(c->api->host);
+    char *s = rec ? json_dumps(rec, JSON_COMPACT) : NULL;
+    if (s)
+        crl_member_publish(c->member, s);
+    free(s);
+    json_decref(rec);
+    crl_timer_start(c->api->host->loop, &c->publish, PUBLISH_NS, publish, c);
+}
+
+int crl_cluster_start(struct crl_api *a, const struct crl_cluster_config *cfg,
+                      struct crl_cluster **out, struct crl_err *err)
+{
+    struct crl_cluster *c = calloc(1, sizeof(*c));
+    if (!c)
+        return crl_err_sys(err, ENOMEM, "cluster mode");
+    c->api = a;
+    char lease_file[4096];
+    snprintf(lease_file, sizeof(lease_file), "%s/cluster-lease", a->host->state_dir);
+    struct crl_member_config mc = {.etcd = cfg->etcd,
+                                   .host_id = a->host->cfg.host_id,
+                                   .advertise = cfg->advertise,
+                                   .lease_file = lease_file,
+                                   .lease_ttl_s = cfg->lease_ttl_s};
+    if (crl_worker_new(a->host->loop, "cluster", &c->worker, err) < 0) {
+        free(c);
+        return -1;
+    }
+    {
+        json_t *rec = own_record(a->host);
+        char *s = rec ? json_dumps(rec, JSON_COMPACT) : NULL;
+        json_decref(rec);
+        if (crl_member_start(&mc, &c->member, err) < 0) {
+            free(s);
+            crl_worker_free(c->worker);
+            free(c);
+            return -1;
+        }
+        if (s)
+            crl_member_publish(c->member, s);
+        free(s);
+    }
+    crl_timer_start(a->host->loop, &c->publish, PUBLISH_NS, publish, c);
+    crl_info(NULL, "cluster: etcd %s, this host %s at %s", cfg->etcd, a->host->cfg.host_id,
+             cfg->advertise);
+    *out = c;
+    return 0;
+}
+
+void crl_cluster_stop(struct crl_cluster *c)
+{
+    if (!c)
+        return;
+    crl_timer_stop(c->api->host->loop, &c->publish);
+    crl_worker_free(c->worker);
+    crl_member_stop(c->member);
+    free(c);
+}
+
+/* ---- owners ---- */
+
+/* The host an id names: sb-<host>-<hex>. */
+static bool id_host(const char *id, char *host, size_t cap)
+{
+    if (strncmp(id, "sb-", 3) != 0)
+        return false;
+    const char *dash = strchr(id + 3, '-');
+    size_t len = dash ? (size_t)(dash - (id + 3)) : 0;
+    if (!len || len >= cap)
+        return false;
+    memcpy(host, id + 3, len);
+    host[len] = 0;
+    return true;
+}
+
+int crl_cluster_owner(struct crl_cluster *c, const char *id, char *host, size_t hcap, char *addr,
+                      size_t acap, struct crl_err *err)
+{
+    if (!id_host(id, host, hcap) || strcmp(host, c->api->host->cfg.host_id) == 0)
+        return 0;
+    enum crl_peer_state st;
+    if (crl_member_lookup(c->member, host, addr, acap, &st, err) < 0)
+        return crl_err_set(err, CRL_E_NOT_FOUND,
+                           "sandbox %s is on host %s, which is not in the cluster", id, host);
+    if (st == CRL_PEER_LOST)
+        return crl_err_set(err, CRL_E_CONFLICT,
+                           "sandbox %s is lost: its host %s lost its membership (its lease "
+                           "expired)",
+                           id, host);
+    return 1;
+}
+
+/* ---- placement ---- */
+
+static bool placement_head(struct crl_req *r, unsigned status, const char *host)
+{
+    size_t off = strlen(r->placement);
+    snprintf(r->placement + off, sizeof(r->placement) - off, "%s%s=%u", off ? ", " : "", host,
+             status);
+    /* Refused (no room, not ready, unreachable): the next host is asked. */
+    bool refused = status == 503 || status == 502 || status == 429;
+    if (refused)
+        crl_info(NULL, "create: host %s refused it (%u); placing it again", host, status);
+    return !(refused && r->n_tried < MAX_ATTEMPTS);
+}
+
+bool crl_cluster_place_create(struct crl_req *r, const struct crl_spec *spec)
+{
+    struct crl_cluster *c = r->api->cluster;
+    struct crl_err err = CRL_ERR_INIT;
+    if (!c || r->placed)
+        return false;
+    if (MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, CRL_PROXY_PLACED)) {
+        r->placed = true; /* another host placed it here */
+        return false;
+    }
+    char why[256];
+    if (!crl_member_status(c->member, why, sizeof(why))) {
+        crl_err_set(&err, CRL_E_UNAVAILABLE, "this host cannot place a create: %s", why);
+        crl_req_error(r, &err);
+        return true;
+    }
+    const char *tried[MAX_ATTEMPTS];
+    for (unsigned i = 0; i < r->n_tried; i++)
+        tried[i] = r->tried[i];
+    while (r->n_tried < MAX_ATTEMPTS) {
+        char host[32], addr[CRL_MEMBER_ADDR_MAX];
+        if (crl_member_place(c->member, spec->memory_mb, spec->cpus, spec->image, tried, r->n_tried,
+                             host, sizeof(host)) < 0)
+            break;
+        if (strcmp(host, r->api->host->cfg.host_id) == 0) {
+            r->placed = true;
+            return false;
+        }
+        snprintf(r->tried[r->n_tried], sizeof(r->tried[0]), "%s", host);
+        tried[r->n_tried] = r->tried[r->n_tried];
+        r->n_tried++;
+        enum crl_peer_state st;
+        if (crl_member_lookup(c->member, host, addr, sizeof(addr), &st, &err) == 0 &&
+            crl_proxy_forward(r, host, addr, r->body.data, r->body.len, placement_head, &err) == 0)
+            return true;
+        placement_head(r, 502, host);
+    }
+    crl_err_set(&err, CRL_E_CAPACITY, "no host of the cluster has room for it%s%s%s",
+                r->placement[0] ? " (asked: " : "", r->placement, r->placement[0] ? ")" : "");
+    crl_req_error(r, &err);
+    return true;
+}
+
+/* ---- /v1/hosts ---- */
+
+static json_t *host_json(const struct crl_member_host *h, bool self)
+{
+    json_t *rec = h->record ? json_loads(h->record, 0, NULL) : NULL;
+    json_t *o = json_pack("{s:s, s:s, s:s, s:b}", "id", h->id, "addr", h->addr, "state",
+                          state_name(h->state), "self", self);
+    if (rec) {
+        const char *keep[] = {"capacity", "free", "sandboxes", "pools_ready", "backends"};
+        for (size_t i = 0; i < sizeof(keep) / sizeof(*keep); i++)
+            if (json_object_get(rec, keep[i]))
+                json_object_set(o, keep[i], json_object_get(rec, keep[i]));
+    }
+    json_decref(rec);
+    if (h->heartbeat > 0) {
+        json_object_set_new(o, "heartbeat", json_real(h->heartbeat));
+        json_object_set_new(o, "heartbeat_age_s", json_real(crl_wall_s() - h->heartbeat));
+    } else {
+        json_object_set_new(o, "heartbeat", json_null());
+    }
+    return o;
+}
+
+void crl_h_hosts_list(struct crl_req *r)
+{
+    static const char *const states[] = {"ready", "draining", "lost", NULL};
+    static const struct crl_list_spec list = {
+        .items = "hosts", .key = "id", .states = states, .no_labels = true};
+    struct crl_cluster *c = r->api->cluster;
+    json_t *items = json_array();
+    json_t *answer = json_pack("{s:o}", "items", items);
+    if (!c) {
+        json_t *rec = own_record(r->api->host);
+        json_t *o = json_pack("{s:s, s:n, s:s, s:b, s:f}", "id", r->api->host->cfg.host_id, "addr",
+                              "state", "ready", "self", 1, "heartbeat", crl_wall_s());
+        json_object_update(o, rec);
+        json_decref(rec);
+        json_object_del(o, "addr");
+        json_array_append_new(items, o);
+        json_object_set_new(answer, "cluster", json_null());
+    } else {
+        struct crl_member_host *hs;
+        size_t n = crl_member_hosts(c->member, &hs);
+        for (size_t i = 0; i < n; i++)
+            json_array_append_new(
+                items, host_json(&hs[i], strcmp(hs[i].id, r->api->host->cfg.host_id) == 0));
+        crl_member_hosts_free(hs, n);
+        char why[256];
+        bool joined = crl_member_status(c->member, why, sizeof(why));
+        json_object_set_new(
+            answer, "cluster",
+            json_pack("{s:b, s:s?}", "member", joined, "reason", joined ? NULL : why));
+    }
+    crl_req_list(r, answer, &list);
+}
+
+struct drain_job {
+    struct crl_worker_job job;
+    struct crl_req *r;
+    struct crl_member *member;
+    char host[32];
+    bool drain;
+};
+
+static int drain_work(struct crl_worker_job *j, struct crl_err *err)
+{
+    struct drain_job *d = (struct drain_job *)j;
+    return crl_member_set_drain(d->member, d->host, d->drain, err);
+}
+
+static void drain_done(struct crl_worker_job *j, const struct crl_err *err)
+{
+    struct drain_job *d = (struct drain_job *)j;
+    struct crl_req *r = d->r;
+    if (err && !r->gone) {
+        crl_req_error(r, err);
+    } else if (!r->gone) {
+        crl_req_json(
+            r, 200,
+            json_pack("{s:s, s:s}", "id", d->host, "state", d->drain ? "draining" : "ready"));
+    }
+    crl_req_pending_done(r);
+}
+
+void crl_h_host_drain(struct crl_req *r)
+{
+    struct crl_cluster *c = r->api->cluster;
+    struct crl_err err = CRL_ERR_INIT;
+    char addr[CRL_MEMBER_ADDR_MAX];
+    enum crl_peer_state st;
+    if (!c) {
+        crl_err_set(&err, CRL_E_UNSUPPORTED,
+                    "drain is for a cluster's hosts: this corrald runs without --cluster");
+        crl_req_error(r, &err);
+        return;
+    }
+    if (crl_member_lookup(c->member, r->route.name, addr, sizeof(addr), &st, &err) < 0) {
+        crl_req_error(r, &err);
+        return;
+    }
+    struct drain_job *d = calloc(1, sizeof(*d));
+    if (!d) {
+        crl_err_sys(&err, ENOMEM, "drain");
+        crl_req_error(r, &err);
+        return;
+    }
+    d->job.work = drain_work;
+    d->job.done = drain_done;
+    d->r = r;
+    d->member = c->member;
+    d->drain = strcmp(r->method, "DELETE") != 0;
+    snprintf(d->host, sizeof(d->host), "%s", r->route.name);
+    r->state = d;
+    r->pending++;
+    crl_worker_submit(c->worker, &d->job);
+}
+
+void crl_h_host_drain_free(struct crl_req *r)
+{
+    free(r->state);
+    r->state = NULL;
+}
+
+/* ---- a cluster's list of sandboxes ---- */
+
+struct list_job {
+    struct crl_worker_job job;
+    struct crl_req *r;
+    json_t *merged; /* {"sandboxes": [...]}: this host's, then the others' */
+    char **urls;
+    size_t n;
+    char auth[4200], by[128];
+};
+
+static size_t gather(char *data, size_t size, size_t n, void *ctx)
+{
+    return crl_buf_append(ctx, data, size * n) < 0 ? 0 : size * n;
+}
+
+/* Each other host's own list, one after the other (a host that does not
+ * answer in time, or answers what is not a list, is left out and logged). */
+static int list_work(struct crl_worker_job *j, struct crl_err *err)
+{
+    struct list_job *l = (struct list_job *)j;
+    json_t *all = json_object_get(l->merged, "sandboxes");
+    CURL *c = curl_easy_init();
+    if (!c)
+        return crl_err_set(err, CRL_E_INTERNAL, "curl_easy_init");
+    struct curl_slist *hs = curl_slist_append(NULL, l->auth);
+    hs = curl_slist_append(hs, l->by);
+    for (size_t i = 0; i < l->n; i++) {
+        struct crl_buf b;
+        crl_buf_init(&b, 64u << 20);
+        curl_easy_reset(c);
+        curl_easy_setopt(c, CURLOPT_URL, l->urls[i]);
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, hs);
+        curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 5000L);
+        curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http");
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, gather);
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+        long status = 0;
+        CURLcode rc = curl_easy_perform(c);
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+        json_t *o = rc == CURLE_OK && status == 200 ? json_loadb(b.data, b.len, 0, NULL) : NULL;
+        json_t *items = json_object_get(o, "sandboxes");
+        if (json_is_array(items))
+            json_array_extend(all, items);
+        else
+            crl_warn(NULL, "listing sandboxes: %s answered %ld%s%s", l->urls[i], status,
+                     rc != CURLE_OK ? ": " : " (not a list)",
+                     rc != CURLE_OK ? curl_easy_strerror(rc) : "");
+        json_decref(o);
+        crl_buf_free(&b);
+    }
+    curl_slist_free_all(hs);
+    curl_easy_cleanup(c);
+    return 0;
+}
+
+static void list_job_free(struct list_job *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->urls[i]);
+    free(l->urls);
+    json_decref(l->merged);
+    free(l);
+}
+
+static void list_done(struct crl_worker_job *j, const struct crl_err *err)
+{
+    struct list_job *l = (struct list_job *)j;
+    struct crl_req *r = l->r;
+    r->state = NULL;
+    if (err && !r->gone)
+        crl_req_error(r, err);
+    else if (!r->gone)
+        crl_h_sandboxes_list_answer(r, json_incref(l->merged));
+    list_job_free(l);
+    crl_req_pending_done(r);
+}
+
+bool crl_cluster_list_sandboxes(struct crl_req *r, json_t *local)
+{
+    struct crl_cluster *c = r->api->cluster;
+    if (!c || !local ||
+        MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, CRL_PROXY_FORWARDED_BY))
+        return false;
+    struct list_job *l = calloc(1, sizeof(*l));
+    struct crl_member_host *hs = NULL;
+    size_t n = crl_member_hosts(c->member, &hs);
+    if (!l || !(l->urls = calloc(n + 1, sizeof(char *)))) {
+        free(l);
+        crl_member_hosts_free(hs, n);
+        return false; /* this host's alone, rather than nothing */
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (hs[i].state == CRL_PEER_LOST || !hs[i].addr[0] ||
+            strcmp(hs[i].id, r->api->host->cfg.host_id) == 0)
+            continue;
+        if (asprintf(&l->urls[l->n], "%s/v1/sandboxes", hs[i].addr) > 0)
+            l->n++;
+    }
+    crl_member_hosts_free(hs, n);
+    l->merged = local;
+    snprintf(l->auth, sizeof(l->auth), "Authorization: Bearer %s",
+             r->api->token ? r->api->token : "");
+    snprintf(l->by, sizeof(l->by), CRL_PROXY_FORWARDED_BY ": %s", r->api->host->cfg.host_id);
+    l->job.work = list_work;
+    l->job.done = list_done;
+    l->r = r;
+    r->pending++;
+    crl_worker_submit(c->worker, &l->job);
+    return true;
+}

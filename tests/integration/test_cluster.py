@@ -1,0 +1,320 @@
+"""Cluster mode: a real 3-member etcd on loopback ports and three corrald
+hosts joined to it (--cluster, --advertise), used as one: any host places a
+create, reaches every sandbox (inspect, exec, files, destroy), lists them all;
+a host killed with -9 is lost within its lease and its sandboxes say so; a host
+that cannot be reached or answers garbage is passed over; drain; etcd down and
+back."""
+
+import base64
+import http.server
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import start_corrald, wait_for
+
+ETCD = shutil.which("etcd") or "/usr/bin/etcd"
+LEASE_S = 3
+
+pytestmark = pytest.mark.skipif(not os.path.exists(ETCD),
+                                reason="etcd is not installed (make deps installs etcd-server)")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Etcd:
+    """Three etcd members on loopback ports, started and stopped by PID."""
+
+    def __init__(self, base):
+        self.base = base
+        self.client_ports = [free_port() for _ in range(3)]
+        self.peer_ports = [free_port() for _ in range(3)]
+        self.procs = [None] * 3
+        self.urls = ",".join(f"http://127.0.0.1:{p}" for p in self.client_ports)
+        for i in range(3):
+            self.start(i)
+        wait_for(self.healthy, timeout=30, what="etcd's members to agree")
+
+    def start(self, i):
+        cluster = ",".join(f"e{j}=http://127.0.0.1:{p}" for j, p in enumerate(self.peer_ports))
+        cp, pp = self.client_ports[i], self.peer_ports[i]
+        log = open(self.base / f"etcd{i}.log", "ab")
+        self.procs[i] = subprocess.Popen(
+            [ETCD, "--name", f"e{i}", "--data-dir", str(self.base / f"etcd{i}"),
+             "--listen-client-urls", f"http://127.0.0.1:{cp}",
+             "--advertise-client-urls", f"http://127.0.0.1:{cp}",
+             "--listen-peer-urls", f"http://127.0.0.1:{pp}",
+             "--initial-advertise-peer-urls", f"http://127.0.0.1:{pp}",
+             "--initial-cluster", cluster, "--initial-cluster-state", "new"],
+            stdout=log, stderr=subprocess.STDOUT)
+
+    def stop(self, i):
+        p = self.procs[i]
+        if p and p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+
+    def healthy(self):
+        try:
+            return json.loads(self.call("/health", None, method="GET")).get("health") == "true"
+        except OSError:
+            return False
+
+    def call(self, path, body, method="POST"):
+        import urllib.request
+        req = urllib.request.Request(f"http://127.0.0.1:{self.client_ports[0]}{path}",
+                                     data=json.dumps(body).encode() if body is not None else None,
+                                     method=method)
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.read()
+
+    def put(self, key, value):
+        b64 = lambda s: base64.b64encode(s.encode()).decode()  # noqa: E731
+        self.call("/v3/kv/put", {"key": b64(key), "value": b64(value)})
+
+    def delete(self, key):
+        self.call("/v3/kv/deleterange", {"key": base64.b64encode(key.encode()).decode()})
+
+    def close(self):
+        for i in range(3):
+            self.stop(i)
+
+
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory):
+    e = Etcd(tmp_path_factory.mktemp("etcd"))
+    yield e
+    e.close()
+
+
+class Cluster:
+    def __init__(self, etcd, base, n=3):
+        self.etcd = etcd
+        self.hosts = []
+        tag = f"{os.getpid() % 10000}"
+        for i in range(n):
+            port = free_port()
+            hid = f"t{tag}{'abc'[i]}"
+            d = start_corrald(base / hid, [
+                "--host-id", hid, "--listen", f"127.0.0.1:{port}",
+                "--cluster", etcd.urls, "--advertise", f"http://127.0.0.1:{port}",
+                "--cluster-lease-s", str(LEASE_S)])
+            d.host_id = hid
+            self.hosts.append(d)
+        wait_for(lambda: all(len(self.ready(h)) == n for h in self.hosts), timeout=20,
+                 what="every host to see every other")
+
+    def hosts_of(self, d):
+        r = d.request("GET", "/v1/hosts")
+        assert r.status == 200, r.body
+        return {h["id"]: h for h in json.loads(r.body)["items"]}
+
+    def ready(self, d):
+        return [h for h in self.hosts_of(d).values() if h["state"] == "ready"]
+
+    def close(self):
+        for d in self.hosts:
+            if d.proc.poll() is None:
+                d.stop()
+
+
+@pytest.fixture
+def cluster(etcd, tmp_path):
+    c = Cluster(etcd, tmp_path)
+    yield c
+    c.close()
+
+
+def create(d, **spec):
+    spec.setdefault("image", "busybox")
+    r = d.request("POST", "/v1/sandboxes", spec)
+    assert r.status == 201, r.body
+    return json.loads(r.body)["id"], r.headers
+
+
+def test_every_host_lists_every_member(cluster):
+    for d in cluster.hosts:
+        hosts = cluster.hosts_of(d)
+        assert set(hosts) == {h.host_id for h in cluster.hosts}
+        assert [h for h in hosts.values() if h["self"]][0]["id"] == d.host_id
+        for h in hosts.values():
+            assert h["state"] == "ready" and h["heartbeat_age_s"] < LEASE_S
+            assert h["free"]["sandboxes"] > 0 and h["addr"].startswith("http://127.0.0.1:")
+    out = subprocess.run([str(cluster.hosts[0].build / "corral"), "hosts"], capture_output=True,
+                         text=True, env={**os.environ, "CORRAL_URL": cluster.hosts[0].url})
+    assert out.returncode == 0, out.stderr
+    assert all(h.host_id in out.stdout for h in cluster.hosts) and "(this host)" in out.stdout
+
+
+def test_any_host_reaches_every_sandbox(cluster):
+    a, b, c = cluster.hosts
+    ids = [create(a, labels={"run": "x", "n": str(i % 2)})[0] for i in range(6)]
+    owners = {i.split("-")[1] for i in ids}
+    assert len(owners) >= 2, f"six creates all went to {owners}: placement does not spread"
+    for sid in ids:
+        for d in (a, b, c):
+            r = d.request("GET", f"/v1/sandboxes/{sid}")
+            assert r.status == 200 and json.loads(r.body)["state"] == "ready", r.body
+        via = c if not sid.startswith(f"sb-{c.host_id}-") else a
+        r = via.request("POST", f"/v1/sandboxes/{sid}/exec",
+                        {"cmd": ["sh", "-c", "echo out; echo err >&2; hostname; exit 7"]})
+        out = json.loads(r.body)
+        assert r.status == 200 and out["exit_code"] == 7, r.body
+        assert out["stdout"] == f"out\n{sid}\n" and out["stderr"] == "err\n"
+        data = os.urandom(200000)
+        r = via.request("PUT", f"/v1/sandboxes/{sid}/files?path=/tmp/blob", data,
+                        headers={"Content-Type": "application/octet-stream"})
+        assert r.status in (200, 201, 204), r.body
+        r = via.request("GET", f"/v1/sandboxes/{sid}/files?path=/tmp/blob")
+        assert r.status == 200 and r.body == data
+    # lists and selectors span the cluster, from any host
+    for d in (a, b, c):
+        r = d.request("GET", "/v1/sandboxes?label=run=x&label=n=1")
+        got = {s["id"] for s in json.loads(r.body)["sandboxes"]}
+        assert got == {sid for k, sid in enumerate(ids) if k % 2 == 1}
+    # destroyed through a host that does not own it
+    for sid in ids:
+        via = a if not sid.startswith(f"sb-{a.host_id}-") else b
+        assert via.request("DELETE", f"/v1/sandboxes/{sid}").status == 200
+    assert all(d.live_sandboxes() == [] for d in (a, b, c))
+
+
+def test_streamed_exec_crosses_hosts(cluster):
+    a, b, _ = cluster.hosts
+    sid, _ = create(b)
+    while sid.startswith(f"sb-{a.host_id}-"):
+        sid, _ = create(b)
+    r = a.request("POST", f"/v1/sandboxes/{sid}/exec",
+                  {"cmd": ["sh", "-c", "for i in 1 2 3; do echo line$i; sleep 0.2; done"],
+                   "stream": True})
+    assert r.status == 200 and r.headers["content-type"] == "application/x-ndjson", r.body
+    lines = [json.loads(x) for x in r.body.decode().splitlines() if x]
+    assert [x["stdout"] for x in lines if "stdout" in x] == ["line1\n", "line2\n", "line3\n"]
+    assert lines[-1]["result"]["exit_code"] == 0, lines[-1]
+
+
+def test_a_killed_host_is_lost_and_passed_over(cluster):
+    a, b, c = cluster.hosts
+    sid = None
+    while not sid:
+        s, _ = create(a)
+        sid = s if s.startswith(f"sb-{c.host_id}-") else None
+    c.kill()
+    # Before its lease ends the others still think it ready: a create it
+    # is offered fails there and moves on, within the same request.
+    moved = []
+    for _ in range(6):
+        new, headers = create(a)
+        assert not new.startswith(f"sb-{c.host_id}-")
+        if f"{c.host_id}=502" in headers.get("x-corral-placement", ""):
+            moved.append(new)
+    wait_for(lambda: cluster.hosts_of(a)[c.host_id]["state"] == "lost", timeout=LEASE_S + 5,
+             what="the killed host to be lost")
+    assert cluster.hosts_of(b)[c.host_id]["state"] == "lost"
+    for d in (a, b):
+        r = d.request("GET", f"/v1/sandboxes/{sid}")
+        body = json.loads(r.body)
+        assert r.status == 200 and body["state"] == "lost" and c.host_id in body["reason"]
+        r = d.request("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": ["true"]})
+        assert r.status == 409 and "lost" in json.loads(r.body)["error"]["message"]
+    # Every create now goes to the two left.
+    for _ in range(4):
+        new, headers = create(b)
+        assert not new.startswith(f"sb-{c.host_id}-")
+        assert c.host_id not in headers.get("x-corral-placement", "")
+
+
+def test_drain(cluster):
+    a, b, c = cluster.hosts
+    r = a.request("POST", f"/v1/hosts/{b.host_id}/drain")
+    assert r.status == 200 and json.loads(r.body)["state"] == "draining", r.body
+    wait_for(lambda: all(cluster.hosts_of(d)[b.host_id]["state"] == "draining" for d in (a, b, c)),
+             what="every host to see the drain")
+    for _ in range(8):
+        sid, _ = create(c)
+        assert not sid.startswith(f"sb-{b.host_id}-")
+    assert a.request("DELETE", f"/v1/hosts/{b.host_id}/drain").status == 200
+    wait_for(lambda: cluster.hosts_of(c)[b.host_id]["state"] == "ready", what="the undrain")
+    assert a.request("POST", "/v1/hosts/nosuchhost/drain").status == 404
+
+
+def test_a_host_that_answers_garbage_is_survived(cluster, etcd):
+    a, b, _ = cluster.hosts
+
+    class Garbage(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-Bad\x01: \x02\r\n\r\nhello")
+
+        do_POST = do_GET
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Garbage)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    record = {"addr": f"http://127.0.0.1:{srv.server_address[1]}", "heartbeat": time.time(),
+              "free": {"memory_mb": 10 ** 7, "cpus": 1000, "sandboxes": 10 ** 6}}
+    try:
+        etcd.put("/corral/hosts/garbage", json.dumps(record))
+        wait_for(lambda: "garbage" in cluster.hosts_of(a), what="the garbage host in the view")
+        r = a.request("GET", "/v1/sandboxes/sb-garbage-0123456789ab")
+        assert r.status == 503 and "garbage" in json.loads(r.body)["error"]["message"], r.body
+        # It has the most room, so placement offers it creates: each moves on.
+        for _ in range(4):
+            sid, _ = create(a)
+            assert not sid.startswith("sb-garbage-")
+        assert a.request("GET", "/healthz").status == 200
+        assert b.request("GET", "/v1/sandboxes").status == 200
+    finally:
+        etcd.delete("/corral/hosts/garbage")
+        srv.shutdown()
+
+
+def test_etcd_down_and_back(cluster, etcd):
+    a, b, _ = cluster.hosts
+    sid, _ = create(a)
+    owner = a if sid.startswith(f"sb-{a.host_id}-") else b if sid.startswith(
+        f"sb-{b.host_id}-") else cluster.hosts[2]
+    for i in range(3):
+        etcd.stop(i)
+    try:
+        def refused():
+            return a.request("POST", "/v1/sandboxes", {"image": "busybox"}).status == 503
+        wait_for(refused, timeout=LEASE_S * 3 + 5, what="creates to be refused without etcd")
+        t0 = time.monotonic()
+        r = a.request("POST", "/v1/sandboxes", {"image": "busybox"})
+        assert r.status == 503 and "etcd" in json.loads(r.body)["error"]["message"], r.body
+        assert time.monotonic() - t0 < 1.0, "a create without etcd must fail fast"
+        # the sandboxes that exist go on working on their own host
+        r = owner.request("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": ["echo", "still"]})
+        assert r.status == 200 and json.loads(r.body)["stdout"] == "still\n"
+    finally:
+        for i in range(3):
+            etcd.start(i)
+    wait_for(etcd.healthy, timeout=30, what="etcd back")
+    def member(d):
+        return json.loads(d.request("GET", "/v1/hosts").body)["cluster"]["member"]
+    wait_for(lambda: all(member(d) and len(cluster.ready(d)) == 3 for d in cluster.hosts),
+             timeout=20, what="the hosts to rejoin")
+    create(a)
+
+
+def test_bad_cluster_flags(tmp_path):
+    for args, says in [(["--cluster", "http://127.0.0.1:1"], "--advertise"),
+                       (["--advertise", "http://127.0.0.1:1"], "--cluster"),
+                       (["--cluster", "ftp://x", "--advertise", "http://127.0.0.1:9",
+                         "--listen", "127.0.0.1:0"], "http://")]:
+        with pytest.raises(RuntimeError) as e:
+            start_corrald(tmp_path / str(len(args)), args)
+        assert says in str(e.value)
