@@ -1,6 +1,7 @@
 /* Cluster mode, the API's side (cluster.h). */
 #include "cluster.h"
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <stdio.h>
@@ -56,9 +57,35 @@ static json_t *own_record(struct crl_host *h)
     return rec;
 }
 
+/* No sandbox reaches another host of the cluster: every address the view
+ * has (an IPv4 literal in its --advertise) is denied to them all. */
+static void keep_out_peers(struct crl_cluster *c)
+{
+    struct crl_member_host *hs;
+    size_t n = crl_member_hosts(c->member, &hs);
+    struct crl_buf b;
+    crl_buf_init(&b, CRL_BUF_UNBOUNDED);
+    for (size_t i = 0; i < n; i++) {
+        char ip[64];
+        struct in_addr a;
+        const char *host = hs[i].addr + strlen("http://");
+        size_t len = strcspn(host, ":/");
+        if (strncmp(hs[i].addr, "http://", 7) != 0 || len >= sizeof(ip))
+            continue;
+        memcpy(ip, host, len);
+        ip[len] = 0;
+        if (strcmp(hs[i].id, c->api->host->cfg.host_id) != 0 && inet_pton(AF_INET, ip, &a) == 1)
+            crl_buf_printf(&b, "%s%s", b.len ? ", " : "", ip);
+    }
+    crl_member_hosts_free(hs, n);
+    crl_host_set_peers(c->api->host, b.data ? b.data : "");
+    crl_buf_free(&b);
+}
+
 static void publish(struct crl_timer *t)
 {
     struct crl_cluster *c = t->data;
+    keep_out_peers(c);
     json_t *rec = own_record(c->api->host);
     char *s = rec ? json_dumps(rec, JSON_COMPACT) : NULL;
     if (s)

@@ -104,7 +104,21 @@ struct crl_vnet *crl_host_vnet(struct crl_host *h, struct crl_err *err)
     }
     crl_info(NULL, "network: range %s, nftables table inet %s", h->cfg.network_range,
              crl_vnet_table(h->vnet));
+    struct crl_err perr = CRL_ERR_INIT;
+    if (h->peers && crl_vnet_set_peers(h->vnet, h->peers, &perr) < 0)
+        crl_warn(NULL, "network: the cluster's hosts are not kept from sandboxes: %s", perr.msg);
     return h->vnet;
+}
+
+void crl_host_set_peers(struct crl_host *h, const char *addrs)
+{
+    if (h->peers && strcmp(h->peers, addrs) == 0)
+        return;
+    free(h->peers);
+    h->peers = strdup(addrs);
+    struct crl_err err = CRL_ERR_INIT;
+    if (h->vnet && crl_vnet_set_peers(h->vnet, addrs, &err) < 0)
+        crl_warn(NULL, "network: the cluster's hosts are not kept from sandboxes: %s", err.msg);
 }
 
 /* ---- ids and slots ---- */
@@ -834,6 +848,7 @@ void crl_host_close(struct crl_host *h)
     crl_netlog_free(h->netlog);
     crl_resolver_free(h->resolver);
     crl_vnet_free(h->vnet);
+    free(h->peers);
     crl_netns_pool_free(h->netns);
     crl_image_store_free(h->images);
     crl_volumes_free(h->volumes);

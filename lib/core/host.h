@@ -109,6 +109,7 @@ struct crl_host {
     struct crl_cgroup_mgr *cgroups;
     struct crl_netns_pool *netns;
     struct crl_vnet *vnet;         /* NULL until a sandbox has a network */
+    char *peers;                   /* the cluster's other hosts: no sandbox reaches them */
     struct crl_resolver *resolver; /* with vnet */
     struct crl_netlog *netlog;     /* with vnet: what sandboxes were refused */
     struct crl_worker *net_worker; /* with vnet: sandboxes' links are made there */
@@ -175,6 +176,9 @@ char *crl_host_metrics(struct crl_host *h);
 /* The sandboxes' network: made at the first call (its table and the
  * host's forwarding are set up only once a sandbox needs them). */
 struct crl_vnet *crl_host_vnet(struct crl_host *h, struct crl_err *err);
+/* The cluster's other hosts' IPv4 addresses ("a, b"): no sandbox of this
+ * host reaches them, whatever its network policy. */
+void crl_host_set_peers(struct crl_host *h, const char *addrs);
 
 /* Allocation of a sandbox id: "sb-<host id>-<random>". */
 void crl_host_new_id(struct crl_host *h, char *out, size_t cap);

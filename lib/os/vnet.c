@@ -196,6 +196,7 @@ static int base_table(struct crl_vnet *v, struct crl_err *err)
         "table inet %1$s {\n"
         "  map links { type ifname : verdict; }\n"
         "  set conns { type ipv4_addr; flags dynamic; size 65536; }\n"
+        "  set peers { type ipv4_addr; }\n"
         "  chain forward {\n"
         "    type filter hook forward priority filter - 1; policy accept;\n"
         "    iifname \"%2$s*\" jump from_sandbox\n"
@@ -207,6 +208,7 @@ static int base_table(struct crl_vnet *v, struct crl_err *err)
         "    meta nfproto ipv6 drop\n"
         "    ip daddr { %3$s/%4$u, %7$s/24, 169.254.0.0/16, 224.0.0.0/4, 255.255.255.255 }"
         " drop\n"
+        "    ip daddr @peers drop\n"
         "    iifname vmap @links\n"
         "    drop\n"
         "  }\n"
@@ -807,6 +809,18 @@ int crl_vnet_unpark(struct crl_vnet *v, unsigned slot, const char *rules, struct
     int fd = v->parked[slot];
     v->parked[slot] = -1;
     return fd;
+}
+
+int crl_vnet_set_peers(struct crl_vnet *v, const char *addrs, struct crl_err *err)
+{
+    struct crl_buf b;
+    crl_buf_init(&b, CRL_BUF_UNBOUNDED);
+    int r = crl_buf_printf(&b, "flush set inet %s peers\n", v->table);
+    if (r == 0 && addrs[0])
+        r = crl_buf_printf(&b, "add element inet %s peers { %s }\n", v->table, addrs);
+    r = r == 0 ? crl_vnet_nft(v, b.data, err) : crl_err_sys(err, ENOMEM, "nftables script");
+    crl_buf_free(&b);
+    return r;
 }
 
 int crl_vnet_add_elements(struct crl_vnet *v, unsigned slot, char kind, const char *elements,

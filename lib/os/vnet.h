@@ -140,6 +140,10 @@ uint16_t crl_vnet_log_group(const struct crl_vnet *v);
 /* Add `elements` (nft's syntax: "198.51.100.10 . 443-443, ...", or bare
  * addresses for the hosts set) to a set of `slot` for timeout_s seconds,
  * refreshing the timeout of those already there; one transaction. */
+/* The addresses no sandbox may reach, whatever its rules: the other hosts
+ * of this host's cluster ("10.0.0.2, 10.0.0.3", IPv4; "" for none),
+ * replacing what was set before. */
+int crl_vnet_set_peers(struct crl_vnet *v, const char *addrs, struct crl_err *err);
 int crl_vnet_add_elements(struct crl_vnet *v, unsigned slot, char kind, const char *elements,
                           unsigned timeout_s, struct crl_err *err);
 

@@ -510,8 +510,9 @@ int main(int argc, char **argv)
     }
     crl_watch_start(loop, &sw, sfd, EPOLLIN, on_signal, loop);
     if (ac.tcp_listen)
-        crl_info(NULL, "corrald ready: unix %s, tcp 127.0.0.1:%u (token required)",
-                 ac.unix_path ? ac.unix_path : "-", crl_api_tcp_port(api));
+        crl_info(NULL, "corrald ready: unix %s, tcp %.*s:%u (token required)",
+                 ac.unix_path ? ac.unix_path : "-", (int)strcspn(ac.tcp_listen, ":"), ac.tcp_listen,
+                 crl_api_tcp_port(api));
     else
         crl_info(NULL, "corrald ready: unix %s", ac.unix_path ? ac.unix_path : "-");
     int rc = crl_loop_run(loop) < 0 ? 1 : 0;

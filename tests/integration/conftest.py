@@ -37,6 +37,7 @@ import http.client
 import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -236,8 +237,9 @@ class Corrald:
 
     def _tcp_port(self):
         for line in self.log(this_run=True).splitlines():
-            if "corrald ready:" in line and "tcp 127.0.0.1:" in line:
-                return int(line.split("tcp 127.0.0.1:")[1].split()[0])
+            m = re.search(r"corrald ready: .*tcp [0-9.]+:(\d+)", line)
+            if m:
+                return int(m.group(1))
         return None
 
     def log(self, this_run=False):

@@ -113,7 +113,7 @@ def sweep_stale():
     their servers died with them, their namespaces stayed); a lab's name
     carries the pid of the run that made it."""
     for name in os.listdir("/run/netns") if os.path.isdir("/run/netns") else ():
-        m = re.fullmatch(r"crlab-(\d+)-\d+-(host|inet)", name)
+        m = re.fullmatch(r"crlab-(\d+)-\d+-(host|inet|net|h\d+)", name)
         if m and not os.path.exists(f"/proc/{m.group(1)}"):
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
@@ -121,6 +121,77 @@ def sweep_stale():
 def _ns_id(path):
     st = os.stat(path)
     return st.st_dev, st.st_ino
+
+
+def delete_namespaces(names):
+    """Kill every process still in the named netns (a corrald that was not
+    stopped, a child of one of ours) and delete them; returns what was
+    killed, one line each."""
+    killed, ids = [], {}
+    for ns in names:
+        try:
+            ids[_ns_id(f"/run/netns/{ns}")] = ns
+        except OSError:
+            pass
+    for pid_dir in Path("/proc").glob("[0-9]*"):
+        try:
+            ns = ids.get(_ns_id(pid_dir / "ns" / "net"))
+            if ns:
+                cmd = (pid_dir / "cmdline").read_bytes().replace(b"\0", b" ")[:200]
+                os.kill(int(pid_dir.name), signal.SIGKILL)
+                killed.append(f"pid {pid_dir.name} in {ns}: {cmd!r}")
+        except (OSError, ValueError):
+            continue
+    for ns in reversed(names):
+        # The namespace (and the veth pairs with it) goes once nothing
+        # holds it; its name goes now.
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    return killed
+
+
+class ClusterNet:
+    """A network for a cluster's hosts: the netns ``net`` holds a bridge,
+    172.30.0.1/24 (where the tests' etcd listens), and each host's netns
+    (``hosts[i]``, a path) a veth on it with 172.30.0.1{i+1}/24.  Nothing
+    else: no route leaves it."""
+
+    NET_ADDR = "172.30.0.1"
+
+    def __init__(self, n_hosts):
+        k = next(_labs)
+        self.net = f"crlab-{os.getpid()}-{k}-net"
+        self.names = [f"crlab-{os.getpid()}-{k}-h{i}" for i in range(n_hosts)]
+        self.net_netns = f"/run/netns/{self.net}"
+        self.hosts = [f"/run/netns/{n}" for n in self.names]
+        self.addrs = [f"172.30.0.{11 + i}" for i in range(n_hosts)]
+        self._made = []
+        try:
+            for ns in [self.net] + self.names:
+                _ip("netns", "add", ns)
+                self._made.append(ns)
+            _ip("-n", self.net, "-batch", "-", input=f"""\
+link set lo up
+link add br0 type bridge
+addr add {self.NET_ADDR}/24 dev br0
+link set br0 up
+""")
+            for i, ns in enumerate(self.names):
+                _ip("-n", ns, "-batch", "-", input=f"""\
+link set lo up
+link add eth0 type veth peer name v{i} netns {self.net}
+addr add {self.addrs[i]}/24 dev eth0
+link set eth0 up
+""")
+                _ip("-n", self.net, "-batch", "-",
+                    input=f"link set v{i} master br0\nlink set v{i} up\n")
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self):
+        killed = delete_namespaces(self._made)
+        self._made.clear()
+        return killed
 
 
 class NetLab:
@@ -198,27 +269,7 @@ link set up0 up
             _stop(p)
         self._procs.clear()
         self._server = None
-        ids = {}
-        for ns in self._made:
-            try:
-                ids[_ns_id(f"/run/netns/{ns}")] = ns
-            except OSError:
-                pass
-        # Anything else in there was started by a test (a corrald that was
-        # not stopped, a child of one of ours): gone too, and remembered.
-        for pid_dir in Path("/proc").glob("[0-9]*"):
-            try:
-                ns = ids.get(_ns_id(pid_dir / "ns" / "net"))
-                if ns:
-                    cmd = (pid_dir / "cmdline").read_bytes().replace(b"\0", b" ")[:200]
-                    os.kill(int(pid_dir.name), signal.SIGKILL)
-                    self.stragglers.append(f"pid {pid_dir.name} in {ns}: {cmd!r}")
-            except (OSError, ValueError):
-                continue
-        for ns in reversed(self._made):
-            # The namespace (and the veth pair with it) goes once nothing
-            # holds it; its name goes now.
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        self.stragglers += delete_namespaces(self._made)
         self._made.clear()
         if self.dir:
             shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,63 +1,71 @@
-"""Cluster mode: a real 3-member etcd on loopback ports and three corrald
-hosts joined to it (--cluster, --advertise), used as one: any host places a
-create, reaches every sandbox (inspect, exec, files, destroy), lists them all;
-a host killed with -9 is lost within its lease and its sandboxes say so; a host
-that cannot be reached or answers garbage is passed over; drain; etcd down and
-back."""
+"""Cluster mode: a real 3-member etcd and three corrald hosts, each in a
+network namespace of its own on one bridge (netlab.ClusterNet), joined with
+--cluster and --advertise and used as one: any host places a create, reaches
+every sandbox (inspect, exec, streamed exec, files, destroy) and lists them
+all; a host killed with -9 is lost within its lease and its sandboxes say so;
+a host that cannot be reached or answers garbage is passed over; drain; etcd
+down and back; no sandbox reaches another host's API."""
 
 import base64
 import http.server
+import itertools
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
 
 import pytest
 
-from conftest import start_corrald, wait_for
+from conftest import _NetnsConnection, start_corrald, wait_for
+from netlab import ClusterNet, netns_preexec, socket_in, sweep_stale
 
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 LEASE_S = 3
+API_PORT = 8080
+_ids = itertools.count()
 
 pytestmark = pytest.mark.skipif(not os.path.exists(ETCD),
                                 reason="etcd is not installed (make deps installs etcd-server)")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+@pytest.fixture(scope="module")
+def net():
+    sweep_stale()
+    n = ClusterNet(3)
+    yield n
+    n.close()
 
 
 class Etcd:
-    """Three etcd members on loopback ports, started and stopped by PID."""
+    """Three etcd members in the cluster's network (each on its own ports of
+    its address, and on loopback there for the test), started and stopped
+    by PID."""
 
-    def __init__(self, base):
-        self.base = base
-        self.client_ports = [free_port() for _ in range(3)]
-        self.peer_ports = [free_port() for _ in range(3)]
+    def __init__(self, net, base):
+        self.net, self.base = net, base
         self.procs = [None] * 3
-        self.urls = ",".join(f"http://127.0.0.1:{p}" for p in self.client_ports)
+        self.urls = ",".join(f"http://{net.NET_ADDR}:{2379 + 2 * i}" for i in range(3))
         for i in range(3):
             self.start(i)
         wait_for(self.healthy, timeout=30, what="etcd's members to agree")
 
     def start(self, i):
-        cluster = ",".join(f"e{j}=http://127.0.0.1:{p}" for j, p in enumerate(self.peer_ports))
-        cp, pp = self.client_ports[i], self.peer_ports[i]
-        log = open(self.base / f"etcd{i}.log", "ab")
-        self.procs[i] = subprocess.Popen(
-            [ETCD, "--name", f"e{i}", "--data-dir", str(self.base / f"etcd{i}"),
-             "--listen-client-urls", f"http://127.0.0.1:{cp}",
-             "--advertise-client-urls", f"http://127.0.0.1:{cp}",
-             "--listen-peer-urls", f"http://127.0.0.1:{pp}",
-             "--initial-advertise-peer-urls", f"http://127.0.0.1:{pp}",
-             "--initial-cluster", cluster, "--initial-cluster-state", "new"],
-            stdout=log, stderr=subprocess.STDOUT)
+        a = self.net.NET_ADDR
+        cluster = ",".join(f"e{j}=http://{a}:{2380 + 2 * j}" for j in range(3))
+        cp, pp = 2379 + 2 * i, 2380 + 2 * i
+        with open(self.base / f"etcd{i}.log", "ab") as log:
+            self.procs[i] = subprocess.Popen(
+                [ETCD, "--name", f"e{i}", "--data-dir", str(self.base / f"etcd{i}"),
+                 "--listen-client-urls", f"http://{a}:{cp},http://127.0.0.1:{cp}",
+                 "--advertise-client-urls", f"http://{a}:{cp}",
+                 "--listen-peer-urls", f"http://{a}:{pp}",
+                 "--initial-advertise-peer-urls", f"http://{a}:{pp}",
+                 "--initial-cluster", cluster, "--initial-cluster-state", "new"],
+                stdout=log, stderr=subprocess.STDOUT,
+                preexec_fn=netns_preexec(self.net.net_netns))
 
     def stop(self, i):
         p = self.procs[i]
@@ -67,17 +75,17 @@ class Etcd:
 
     def healthy(self):
         try:
-            return json.loads(self.call("/health", None, method="GET")).get("health") == "true"
-        except OSError:
+            return json.loads(self.call("/health", None, "GET")).get("health") == "true"
+        except (OSError, ValueError):
             return False
 
     def call(self, path, body, method="POST"):
-        import urllib.request
-        req = urllib.request.Request(f"http://127.0.0.1:{self.client_ports[0]}{path}",
-                                     data=json.dumps(body).encode() if body is not None else None,
-                                     method=method)
-        with urllib.request.urlopen(req, timeout=5) as r:
-            return r.read()
+        conn = _NetnsConnection(self.net.net_netns, 2379, 5)
+        try:
+            conn.request(method, path, body=json.dumps(body) if body is not None else None)
+            return conn.getresponse().read()
+        finally:
+            conn.close()
 
     def put(self, key, value):
         b64 = lambda s: base64.b64encode(s.encode()).decode()  # noqa: E731
@@ -92,28 +100,32 @@ class Etcd:
 
 
 @pytest.fixture(scope="module")
-def etcd(tmp_path_factory):
-    e = Etcd(tmp_path_factory.mktemp("etcd"))
+def etcd(net, tmp_path_factory):
+    e = Etcd(net, tmp_path_factory.mktemp("etcd"))
     yield e
     e.close()
 
 
 class Cluster:
-    def __init__(self, etcd, base, n=3):
-        self.etcd = etcd
-        self.hosts = []
-        tag = f"{os.getpid() % 10000}"
-        for i in range(n):
-            port = free_port()
-            hid = f"t{tag}{'abc'[i]}"
-            d = start_corrald(base / hid, [
-                "--host-id", hid, "--listen", f"127.0.0.1:{port}",
-                "--cluster", etcd.urls, "--advertise", f"http://127.0.0.1:{port}",
-                "--cluster-lease-s", str(LEASE_S)])
-            d.host_id = hid
-            self.hosts.append(d)
-        wait_for(lambda: all(len(self.ready(h)) == n for h in self.hosts), timeout=20,
-                 what="every host to see every other")
+    """Three corrald hosts, host i in net.hosts[i] at net.addrs[i]."""
+
+    def __init__(self, net, etcd, base):
+        self.net, self.etcd, self.hosts = net, etcd, []
+        n = next(_ids)
+        try:
+            for i, (ns, addr) in enumerate(zip(net.hosts, net.addrs)):
+                hid = f"t{n}{'abc'[i]}"
+                d = start_corrald(base / hid, [
+                    "--host-id", hid, "--listen", f"{addr}:{API_PORT}", "--allow-remote",
+                    "--cluster", etcd.urls, "--advertise", f"http://{addr}:{API_PORT}",
+                    "--cluster-lease-s", str(LEASE_S)], netns=ns)
+                d.host_id, d.addr = hid, addr
+                self.hosts.append(d)
+            wait_for(lambda: all(len(self.ready(h)) == len(self.hosts) for h in self.hosts),
+                     timeout=20, what="every host to see every other")
+        except BaseException:
+            self.close()
+            raise
 
     def hosts_of(self, d):
         r = d.request("GET", "/v1/hosts")
@@ -130,8 +142,8 @@ class Cluster:
 
 
 @pytest.fixture
-def cluster(etcd, tmp_path):
-    c = Cluster(etcd, tmp_path)
+def cluster(net, etcd, tmp_path):
+    c = Cluster(net, etcd, tmp_path)
     yield c
     c.close()
 
@@ -144,13 +156,14 @@ def create(d, **spec):
 
 
 def test_every_host_lists_every_member(cluster):
+    hosts_addr = {d.host_id: d.addr for d in cluster.hosts}
     for d in cluster.hosts:
         hosts = cluster.hosts_of(d)
         assert set(hosts) == {h.host_id for h in cluster.hosts}
         assert [h for h in hosts.values() if h["self"]][0]["id"] == d.host_id
         for h in hosts.values():
             assert h["state"] == "ready" and h["heartbeat_age_s"] < LEASE_S
-            assert h["free"]["sandboxes"] > 0 and h["addr"].startswith("http://127.0.0.1:")
+            assert h["free"]["sandboxes"] > 0 and h["addr"] == f"http://{hosts_addr[h['id']]}:8080"
     out = subprocess.run([str(cluster.hosts[0].build / "corral"), "hosts"], capture_output=True,
                          text=True, env={**os.environ, "CORRAL_URL": cluster.hosts[0].url})
     assert out.returncode == 0, out.stderr
@@ -261,9 +274,13 @@ def test_a_host_that_answers_garbage_is_survived(cluster, etcd):
         def log_message(self, *a):
             pass
 
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Garbage)
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Garbage, bind_and_activate=False)
+    srv.socket.close()
+    srv.socket = socket_in(cluster.net.net_netns)  # where the hosts reach it
+    srv.socket.bind((cluster.net.NET_ADDR, 9999))
+    srv.socket.listen(16)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
-    record = {"addr": f"http://127.0.0.1:{srv.server_address[1]}", "heartbeat": time.time(),
+    record = {"addr": f"http://{cluster.net.NET_ADDR}:9999", "heartbeat": time.time(),
               "free": {"memory_mb": 10 ** 7, "cpus": 1000, "sandboxes": 10 ** 6}}
     try:
         etcd.put("/corral/hosts/garbage", json.dumps(record))
@@ -318,3 +335,26 @@ def test_bad_cluster_flags(tmp_path):
         with pytest.raises(RuntimeError) as e:
             start_corrald(tmp_path / str(len(args)), args)
         assert says in str(e.value)
+
+
+def test_no_sandbox_reaches_another_host(cluster, etcd):
+    a, b, c = cluster.hosts
+    sid, _ = create(a, network={"mode": "full"})
+    while not sid.startswith(f"sb-{a.host_id}-"):
+        sid, _ = create(a, network={"mode": "full"})
+
+    def fetch(addr, port, path):
+        # nc, not busybox's wget: the static busybox's wget resolves even
+        # an address, through glibc's NSS, which a static binary cannot load
+        sh = f"printf 'GET {path} HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {addr} {port}"
+        r = a.request("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": ["sh", "-c", sh],
+                                                              "timeout_s": 10})
+        assert r.status == 200, r.body
+        return json.loads(r.body)
+    # The cluster's network is reached (etcd's address, on the same bridge) ...
+    ok = fetch(cluster.net.NET_ADDR, 2379, "/health")
+    assert ok["exit_code"] == 0 and '"health":"true"' in ok["stdout"], ok
+    # ... but no other host's API, whatever the sandbox's policy.
+    for other in (b, c):
+        out = fetch(other.addr, API_PORT, "/healthz")
+        assert "HTTP/1.1" not in out["stdout"], out
