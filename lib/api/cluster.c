@@ -210,10 +210,13 @@ bool crl_cluster_place_create(struct crl_req *r, const struct crl_spec *spec)
     const char *tried[MAX_ATTEMPTS];
     for (unsigned i = 0; i < r->n_tried; i++)
         tried[i] = r->tried[i];
+    const char *key = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Idempotency-Key");
     while (r->n_tried < MAX_ATTEMPTS) {
         char host[32], addr[CRL_MEMBER_ADDR_MAX];
-        if (crl_member_place(c->member, spec->memory_mb, spec->cpus, spec->image, tried, r->n_tried,
-                             host, sizeof(host)) < 0)
+        int rc = key ? crl_member_place_keyed(c->member, key, tried, r->n_tried, host, sizeof(host))
+                     : crl_member_place(c->member, spec->memory_mb, spec->cpus, spec->image, tried,
+                                        r->n_tried, host, sizeof(host));
+        if (rc < 0)
             break;
         if (strcmp(host, r->api->host->cfg.host_id) == 0) {
             r->placed = true;

@@ -556,6 +556,37 @@ int crl_member_place(struct crl_member *m, uint64_t mb, double cpus, const char 
     return chosen >= 0 ? 0 : -1;
 }
 
+static uint64_t fnv1a(uint64_t h, const char *s)
+{
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return h;
+}
+
+int crl_member_place_keyed(struct crl_member *m, const char *key, const char *const *exclude,
+                           size_t n_exclude, char *id_out, size_t cap)
+{
+    uint64_t best = 0;
+    long chosen = -1;
+    pthread_mutex_lock(&m->mu);
+    for (size_t i = 0; i < m->n; i++) {
+        bool excluded = m->hosts[i].h.state != CRL_PEER_READY;
+        for (size_t j = 0; j < n_exclude && !excluded; j++)
+            excluded = strcmp(exclude[j], m->hosts[i].h.id) == 0;
+        uint64_t w = fnv1a(fnv1a(0xcbf29ce484222325ull, key), m->hosts[i].h.id);
+        w ^= w >> 31; /* FNV's low bits mix poorly: spread them before comparing */
+        w *= 0x9e3779b97f4a7c15ull;
+        if (!excluded && (chosen < 0 || w > best)) {
+            best = w;
+            chosen = (long)i;
+        }
+    }
+    if (chosen >= 0)
+        snprintf(id_out, cap, "%s", m->hosts[chosen].h.id);
+    pthread_mutex_unlock(&m->mu);
+    return chosen >= 0 ? 0 : -1;
+}
+
 int crl_member_set_drain(struct crl_member *m, const char *id, bool drain, struct crl_err *err)
 {
     struct crl_etcd *e = NULL;

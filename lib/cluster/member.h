@@ -79,6 +79,14 @@ int crl_member_lookup(struct crl_member *m, const char *id, char *addr, size_t c
 int crl_member_place(struct crl_member *m, uint64_t mb, double cpus, const char *image,
                      const char *const *exclude, size_t n_exclude, char *id_out, size_t cap);
 
+/* Place a create that carries an Idempotency-Key: the ready host not in
+ * `exclude` that ranks first for `key` (rendezvous hashing), whatever
+ * room the view gives it, so that a retry of the create goes where the
+ * first went and is answered from that host's keys; -1 when none is
+ * left.  Its refusal moves the create on in the same key's order. */
+int crl_member_place_keyed(struct crl_member *m, const char *key, const char *const *exclude,
+                           size_t n_exclude, char *id_out, size_t cap);
+
 /* Drain host `id` (or undo it): a blocking call to etcd, for a worker
  * thread. */
 int crl_member_set_drain(struct crl_member *m, const char *id, bool drain, struct crl_err *err);

@@ -358,3 +358,19 @@ def test_no_sandbox_reaches_another_host(cluster, etcd):
     for other in (b, c):
         out = fetch(other.addr, API_PORT, "/healthz")
         assert "HTTP/1.1" not in out["stdout"], out
+
+
+def test_a_keyed_create_is_made_once_whichever_host_is_asked(cluster):
+    a, b, c = cluster.hosts
+    for n in range(4):
+        key = f"run-{n}-{os.getpid()}"
+        answers = []
+        for d in (a, b, c, b):
+            r = d.request("POST", "/v1/sandboxes", {"image": "busybox", "labels": {"k": key}},
+                          headers={"Idempotency-Key": key})
+            assert r.status in (200, 201), r.body
+            answers.append((r.status, json.loads(r.body)["id"]))
+        assert [s for s, _ in answers] == [201, 200, 200, 200], answers
+        assert len({i for _, i in answers}) == 1, answers
+        r = a.request("GET", f"/v1/sandboxes?label=k={key}")
+        assert [s["id"] for s in json.loads(r.body)["sandboxes"]] == [answers[0][1]]
