@@ -267,7 +267,7 @@ void crl_h_hosts_list(struct crl_req *r)
         .items = "hosts", .key = "id", .states = states, .no_labels = true};
     struct crl_cluster *c = r->api->cluster;
     json_t *items = json_array();
-    json_t *answer = json_pack("{s:o}", "items", items);
+    json_t *answer = json_pack("{s:o}", "hosts", items);
     if (!c) {
         json_t *rec = own_record(r->api->host);
         json_t *o = json_pack("{s:s, s:n, s:s, s:b, s:f}", "id", r->api->host->cfg.host_id, "addr",

@@ -135,7 +135,7 @@ static void show_hosts(json_t *answer)
            "FREE_MB", "CPUS", "SLOTS", "HEARD");
     size_t i;
     json_t *h;
-    json_array_foreach(json_object_get(answer, "items"), i, h)
+    json_array_foreach(json_object_get(answer, "hosts"), i, h)
     {
         json_t *free_ = json_object_get(h, "free");
         json_t *age = json_object_get(h, "heartbeat_age_s");

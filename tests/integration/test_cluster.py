@@ -130,7 +130,7 @@ class Cluster:
     def hosts_of(self, d):
         r = d.request("GET", "/v1/hosts")
         assert r.status == 200, r.body
-        return {h["id"]: h for h in json.loads(r.body)["items"]}
+        return {h["id"]: h for h in json.loads(r.body)["hosts"]}
 
     def ready(self, d):
         return [h for h in self.hosts_of(d).values() if h["state"] == "ready"]
@@ -374,3 +374,25 @@ def test_a_keyed_create_is_made_once_whichever_host_is_asked(cluster):
         assert len({i for _, i in answers}) == 1, answers
         r = a.request("GET", f"/v1/sandboxes?label=k={key}")
         assert [s["id"] for s in json.loads(r.body)["sandboxes"]] == [answers[0][1]]
+
+
+def test_the_sdk_sees_the_cluster(cluster):
+    import corral
+    a, b, _ = cluster.hosts
+    with corral.Client(a.url) as cl:
+        hosts = cl.hosts()
+        assert {h["id"] for h in hosts} == {d.host_id for d in cluster.hosts}
+        assert [h["id"] for h in cl.hosts(state="lost")] == []
+        assert cl.drain_host(b.host_id)["state"] == "draining"
+        wait_for(lambda: [h["id"] for h in cl.hosts(state="draining")] == [b.host_id],
+                 what="the drain in the SDK's list")
+        assert cl.drain_host(b.host_id, drain=False)["state"] == "ready"
+        made = [cl.create(image="busybox") for _ in range(4)]
+        elsewhere = [sb for sb in made if not sb.id.startswith(f"sb-{a.host_id}-")]
+        assert elsewhere, "four creates all stayed on the host asked"
+        for sb in made:
+            assert sb.exec("echo hi").stdout == b"hi\n"
+            sb.destroy()
+    with corral.Client(a.url) as cl:
+        with pytest.raises(corral.NotFound):
+            cl.drain_host("nosuchhost")

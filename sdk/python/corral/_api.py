@@ -264,6 +264,16 @@ def ndjson(body: bytes) -> list[JSONObject]:
     return [json.loads(line) for line in body.split(b"\n") if line.strip()]
 
 
+def hosts_target(state: str | None) -> str:
+    """/v1/hosts, only those in ``state`` if given."""
+    return "/v1/hosts" + ("?state=" + urllib.parse.quote(state, safe="") if state else "")
+
+
+def drain_target(host_id: str) -> str:
+    """/v1/hosts/{id}/drain."""
+    return "/v1/hosts/" + urllib.parse.quote(str(host_id), safe="") + "/drain"
+
+
 def image_target(name: str) -> str:
     """/v1/images/{name}: the name as it is, '/' and ':' included."""
     return "/v1/images/" + urllib.parse.quote(str(name), safe="/:@")

@@ -77,6 +77,14 @@ class AsyncClient:
         """The host's capacity and use: a dict."""
         return await self._json("GET", "/v1/host")
 
+    async def hosts(self, state: str | None = None) -> JSONList:
+        """The cluster's hosts; see Client.hosts()."""
+        return (await self._json("GET", _api.hosts_target(state)))["hosts"]
+
+    async def drain_host(self, host_id: str, drain: bool = True) -> JSONObject:
+        """Drain a cluster's host, or undo it; see Client.drain_host()."""
+        return await self._json("POST" if drain else "DELETE", _api.drain_target(host_id))
+
     async def images(self) -> JSONList:
         """The images sandboxes can be created from: a list of dicts."""
         return (await self._json("GET", "/v1/images"))["images"]

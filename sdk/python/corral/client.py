@@ -90,6 +90,17 @@ class Client:
         """The host's capacity and use: a dict."""
         return self._json("GET", "/v1/host")
 
+    def hosts(self, state: str | None = None) -> JSONList:
+        """The cluster's hosts (this host alone without ``--cluster``): a list
+        of dicts (``id``, ``addr``, ``state``: ready, draining or lost,
+        ``free``, ``sandboxes``, ``heartbeat_age_s``, ``self``...)."""
+        return self._json("GET", _api.hosts_target(state))["hosts"]
+
+    def drain_host(self, host_id: str, drain: bool = True) -> JSONObject:
+        """Stop placing creates on a cluster's host (``drain=False``: place
+        them there again); its sandboxes run on to their ends."""
+        return self._json("POST" if drain else "DELETE", _api.drain_target(host_id))
+
     def pools(self) -> JSONList:
         """The host's warm pools: a list of dicts (``name``, ``template``,
         ``min``, ``max``, ``target``, ``ready``, ``claims``, ``misses``,
