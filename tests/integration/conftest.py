@@ -86,8 +86,13 @@ SANITIZED = BUILD.name == "build-san"
 BACKENDS = ("container", "microvm") if SANITIZED else ("container", "microvm", "vm")
 # Saved templates every daemon of the tests shares (the sanitizer build's
 # too: the guest is the same), so that only the first daemon to need a
-# template boots it: a full system's is half a minute under TCG.
-TEMPLATE_CACHE = REPO / "build" / "template-cache"
+# template boots it: a full system's is half a minute under TCG.  It lives
+# with the machine's other caches (kernels, debootstrap's output), so a
+# fresh clone boots none it booted before: an entry's key covers the
+# guest's kernel and initramfs (the agent in it), QEMU and the image, so
+# a change to any of them is a miss, never a stale guest.
+TEMPLATE_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / \
+    "corral" / "templates"
 # Every full system the contract tests make is of one image and shape: its
 # template is a boot of systemd (half a minute under TCG here), once per
 # image, memory and disk size; and of a whole CPU (a Debian system under

@@ -136,9 +136,16 @@ class Cluster:
         return [h for h in self.hosts_of(d).values() if h["state"] == "ready"]
 
     def close(self):
+        """Each host shut down and checked for leftovers (conftest's
+        teardown: one a test killed must have been started again)."""
+        errors = []
         for d in self.hosts:
-            if d.proc.poll() is None:
-                d.stop()
+            try:
+                d.teardown()
+            except AssertionError as e:
+                errors.append(e)
+        if errors:
+            raise errors[0]
 
 
 @pytest.fixture
@@ -246,6 +253,10 @@ def test_a_killed_host_is_lost_and_passed_over(cluster):
         new, headers = create(b)
         assert not new.startswith(f"sb-{c.host_id}-")
         assert c.host_id not in headers.get("x-corral-placement", "")
+    # Started again, the host joins again and takes creates.
+    c.start()
+    wait_for(lambda: all(cluster.hosts_of(d)[c.host_id]["state"] == "ready" for d in (a, b)),
+             timeout=LEASE_S + 5, what="the restarted host to rejoin")
 
 
 def test_drain(cluster):
