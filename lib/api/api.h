@@ -21,6 +21,9 @@ struct crl_api_config {
     /* cluster mode (cluster.h): etcd's members (NULL: a single host),
      * where the others reach this host's API, the lease's time */
     const char *cluster_etcd;
+    /* trajectories and their checkpoints live in <shared_dir>/trajectories,
+     * which every host of the cluster sees (NULL: <state>/trajectories) */
+    const char *shared_dir;
     const char *advertise;
     unsigned cluster_lease_s;
 };

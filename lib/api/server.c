@@ -352,7 +352,8 @@ int crl_api_start(struct crl_host *h, const struct crl_api_config *cfg, struct c
         crl_err_sys(err, ENOMEM, "api");
         goto fail;
     }
-    if (crl_trajs_open(h->state_dir, h->loop, &a->trajs, err) < 0)
+    if (crl_trajs_open(cfg->shared_dir ? cfg->shared_dir : h->state_dir, h->loop, &a->trajs, err) <
+        0)
         goto fail;
     crl_trajs_gc_every(a->trajs, cfg->checkpoint_gc_s);
     if (cfg->tcp_listen && listen_tcp(a, cfg->tcp_listen, err) < 0)

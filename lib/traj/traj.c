@@ -124,7 +124,7 @@ void crl_trajs_submit(struct crl_trajs *ts, struct crl_traj_job *j)
     pthread_mutex_unlock(&ts->qlock);
 }
 
-int crl_trajs_open(const char *state_dir, struct crl_loop *loop, struct crl_trajs **out,
+int crl_trajs_open(const char *dir, struct crl_loop *loop, struct crl_trajs **out,
                    struct crl_err *err)
 {
     struct crl_trajs *ts = calloc(1, sizeof(*ts));
@@ -140,7 +140,7 @@ int crl_trajs_open(const char *state_dir, struct crl_loop *loop, struct crl_traj
         crl_err_sys(err, errno, "eventfd");
         goto fail;
     }
-    snprintf(ts->dir, sizeof(ts->dir), "%s/trajectories", state_dir);
+    snprintf(ts->dir, sizeof(ts->dir), "%s/trajectories", dir);
     char blobs[4200];
     snprintf(blobs, sizeof(blobs), "%s/blobs", ts->dir);
     if (mkdir(ts->dir, 0700) < 0 && errno != EEXIST) {

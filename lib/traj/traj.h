@@ -107,7 +107,9 @@ struct crl_traj_sb {
     uint64_t replayed, recorded;
 };
 
-int crl_trajs_open(const char *state_dir, struct crl_loop *loop, struct crl_trajs **out,
+/* The trajectories under <dir>/trajectories: corrald's state directory,
+ * or the directory a cluster's hosts share (--shared-dir). */
+int crl_trajs_open(const char *dir, struct crl_loop *loop, struct crl_trajs **out,
                    struct crl_err *err);
 void crl_trajs_close(struct crl_trajs *ts);
 struct crl_ckpt_store *crl_trajs_store(struct crl_trajs *ts);

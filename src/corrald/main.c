@@ -27,7 +27,15 @@
 #define MAX_IMAGES_FROM 16
 #define MAX_POOLS 64
 
-enum { OPT_ADMISSION = 1100, OPT_POOL, OPT_VOLUME_DIR, OPT_CLUSTER, OPT_ADVERTISE, OPT_LEASE };
+enum {
+    OPT_ADMISSION = 1100,
+    OPT_POOL,
+    OPT_VOLUME_DIR,
+    OPT_CLUSTER,
+    OPT_ADVERTISE,
+    OPT_LEASE,
+    OPT_SHARED
+};
 
 static int set_pools(struct crl_host *h, const char *const *flags, size_t n, struct crl_err *err)
 {
@@ -49,6 +57,9 @@ static const char usage[] =
     "  --advertise URL        where the cluster's hosts reach this one's API\n"
     "                         (http://ADDR:PORT: --listen's, with --token-file's token)\n"
     "  --cluster-lease-s N    a host silent this long is lost (default 10)\n"
+    "  --shared-dir DIR       trajectories and checkpoints in DIR/trajectories, which\n"
+    "                         every host of the cluster sees (NFS, CephFS, ...): a\n"
+    "                         trajectory resumes on any host\n"
     "  --image-store DIR      the image store (default STATE/images)\n"
     "  --volume-dir DIR       named volumes (default STATE/volumes)\n"
     "  --images-from DIR      also use the images of the store DIR, read-only (repeatable)\n"
@@ -182,6 +193,7 @@ int main(int argc, char **argv)
                                          {"cluster", required_argument, 0, OPT_CLUSTER},
                                          {"advertise", required_argument, 0, OPT_ADVERTISE},
                                          {"cluster-lease-s", required_argument, 0, OPT_LEASE},
+                                         {"shared-dir", required_argument, 0, OPT_SHARED},
                                          {"image-max-layer-mb", required_argument, 0, 'y'},
                                          {"image-max-mb", required_argument, 0, 'Y'},
                                          {"busybox", required_argument, 0, 'b'},
@@ -244,6 +256,7 @@ int main(int argc, char **argv)
         case OPT_VOLUME_DIR: hc.volume_dir = optarg; break;
         case OPT_CLUSTER: ac.cluster_etcd = optarg; break;
         case OPT_ADVERTISE: ac.advertise = optarg; break;
+        case OPT_SHARED: ac.shared_dir = optarg; break;
         case OPT_LEASE:
             if (parse_uint("--cluster-lease-s", optarg, 3600, &v) < 0 || v < 2)
                 return 2;

@@ -323,3 +323,44 @@ def test_a_restarted_host_takes_its_lease_back(cluster):
     assert time.monotonic() - t0 < LEASE_S, "it waited for its old lease to expire"
     assert (b.state_dir / "cluster-lease").read_text() == lease
     assert cluster.hosts_of(a)[b.host_id]["state"] == "ready"
+
+
+def test_a_trajectory_resumes_on_another_host_with_nothing_run_twice(net, etcd, tmp_path):
+    shared = tmp_path / "shared"  # what NFS or CephFS is to a real cluster
+    shared.mkdir()
+    cl = Cluster(net, etcd, tmp_path, ["--shared-dir", str(shared)])
+    try:
+        a, b, h = cl.hosts
+        spec = {"image": "busybox", "trajectory": "t-survives"}
+        step = {"cmd": ["sh", "-c", "echo $$ >> /root/ran; wc -l < /root/ran"]}
+        r = h.request("POST", "/v1/sandboxes", spec, headers={"X-Corral-Placed": "1"})
+        assert r.status == 201, r.body
+        first = json.loads(r.body)["id"]
+        assert first.startswith(f"sb-{h.host_id}-")
+        recorded = []
+        for n in range(3):
+            out = json.loads(h.request("POST", f"/v1/sandboxes/{first}/exec", step).body)
+            assert out["stdout"] == f"{n + 1}\n" and not out["replayed"], out
+            recorded.append(out["stdout"])
+        # While its host runs, no other host takes it: the log's lock fences it.
+        r = a.request("POST", "/v1/sandboxes", spec)
+        assert r.status == 409 and "t-survives" in r.body.decode(), r.body
+        h.kill()
+        # Its host dead, any host resumes it from the shared log: the three
+        # steps are answered from it, and the fourth runs on their state.
+        r = a.request("POST", "/v1/sandboxes", spec)
+        assert r.status == 201, r.body
+        second = json.loads(r.body)["id"]
+        assert not second.startswith(f"sb-{h.host_id}-")
+        via = b if second.startswith(f"sb-{a.host_id}-") else a
+        for n in range(3):
+            out = json.loads(via.request("POST", f"/v1/sandboxes/{second}/exec", step).body)
+            assert out["replayed"] and out["stdout"] == recorded[n], out
+        out = json.loads(via.request("POST", f"/v1/sandboxes/{second}/exec", step).body)
+        assert out["stdout"] == "4\n" and not out["replayed"], out
+        body = b.request("GET", "/v1/trajectories/t-survives/steps").body.decode()
+        steps = [json.loads(line) for line in body.splitlines() if line]
+        assert [s["n"] for s in steps] == [1, 2, 3, 4], steps
+        h.start()
+    finally:
+        cl.close()
