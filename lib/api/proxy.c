@@ -25,6 +25,7 @@
 struct job {
     atomic_int refs;
     atomic_bool cancelled;
+    atomic_bool broken; /* the transfer failed after the head was passed on */
     char url[4096];
     char method[16];
     struct curl_slist *headers;
@@ -33,6 +34,7 @@ struct job {
     bool no_body;
     int body_r, resp_w;
     /* the thread's: the answer's head as it comes */
+    CURL *curl;
     long status;
     char head[HEAD_MAX];
     size_t head_len;
@@ -48,6 +50,7 @@ struct proxy {
     struct crl_watch w_body, w_resp;
     struct crl_buf in; /* the head while it comes, then an answer held whole */
     bool head_done, whole;
+    size_t length; /* an answer held whole: its Content-Length */
     unsigned status;
     crl_proxy_head_cb head_cb;
     /* an answer held whole, until its end: its head's headers */
@@ -122,6 +125,9 @@ static size_t on_header(char *data, size_t size, size_t n, void *ctx)
         return size * n;
     if (j->head_len + len + 1 > sizeof(j->head))
         return 0; /* a head this large is not another corrald's */
+    for (size_t i = 0; i < len; i++)
+        if (((unsigned char)data[i] < 0x20 && data[i] != '\t') || data[i] == 0x7f)
+            return 0; /* a control byte (a NUL, a bare CR): not a header */
     memcpy(j->head + j->head_len, data, len);
     j->head_len += len;
     j->head[j->head_len++] = '\n';
@@ -133,6 +139,8 @@ static size_t on_data(char *data, size_t size, size_t n, void *ctx)
     struct job *j = ctx;
     if (atomic_load(&j->cancelled))
         return 0;
+    if (!j->head_sent) /* curl has the status once the head is in */
+        curl_easy_getinfo(j->curl, CURLINFO_RESPONSE_CODE, &j->status);
     if (send_head(j) < 0 || crl_write_full(j->resp_w, data, size * n) < 0)
         return 0;
     return size * n;
@@ -145,27 +153,11 @@ static int on_progress(void *ctx, curl_off_t a, curl_off_t b, curl_off_t c, curl
     return atomic_load(&j->cancelled) ? 1 : 0;
 }
 
-/* The status must be known before the first byte of the body is passed:
- * curl knows it once the head is in. */
-struct data_ctx {
-    struct job *j;
-    CURL *curl;
-};
-
-static size_t on_data_ctx(char *data, size_t size, size_t n, void *ctx)
-{
-    struct data_ctx *dc = ctx;
-    if (!dc->j->head_sent)
-        curl_easy_getinfo(dc->curl, CURLINFO_RESPONSE_CODE, &dc->j->status);
-    return on_data(data, size, n, dc->j);
-}
-
 static void *run(void *arg)
 {
     struct job *j = arg;
-    CURL *c = curl_easy_init();
+    CURL *c = j->curl = curl_easy_init();
     CURLcode rc = CURLE_FAILED_INIT;
-    struct data_ctx dc = {j, c};
     if (c) {
         curl_easy_setopt(c, CURLOPT_URL, j->url);
         curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, j->method);
@@ -174,8 +166,8 @@ static void *run(void *arg)
         curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 3000L);
         curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
         curl_easy_setopt(c, CURLOPT_HEADERDATA, j);
-        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data_ctx);
-        curl_easy_setopt(c, CURLOPT_WRITEDATA, &dc);
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, j);
         curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
         curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
         curl_easy_setopt(c, CURLOPT_XFERINFODATA, j);
@@ -205,6 +197,8 @@ static void *run(void *arg)
                 why[i] = ' ';
         crl_write_full(j->resp_w, why, (size_t)n);
     }
+    if (rc != CURLE_OK && j->head_sent)
+        atomic_store(&j->broken, true); /* before the close the loop sees */
     close(j->resp_w);
     j->resp_w = -1;
     job_put(j);
@@ -322,10 +316,15 @@ static int take_head(struct crl_req *r, size_t end)
     char *s = p->in.data;
     s[end] = 0;
     char *nl = strchr(s, '\n');
+    if (!nl) {
+        failed(r, "answered with a bad status", NULL);
+        return -1;
+    }
     *nl = 0;
     char *e;
     long status = strtol(s, &e, 10);
     if (status == 0 && *e == 0) {
+        nl[1 + strcspn(nl + 1, "\n")] = 0; /* the thread's one line of why */
         failed(r, "is unreachable", nl + 1);
         return -1;
     }
@@ -338,6 +337,10 @@ static int take_head(struct crl_req *r, size_t end)
     p->hdrs_len = 0;
     for (char *line = nl + 1; *line;) {
         char *next = strchr(line, '\n');
+        if (!next) { /* the thread ends every line; a NUL in one would cut it */
+            failed(r, "answered with a malformed header", NULL);
+            return -1;
+        }
         *next = 0;
         char *colon = strchr(line, ':');
         size_t nlen = colon ? (size_t)(colon - line) : 0;
@@ -377,6 +380,7 @@ static int take_head(struct crl_req *r, size_t end)
     p->in.len = rest;
     p->head_done = true;
     p->whole = length >= 0 && length <= (long long)WHOLE_MAX;
+    p->length = p->whole ? (size_t)length : 0;
     if (!p->whole) {
         crl_req_respond(r, p->status, with_headers(r, crl_req_stream_response(r, p->type)));
         if (rest)
@@ -417,6 +421,10 @@ static void resp_readable(struct crl_watch *w, uint32_t ev)
                 failed(r, "closed the connection without an answer", NULL);
                 return;
             }
+            if (atomic_load(&p->job->broken) || (p->whole && p->in.len != p->length)) {
+                bad_gateway(r, "broke off its answer", NULL);
+                return;
+            }
             bool whole = p->whole;
             proxy_stop(r);
             if (whole)
@@ -429,8 +437,9 @@ static void resp_readable(struct crl_watch *w, uint32_t ev)
             crl_req_stream_append(r, buf, (size_t)n);
             continue;
         }
-        if ((p->whole ? WHOLE_MAX : HEAD_MAX + 64) < p->in.len + (size_t)n ||
-            crl_buf_append(&p->in, buf, (size_t)n) < 0) {
+        /* the head (and what of the body came with it), or a whole answer */
+        size_t cap = p->head_done ? p->length : HEAD_MAX + 64 + sizeof(buf);
+        if (p->in.len + (size_t)n > cap || crl_buf_append(&p->in, buf, (size_t)n) < 0) {
             bad_gateway(r, "answered more than it said it would", NULL);
             return;
         }
@@ -553,6 +562,7 @@ static int start(struct crl_req *r, const char *host_id, const char *addr, const
     }
     atomic_init(&j->refs, 2);
     atomic_init(&j->cancelled, false);
+    atomic_init(&j->broken, false);
     snprintf(p->host, sizeof(p->host), "%s", host_id);
     p->head_cb = head;
     crl_buf_init(&p->in, CRL_BUF_UNBOUNDED);

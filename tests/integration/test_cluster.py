@@ -6,6 +6,7 @@ all; a host killed with -9 is lost within its lease and its sandboxes say so;
 a host that cannot be reached or answers garbage is passed over; drain; etcd
 down and back; no sandbox reaches another host's API."""
 
+import http.client
 import http.server
 import json
 import os
@@ -174,8 +175,18 @@ def test_a_host_that_answers_garbage_is_survived(cluster, etcd):
     a, b, _ = cluster.hosts
 
     class Garbage(http.server.BaseHTTPRequestHandler):
+        # by the sandbox id's last digit: what the garbage is
+        ANSWERS = {"0": b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-Bad\x01: \x02\r\n\r\nhello",
+                   "1": b"HTTP/1.1 200 OK\r\nX-A: a\x00b\r\nContent-Length: 2\r\n\r\nhi",
+                   "2": b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + b"x" * 5000,
+                   "3": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n",
+                   "4": b"HTTP/1.1 99999 What\r\n\r\n",
+                   "5": b"not http at all\r\n\r\n",
+                   "6": b"HTTP/1.1 200 OK\r\n" + b"X-Long: " + b"y" * 200000 + b"\r\n\r\n",
+                   "7": b""}
+
         def do_GET(self):
-            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-Bad\x01: \x02\r\n\r\nhello")
+            self.wfile.write(self.ANSWERS.get(self.path.split("/")[3][-1:], self.ANSWERS["0"]))
 
         do_POST = do_GET
 
@@ -193,8 +204,13 @@ def test_a_host_that_answers_garbage_is_survived(cluster, etcd):
     try:
         etcd.put("/corral/hosts/garbage", json.dumps(record))
         wait_for(lambda: "garbage" in cluster.hosts_of(a), what="the garbage host in the view")
-        r = a.request("GET", "/v1/sandboxes/sb-garbage-0123456789ab")
-        assert r.status == 503 and "garbage" in json.loads(r.body)["error"]["message"], r.body
+        for k in "0124567":  # a head or a body that is wrong: a 503 that names the host
+            r = a.request("GET", f"/v1/sandboxes/sb-garbage-01234567890{k}")
+            assert r.status == 503 and "garbage" in json.loads(r.body)["error"]["message"], (k, r)
+        # a stream cut short: the client's is cut short too, never ended well
+        with pytest.raises(http.client.IncompleteRead) as e:
+            a.request("GET", "/v1/sandboxes/sb-garbage-012345678903/files?path=/x")
+        assert e.value.partial == b"hello"
         # It has the most room, so placement offers it creates: each moves on.
         for _ in range(4):
             sid, _ = create(a)
