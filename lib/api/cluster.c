@@ -17,7 +17,9 @@
 #include "routes.h"
 
 #define PUBLISH_NS 500000000ull /* the record handed to the publisher */
-#define MAX_ATTEMPTS 3          /* hosts a create is offered to */
+/* hosts a create is offered to: as many as a request remembers */
+#define MAX_ATTEMPTS \
+    (sizeof(((struct crl_req *)0)->tried) / sizeof(((struct crl_req *)0)->tried[0]))
 
 struct crl_cluster {
     struct crl_api *api;
