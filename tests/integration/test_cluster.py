@@ -17,14 +17,8 @@ import time
 import pytest
 
 from clusterlab import API_PORT, ETCD, LEASE_S, Cluster, Etcd
-from conftest import SANITIZED, start_corrald, wait_for
+from conftest import start_corrald, wait_for
 from netlab import ClusterNet, socket_in, sweep_stale
-
-# Under the sanitizer build, the tests whose code paths the others already
-# take (the hosts' list, the SDK, nftables, etcd's outage): a stop of a
-# sanitized corrald costs seconds (its leak check), three per test.
-covered = pytest.mark.skipif(SANITIZED, reason="the sanitizer run takes the same code paths in "
-                             "the other cluster tests; three sanitized daemons cost 11 s each test")
 
 pytestmark = pytest.mark.skipif(not os.path.exists(ETCD),
                                 reason="etcd is not installed (make deps installs etcd-server)")
@@ -59,7 +53,6 @@ def create(d, **spec):
     return json.loads(r.body)["id"], r.headers
 
 
-@covered
 def test_every_host_lists_every_member(cluster):
     hosts_addr = {d.host_id: d.addr for d in cluster.hosts}
     for d in cluster.hosts:
@@ -222,7 +215,6 @@ def test_a_host_that_answers_garbage_is_survived(cluster, etcd):
         srv.shutdown()
 
 
-@covered
 def test_etcd_down_and_back(cluster, etcd):
     a, b, _ = cluster.hosts
     sid, _ = create(a)
@@ -262,7 +254,6 @@ def test_bad_cluster_flags(tmp_path):
         assert says in str(e.value)
 
 
-@covered
 def test_no_sandbox_reaches_another_host(cluster, etcd):
     a, b, c = cluster.hosts
     sid, _ = create(a, network={"mode": "full"})
@@ -302,7 +293,6 @@ def test_a_keyed_create_is_made_once_whichever_host_is_asked(cluster):
         assert [s["id"] for s in json.loads(r.body)["sandboxes"]] == [answers[0][1]]
 
 
-@covered
 def test_the_sdk_sees_the_cluster(cluster):
     import corral
     a, b, _ = cluster.hosts
