@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/records.h"
 #include "../traj/traj.h"
 #include "cluster.h"
 #include "handlers_sandboxes.h"
@@ -48,7 +49,7 @@ void crl_h_sandboxes_list(struct crl_req *r)
 void crl_h_sandboxes_list_answer(struct crl_req *r, json_t *merged)
 {
     static const char *const states[] = {"creating",   "ready",     "paused", "failed",
-                                         "destroying", "destroyed", NULL};
+                                         "destroying", "destroyed", "lost",   NULL};
     static const struct crl_list_spec list = {
         .items = "sandboxes", .order = "created_at", .key = "id", .states = states};
     crl_req_list(r, merged, &list);
@@ -195,7 +196,10 @@ static void destroyed(struct crl_sandbox *sb, const struct crl_err *err, void *c
 void crl_h_sandbox_inspect(struct crl_req *r)
 {
     struct crl_err err = CRL_ERR_INIT;
-    if (crl_req_sandbox(r, &err) < 0)
+    json_t *lost = NULL;
+    if (crl_req_sandbox(r, &err) < 0 && (lost = crl_records_lost(r->api->host, r->route.id)))
+        crl_req_json(r, 200, json_incref(lost)); /* the previous run's: lost, and why */
+    else if (!r->sb)
         crl_req_error(r, &err);
     else
         crl_req_json(r, 200, crl_h_traj_sandbox_json(r->sb, crl_sandbox_json(r->sb)));

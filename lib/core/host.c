@@ -21,6 +21,7 @@
 #include "etc.h"
 #include "netlog.h"
 #include "pool.h"
+#include "records.h"
 #include "resolver.h"
 #include "services.h"
 #include "volume.h"
@@ -190,7 +191,12 @@ struct crl_sandbox *crl_host_find(struct crl_host *h, const char *id, struct crl
     for (struct crl_sandbox *sb = h->by_id[id_bucket(id)]; sb; sb = sb->next_hash)
         if (strcmp(sb->id, id) == 0 && !sb->pool) /* a pool's is nobody's yet */
             return sb;
-    crl_err_set(err, CRL_E_NOT_FOUND, "sandbox '%s' not found", id);
+    json_t *lost = crl_records_lost(h, id);
+    if (lost)
+        crl_err_set(err, CRL_E_CONFLICT, "sandbox '%s' is lost: %s", id,
+                    json_string_value(json_object_get(lost, "message")));
+    else
+        crl_err_set(err, CRL_E_NOT_FOUND, "sandbox '%s' not found", id);
     return NULL;
 }
 
@@ -408,8 +414,17 @@ static void owner_stopped(struct crl_sandbox *sb)
         crl_volumes_release(sb->host->volumes, sb->id);
 }
 
+/* A ready sandbox has its record, an ended one none (records.h). */
+static void owner_ready(struct crl_sandbox *sb)
+{
+    if (!sb->pool) /* a pool's is nobody's yet: its claim writes it */
+        crl_record_write(sb->host, sb);
+}
+
 static void owner_retire(struct crl_sandbox *sb, bool keep)
 {
+    if (sb->ready_at > 0)
+        crl_record_remove(sb->host, sb);
     if (keep)
         bury(sb->host, sb);
     else
@@ -489,6 +504,7 @@ static int claim(struct crl_host *h, struct crl_sandbox *sb, struct crl_spec *sp
     if (rc == 0) {
         crl_spec_free(spec); /* ownership moved in, as for a create */
         memset(spec, 0, sizeof(*spec));
+        owner_ready(sb);
         h->counters.claimed++;
         crl_info(sb->id, "claimed from a pool");
     } else {
@@ -736,6 +752,8 @@ int crl_host_open(const struct crl_host_config *cfg, struct crl_loop *loop, stru
     if (n > 0)
         crl_warn(NULL, "reconcile: removed %d leftover sandbox cgroup(s) and their processes", n);
     crl_vnet_reconcile(vnet_tag(h));
+    if (crl_records_open(h, err) < 0) /* after the reconcile: what it removed is lost */
+        goto fail;
     if (cfg->dns_upstream)
         snprintf(h->nameservers, sizeof(h->nameservers), "%s", cfg->dns_upstream);
     else
@@ -774,7 +792,8 @@ int crl_host_open(const struct crl_host_config *cfg, struct crl_loop *loop, stru
                                      .counters = &h->counters,
                                      .release = owner_release,
                                      .retire = owner_retire,
-                                     .stopped = owner_stopped};
+                                     .stopped = owner_stopped,
+                                     .ready = owner_ready};
     for (size_t i = 0; i < cfg->n_backends; i++) {
         const struct crl_backend_ops *ops = cfg->backends[i];
         if (ops->init(h, &h->backend_state[i], err) < 0 ||
@@ -849,6 +868,7 @@ void crl_host_close(struct crl_host *h)
     crl_resolver_free(h->resolver);
     crl_vnet_free(h->vnet);
     free(h->peers);
+    crl_records_free(h);
     crl_netns_pool_free(h->netns);
     crl_image_store_free(h->images);
     crl_volumes_free(h->volumes);
@@ -870,6 +890,7 @@ json_t *crl_host_list_json(struct crl_host *h)
     for (struct crl_sandbox *sb = h->sandboxes; sb; sb = sb->next)
         if (!sb->pool)
             json_array_append_new(a, crl_sandbox_json(sb));
+    crl_records_list(h, a);
     return json_pack("{s:o}", "sandboxes", a);
 }
 

@@ -257,6 +257,8 @@ void crl_sandbox_created(struct crl_sandbox *sb, const struct crl_err *err)
     sb->ready_at = crl_wall_s();
     sb->owner->counters->created++;
     crl_info(sb->id, "ready in %.1f ms", (sb->ready_at - sb->created_at) * 1e3);
+    if (sb->owner->ready)
+        sb->owner->ready(sb);
     start_ttls(sb);
     notify(&sb->create_waiters, sb, NULL);
     if (sb->destroy_requested) /* its reason and waiters are in place */

@@ -76,6 +76,8 @@ struct crl_sb_owner {
     /* A destroy stopped everything of it (crl_sandbox_stopped): it no longer
      * counts as running, though `release` has yet to give back the rest. */
     void (*stopped)(struct crl_sandbox *sb);
+    /* It became ready (NULL: nothing to do). */
+    void (*ready)(struct crl_sandbox *sb);
 };
 
 #define CRL_SB_END_HOOKS 4

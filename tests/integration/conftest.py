@@ -305,7 +305,7 @@ class Corrald:
             return [s.info for s in c.list(labels)]
 
     def live_sandboxes(self):
-        return [s for s in self.sandboxes() if s["state"] not in ("destroyed", "failed")]
+        return [s for s in self.sandboxes() if s["state"] not in ("destroyed", "failed", "lost")]
 
     def stop(self, sig=signal.SIGTERM, timeout=30):
         """Signal the daemon, wait for it and return its exit status."""
@@ -338,8 +338,9 @@ class Corrald:
                 continue
             if state.encode() in seen and int(pid_dir[6:]) != os.getpid():
                 found.append(f"process {pid_dir[6:]}: {seen[:200]!r}")
-        if (self.state_dir / "sandboxes").is_dir():
-            found += [f"state {p}" for p in (self.state_dir / "sandboxes").iterdir()]
+        for d in ("sandboxes", "records"):  # a record outliving its sandbox: a lost one
+            if (self.state_dir / d).is_dir():
+                found += [f"state {p}" for p in (self.state_dir / d).iterdir()]
         return found
 
     def shutdown_and_check(self):

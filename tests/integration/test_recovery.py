@@ -45,6 +45,17 @@ def test_sigkill_and_restart_leaves_nothing(corrald_factory):
             sleeper.kill()
             sleeper.wait()
     assert d.live_sandboxes() == []
+    # Nothing forgotten: each id the clients hold says lost, and why.
+    for sb in boxes:
+        r = d.request("GET", f"/v1/sandboxes/{sb.id}")
+        info = json.loads(r.body)
+        assert r.status == 200 and info["state"] == "lost", r.body
+        assert "restarted" in info["message"] and info["end_reason"] == "corrald_restarted"
+        assert info["spec"]["resources"]["memory_mb"] == SMALL["memory_mb"]  # as it was
+        r = d.request("POST", f"/v1/sandboxes/{sb.id}/exec", {"cmd": ["true"]})
+        assert r.status == 409 and "lost" in json.loads(r.body)["error"]["message"], r.body
+    listed = json.loads(d.request("GET", "/v1/sandboxes?state=lost").body)["sandboxes"]
+    assert sorted(s["id"] for s in listed) == sorted(sb.id for sb in boxes)
     # and it works as before
     with d.client() as c, c.create(**SMALL) as sb:
         assert sb.exec("echo again").stdout == b"again\n"

@@ -1,0 +1,28 @@
+/* Records of a host's live sandboxes: <state>/records/<id>.json, written
+ * when a sandbox is ready (its JSON as GET shows it) and removed when it
+ * ends.  A corrald that starts and finds records left there is after one
+ * that died without ending them (a crash, a kill -9): their processes went
+ * with that daemon and its reconcile removed the rest, so each is reported
+ * lost, with why, for as long as an ended sandbox is kept (tombstone_s):
+ * a client holding its id gets state `lost`, never a 404. */
+#ifndef CRL_CORE_RECORDS_H
+#define CRL_CORE_RECORDS_H
+
+#include <jansson.h>
+
+#include "../util/err.h"
+
+struct crl_host;
+struct crl_sandbox;
+
+/* At start, after the reconcile: the records left become the lost. */
+int crl_records_open(struct crl_host *h, struct crl_err *err);
+void crl_records_free(struct crl_host *h);
+void crl_record_write(struct crl_host *h, struct crl_sandbox *sb);
+void crl_record_remove(struct crl_host *h, struct crl_sandbox *sb);
+/* A lost sandbox's JSON (borrowed), or NULL. */
+json_t *crl_records_lost(struct crl_host *h, const char *id);
+/* Append every lost sandbox's JSON to `items`. */
+void crl_records_list(struct crl_host *h, json_t *items);
+
+#endif
