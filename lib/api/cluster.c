@@ -378,44 +378,89 @@ static size_t gather(char *data, size_t size, size_t n, void *ctx)
     return crl_buf_append(ctx, data, size * n) < 0 ? 0 : size * n;
 }
 
-/* Each other host's own list, one after the other (a host that does not
- * answer in time, or answers what is not a list, is left out and logged). */
+/* Every other host's own list, asked at once (a host that does not answer
+ * in time, or answers what is not a list, is left out and logged); only
+ * objects with an id are taken from an answer. */
 static int list_work(struct crl_worker_job *j, struct crl_err *err)
 {
     struct list_job *l = (struct list_job *)j;
     json_t *all = json_object_get(l->merged, "sandboxes");
-    CURL *c = curl_easy_init();
-    if (!c)
-        return crl_err_set(err, CRL_E_INTERNAL, "curl_easy_init");
+    CURLM *m = curl_multi_init();
+    CURL **cs = calloc(l->n + 1, sizeof(*cs));
+    struct crl_buf *bufs = calloc(l->n + 1, sizeof(*bufs));
+    CURLcode *results = calloc(l->n + 1, sizeof(*results));
     struct curl_slist *hs = curl_slist_append(NULL, l->auth);
     hs = curl_slist_append(hs, l->by);
+    if (!m || !cs || !bufs || !results || !hs) {
+        curl_multi_cleanup(m);
+        free(cs);
+        free(bufs);
+        free(results);
+        curl_slist_free_all(hs);
+        return crl_err_sys(err, ENOMEM, "listing the cluster's sandboxes");
+    }
+    curl_multi_setopt(m, CURLMOPT_MAX_TOTAL_CONNECTIONS, 64L);
     for (size_t i = 0; i < l->n; i++) {
-        struct crl_buf b;
-        crl_buf_init(&b, 64u << 20);
-        curl_easy_reset(c);
-        curl_easy_setopt(c, CURLOPT_URL, l->urls[i]);
-        curl_easy_setopt(c, CURLOPT_HTTPHEADER, hs);
-        curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 5000L);
-        curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http");
-        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, gather);
-        curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+        crl_buf_init(&bufs[i], 64u << 20);
+        results[i] = CURLE_OPERATION_TIMEDOUT; /* until its end is read */
+        if (!(cs[i] = curl_easy_init()))
+            continue;
+        curl_easy_setopt(cs[i], CURLOPT_PRIVATE, (char *)&results[i]);
+        curl_easy_setopt(cs[i], CURLOPT_URL, l->urls[i]);
+        curl_easy_setopt(cs[i], CURLOPT_HTTPHEADER, hs);
+        curl_easy_setopt(cs[i], CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(cs[i], CURLOPT_TIMEOUT_MS, 5000L);
+        curl_easy_setopt(cs[i], CURLOPT_PROTOCOLS_STR, "http");
+        curl_easy_setopt(cs[i], CURLOPT_WRITEFUNCTION, gather);
+        curl_easy_setopt(cs[i], CURLOPT_WRITEDATA, &bufs[i]);
+        curl_multi_add_handle(m, cs[i]);
+    }
+    int running = 1;
+    while (running) {
+        if (curl_multi_perform(m, &running) != CURLM_OK)
+            break;
+        if (running)
+            curl_multi_poll(m, NULL, 0, 1000, NULL);
+    }
+    int left;
+    for (CURLMsg *msg; (msg = curl_multi_info_read(m, &left));) {
+        char *res = NULL;
+        if (msg->msg == CURLMSG_DONE &&
+            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &res) == CURLE_OK && res)
+            *(CURLcode *)(void *)res = msg->data.result;
+    }
+    for (size_t i = 0; i < l->n; i++) {
         long status = 0;
-        CURLcode rc = curl_easy_perform(c);
-        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-        json_t *o = rc == CURLE_OK && status == 200 ? json_loadb(b.data, b.len, 0, NULL) : NULL;
-        json_t *items = json_object_get(o, "sandboxes");
-        if (json_is_array(items))
-            json_array_extend(all, items);
-        else
+        CURLcode rc = cs[i] ? results[i] : CURLE_FAILED_INIT;
+        if (cs[i])
+            curl_easy_getinfo(cs[i], CURLINFO_RESPONSE_CODE, &status);
+        json_t *o =
+            rc == CURLE_OK && status == 200 ? json_loadb(bufs[i].data, bufs[i].len, 0, NULL) : NULL;
+        json_t *items = json_object_get(o, "sandboxes"), *it;
+        size_t k;
+        if (json_is_array(items)) {
+            json_array_foreach(items, k, it)
+            {
+                if (json_is_object(it) && json_is_string(json_object_get(it, "id")))
+                    json_array_append(all, it);
+            }
+        } else {
             crl_warn(NULL, "listing sandboxes: %s answered %ld%s%s", l->urls[i], status,
                      rc != CURLE_OK ? ": " : " (not a list)",
                      rc != CURLE_OK ? curl_easy_strerror(rc) : "");
+        }
         json_decref(o);
-        crl_buf_free(&b);
+        crl_buf_free(&bufs[i]);
+        if (cs[i]) {
+            curl_multi_remove_handle(m, cs[i]);
+            curl_easy_cleanup(cs[i]);
+        }
     }
+    curl_multi_cleanup(m);
     curl_slist_free_all(hs);
-    curl_easy_cleanup(c);
+    free(cs);
+    free(bufs);
+    free(results);
     return 0;
 }
 

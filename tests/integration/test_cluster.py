@@ -179,9 +179,16 @@ def test_a_host_that_answers_garbage_is_survived(cluster, etcd):
                    "7": b""}
 
         def do_GET(self):
+            if self.path == "/v1/sandboxes":  # a list with what is not a sandbox in it
+                body = json.dumps({"sandboxes": [1, "x", None, {"no": "id"}, {
+                    "id": "sb-garbage-aaaaaaaaaaaa", "state": "ready"}]}).encode()
+                self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body)
+                                 + body)
+                return
             self.wfile.write(self.ANSWERS.get(self.path.split("/")[3][-1:], self.ANSWERS["0"]))
 
-        do_POST = do_GET
+        def do_POST(self):
+            self.wfile.write(self.ANSWERS["0"])
 
         def log_message(self, *a):
             pass
@@ -209,7 +216,10 @@ def test_a_host_that_answers_garbage_is_survived(cluster, etcd):
             sid, _ = create(a)
             assert not sid.startswith("sb-garbage-")
         assert a.request("GET", "/healthz").status == 200
-        assert b.request("GET", "/v1/sandboxes").status == 200
+        r = b.request("GET", "/v1/sandboxes")
+        listed = json.loads(r.body)["sandboxes"]
+        assert r.status == 200 and all(isinstance(x, dict) and "id" in x for x in listed), listed
+        assert "sb-garbage-aaaaaaaaaaaa" in [x["id"] for x in listed]
     finally:
         etcd.delete("/corral/hosts/garbage")
         srv.shutdown()
