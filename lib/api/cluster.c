@@ -25,7 +25,7 @@ struct crl_cluster {
     struct crl_api *api;
     struct crl_member *member;
     struct crl_timer publish;
-    struct crl_worker *worker; /* drains: calls to etcd */
+    struct crl_worker *worker; /* what may wait: drains (etcd), lists (the other hosts) */
 };
 
 static const char *state_name(enum crl_peer_state s)
@@ -84,16 +84,22 @@ static void keep_out_peers(struct crl_cluster *c)
     crl_buf_free(&b);
 }
 
-static void publish(struct crl_timer *t)
+/* Hand the publisher this host's record as it is now. */
+static void hand_record(struct crl_cluster *c)
 {
-    struct crl_cluster *c = t->data;
-    keep_out_peers(c);
     json_t *rec = own_record(c->api->host);
     char *s = rec ? json_dumps(rec, JSON_COMPACT) : NULL;
     if (s)
         crl_member_publish(c->member, s);
     free(s);
     json_decref(rec);
+}
+
+static void publish(struct crl_timer *t)
+{
+    struct crl_cluster *c = t->data;
+    keep_out_peers(c);
+    hand_record(c);
     crl_timer_start(c->api->host->loop, &c->publish, PUBLISH_NS, publish, c);
 }
 
@@ -115,20 +121,12 @@ int crl_cluster_start(struct crl_api *a, const struct crl_cluster_config *cfg,
         free(c);
         return -1;
     }
-    {
-        json_t *rec = own_record(a->host);
-        char *s = rec ? json_dumps(rec, JSON_COMPACT) : NULL;
-        json_decref(rec);
-        if (crl_member_start(&mc, &c->member, err) < 0) {
-            free(s);
-            crl_worker_free(c->worker);
-            free(c);
-            return -1;
-        }
-        if (s)
-            crl_member_publish(c->member, s);
-        free(s);
+    if (crl_member_start(&mc, &c->member, err) < 0) {
+        crl_worker_free(c->worker);
+        free(c);
+        return -1;
     }
+    hand_record(c); /* before its first put, as a rule: it joins within ms */
     crl_timer_start(a->host->loop, &c->publish, PUBLISH_NS, publish, c);
     crl_info(NULL, "cluster: etcd %s, this host %s at %s", cfg->etcd, a->host->cfg.host_id,
              cfg->advertise);

@@ -108,6 +108,11 @@ static void created(struct crl_sandbox *sb, const struct crl_err *err, void *ctx
     } else {
         ok = true;
         crl_req_json(r, 201, crl_h_traj_sandbox_json(sb, crl_sandbox_json(sb)));
+        if (r->resp && r->placement[0]) { /* other hosts were asked first */
+            char all[sizeof(r->placement) + 48];
+            snprintf(all, sizeof(all), "%s, %s=201", r->placement, r->api->host->cfg.host_id);
+            MHD_add_response_header(r->resp, "X-Corral-Placement", all);
+        }
     }
     idem_end(r, ok ? sb->id : NULL);
     crl_req_pending_done(r);
