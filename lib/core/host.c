@@ -678,7 +678,7 @@ int crl_host_open(const struct crl_host_config *cfg, struct crl_loop *loop, stru
         return crl_err_sys(err, ENOMEM, "host");
     h->cfg = *cfg;
     h->loop = loop;
-    h->lock_fd = h->cgroup_lock_fd = -1;
+    h->lock_fd = h->cgroup_lock_fd = h->records_fd = -1;
     h->started_at = crl_wall_s();
     if (!realpath(cfg->state_dir, h->state_dir)) {
         if (crl_mkdir_p(cfg->state_dir, 0700) < 0 || !realpath(cfg->state_dir, h->state_dir)) {

@@ -108,9 +108,11 @@ struct crl_host {
     struct crl_volumes *volumes;
     struct crl_cgroup_mgr *cgroups;
     struct crl_netns_pool *netns;
-    struct crl_vnet *vnet;         /* NULL until a sandbox has a network */
-    char *peers;                   /* the cluster's other hosts: no sandbox reaches them */
-    json_t *lost;                  /* the previous run's sandboxes, by id (records.h) */
+    struct crl_vnet *vnet; /* NULL until a sandbox has a network */
+    char *peers;           /* the cluster's other hosts: no sandbox reaches them */
+    json_t *lost;          /* the previous run's sandboxes, by id (records.h) */
+    int records_fd;        /* <state>/records.log, appended to */
+    size_t records_bytes;
     struct crl_resolver *resolver; /* with vnet */
     struct crl_netlog *netlog;     /* with vnet: what sandboxes were refused */
     struct crl_worker *net_worker; /* with vnet: sandboxes' links are made there */

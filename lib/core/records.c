@@ -2,24 +2,26 @@
  * (records.h). */
 #include "records.h"
 
-#include <dirent.h>
-#include <stdbool.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
+#include "../util/buf.h"
 #include "../util/fdio.h"
 #include "../util/log.h"
 #include "host.h"
 
-#define RECORD_MAX (64u << 10)
+#define LOG_READ_MAX (256u << 20) /* what a start reads of a log left behind */
+#define LOG_COMPACT (16u << 20)   /* a log this long is written anew from the live */
 
-/* sb-<host>-<hex>, as crl_host makes them: a file name of ours, nothing
- * else is taken for one. */
+static const char why_lost[] = "corrald was restarted while it ran (a crash or a kill), and its "
+                               "processes went with the daemon: it was not adopted";
+
+/* sb-<host>-<hex>, as crl_host makes them: nothing else is taken for one. */
 static bool id_ok(const char *id)
 {
     size_t n = strlen(id);
@@ -27,102 +29,173 @@ static bool id_ok(const char *id)
            strspn(id, "abcdefghijklmnopqrstuvwxyz0123456789-") == n;
 }
 
-static void record_path(const struct crl_host *h, const char *id, char *out, size_t cap)
+static void log_path(const struct crl_host *h, char *out, size_t cap, const char *suffix)
 {
-    snprintf(out, cap, "%s/records/%s.json", h->state_dir, id);
+    snprintf(out, cap, "%s/records.log%s", h->state_dir, suffix);
 }
 
-/* A record as the lost sandbox is shown: what GET showed of it when it
- * was ready, ended now, with why. */
-static json_t *lost_json(json_t *rec, const char *id, double now, const char *why)
+/* What a sandbox is, not how it runs (no usage: reading that costs a
+ * create as much again). */
+static json_t *record_of(struct crl_sandbox *sb)
 {
-    json_t *o = json_is_object(rec) ? json_deep_copy(rec) : json_object();
-    json_object_set_new(o, "id", json_string(id));
-    json_object_set_new(o, "state", json_string("lost"));
-    json_object_set_new(o, "end_reason", json_string("corrald_restarted"));
-    json_object_set_new(o, "message", json_string(why));
-    json_object_set_new(o, "lost_at", json_real(now));
-    return o;
+    json_t *labels = json_object();
+    for (size_t i = 0; i < sb->spec.n_labels; i++)
+        json_object_set_new(labels, sb->spec.labels[i].key, json_string(sb->spec.labels[i].value));
+    return json_pack("{s:s, s:s, s:s?, s:o, s:o, s:o, s:o}", "id", sb->id, "backend",
+                     sb->spec.backend, "image", sb->spec.image[0] ? sb->spec.image : NULL, "spec",
+                     crl_spec_to_json(&sb->spec), "labels", labels, "created_at",
+                     crl_json_time(sb->created_at), "ready_at", crl_json_time(sb->ready_at));
+}
+
+/* One line, in one write (O_APPEND: whole, or cut short by a crash, which
+ * the next start skips). */
+static void append(struct crl_host *h, const char *line, size_t len)
+{
+    if (h->records_fd < 0)
+        return;
+    if (crl_write_full(h->records_fd, line, len) < 0)
+        crl_warn(NULL, "records: %s", strerror(errno));
+    h->records_bytes += len;
+}
+
+static int reopen(struct crl_host *h, struct crl_err *err)
+{
+    char path[4200];
+    log_path(h, path, sizeof(path), "");
+    if (h->records_fd >= 0)
+        close(h->records_fd);
+    h->records_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
+    h->records_bytes = 0;
+    return h->records_fd < 0 ? crl_err_sys(err, errno, "open %s", path) : 0;
+}
+
+/* Read the log a previous run left: each "+{record}" line adds, "-ID"
+ * removes; what is left was live when it died. */
+static void read_left(struct crl_host *h, double now)
+{
+    char path[4200];
+    log_path(h, path, sizeof(path), "");
+    char *text = NULL;
+    size_t len = 0;
+    struct crl_err err = CRL_ERR_INIT;
+    if (crl_read_file_alloc(path, LOG_READ_MAX, &text, &len, &err) < 0) {
+        if (access(path, F_OK) == 0)
+            crl_warn(NULL, "records: %s", err.msg);
+        return;
+    }
+    json_t *live = json_object();
+    for (char *line = text, *end = text + len; line < end;) {
+        char *nl = memchr(line, '\n', (size_t)(end - line));
+        if (!nl)
+            break; /* cut short by the crash */
+        *nl = 0;
+        if (line[0] == '-') {
+            json_object_del(live, line + 1);
+        } else if (line[0] == '+') {
+            json_t *rec = json_loadb(line + 1, (size_t)(nl - line - 1), 0, NULL);
+            const char *id = json_string_value(json_object_get(rec, "id"));
+            if (json_is_object(rec) && id && id_ok(id))
+                json_object_set(live, id, rec);
+            json_decref(rec);
+        }
+        line = nl + 1;
+    }
+    free(text);
+    const char *id;
+    json_t *rec;
+    json_object_foreach(live, id, rec)
+    {
+        json_t *o = json_deep_copy(rec);
+        json_object_set_new(o, "state", json_string("lost"));
+        json_object_set_new(o, "end_reason", json_string("corrald_restarted"));
+        json_object_set_new(o, "message", json_string(why_lost));
+        json_object_set_new(o, "lost_at", json_real(now));
+        json_object_set_new(h->lost, id, o);
+    }
+    if (json_object_size(live))
+        crl_warn(NULL,
+                 "reconcile: %zu sandbox(es) of the previous run lost; each is reported lost "
+                 "(GET answers state lost) for %.0f s",
+                 json_object_size(live), h->cfg.tombstone_s);
+    json_decref(live);
 }
 
 int crl_records_open(struct crl_host *h, struct crl_err *err)
 {
-    char dir[4200];
-    snprintf(dir, sizeof(dir), "%s/records", h->state_dir);
     if (!(h->lost = json_object()))
         return crl_err_sys(err, ENOMEM, "records");
-    if (crl_mkdir_p(dir, 0700) < 0)
-        return crl_err_sys(err, errno, "mkdir %s", dir);
-    DIR *d = opendir(dir);
-    if (!d)
-        return crl_err_sys(err, errno, "opendir %s", dir);
-    double now = crl_wall_s();
-    unsigned n = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        size_t len = strlen(de->d_name);
-        if (de->d_name[0] == '.' || len < 6 || strcmp(de->d_name + len - 5, ".json") != 0)
-            continue;
-        char id[64], path[4400];
-        snprintf(id, sizeof(id), "%.*s", (int)(len - 5), de->d_name);
-        snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-        /* What was written by a corrald of ours, but read as anything:
-         * bounded, and kept only as an object. */
-        char *text = NULL;
-        size_t tlen = 0;
-        struct crl_err rerr = CRL_ERR_INIT;
-        json_t *rec = crl_read_file_alloc(path, RECORD_MAX, &text, &tlen, &rerr) == 0
-                          ? json_loadb(text, tlen, 0, NULL)
-                          : NULL;
-        free(text);
-        if (!id_ok(id) || json_object_get(h->lost, id)) {
-            unlink(path);
-            json_decref(rec);
-            continue;
-        }
-        json_object_set_new(
-            h->lost, id,
-            lost_json(rec, id, now,
-                      "corrald was restarted while it ran (a crash or a kill), and its processes "
-                      "went with the daemon: it was not adopted"));
-        json_decref(rec);
-        unlink(path);
-        n++;
-    }
-    closedir(d);
-    if (n)
-        crl_warn(NULL,
-                 "reconcile: %u sandbox(es) of the previous run lost; each is reported lost "
-                 "(GET answers state lost) for %.0f s",
-                 n, h->cfg.tombstone_s);
-    return 0;
+    read_left(h, crl_wall_s());
+    return reopen(h, err);
 }
 
 void crl_records_free(struct crl_host *h)
 {
     json_decref(h->lost);
     h->lost = NULL;
+    if (h->records_fd >= 0)
+        close(h->records_fd);
+    h->records_fd = -1;
+}
+
+/* The log written anew from the live sandboxes, once it has grown long. */
+static void compact(struct crl_host *h)
+{
+    char path[4200], tmp[4300];
+    log_path(h, path, sizeof(path), "");
+    log_path(h, tmp, sizeof(tmp), ".tmp");
+    struct crl_buf b;
+    crl_buf_init(&b, CRL_BUF_UNBOUNDED);
+    for (struct crl_sandbox *sb = h->sandboxes; sb; sb = sb->next) {
+        if (sb->pool || sb->ready_at <= 0 || sb->state == CRL_SB_DESTROYED)
+            continue;
+        json_t *o = record_of(sb);
+        char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        if (s)
+            crl_buf_printf(&b, "+%s\n", s);
+        free(s);
+        json_decref(o);
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0 || (b.len && crl_write_full(fd, b.data, b.len) < 0) || rename(tmp, path) < 0) {
+        crl_warn(NULL, "records: compacting %s: %s", path, strerror(errno));
+    } else {
+        close(h->records_fd);
+        h->records_fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
+        h->records_bytes = b.len;
+    }
+    if (fd >= 0)
+        close(fd);
+    crl_buf_free(&b);
 }
 
 void crl_record_write(struct crl_host *h, struct crl_sandbox *sb)
 {
-    char path[4200], tmp[4300];
-    record_path(h, sb->id, path, sizeof(path));
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    json_t *o = crl_sandbox_json(sb);
-    /* The record is written once, when it is ready; no fsync: it is for a
-     * daemon that crashed, not for a machine that did. */
-    if (!o || json_dump_file(o, tmp, JSON_COMPACT) < 0 || rename(tmp, path) < 0)
-        crl_warn(sb->id, "writing its record %s: %s", path, strerror(errno));
+    json_t *o = record_of(sb);
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
+    if (!s) {
+        crl_warn(sb->id, "records: encoding its record");
+        return;
+    }
+    size_t n = strlen(s);
+    char *line = malloc(n + 3);
+    if (line) {
+        line[0] = '+';
+        memcpy(line + 1, s, n);
+        line[n + 1] = '\n';
+        append(h, line, n + 2);
+    }
+    free(line);
+    free(s);
 }
 
 void crl_record_remove(struct crl_host *h, struct crl_sandbox *sb)
 {
-    char path[4200];
-    record_path(h, sb->id, path, sizeof(path));
-    if (unlink(path) < 0 && errno != ENOENT)
-        crl_warn(sb->id, "removing its record %s: %s", path, strerror(errno));
+    char line[64];
+    int n = snprintf(line, sizeof(line), "-%s\n", sb->id);
+    append(h, line, (size_t)n);
+    if (h->records_bytes > LOG_COMPACT)
+        compact(h);
 }
 
 json_t *crl_records_lost(struct crl_host *h, const char *id)

@@ -161,6 +161,18 @@ def _end_with_the_tests():
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+def _live_records(log):
+    """The ids records.log still says are live (records.h): a record
+    outliving its sandbox would be reported lost by the next start."""
+    live = set()
+    for line in log.read_text().splitlines() if log.exists() else ():
+        if line.startswith("+"):
+            live.add(json.loads(line[1:])["id"])
+        elif line.startswith("-"):
+            live.discard(line[1:])
+    return sorted(live)
+
+
 class Corrald:
     """One corrald process started by the tests."""
 
@@ -338,9 +350,9 @@ class Corrald:
                 continue
             if state.encode() in seen and int(pid_dir[6:]) != os.getpid():
                 found.append(f"process {pid_dir[6:]}: {seen[:200]!r}")
-        for d in ("sandboxes", "records"):  # a record outliving its sandbox: a lost one
-            if (self.state_dir / d).is_dir():
-                found += [f"state {p}" for p in (self.state_dir / d).iterdir()]
+        if (self.state_dir / "sandboxes").is_dir():
+            found += [f"state {p}" for p in (self.state_dir / "sandboxes").iterdir()]
+        found += [f"record {line}" for line in _live_records(self.state_dir / "records.log")]
         return found
 
     def shutdown_and_check(self):
