@@ -197,6 +197,9 @@ bool crl_cluster_place_create(struct crl_req *r, const struct crl_spec *spec)
     struct crl_err err = CRL_ERR_INIT;
     if (!c || r->placed)
         return false;
+    /* The fence as the view is now, not as the last tick had it: a host
+     * that joined since is out of reach of the sandbox made next. */
+    keep_out_peers(c);
     if (MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, CRL_PROXY_PLACED)) {
         r->placed = true; /* another host placed it here */
         return false;

@@ -273,7 +273,9 @@ def test_memory_limit(client):
 
 def test_fork_bomb_is_contained(client, corrald):
     with create_fn(client, "shell", pids=32) as bomb, create_fn(client, "shell") as bystander:
-        r = bomb.exec("f() { f | f & }; f; sleep 30", timeout=2)
+        # exec: the shell becomes the sleep, with no fork of its own to lose
+        # to the bomb (a fork that failed ended it before its timeout)
+        r = bomb.exec("f() { f | f & }; f; exec sleep 30", timeout=2)
         assert r.reason == "timeout", r
         assert b"fork" in r.stderr.lower(), "the bomb should have hit the limit"
         usage = bomb.inspect()["usage"]
