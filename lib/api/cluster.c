@@ -26,6 +26,7 @@ struct crl_cluster {
     struct crl_member *member;
     struct crl_timer publish;
     struct crl_worker *worker; /* what may wait: drains (etcd), lists (the other hosts) */
+    uint64_t fenced;           /* the view's addresses the fence was made from (+1; 0: none) */
 };
 
 static const char *state_name(enum crl_peer_state s)
@@ -63,6 +64,10 @@ static json_t *own_record(struct crl_host *h)
  * has (an IPv4 literal in its --advertise) is denied to them all. */
 static void keep_out_peers(struct crl_cluster *c)
 {
+    uint64_t gen = crl_member_addrs(c->member) + 1;
+    if (gen == c->fenced)
+        return; /* no host came, went or moved since */
+    c->fenced = gen;
     struct crl_member_host *hs;
     size_t n = crl_member_hosts(c->member, &hs);
     struct crl_buf b;
@@ -273,11 +278,10 @@ void crl_h_hosts_list(struct crl_req *r)
     json_t *answer = json_pack("{s:o}", "hosts", items);
     if (!c) {
         json_t *rec = own_record(r->api->host);
-        json_t *o = json_pack("{s:s, s:n, s:s, s:b, s:f}", "id", r->api->host->cfg.host_id, "addr",
-                              "state", "ready", "self", 1, "heartbeat", crl_wall_s());
+        json_t *o = json_pack("{s:s, s:s, s:b, s:f}", "id", r->api->host->cfg.host_id, "state",
+                              "ready", "self", 1, "heartbeat", crl_wall_s());
         json_object_update(o, rec);
         json_decref(rec);
-        json_object_del(o, "addr");
         json_array_append_new(items, o);
         json_object_set_new(answer, "cluster", json_null());
     } else {

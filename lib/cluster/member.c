@@ -27,6 +27,7 @@ struct host {
     struct crl_peer peer; /* h.id, state and free figures for place.h */
     char pools[512];      /* its ready warm pools' images: "\nIMAGE\nIMAGE\n" */
     bool has_key, drained;
+    unsigned synced; /* the resync that last read its key */
 };
 
 struct crl_member {
@@ -45,6 +46,8 @@ struct crl_member {
     struct host *hosts;
     size_t n, cap;
     uint64_t rng;
+    unsigned sync;  /* resyncs so far */
+    uint64_t addrs; /* bumped when a host comes, goes or moves (crl_member_addrs) */
 };
 
 static void sleep_ms(struct crl_member *m, unsigned ms)
@@ -241,6 +244,7 @@ static struct host *find_or_add(struct crl_member *m, const char *id)
     }
     h = &m->hosts[m->n++];
     memset(h, 0, sizeof(*h));
+    m->addrs++;
     snprintf(h->h.id, sizeof(h->h.id), "%s", id);
     snprintf(h->peer.id, sizeof(h->peer.id), "%s", id);
     h->h.state = h->peer.state = CRL_PEER_LOST;
@@ -273,9 +277,13 @@ static void host_put(struct crl_member *m, const char *id, const char *value, si
     h->h.record = rec ? json_dumps(rec, JSON_COMPACT) : NULL;
     h->has_key = true;
     h->h.seen = crl_wall_s();
+    h->synced = m->sync;
     const char *addr = json_string_value(json_object_get(rec, "addr"));
-    snprintf(h->h.addr, sizeof(h->h.addr), "%s",
-             addr && strlen(addr) < sizeof(h->h.addr) ? addr : "");
+    if (!addr || strlen(addr) >= sizeof(h->h.addr))
+        addr = "";
+    if (strcmp(h->h.addr, addr) != 0)
+        m->addrs++;
+    snprintf(h->h.addr, sizeof(h->h.addr), "%s", addr);
     json_t *hb = json_object_get(rec, "heartbeat");
     h->h.heartbeat = json_is_number(hb) ? json_number_value(hb) : 0;
     h->peer.free_mb = num(rec, "free", "memory_mb");
@@ -351,35 +359,27 @@ static int resync(struct crl_member *m, struct crl_etcd *e, int64_t *rev, struct
     if (crl_etcd_get(e, "/corral/", true, &kvs, &n, rev, err) < 0)
         return -1;
     pthread_mutex_lock(&m->mu);
+    m->sync++; /* a host whose key this read puts is marked with it */
     for (size_t i = 0; i < m->n; i++)
         m->hosts[i].drained = false;
-    bool *present = calloc(m->n + n + 1, sizeof(bool));
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++)
         apply(m, CRL_ETCD_PUT, &kvs[i]);
-        struct host *h = strncmp(kvs[i].key, HOSTS_PREFIX, strlen(HOSTS_PREFIX)) == 0
-                             ? find(m, kvs[i].key + strlen(HOSTS_PREFIX))
-                             : NULL;
-        if (h && present)
-            present[h - m->hosts] = true;
-    }
     double now = crl_wall_s();
-    for (size_t i = 0; present && i < m->n;) {
+    for (size_t i = 0; i < m->n;) {
         struct host *h = &m->hosts[i];
-        if (!present[i])
+        bool present = h->has_key && h->synced == m->sync;
+        if (!present)
             host_gone(m, h->h.id);
-        if (!present[i] && !h->drained && now - h->h.seen > LOST_KEEP_S) {
+        if (!present && !h->drained && now - h->h.seen > LOST_KEEP_S) {
             free(h->h.record);
             memmove(h, h + 1, (m->n - i - 1) * sizeof(*h));
-            memmove(present + i, present + i + 1, (m->n - i - 1) * sizeof(bool));
             m->n--;
+            m->addrs++;
             continue;
         }
         settle_state(h);
         i++;
     }
-    for (size_t i = 0; i < m->n; i++)
-        settle_state(&m->hosts[i]);
-    free(present);
     pthread_mutex_unlock(&m->mu);
     crl_etcd_kvs_free(kvs, n);
     return 0;
@@ -487,6 +487,14 @@ bool crl_member_status(struct crl_member *m, char *why, size_t cap)
         snprintf(why, cap, "%s", m->why);
     pthread_mutex_unlock(&m->mu);
     return joined;
+}
+
+uint64_t crl_member_addrs(struct crl_member *m)
+{
+    pthread_mutex_lock(&m->mu);
+    uint64_t gen = m->addrs;
+    pthread_mutex_unlock(&m->mu);
+    return gen;
 }
 
 size_t crl_member_hosts(struct crl_member *m, struct crl_member_host **out)

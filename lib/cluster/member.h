@@ -63,6 +63,11 @@ struct crl_member_host {
     char *record;     /* its last record, JSON (NULL if none was read) */
 };
 
+/* Which hosts the view has and where they answer, as a number that grows
+ * whenever that changes: a caller that keeps something of theirs (the
+ * fence of lib/api/cluster.c) does it again only then. */
+uint64_t crl_member_addrs(struct crl_member *m);
+
 /* A copy of the view (crl_member_hosts_free). */
 size_t crl_member_hosts(struct crl_member *m, struct crl_member_host **out);
 void crl_member_hosts_free(struct crl_member_host *hs, size_t n);
