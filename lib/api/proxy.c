@@ -509,18 +509,14 @@ static const struct crl_handler proxy_handler = {
 
 /* ---- starting one ---- */
 
-struct query_walk {
-    CURL *c;
-    struct crl_buf *q;
-};
-
+/* The query again, as MHD decoded it (curl_easy_escape needs no handle). */
 static enum MHD_Result add_arg(void *cls, enum MHD_ValueKind kind, const char *key,
                                const char *value)
 {
-    struct query_walk *w = cls;
+    struct crl_buf *q = cls;
     (void)kind;
-    char *k = curl_easy_escape(w->c, key, 0), *v = value ? curl_easy_escape(w->c, value, 0) : NULL;
-    crl_buf_printf(w->q, "%c%s%s%s", w->q->len ? '&' : '?', k ? k : "", v ? "=" : "", v ? v : "");
+    char *k = curl_easy_escape(NULL, key, 0), *v = value ? curl_easy_escape(NULL, value, 0) : NULL;
+    crl_buf_printf(q, "%c%s%s%s", q->len ? '&' : '?', k ? k : "", v ? "=" : "", v ? v : "");
     curl_free(k);
     curl_free(v);
     return MHD_YES;
@@ -591,12 +587,7 @@ static int start(struct crl_req *r, const char *host_id, const char *addr, const
     }
     struct crl_buf q;
     crl_buf_init(&q, CRL_BUF_UNBOUNDED);
-    struct query_walk qw = {NULL, &q};
-    CURL *esc = curl_easy_init();
-    qw.c = esc;
-    if (esc)
-        MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, add_arg, &qw);
-    curl_easy_cleanup(esc);
+    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, add_arg, &q);
     int n = snprintf(j->url, sizeof(j->url), "%s%s%s", addr, r->path, q.len ? q.data : "");
     crl_buf_free(&q);
     if (n >= (int)sizeof(j->url)) {

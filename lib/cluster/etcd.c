@@ -206,17 +206,23 @@ static int call(struct crl_etcd *e, const char *path, json_t *body, json_t **res
 
 /* ---- the key space ---- */
 
+/* A key, or every key under it as a prefix: a range or deleterange's. */
+static json_t *range_req(const char *key, bool prefix)
+{
+    json_t *req = json_object();
+    json_object_set_new(req, "key", b64(key, strlen(key)));
+    if (prefix)
+        json_object_set_new(req, "range_end", range_end(key));
+    return req;
+}
+
 int crl_etcd_get(struct crl_etcd *e, const char *key, bool prefix, struct crl_etcd_kv **kvs,
                  size_t *n, int64_t *revision, struct crl_err *err)
 {
     *kvs = NULL;
     *n = 0;
-    json_t *req = json_object();
-    json_object_set_new(req, "key", b64(key, strlen(key)));
-    if (prefix)
-        json_object_set_new(req, "range_end", range_end(key));
     json_t *resp;
-    if (call(e, "/v3/kv/range", req, &resp, err) < 0)
+    if (call(e, "/v3/kv/range", range_req(key, prefix), &resp, err) < 0)
         return -1;
     json_t *a = json_object_get(resp, "kvs");
     size_t count = json_array_size(a);
@@ -278,12 +284,8 @@ int crl_etcd_create(struct crl_etcd *e, const char *key, const void *value, size
 
 long crl_etcd_delete(struct crl_etcd *e, const char *key, bool prefix, struct crl_err *err)
 {
-    json_t *req = json_object();
-    json_object_set_new(req, "key", b64(key, strlen(key)));
-    if (prefix)
-        json_object_set_new(req, "range_end", range_end(key));
     json_t *resp;
-    if (call(e, "/v3/kv/deleterange", req, &resp, err) < 0)
+    if (call(e, "/v3/kv/deleterange", range_req(key, prefix), &resp, err) < 0)
         return -1;
     long n = (long)i64(json_object_get(resp, "deleted"));
     json_decref(resp);

@@ -105,12 +105,11 @@ static void read_left(struct crl_host *h, double now)
     json_t *rec;
     json_object_foreach(live, id, rec)
     {
-        json_t *o = json_deep_copy(rec);
-        json_object_set_new(o, "state", json_string("lost"));
-        json_object_set_new(o, "end_reason", json_string("corrald_restarted"));
-        json_object_set_new(o, "message", json_string(why_lost));
-        json_object_set_new(o, "lost_at", json_real(now));
-        json_object_set_new(h->lost, id, o);
+        json_object_set_new(rec, "state", json_string("lost"));
+        json_object_set_new(rec, "end_reason", json_string("corrald_restarted"));
+        json_object_set_new(rec, "message", json_string(why_lost));
+        json_object_set_new(rec, "lost_at", json_real(now));
+        json_object_set(h->lost, id, rec);
     }
     if (json_object_size(live))
         crl_warn(NULL,
