@@ -8,9 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../cluster/peer.h"
 #include "../util/fdio.h"
 #include "../util/log.h"
 #include "../util/worker.h"
+#include "handlers_images.h"
 #include "handlers_sandboxes.h"
 #include "proxy.h"
 #include "request.h"
@@ -245,6 +247,46 @@ bool crl_cluster_place_create(struct crl_req *r, const struct crl_spec *spec)
     return true;
 }
 
+/* ---- images a create needs ---- */
+
+bool crl_cluster_pull_image(struct crl_req *r, const struct crl_spec *spec, crl_pull_done_fn done)
+{
+    struct crl_cluster *c = r->api->cluster;
+    struct crl_image_store *images = r->api->host->images;
+    struct crl_err err = CRL_ERR_INIT;
+    if (!c || !images || r->image_pulled)
+        return false;
+    struct crl_image *img = crl_image_get(images, spec->image, &err);
+    crl_image_put(img);
+    char canon[CRL_IMAGE_NAME_MAX + 1];
+    /* an image id is no name to pull by: only a name says which one */
+    if (img || err.code != CRL_E_NOT_FOUND || strncmp(spec->image, "sha256:", 7) == 0 ||
+        crl_store_name_canon(spec->image, canon, &err) < 0)
+        return false;
+    /* The hosts to ask: those of the view that answer, ready ones first. */
+    json_t *hosts = json_array();
+    struct crl_member_host *hs;
+    size_t n = crl_member_hosts(c->member, &hs);
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < n; i++)
+            if (strcmp(hs[i].id, r->api->host->cfg.host_id) != 0 &&
+                hs[i].state == (pass ? CRL_PEER_DRAINING : CRL_PEER_READY))
+                json_array_append_new(hosts,
+                                      json_pack("{s:s, s:s}", "id", hs[i].id, "addr", hs[i].addr));
+    crl_member_hosts_free(hs, n);
+    json_t *req =
+        json_pack("{s:o, s:s}", "hosts", hosts, "token", r->api->token ? r->api->token : "");
+    char *text = req ? json_dumps(req, JSON_COMPACT) : NULL;
+    json_decref(req);
+    r->image_pulled = true; /* once: a pull that gives another image is not retried */
+    int rc = text ? crl_h_images_pull(r, canon, text, done, &err)
+                  : crl_err_sys(&err, ENOMEM, "pull %s", canon);
+    free(text);
+    if (rc < 0)
+        crl_req_error(r, &err);
+    return true;
+}
+
 /* ---- /v1/hosts ---- */
 
 static json_t *host_json(const struct crl_member_host *h, bool self)
@@ -378,11 +420,6 @@ struct list_job {
     char auth[4200], by[128];
 };
 
-static size_t gather(char *data, size_t size, size_t n, void *ctx)
-{
-    return crl_buf_append(ctx, data, size * n) < 0 ? 0 : size * n;
-}
-
 /* Every other host's own list, asked at once (a host that does not answer
  * in time, or answers what is not a list, is left out and logged); only
  * objects with an id are taken from an answer. */
@@ -416,7 +453,7 @@ static int list_work(struct crl_worker_job *j, struct crl_err *err)
         curl_easy_setopt(cs[i], CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(cs[i], CURLOPT_TIMEOUT_MS, 5000L);
         curl_easy_setopt(cs[i], CURLOPT_PROTOCOLS_STR, "http");
-        curl_easy_setopt(cs[i], CURLOPT_WRITEFUNCTION, gather);
+        curl_easy_setopt(cs[i], CURLOPT_WRITEFUNCTION, crl_curl_gather);
         curl_easy_setopt(cs[i], CURLOPT_WRITEDATA, &bufs[i]);
         curl_multi_add_handle(m, cs[i]);
     }

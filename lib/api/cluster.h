@@ -10,6 +10,7 @@
 #include "../cluster/member.h"
 #include "../core/spec.h"
 #include "../util/err.h"
+#include "handlers_images.h"
 
 struct crl_api;
 struct crl_req;
@@ -36,6 +37,13 @@ int crl_cluster_owner(struct crl_cluster *c, const char *id, char *host, size_t 
  * host makes it; true when it was passed on, or answered (no host has
  * room, this host is not a member). */
 bool crl_cluster_place_create(struct crl_req *r, const struct crl_spec *spec);
+
+/* A create placed here of an image this host lacks: true when it now
+ * waits for the image to be pulled from another host (crl_h_images_pull(),
+ * `done` runs when it is here or cannot be had), or was answered with why
+ * not; false when it goes on (the image is here, no cluster, pulled once
+ * already). */
+bool crl_cluster_pull_image(struct crl_req *r, const struct crl_spec *spec, crl_pull_done_fn done);
 
 /* A list of sandboxes in a cluster: this host's and every other reachable
  * host's, merged, then filtered and paged as one (crl_req_list).  false:

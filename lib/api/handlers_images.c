@@ -1,4 +1,5 @@
-/* The image endpoints: list, inspect, remove, tag, gc, and import.
+/* The image endpoints: list, inspect, remove, tag, gc, import, and the
+ * blobs another host pulls an image by; and the pulls of this host.
  *
  * An import streams the archive into corral-import, a process of its own:
  * it decompresses, hashes and checks gigabytes and runs mkfs.erofs, none of
@@ -12,7 +13,12 @@
  * An import may outlive its request: a client that hangs up mid-upload
  * leaves an importer reading a truncated archive, which it refuses and
  * cleans up (SIGKILL if it has not exited 10 s later); one that hangs up
- * after the whole body was sent does not cancel the import. */
+ * after the whole body was sent does not cancel the import.
+ *
+ * A pull (a create of an image this host lacks, in a cluster) is the same
+ * process run with --pull: its stdin gets which hosts to ask, its answer
+ * goes to every create that waits for that image; one pull per image at a
+ * time, whoever asks. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -36,6 +42,7 @@
 #include "request.h"
 
 #define MAX_IMPORTS 2
+#define MAX_PULLS 4
 #define KILL_AFTER_NS (10ull * 1000000000ull)
 #define OUT_MAX (1u << 20)   /* the importer's answer */
 #define PIPE_SIZE (1u << 20) /* stdin: fewer wake-ups for a big archive */
@@ -53,7 +60,16 @@ struct crl_import {
     size_t line_len;
     bool exited, body_done;
     int status;
+    /* a pull: of which image, and the creates that wait for it */
+    char pull[CRL_IMAGE_NAME_MAX + 1];
+    struct crl_pull_waiter *waiters;
     struct crl_import *next;
+};
+
+struct crl_pull_waiter {
+    struct crl_req *r; /* holds a pending count on it */
+    crl_pull_done_fn done;
+    struct crl_pull_waiter *next;
 };
 
 static void close_watched(struct crl_import *im, struct crl_watch *w, int *fd)
@@ -163,17 +179,38 @@ static void on_out(struct crl_watch *w, uint32_t ev)
 
 /* ---- the answer ---- */
 
-static void answer(struct crl_import *im)
+/* What the importer said: the image (0, *out), or why not. */
+static int outcome(struct crl_import *im, json_t **out, struct crl_err *err)
 {
-    struct crl_req *r = im->r;
-    struct crl_host *h = im->api->host;
-    struct crl_err err = CRL_ERR_INIT;
     json_auto_t *j = NULL;
     if (im->out.len && !crl_buf_truncated(&im->out))
         j = json_loadb(im->out.data, im->out.len, 0, NULL);
     json_t *e = json_object_get(j, "error");
     bool ok = WIFEXITED(im->status) && WEXITSTATUS(im->status) == 0;
     if (ok && json_is_object(j) && !e) {
+        *out = steal_pointer(&j);
+        return 0;
+    }
+    if (json_is_object(e) && json_is_string(json_object_get(e, "message"))) {
+        const char *code = json_string_value(json_object_get(e, "code"));
+        return crl_err_set(err, code ? crl_errc_from_name(code) : CRL_E_INTERNAL, "%s",
+                           json_string_value(json_object_get(e, "message")));
+    }
+    if (WIFSIGNALED(im->status))
+        return crl_err_set(err, CRL_E_INTERNAL, "the importer was killed by signal %d (%s)",
+                           WTERMSIG(im->status), strsignal(WTERMSIG(im->status)));
+    return crl_err_set(err, CRL_E_INTERNAL,
+                       "the importer failed (exit status %d) without saying why",
+                       WEXITSTATUS(im->status));
+}
+
+static void answer(struct crl_import *im)
+{
+    struct crl_req *r = im->r;
+    struct crl_host *h = im->api->host;
+    struct crl_err err = CRL_ERR_INIT;
+    json_auto_t *j = NULL;
+    if (outcome(im, &j, &err) == 0) {
         /* The daemon's own view of it (names, origin, sandboxes), by the
          * name it was given, else by its id. */
         const char *name = crl_req_query(r, "name");
@@ -188,18 +225,27 @@ static void answer(struct crl_import *im)
         crl_req_json(r, 201, img ? img : json_incref(j));
         return;
     }
-    if (json_is_object(e) && json_is_string(json_object_get(e, "message"))) {
-        const char *code = json_string_value(json_object_get(e, "code"));
-        crl_err_set(&err, code ? crl_errc_from_name(code) : CRL_E_INTERNAL, "%s",
-                    json_string_value(json_object_get(e, "message")));
-    } else if (WIFSIGNALED(im->status)) {
-        crl_err_set(&err, CRL_E_INTERNAL, "the importer was killed by signal %d (%s)",
-                    WTERMSIG(im->status), strsignal(WTERMSIG(im->status)));
-    } else {
-        crl_err_set(&err, CRL_E_INTERNAL, "the importer failed (exit status %d) without saying why",
-                    WEXITSTATUS(im->status));
-    }
     crl_req_error(r, &err);
+}
+
+/* A pull ended: every create that waited goes on (or fails with why). */
+static void pull_answer(struct crl_import *im)
+{
+    struct crl_err err = CRL_ERR_INIT;
+    json_auto_t *j = NULL;
+    bool ok = outcome(im, &j, &err) == 0;
+    if (ok)
+        crl_info(NULL, "image %s pulled from another host", im->pull);
+    else
+        crl_warn(NULL, "pulling image %s: %s", im->pull, err.msg);
+    while (im->waiters) {
+        struct crl_pull_waiter *w = im->waiters;
+        im->waiters = w->next;
+        if (!w->r->gone && !w->r->client_gone)
+            w->done(w->r, ok ? NULL : &err);
+        crl_req_pending_done(w->r);
+        free(w);
+    }
 }
 
 /* The importer exited: collect its last words, answer if the body is all
@@ -220,7 +266,8 @@ static void on_exit_(struct crl_watch *w, uint32_t ev)
     im->exited = true;
     close_watched(im, &im->w_pid, &im->pidfd);
     crl_timer_stop(im->api->host->loop, &im->kill_timer);
-    im->api->n_imports--;
+    if (!im->pull[0])
+        im->api->n_imports--;
     /* What it wrote is in the pipes; anything that still holds them open
      * (a stray grandchild) is not waited for. */
     if (im->out_fd >= 0)
@@ -234,6 +281,11 @@ static void on_exit_(struct crl_watch *w, uint32_t ev)
         crl_image_store_changed(im->api->host->images);
     else
         crl_info(NULL, "corral-import[%d] failed (status 0x%x)", (int)im->pid, im->status);
+    if (im->pull[0]) {
+        pull_answer(im);
+        import_free(im);
+        return;
+    }
     struct crl_req *r = im->r;
     if (r && !r->gone && !r->client_gone && !im->body_done)
         return; /* answered at the end of the body */
@@ -278,7 +330,10 @@ static int spawn_importer(struct crl_import *im, const char *name, const char *r
     char layer_max[32], total_max[32];
     char *argv[13] = {(char *)"corral-import", (char *)"--store", (char *)dir};
     size_t k = 3;
-    if (name) {
+    if (im->pull[0]) {
+        argv[k++] = (char *)"--pull";
+        argv[k++] = im->pull;
+    } else if (name) {
         argv[k++] = (char *)"--name";
         argv[k++] = (char *)name;
     }
@@ -464,13 +519,97 @@ void crl_h_images_stop(struct crl_api *a)
             syscall(SYS_pidfd_send_signal, im->pidfd, SIGKILL, NULL, 0);
             while (waitpid(im->pid, NULL, 0) < 0 && errno == EINTR)
                 ;
-            a->n_imports--;
+            if (!im->pull[0])
+                a->n_imports--;
+        }
+        while (im->waiters) { /* shutting down: as an import's request, unanswered */
+            struct crl_pull_waiter *w = im->waiters;
+            im->waiters = w->next;
+            crl_req_pending_done(w->r);
+            free(w);
         }
         import_free(im);
     }
 }
 
+/* ---- pulls ---- */
+
+int crl_h_images_pull(struct crl_req *r, const char *image, const char *hosts,
+                      crl_pull_done_fn done, struct crl_err *err)
+{
+    struct crl_api *a = r->api;
+    struct crl_import *im = NULL;
+    unsigned n = 0;
+    for (struct crl_import *p = a->imports; p; p = p->next)
+        if (p->pull[0] && !p->exited) {
+            n++;
+            if (strcmp(p->pull, image) == 0)
+                im = p; /* under way: wait for it too */
+        }
+    struct crl_pull_waiter *w = calloc(1, sizeof(*w));
+    if (!w)
+        return crl_err_sys(err, ENOMEM, "pull");
+    if (!im) {
+        if (n >= MAX_PULLS) {
+            free(w);
+            return crl_err_set(err, CRL_E_CAPACITY,
+                               "image %s is not here, and %u pulls of others are under way; "
+                               "retry later",
+                               image, n);
+        }
+        if (!(im = calloc(1, sizeof(*im)))) {
+            free(w);
+            return crl_err_sys(err, ENOMEM, "pull");
+        }
+        im->api = a;
+        im->pidfd = im->in_fd = im->out_fd = im->err_fd = -1;
+        crl_buf_init(&im->out, OUT_MAX);
+        snprintf(im->pull, sizeof(im->pull), "%s", image);
+        if (spawn_importer(im, NULL, NULL, err) < 0) {
+            crl_buf_free(&im->out);
+            free(im);
+            free(w);
+            return -1;
+        }
+        /* A few hundred bytes: the pipe takes them at once.  Short, the
+         * importer reads a cut request and says so. */
+        if (crl_write_full(im->in_fd, hosts, strlen(hosts)) < 0)
+            crl_log_syscall(NULL, errno, "write(corral-import %d stdin)", (int)im->pid);
+        close_stdin(im);
+        im->body_done = true;
+        im->next = a->imports;
+        a->imports = im;
+        crl_info(NULL, "image %s is not here: pulling it from another host (corral-import[%d])",
+                 image, (int)im->pid);
+    }
+    w->r = r;
+    w->done = done;
+    w->next = im->waiters;
+    im->waiters = w;
+    r->pending++;
+    return 0;
+}
+
 /* ---- the others ---- */
+
+/* A blob of the store to a host that pulls an image (crl_store_pull()). */
+void crl_h_blob_get(struct crl_req *r)
+{
+    struct crl_err err = CRL_ERR_INIT;
+    char digest[CRL_DIGEST_LEN + 8];
+    uint64_t size = 0;
+    snprintf(digest, sizeof(digest), "sha256:%s", r->route.name);
+    int fd = crl_digest_valid(digest)
+                 ? crl_image_blob_open(r->api->host->images, digest, &size, &err)
+                 : crl_err_set(&err, CRL_E_INVALID, "blobs are named sha256/<64 hex digits>");
+    if (fd < 0) {
+        crl_req_error(r, &err);
+        return;
+    }
+    struct MHD_Response *resp = MHD_create_response_from_fd64(size, fd);
+    MHD_add_response_header(resp, "Content-Type", "application/octet-stream");
+    crl_req_respond(r, 200, resp);
+}
 
 void crl_h_images_list(struct crl_req *r)
 {

@@ -135,6 +135,16 @@ static void replay(struct crl_req *r, const char *id)
         MHD_add_response_header(r->resp, "Idempotent-Replayed", "true");
 }
 
+/* The image of a create is here now, pulled from another host: the create
+ * goes on, placed here still. */
+static void image_pulled(struct crl_req *r, const struct crl_err *err)
+{
+    if (err)
+        crl_req_error(r, err);
+    else
+        crl_h_sandbox_create(r);
+}
+
 void crl_h_sandbox_create(struct crl_req *r)
 {
     struct crl_err err = CRL_ERR_INIT;
@@ -143,7 +153,8 @@ void crl_h_sandbox_create(struct crl_req *r)
         crl_req_error(r, &err);
         return;
     }
-    if (crl_cluster_place_create(r, &spec)) { /* another host makes it */
+    if (crl_cluster_place_create(r, &spec) ||             /* another host makes it */
+        crl_cluster_pull_image(r, &spec, image_pulled)) { /* made once its image is here */
         crl_spec_free(&spec);
         return;
     }

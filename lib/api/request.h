@@ -106,6 +106,7 @@ struct crl_req {
     /* a create's placement in a cluster (cluster.c): this host makes it
      * (placed), the hosts offered it so far and what each answered */
     bool placed;
+    bool image_pulled; /* it waited for its image from another host, once */
     char tried[3][32];
     unsigned n_tried;
     char placement[160];

@@ -22,6 +22,7 @@ enum crl_endpoint {
     CRL_EP_IMAGE,            /* GET inspect, DELETE remove */
     CRL_EP_IMAGE_TAG,        /* POST; GET and DELETE: the image named "tag" */
     CRL_EP_IMAGE_GC,         /* POST; GET and DELETE: the image named "gc" */
+    CRL_EP_BLOB,             /* GET: a blob of the image store, by digest */
     CRL_EP_SANDBOXES,        /* GET list, POST create */
     CRL_EP_SANDBOX,          /* GET inspect, DELETE destroy */
     CRL_EP_EXEC,             /* POST */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../util/buf.h"
+#include "peer.h"
 
 struct crl_etcd {
     char *members[CRL_ETCD_MAX_MEMBERS];
@@ -141,12 +142,6 @@ void crl_etcd_kvs_free(struct crl_etcd_kv *kvs, size_t n)
 
 /* ---- one request ---- */
 
-static size_t gather(char *data, size_t size, size_t n, void *ctx)
-{
-    struct crl_buf *b = ctx;
-    return crl_buf_append(b, data, size * n) == 0 ? size * n : 0;
-}
-
 /* POST body (taken) to path on the current member, the next ones on a
  * failure to reach it: its JSON answer in *resp. */
 static int call(struct crl_etcd *e, const char *path, json_t *body, json_t **resp,
@@ -169,7 +164,7 @@ static int call(struct crl_etcd *e, const char *path, json_t *body, json_t **res
         curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, (long)e->timeout_ms);
         curl_easy_setopt(e->curl, CURLOPT_CONNECTTIMEOUT_MS, (long)e->timeout_ms);
         curl_easy_setopt(e->curl, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, gather);
+        curl_easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, crl_curl_gather);
         curl_easy_setopt(e->curl, CURLOPT_WRITEDATA, &out);
         CURLcode c = curl_easy_perform(e->curl);
         long status = 0;

@@ -459,6 +459,25 @@ json_t *crl_image_inspect_json(struct crl_image_store *s, const char *name, stru
     return j;
 }
 
+int crl_image_blob_open(struct crl_image_store *s, const char *digest, uint64_t *size,
+                        struct crl_err *err)
+{
+    for (size_t i = 0; i < s->n_stores; i++) {
+        struct crl_err e = CRL_ERR_INIT;
+        int fd = crl_store_blob_open(s->stores[i], digest, &e);
+        struct stat st;
+        if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+            *size = (uint64_t)st.st_size;
+            return fd;
+        }
+        if (fd >= 0)
+            close(fd);
+        else if (e.code != CRL_E_NOT_FOUND)
+            return crl_err_set(err, e.code, "%s", e.msg);
+    }
+    return crl_err_set(err, CRL_E_NOT_FOUND, "no image of this host has a blob %s", digest);
+}
+
 json_t *crl_image_list_json(struct crl_image_store *s)
 {
     json_t *a = json_array();

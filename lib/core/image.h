@@ -59,6 +59,11 @@ void crl_image_put(struct crl_image *img);
 bool crl_image_is_vm(const struct crl_image *img);
 
 json_t *crl_image_list_json(struct crl_image_store *s);
+
+/* A blob of any of the stores, by digest (crl_store_blob_open()), as an fd
+ * to read from 0; *size gets its length. */
+int crl_image_blob_open(struct crl_image_store *s, const char *digest, uint64_t *size,
+                        struct crl_err *err);
 /* One image's JSON (inspect); NULL with CRL_E_NOT_FOUND. */
 json_t *crl_image_inspect_json(struct crl_image_store *s, const char *name, struct crl_err *err);
 /* Remove a tag of the writable store: CRL_E_CONFLICT while a sandbox uses

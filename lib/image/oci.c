@@ -905,6 +905,36 @@ out:
     return ret;
 }
 
+int crl_oci_from_config(char *config, size_t len, struct crl_oci_image *out, struct crl_err *err)
+{
+    memset(out, 0, sizeof(*out));
+    out->config = config;
+    out->config_len = len;
+    crl_sha256_buf(config, len, out->id);
+    json_t *c = json_loadb(config, len, 0, NULL);
+    size_t n = json_array_size(json_object_get(json_object_get(c, "rootfs"), "diff_ids"));
+    bool obj = json_is_object(c);
+    json_decref(c);
+    int ret = -1;
+    if (!obj)
+        crl_err_set(err, CRL_E_INVALID, "the config is not a JSON object");
+    else if (n > CRL_IMAGE_MAX_LAYERS)
+        crl_err_set(err, CRL_E_INVALID, "%zu layers: at most %d", n, CRL_IMAGE_MAX_LAYERS);
+    else if (check_config_platform(out, err) < 0)
+        ;
+    else if (!(out->layers = calloc(n ? n : 1, sizeof(*out->layers))))
+        crl_err_sys(err, ENOMEM, "layers");
+    else
+        ret = 0;
+    for (size_t i = 0; ret == 0 && i < n; i++)
+        out->layers[out->n_layers++].fd = -1;
+    if (ret == 0)
+        ret = set_layers_from_config(out, n, err);
+    if (ret < 0)
+        crl_oci_image_free(out);
+    return ret;
+}
+
 int crl_oci_read(int fd, const char *dir, const char *ref, int scratch_fd,
                  const struct crl_import_limits *lim, struct crl_oci_image *out,
                  struct crl_err *err)

@@ -15,9 +15,12 @@
 #include "store.h"
 
 struct crl_oci_layer {
-    int fd;                           /* the blob, read from offset 0 */
+    int fd;                           /* the blob, read from offset 0; -1 for a pull's */
     char blob[CRL_DIGEST_LEN + 1];    /* its digest, "" when the archive names none */
     char diff_id[CRL_DIGEST_LEN + 1]; /* from the config */
+    /* A pulled layer (crl_store_pull()): its EROFS file was fetched into
+     * scratch/layer-<i>.erofs and checked against this digest; "" otherwise. */
+    char erofs_digest[CRL_DIGEST_LEN + 1];
 };
 
 struct crl_oci_image {
@@ -47,5 +50,12 @@ int crl_oci_read(int fd, const char *dir, const char *ref, int scratch_fd,
                  const struct crl_import_limits *lim, struct crl_oci_image *out,
                  struct crl_err *err);
 void crl_oci_image_free(struct crl_oci_image *img);
+
+/* An image known by its config blob alone, as a pull from another host
+ * starts (crl_store_pull()): `config` (malloc'd, NUL-terminated, owned by
+ * *out from here on, even on failure) gives its id, by digest, and its
+ * layers' diff_ids; their fds are -1.  The config must be a JSON object for
+ * this host's platform, with at most CRL_IMAGE_MAX_LAYERS layers. */
+int crl_oci_from_config(char *config, size_t len, struct crl_oci_image *out, struct crl_err *err);
 
 #endif

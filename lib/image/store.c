@@ -288,9 +288,11 @@ json_t *crl_store_image_json(const struct crl_store_image *img)
     json_t *layers = json_array();
     uint64_t total = 0;
     for (size_t i = 0; i < img->n_layers; i++) {
-        json_array_append_new(layers, json_pack("{s:s, s:I}", "digest", img->layers[i].digest,
-                                                "size", (json_int_t)img->layers[i].size));
-        total += img->layers[i].size;
+        const struct crl_store_layer *L = &img->layers[i];
+        json_array_append_new(layers, json_pack("{s:s, s:I, s:s*}", "digest", L->digest, "size",
+                                                (json_int_t)L->size, "file_digest",
+                                                L->file_digest[0] ? L->file_digest : NULL));
+        total += L->size;
     }
     return json_pack("{s:s, s:o, s:I, s:o, s:s, s:s, s:o, s:o, s:s, s:s}", "id", img->id, "layers",
                      layers, "size", (json_int_t)total, "env", strv_json(img->env), "cwd", img->cwd,
@@ -322,6 +324,9 @@ static struct crl_store_image *record_parse(json_t *j, struct crl_err *err)
         }
         snprintf(img->layers[i].digest, sizeof(img->layers[i].digest), "%s", d);
         img->layers[i].size = (uint64_t)json_integer_value(json_object_get(l, "size"));
+        const char *fd = json_string_value(json_object_get(l, "file_digest"));
+        if (crl_digest_valid(fd))
+            snprintf(img->layers[i].file_digest, sizeof(img->layers[i].file_digest), "%s", fd);
     }
     img->env = strv_from_json(json_object_get(j, "env"));
     img->entrypoint = strv_from_json(json_object_get(j, "entrypoint"));
@@ -530,6 +535,23 @@ int crl_store_untag(struct crl_store *s, const char *name, struct crl_err *err)
 
 /* ---- paths and mounts ---- */
 
+int crl_store_blob_open(const struct crl_store *s, const char *digest, struct crl_err *err)
+{
+    if (!crl_digest_valid(digest))
+        return crl_err_set(err, CRL_E_INVALID, "'%.80s' is not a sha256 digest", digest);
+    static const char *const where[][2] = {{"layers", ".erofs"}, {"configs", ".json"}};
+    for (size_t i = 0; i < CRL_ARRAY_SIZE(where); i++) {
+        char path[128];
+        snprintf(path, sizeof(path), "%s/%s%s", where[i][0], crl_digest_hex(digest), where[i][1]);
+        int fd = crl_openat(s->fd, path, O_RDONLY | O_NOFOLLOW, 0);
+        if (fd >= 0)
+            return fd;
+        if (errno != ENOENT)
+            return crl_err_sys(err, errno, "%s/%s", s->dir, path);
+    }
+    return crl_err_set(err, CRL_E_NOT_FOUND, "no blob %s in the image store %s", digest, s->dir);
+}
+
 int crl_store_layer_path(const struct crl_store *s, const char *digest, char *out, size_t cap)
 {
     int n = snprintf(out, cap, "%s/layers/%s.erofs", s->dir, crl_digest_hex(digest));
@@ -652,21 +674,44 @@ out:
     return ret;
 }
 
-static bool layer_present(struct crl_store *s, const char *digest, uint64_t *size)
+/* A file's size and sha256, as an image record keeps them for a layer. */
+static int file_digest(int dirfd, const char *path, uint64_t *size, char digest[CRL_DIGEST_LEN + 1],
+                       struct crl_err *err)
+{
+    cleanup_close int fd = crl_openat(dirfd, path, O_RDONLY, 0);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0)
+        return crl_err_sys(err, errno, "%s", path);
+    if (!S_ISREG(st.st_mode))
+        return crl_err_set(err, CRL_E_INTERNAL, "%s is not a file", path);
+    struct crl_sha256 h;
+    if (crl_sha256_init(&h) < 0)
+        return crl_err_set(err, CRL_E_INTERNAL, "sha256");
+    if (crl_sha256_update_fd(&h, fd, NULL) < 0) {
+        crl_sha256_free(&h);
+        return crl_err_sys(err, errno, "read %s", path);
+    }
+    crl_sha256_final(&h, digest);
+    *size = (uint64_t)st.st_size;
+    return 0;
+}
+
+/* A layer the store has: its file's size and digest.  0: here; 1: not. */
+static int layer_present(struct crl_store *s, const char *diff_id, uint64_t *size,
+                         char digest[CRL_DIGEST_LEN + 1], struct crl_err *err)
 {
     char path[PATH_MAX];
-    struct stat st;
-    snprintf(path, sizeof(path), "layers/%s.erofs", crl_digest_hex(digest));
-    if (fstatat(s->fd, path, &st, 0) < 0 || !S_ISREG(st.st_mode))
-        return false;
-    *size = (uint64_t)st.st_size;
-    return true;
+    snprintf(path, sizeof(path), "layers/%s.erofs", crl_digest_hex(diff_id));
+    if (faccessat(s->fd, path, F_OK, 0) < 0)
+        return errno == ENOENT ? 1 : crl_err_sys(err, errno, "%s/%s", s->dir, path);
+    return file_digest(s->fd, path, size, digest, err);
 }
 
 /* Expand one layer and build its EROFS file as scratch/layer-<i>.erofs. */
 static int build_layer(int scratch, const char *scratch_path, size_t i,
                        const struct crl_oci_layer *L, const struct crl_import_limits *lim,
-                       uint64_t *total, uint64_t *size, struct crl_err *err)
+                       uint64_t *total, uint64_t *size, char digest[CRL_DIGEST_LEN + 1],
+                       struct crl_err *err)
 {
     char what[160], dname[32], fname[32], dpath[PATH_MAX], fpath[PATH_MAX];
     snprintf(what, sizeof(what), "layer %zu (%s)", i, L->blob[0] ? L->blob : L->diff_id);
@@ -692,13 +737,11 @@ static int build_layer(int scratch, const char *scratch_path, size_t i,
     if (crl_erofs_build(dpath, fpath, err) < 0)
         goto out;
     f = crl_openat(scratch, fname, O_RDONLY, 0);
-    struct stat st;
-    if (f < 0 || fsync(f) < 0 || fstat(f, &st) < 0) {
+    if (f < 0 || fsync(f) < 0) {
         crl_err_sys(err, errno, "%s", what);
         goto out;
     }
-    *size = (uint64_t)st.st_size;
-    ret = 0;
+    ret = file_digest(scratch, fname, size, digest, err);
 out:
     if (f >= 0)
         close(f);
@@ -764,17 +807,29 @@ static int commit(struct crl_store *s, int scratch, const char *scratch_path,
     json_t *layers = json_array();
     bool built[CRL_IMAGE_MAX_LAYERS] = {false};
     for (size_t i = 0; i < oi->n_layers; i++) {
+        const struct crl_oci_layer *L = &oi->layers[i];
         uint64_t size = 0;
-        if (!layer_present(s, oi->layers[i].diff_id, &size)) {
-            if (build_layer(scratch, scratch_path, i, &oi->layers[i], lim, &total, &size, err) <
-                0) {
-                json_decref(layers);
-                return -1;
-            }
+        char digest[CRL_DIGEST_LEN + 1] = "", fname[32];
+        int rc = layer_present(s, L->diff_id, &size, digest, err);
+        if (rc > 0 && L->erofs_digest[0]) { /* pulled: checked here */
+            snprintf(fname, sizeof(fname), "layer-%zu.erofs", i);
+            rc = file_digest(scratch, fname, &size, digest, err);
+            if (rc == 0 && strcmp(digest, L->erofs_digest) != 0)
+                rc = crl_err_set(err, CRL_E_INVALID,
+                                 "layer %zu (%s): digest mismatch: the file fetched is %s, but "
+                                 "the image's record says %s",
+                                 i, L->diff_id, digest, L->erofs_digest);
+            built[i] = true;
+        } else if (rc > 0) {
+            rc = build_layer(scratch, scratch_path, i, L, lim, &total, &size, digest, err);
             built[i] = true;
         }
-        json_array_append_new(layers, json_pack("{s:s, s:I}", "digest", oi->layers[i].diff_id,
-                                                "size", (json_int_t)size));
+        if (rc < 0) {
+            json_decref(layers);
+            return -1;
+        }
+        json_array_append_new(layers, json_pack("{s:s, s:I, s:s}", "digest", L->diff_id, "size",
+                                                (json_int_t)size, "file_digest", digest));
     }
     /* Every layer is good: only now does any of them enter the store. */
     for (size_t i = 0; i < oi->n_layers; i++) {
@@ -850,17 +905,20 @@ static void fill_limits(const struct crl_import_limits *in, struct crl_import_li
     out->max_entries = lim_or(in ? in->max_entries : 0, 4u << 20);
 }
 
-int crl_store_import(struct crl_store *s, int fd, const char *dir, const char *name,
-                     const char *ref, const struct crl_import_limits *lim_in, json_t **out,
-                     struct crl_err *err)
+/* Where an image comes from: `read` fills *oi, its files in the scratch
+ * directory, from what `arg` says. */
+typedef int (*source_fn)(struct crl_store *s, int scratch, const void *arg,
+                         const struct crl_import_limits *lim, struct crl_oci_image *oi,
+                         struct crl_err *err);
+
+/* Every way in (an archive, a root filesystem, a pull): a scratch
+ * directory, the store locked shared (against the garbage collector), the
+ * image read from its source and committed. */
+static int take_in(struct crl_store *s, source_fn read, const void *arg, const char *canon,
+                   const struct crl_import_limits *lim_in, json_t **out, struct crl_err *err)
 {
     struct crl_import_limits lim;
     fill_limits(lim_in, &lim);
-    char canon[CRL_IMAGE_NAME_MAX + 1];
-    if (name && crl_store_name_canon(name, canon, err) < 0)
-        return -1;
-    if (ref && crl_store_ref_check(ref, err) < 0)
-        return -1;
     char spath[PATH_MAX];
     int scratch = make_scratch(s, spath, sizeof(spath), err);
     if (scratch < 0)
@@ -869,8 +927,8 @@ int crl_store_import(struct crl_store *s, int fd, const char *dir, const char *n
     int ret = -1;
     struct crl_oci_image oi;
     memset(&oi, 0, sizeof(oi));
-    if (lock >= 0 && crl_oci_read(fd, dir, ref, scratch, &lim, &oi, err) == 0)
-        ret = commit(s, scratch, spath, &oi, name ? canon : NULL, &lim, out, err);
+    if (lock >= 0 && read(s, scratch, arg, &lim, &oi, err) == 0)
+        ret = commit(s, scratch, spath, &oi, canon, &lim, out, err);
     crl_oci_image_free(&oi);
     if (lock >= 0)
         close(lock);
@@ -878,7 +936,158 @@ int crl_store_import(struct crl_store *s, int fd, const char *dir, const char *n
     return ret;
 }
 
+struct archive_src {
+    int fd;
+    const char *dir, *ref;
+};
+
+static int from_archive(struct crl_store *s, int scratch, const void *arg,
+                        const struct crl_import_limits *lim, struct crl_oci_image *oi,
+                        struct crl_err *err)
+{
+    const struct archive_src *a = arg;
+    return crl_oci_read(a->fd, a->dir, a->ref, scratch, lim, oi, err);
+}
+
+int crl_store_import(struct crl_store *s, int fd, const char *dir, const char *name,
+                     const char *ref, const struct crl_import_limits *lim, json_t **out,
+                     struct crl_err *err)
+{
+    char canon[CRL_IMAGE_NAME_MAX + 1];
+    if (name && crl_store_name_canon(name, canon, err) < 0)
+        return -1;
+    if (ref && crl_store_ref_check(ref, err) < 0)
+        return -1;
+    struct archive_src a = {fd, dir, ref};
+    return take_in(s, from_archive, &a, name ? canon : NULL, lim, out, err);
+}
+
 /* ---- a root filesystem directory as a one-layer image ---- */
+
+/* One blob of another store, fetched into scratch/<fname>. */
+static int fetch_blob(int scratch, const char *fname, const char *digest, uint64_t max,
+                      crl_store_fetch_fn fetch, void *ctx, struct crl_err *err)
+{
+    cleanup_close int fd = crl_openat(scratch, fname, O_RDWR | O_CREAT | O_EXCL, 0644);
+    if (fd < 0)
+        return crl_err_sys(err, errno, "%s", fname);
+    if (fetch(ctx, digest, fd, max, err) < 0)
+        return crl_err_prefix(err, "%s", digest);
+    if (fsync(fd) < 0)
+        return crl_err_sys(err, errno, "%s", fname);
+    return 0;
+}
+
+#define PULL_CONFIG_MAX (4u << 20)
+
+/* The config of a pull: fetched, read back, and known by its digest. */
+static int pull_config(int scratch, const char *id, crl_store_fetch_fn fetch, void *ctx,
+                       struct crl_oci_image *oi, struct crl_err *err)
+{
+    if (fetch_blob(scratch, "config", id, PULL_CONFIG_MAX, fetch, ctx, err) < 0)
+        return -1;
+    cleanup_close int fd = crl_openat(scratch, "config", O_RDONLY, 0);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0)
+        return crl_err_sys(err, errno, "config");
+    if ((uint64_t)st.st_size > PULL_CONFIG_MAX)
+        return crl_err_set(err, CRL_E_TOO_LARGE, "the config of %s is over %u bytes", id,
+                           PULL_CONFIG_MAX);
+    char *buf = malloc((size_t)st.st_size + 1);
+    if (!buf)
+        return crl_err_sys(err, ENOMEM, "config");
+    if (crl_read_full(fd, buf, (size_t)st.st_size) != st.st_size) {
+        free(buf);
+        return crl_err_sys(err, errno ? errno : EIO, "config");
+    }
+    buf[st.st_size] = 0;
+    if (crl_oci_from_config(buf, (size_t)st.st_size, oi, err) < 0)
+        return crl_err_prefix(err, "the config of %s", id);
+    if (strcmp(oi->id, id) != 0)
+        return crl_err_set(err, CRL_E_INVALID, "digest mismatch: the config fetched for %s is %s",
+                           id, oi->id);
+    return 0;
+}
+
+/* Which layers to fetch, from the other host's description checked
+ * against the config; each is fetched into scratch/layer-<i>.erofs. */
+static int pull_layers(struct crl_store *s, int scratch, const json_t *remote,
+                       struct crl_oci_image *oi, crl_store_fetch_fn fetch, void *ctx,
+                       const struct crl_import_limits *lim, struct crl_err *err)
+{
+    json_t *rl = json_object_get(remote, "layers");
+    if (json_array_size(rl) != oi->n_layers)
+        return crl_err_set(err, CRL_E_INVALID,
+                           "the image's record lists %zu layers, its config %zu",
+                           json_array_size(rl), oi->n_layers);
+    uint64_t total = 0;
+    for (size_t i = 0; i < oi->n_layers; i++) {
+        struct crl_oci_layer *L = &oi->layers[i];
+        json_t *l = json_array_get(rl, i);
+        const char *d = json_string_value(json_object_get(l, "digest"));
+        const char *fd = json_string_value(json_object_get(l, "file_digest"));
+        json_t *sz = json_object_get(l, "size");
+        if (!d || strcmp(d, L->diff_id) != 0)
+            return crl_err_set(err, CRL_E_INVALID,
+                               "layer %zu: the image's record names %.80s, its config %s", i,
+                               d ? d : "nothing", L->diff_id);
+        char path[128];
+        snprintf(path, sizeof(path), "layers/%s.erofs", crl_digest_hex(L->diff_id));
+        if (faccessat(s->fd, path, F_OK, 0) == 0)
+            continue; /* here already */
+        if (!crl_digest_valid(fd))
+            return crl_err_set(err, CRL_E_UNSUPPORTED,
+                               "layer %zu (%s): the other host's record of it has no "
+                               "file_digest (made by an older corral): import the image "
+                               "there again, or here",
+                               i, L->diff_id);
+        if (!json_is_integer(sz) || json_integer_value(sz) <= 0 ||
+            (uint64_t)json_integer_value(sz) > lim->max_layer_bytes)
+            return crl_err_set(err, json_integer_value(sz) > 0 ? CRL_E_TOO_LARGE : CRL_E_INVALID,
+                               "layer %zu (%s): size %lld (at most %llu)", i, L->diff_id,
+                               json_integer_value(sz), (unsigned long long)lim->max_layer_bytes);
+        uint64_t size = (uint64_t)json_integer_value(sz);
+        if ((total += size) > lim->max_total_bytes)
+            return crl_err_set(err, CRL_E_TOO_LARGE, "the image's layers are over %llu bytes",
+                               (unsigned long long)lim->max_total_bytes);
+        char fname[32];
+        snprintf(fname, sizeof(fname), "layer-%zu.erofs", i);
+        if (fetch_blob(scratch, fname, L->diff_id, size, fetch, ctx, err) < 0)
+            return crl_err_prefix(err, "layer %zu", i);
+        snprintf(L->erofs_digest, sizeof(L->erofs_digest), "%s", fd); /* commit() checks it */
+    }
+    return 0;
+}
+
+struct pull_src {
+    const json_t *remote;
+    crl_store_fetch_fn fetch;
+    void *ctx;
+};
+
+static int from_peer(struct crl_store *s, int scratch, const void *arg,
+                     const struct crl_import_limits *lim, struct crl_oci_image *oi,
+                     struct crl_err *err)
+{
+    const struct pull_src *p = arg;
+    const char *id = json_string_value(json_object_get(p->remote, "id"));
+    if (!crl_digest_valid(id))
+        return crl_err_set(err, CRL_E_INVALID, "the image's record has no id");
+    if (pull_config(scratch, id, p->fetch, p->ctx, oi, err) < 0)
+        return -1;
+    return pull_layers(s, scratch, p->remote, oi, p->fetch, p->ctx, lim, err);
+}
+
+int crl_store_pull(struct crl_store *s, const json_t *remote, const char *name,
+                   crl_store_fetch_fn fetch, void *ctx, const struct crl_import_limits *lim,
+                   json_t **out, struct crl_err *err)
+{
+    char canon[CRL_IMAGE_NAME_MAX + 1];
+    if (crl_store_name_canon(name, canon, err) < 0)
+        return -1;
+    struct pull_src p = {remote, fetch, ctx};
+    return take_in(s, from_peer, &p, canon, lim, out, err);
+}
 
 const char *crl_store_arch(void)
 {
@@ -921,55 +1130,45 @@ json_t *crl_store_config_json(const json_t *runtime, const char *diff_id)
                      "linux", "config", cc, "rootfs", "type", "layers", "diff_ids", diff_id);
 }
 
+struct rootfs_src {
+    const char *rootfs;
+    const json_t *config;
+};
+
+static int from_rootfs(struct crl_store *s, int scratch, const void *arg,
+                       const struct crl_import_limits *lim, struct crl_oci_image *oi,
+                       struct crl_err *err)
+{
+    const struct rootfs_src *r = arg;
+    struct crl_oci_layer *L = calloc(1, sizeof(*L));
+    if (!L)
+        return crl_err_sys(err, ENOMEM, "layer");
+    oi->layers = L; /* freed with oi, its fd closed */
+    oi->n_layers = 1;
+    L->fd = crl_openat(scratch, "rootfs.tar", O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (L->fd < 0)
+        return crl_err_sys(err, errno, "a scratch rootfs.tar in %s/tmp", s->dir);
+    if (crl_layer_from_dir(r->rootfs, L->fd, L->diff_id, err) < 0)
+        return -1;
+    snprintf(L->blob, sizeof(L->blob), "%s", L->diff_id);
+    json_t *cfg = crl_store_config_json(r->config, L->diff_id);
+    oi->config = json_dumps(cfg, JSON_SORT_KEYS | JSON_COMPACT);
+    json_decref(cfg);
+    if (!oi->config)
+        return crl_err_sys(err, ENOMEM, "config");
+    oi->config_len = strlen(oi->config);
+    crl_sha256_buf(oi->config, oi->config_len, oi->id);
+    return 0;
+}
+
 int crl_store_import_rootfs(struct crl_store *s, const char *rootfs, const json_t *config,
                             const char *name, json_t **out, struct crl_err *err)
 {
     char canon[CRL_IMAGE_NAME_MAX + 1];
     if (crl_store_name_canon(name, canon, err) < 0)
         return -1;
-    struct crl_import_limits lim;
-    fill_limits(NULL, &lim);
-    char spath[PATH_MAX];
-    int scratch = make_scratch(s, spath, sizeof(spath), err);
-    if (scratch < 0)
-        return -1;
-    int lock = store_lock(s, LOCK_SH, err);
-    struct crl_oci_image oi;
-    memset(&oi, 0, sizeof(oi));
-    int ret = -1;
-    struct crl_oci_layer L = {.fd = -1};
-    if (lock < 0)
-        goto out;
-    L.fd = crl_openat(scratch, "rootfs.tar", O_RDWR | O_CREAT | O_EXCL, 0600);
-    if (L.fd < 0) {
-        crl_err_sys(err, errno, "%s/rootfs.tar", spath);
-        goto out;
-    }
-    if (crl_layer_from_dir(rootfs, L.fd, L.diff_id, err) < 0)
-        goto out;
-    snprintf(L.blob, sizeof(L.blob), "%s", L.diff_id);
-    json_t *cfg = crl_store_config_json(config, L.diff_id);
-    oi.config = json_dumps(cfg, JSON_SORT_KEYS | JSON_COMPACT);
-    json_decref(cfg);
-    if (!oi.config) {
-        crl_err_sys(err, ENOMEM, "config");
-        goto out;
-    }
-    oi.config_len = strlen(oi.config);
-    crl_sha256_buf(oi.config, oi.config_len, oi.id);
-    oi.layers = &L;
-    oi.n_layers = 1;
-    ret = commit(s, scratch, spath, &oi, canon, &lim, out, err);
-    oi.layers = NULL;
-    oi.n_layers = 0;
-out:
-    if (L.fd >= 0)
-        close(L.fd);
-    crl_oci_image_free(&oi);
-    if (lock >= 0)
-        close(lock);
-    drop_scratch(s, scratch, spath);
-    return ret;
+    struct rootfs_src r = {rootfs, config};
+    return take_in(s, from_rootfs, &r, canon, NULL, out, err);
 }
 
 /* ---- garbage collection ---- */

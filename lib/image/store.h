@@ -9,7 +9,8 @@
  *                        backend mounts it (shared by every sandbox), a VM can
  *                        attach it as a read-only block device.
  *   images/<hex>.json    one per image, named by its config digest: the layer
- *                        list (bottom first) and the runtime config.
+ *                        list (bottom first, each with its .erofs file's own
+ *                        digest) and the runtime config.
  *   configs/<hex>.json   the image's original config blob, as imported.
  *   tags/<name>          NAME:TAG -> image id ("sha256:<hex>"); '/' in a name
  *                        is stored as '%'.
@@ -52,6 +53,9 @@ struct crl_import_limits {
 struct crl_store_layer {
     char digest[CRL_DIGEST_LEN + 1]; /* diff_id */
     uint64_t size;                   /* bytes of the .erofs file */
+    /* The .erofs file's own sha256, by which a host that pulls the layer
+     * checks it; "" in a record made before the store kept it. */
+    char file_digest[CRL_DIGEST_LEN + 1];
 };
 
 /* An image as the store records it. */
@@ -114,6 +118,24 @@ int crl_store_import_rootfs(struct crl_store *s, const char *rootfs, const json_
  * timestamp: the same tree and config always give the same image id. */
 json_t *crl_store_config_json(const json_t *runtime, const char *diff_id);
 
+/* Fetch one blob of another host's store into `fd`: the one that store
+ * names `digest` (an image id: its config; a diff_id: the layer's .erofs
+ * file), at most `max` bytes (more: CRL_E_TOO_LARGE). */
+typedef int (*crl_store_fetch_fn)(void *ctx, const char *digest, int fd, uint64_t max,
+                                  struct crl_err *err);
+
+/* Copy an image from another host's store.  `remote` is that host's
+ * description of it (GET /v1/images/NAME: "id", and "layers" with each
+ * one's "digest", "size" and "file_digest").  Its config is fetched and
+ * checked against the id, and it is the config that names the layers (the
+ * description must agree with it); each layer this store lacks is fetched,
+ * at most its size, and checked against its file_digest before anything
+ * enters the store, as an import does.  Tagged `name`; *out (may be NULL)
+ * as crl_store_import() gives it. */
+int crl_store_pull(struct crl_store *s, const json_t *remote, const char *name,
+                   crl_store_fetch_fn fetch, void *ctx, const struct crl_import_limits *lim,
+                   json_t **out, struct crl_err *err);
+
 /* Look up a canonical NAME:TAG, or an image id "sha256:<hex>" (or a unique
  * prefix of at least 12 hex digits).  CRL_E_NOT_FOUND when absent. */
 int crl_store_lookup(struct crl_store *s, const char *name, struct crl_store_image **out,
@@ -133,6 +155,11 @@ int crl_store_untag(struct crl_store *s, const char *name, struct crl_err *err);
 /* Remove layers and configs no image references, and stale tmp/ dirs. */
 int crl_store_gc(struct crl_store *s, uint64_t *layers_removed, uint64_t *bytes_freed,
                  struct crl_err *err);
+
+/* Open a blob of the store by the digest it names it by, to send it to a
+ * host that pulls an image (crl_store_pull()): an image id gives its config,
+ * a diff_id its layer's EROFS file.  CRL_E_NOT_FOUND when neither is here. */
+int crl_store_blob_open(const struct crl_store *s, const char *digest, struct crl_err *err);
 
 /* The path of a layer's EROFS file. */
 int crl_store_layer_path(const struct crl_store *s, const char *digest, char *out, size_t cap);

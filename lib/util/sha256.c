@@ -1,7 +1,10 @@
 #include "sha256.h"
 
+#include <errno.h>
 #include <openssl/evp.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int crl_sha256_init(struct crl_sha256 *h)
 {
@@ -45,6 +48,30 @@ void crl_sha256_free(struct crl_sha256 *h)
 {
     EVP_MD_CTX_free(h->ctx);
     h->ctx = NULL;
+}
+
+int crl_sha256_update_fd(struct crl_sha256 *h, int fd, unsigned long long *bytes)
+{
+    enum { CHUNK = 1 << 17 };
+    char *buf = malloc(CHUNK);
+    if (!buf)
+        return -1;
+    unsigned long long off = 0;
+    ssize_t n;
+    while ((n = pread(fd, buf, CHUNK, (off_t)off)) != 0) {
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            break;
+        EVP_DigestUpdate(h->ctx, buf, (size_t)n);
+        off += (unsigned long long)n;
+    }
+    int saved = errno;
+    free(buf);
+    if (bytes)
+        *bytes = off;
+    errno = saved;
+    return n < 0 ? -1 : 0;
 }
 
 void crl_sha256_buf(const void *data, size_t len, char out[CRL_DIGEST_LEN + 1])

@@ -1,8 +1,10 @@
-/* corral-import: import one image archive, read from stdin, into a store.
+/* corral-import: import one image archive, read from stdin, into a store,
+ * or pull one from another host of the cluster (--pull, pull.c).
  *
- * corrald runs it for POST /v1/images, so that parsing what a client sent
- * (and running mkfs.erofs) happens outside the daemon; it is a thin front
- * end over crl_store_import().  It prints one JSON object on stdout: the
+ * corrald runs it for POST /v1/images, and for a create whose image this
+ * host lacks, so that parsing what a client or another host sent (and
+ * running mkfs.erofs) happens outside the daemon; it is a thin front end
+ * over crl_store_import() and crl_store_pull().  It prints one JSON object on stdout: the
  * image, or {"error": {"code", "message"}} with exit status 1 (2 for a
  * usage error).  Diagnostics go to stderr, which corrald logs. */
 #include <getopt.h>
@@ -15,13 +17,17 @@
 #include "../../lib/util/buf.h"
 #include "../../lib/util/err.h"
 #include "../../lib/util/log.h"
+#include "pull.h"
 
 static const char usage[] =
     "usage: corral-import --store DIR [--name NAME[:TAG]] [--ref REF] [--max-layer-bytes N]\n"
     "                     [--max-total-bytes N] < ARCHIVE\n"
+    "       corral-import --store DIR --pull NAME[:TAG] [--max-...] < HOSTS\n"
     "Import a docker-archive or oci-archive (maybe gzip, zstd or xz compressed)\n"
     "from stdin into the image store DIR; print the image as JSON.  --ref picks\n"
-    "one image of several by a name the archive gives it (a tag, a RepoTag).\n";
+    "one image of several by a name the archive gives it (a tag, a RepoTag).\n"
+    "--pull copies the image NAME from the first host that has it, of those\n"
+    "named on stdin as {\"token\": T, \"hosts\": [{\"id\": ID, \"addr\": URL}]}.\n";
 
 static int fail(const struct crl_err *err)
 {
@@ -60,11 +66,12 @@ int main(int argc, char **argv)
     static const struct option opts[] = {{"store", required_argument, 0, 's'},
                                          {"name", required_argument, 0, 'n'},
                                          {"ref", required_argument, 0, 'r'},
+                                         {"pull", required_argument, 0, 'p'},
                                          {"max-layer-bytes", required_argument, 0, 'L'},
                                          {"max-total-bytes", required_argument, 0, 'T'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    const char *dir = NULL, *name = NULL, *ref = NULL;
+    const char *dir = NULL, *name = NULL, *ref = NULL, *pull = NULL;
     struct crl_import_limits lim = {0};
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -72,6 +79,7 @@ int main(int argc, char **argv)
         case 's': dir = optarg; break;
         case 'n': name = optarg; break;
         case 'r': ref = optarg; break;
+        case 'p': pull = optarg; break;
         case 'L':
             if (parse_bytes("--max-layer-bytes", optarg, &lim.max_layer_bytes) < 0)
                 return 2;
@@ -84,7 +92,7 @@ int main(int argc, char **argv)
         default: fputs(usage, stderr); return 2;
         }
     }
-    if (!dir || optind != argc) {
+    if (!dir || optind != argc || (pull && (name || ref))) {
         fputs(usage, stderr);
         return 2;
     }
@@ -94,7 +102,10 @@ int main(int argc, char **argv)
     json_t *out = NULL;
     if (crl_store_open(dir, true, &store, &err) < 0)
         return fail(&err);
-    int rc = crl_store_import(store, 0, NULL, name, ref, &lim, &out, &err);
+    int rc = pull ? crl_import_pull(store, pull, &lim, &out, &err)
+                  : crl_store_import(store, 0, NULL, name, ref, &lim, &out, &err);
+    if (pull)
+        name = pull;
     crl_store_close(store);
     if (rc < 0)
         return fail(&err);

@@ -53,7 +53,7 @@ static void fuzz_route(const char *s)
     CHECK(r.ep > CRL_EP_NONE && r.ep < CRL_EP__COUNT);
     CHECK(r.allow != NULL && r.allow[0]);
     bool per_sandbox = r.ep >= CRL_EP_SANDBOX && r.ep <= CRL_EP_SANDBOX_ACTION;
-    bool named = (r.ep >= CRL_EP_IMAGE && r.ep <= CRL_EP_IMAGE_GC) || r.ep == CRL_EP_FUNCTION ||
+    bool named = (r.ep >= CRL_EP_IMAGE && r.ep <= CRL_EP_BLOB) || r.ep == CRL_EP_FUNCTION ||
                  r.ep == CRL_EP_FUNCTION_CALL || r.ep == CRL_EP_TRAJECTORY ||
                  r.ep == CRL_EP_TRAJECTORY_STEPS || r.ep == CRL_EP_TRAJECTORY_GC;
     CHECK(named == (r.name[0] != 0) || r.ep == CRL_EP_IMAGE_TAG || r.ep == CRL_EP_IMAGE_GC);

@@ -13,11 +13,13 @@ import os
 import subprocess
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
 from clusterlab import API_PORT, ETCD, LEASE_S, Cluster, Etcd
-from conftest import start_corrald, wait_for
+from conftest import docker_archive, start_corrald, wait_for
 from netlab import ClusterNet, socket_in, sweep_stale
 
 pytestmark = pytest.mark.skipif(not os.path.exists(ETCD),
@@ -259,6 +261,57 @@ def test_etcd_down_and_back(cluster, etcd):
     # each publishes anew, which the watch reads again once it is back.
     wait_for(lambda: a.request("POST", "/v1/sandboxes", {"image": "busybox"}).status == 201,
              timeout=10, what="a create to be placed again")
+
+
+def test_an_image_is_pulled_between_hosts(cluster):
+    """A create placed on a host that lacks its image pulls it from a host
+    that has it, checked by digest: a host that serves a tampered layer is
+    refused and nothing of it is kept; creates that wait at once share one
+    pull; the image is then the same one on both hosts."""
+    a, b, c = cluster.hosts
+    secret = os.urandom(8).hex().encode()
+    archive = docker_archive({"bin/busybox": Path("/bin/busybox").read_bytes(), "hello": secret})
+    r = a.request("POST", "/v1/images?name=pulled:1", archive,
+                  headers={"Content-Type": "application/x-tar"})
+    assert r.status == 201, r.body
+    img = json.loads(r.body)
+    assert [x["file_digest"][:7] for x in img["layers"]] == ["sha256:"], img
+    assert b.request("GET", "/v1/images/pulled:1").status == 404
+    for d in (a, c):  # b alone takes creates; a and c are asked for the image
+        assert b.request("POST", f"/v1/hosts/{d.host_id}/drain").status == 200
+    wait_for(lambda: [h["id"] for h in cluster.ready(b)] == [b.host_id], what="the drains")
+    hexid = img["layers"][0]["digest"][7:]
+    layer = Path(img["store"]) / "layers" / f"{hexid}.erofs"
+    good = layer.read_bytes()
+    try:
+        layer.write_bytes(good[:4096] + bytes([good[4096] ^ 1]) + good[4097:])
+        r = b.request("POST", "/v1/sandboxes", {"image": "pulled:1"})
+        assert r.status == 503 and "digest mismatch" in json.loads(r.body)["error"]["message"], \
+            r.body
+        assert c.host_id in json.loads(r.body)["error"]["message"]  # asked, had none
+        assert b.request("GET", "/v1/images/pulled:1").status == 404
+        assert not list(b.state_dir.glob(f"images/layers/{hexid}*"))
+        assert not list(b.state_dir.glob("images/tmp/*"))
+    finally:
+        layer.write_bytes(good)
+    pulls = b.log(this_run=True).count("pulling it from another host")
+    body = {"image": "pulled:1"}
+    with ThreadPoolExecutor(3) as pool:
+        answers = list(pool.map(lambda _: b.request("POST", "/v1/sandboxes", body), range(3)))
+    assert [x.status for x in answers] == [201] * 3, [x.body for x in answers]
+    assert b.log(this_run=True).count("pulling it from another host") == pulls + 1
+    for x in answers:
+        sid = json.loads(x.body)["id"]
+        assert sid.startswith(f"sb-{b.host_id}-")
+        r = b.request("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": ["/bin/busybox", "cat", "/hello"]})
+        assert r.status == 200 and json.loads(r.body)["stdout"] == secret.decode(), r.body
+        assert b.request("DELETE", f"/v1/sandboxes/{sid}").status == 200
+    mine = json.loads(b.request("GET", "/v1/images/pulled:1").body)
+    assert mine["id"] == img["id"] and mine["layers"] == img["layers"]
+    for d in (a, c):
+        assert b.request("DELETE", f"/v1/hosts/{d.host_id}/drain").status == 200
+    for d in (a, b):
+        assert d.request("DELETE", "/v1/images/pulled:1").status == 200
 
 
 def test_bad_cluster_flags(tmp_path):

@@ -184,6 +184,7 @@ static void test_image_routes(void)
         {"/v1/images/gc", CRL_EP_IMAGE_GC, "gc", "GET, DELETE, POST"},
         {"/v1/images/tag:latest", CRL_EP_IMAGE, "tag:latest", "GET, DELETE"},
         {"/v1/images/x/tag", CRL_EP_IMAGE, "x/tag", "GET, DELETE"},
+        {"/v1/blobs/sha256/0123abcd", CRL_EP_BLOB, "0123abcd", "GET"},
     };
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
         struct crl_route r;

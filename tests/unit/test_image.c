@@ -4,10 +4,13 @@
  * applier must refuse, with nothing written outside the layer.  Then the
  * reader's choice of one image of several (layouts of images with no
  * layers, written here): by ref, by platform, through a nested index, in a
- * docker manifest.json, and the messages that list what is there.  Last,
- * an image's kind: from its config's label into the store and back out. */
+ * docker manifest.json, and the messages that list what is there.  Then
+ * an image's kind: from its config's label into the store and back out.
+ * Last, a pull from one store into another (crl_store_pull()), through a
+ * fetch that can lie: every lie refused, and nothing of it kept. */
 #include <archive.h>
 #include <archive_entry.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -644,6 +647,165 @@ static void test_kind(void)
     json_decref(rt);
 }
 
+/* ---- a pull from one store into another ---- */
+
+struct fetcher {
+    struct crl_store *from;
+    unsigned calls;
+    bool flip;            /* change a byte of a layer on its way */
+    const char *id;       /* the image's: */
+    const char *swap_cfg; /* send this config for its config */
+};
+
+static int fetch_from(void *ctx, const char *digest, int fd, uint64_t max, struct crl_err *err)
+{
+    struct fetcher *f = ctx;
+    f->calls++;
+    if (f->swap_cfg && strcmp(digest, f->id) == 0)
+        return crl_write_full(fd, f->swap_cfg, strlen(f->swap_cfg)) < 0 ? -1 : 0;
+    int in = crl_store_blob_open(f->from, digest, err);
+    if (in < 0)
+        return -1;
+    char buf[65536];
+    ssize_t n;
+    uint64_t got = 0;
+    while ((n = read(in, buf, sizeof(buf))) > 0) {
+        if ((got += (uint64_t)n) > max) {
+            close(in);
+            return crl_err_set(err, CRL_E_TOO_LARGE, "over %llu", (unsigned long long)max);
+        }
+        if (f->flip && strcmp(digest, f->id) != 0 && got == (uint64_t)n)
+            buf[n / 2] ^= 1;
+        crl_write_full(fd, buf, (size_t)n);
+    }
+    close(in);
+    return 0;
+}
+
+static int count_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *de; d && (de = readdir(d));)
+        n += de->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* A pull of `remote` into a fresh store: its error code (CRL_OK) and message. */
+static enum crl_errc pull_into(const char *sub, json_t *remote, struct fetcher *f, char *msg,
+                               size_t cap, json_t **out)
+{
+    char path[PATH_MAX];
+    struct crl_store *to = NULL;
+    struct crl_err err = CRL_ERR_INIT;
+    snprintf(path, sizeof(path), "%s/%s", tmpl, sub);
+    if (crl_store_open(path, true, &to, &err) == 0)
+        crl_store_pull(to, remote, "pulled:1", fetch_from, f, &big, out, &err);
+    snprintf(msg, cap, "%s", err.msg);
+    if (err.code != CRL_OK) {
+        char d[PATH_MAX + 16];
+        snprintf(d, sizeof(d), "%s/layers", path);
+        ok(count_entries(d) == 0, "%s: no layer kept", sub);
+        snprintf(d, sizeof(d), "%s/tmp", path);
+        ok(count_entries(d) == 0, "%s: nothing left in tmp/", sub);
+        struct crl_store_image *img = NULL;
+        struct crl_err e = CRL_ERR_INIT;
+        ok(crl_store_lookup(to, "pulled:1", &img, &e) < 0, "%s: no image", sub);
+        crl_store_image_free(img);
+    }
+    crl_store_close(to);
+    return err.code;
+}
+
+static void test_pull(void)
+{
+    char path[PATH_MAX], msg[512];
+    struct crl_store *from = NULL;
+    struct crl_err err = CRL_ERR_INIT;
+    json_t *out = NULL;
+    snprintf(path, sizeof(path), "%s/pull-root", tmpl);
+    mkdir(path, 0755);
+    put_file(path, "hello", "a file to pull");
+    put_file(path, "other", "and another");
+    snprintf(msg, sizeof(msg), "%s/pull-from", tmpl);
+    json_t *rt = json_pack("{s:[s]}", "cmd", "/hello");
+    if (crl_store_open(msg, true, &from, &err) < 0 ||
+        crl_store_import_rootfs(from, path, rt, "src:1", &out, &err) < 0) {
+        fail("an image to pull: %s", err.msg);
+        json_decref(rt);
+        crl_store_close(from);
+        return;
+    }
+    json_decref(rt);
+    json_t *layer = json_array_get(json_object_get(out, "layers"), 0);
+    ok(crl_digest_valid(json_string_value(json_object_get(layer, "file_digest"))),
+       "an import records its layer file's digest");
+
+    struct fetcher f = {.from = from};
+    json_t *got = NULL;
+    is_int(pull_into("to-ok", out, &f, msg, sizeof(msg), &got), CRL_OK, "a pull: %s", msg);
+    is_str(json_string_value(json_object_get(got, "id")),
+           json_string_value(json_object_get(out, "id")), "the same image id");
+    ok(json_equal(json_object_get(got, "layers"), json_object_get(out, "layers")),
+       "the same layers, file digests and all");
+    is_int(f.calls, 2, "its config and its one layer fetched");
+    json_decref(got);
+    got = NULL;
+    /* again into the same store: the layer is there, only the config comes */
+    f.calls = 0;
+    is_int(pull_into("to-ok", out, &f, msg, sizeof(msg), &got), CRL_OK, "again: %s", msg);
+    is_int(f.calls, 1, "a layer the store has is not fetched again");
+    json_decref(got);
+
+    const char *id = json_string_value(json_object_get(out, "id"));
+    f = (struct fetcher){.from = from, .flip = true, .id = id};
+    is_int(pull_into("to-flip", out, &f, msg, sizeof(msg), NULL), CRL_E_INVALID,
+           "a layer changed on its way is refused");
+    like(msg, "digest mismatch", "and says so: %s", msg);
+
+    f = (struct fetcher){.from = from, .id = id, .swap_cfg = "{\"rootfs\":{\"diff_ids\":[]}}"};
+    is_int(pull_into("to-cfg", out, &f, msg, sizeof(msg), NULL), CRL_E_INVALID,
+           "a config that is not the image's is refused");
+    like(msg, "digest mismatch", "by its digest: %s", msg);
+
+    static const struct {
+        const char *key, *value_json, *why;
+        enum crl_errc code;
+    } lies[] = {
+        {"digest", "\"sha256:0000000000000000000000000000000000000000000000000000000000000000\"",
+         "a layer the config does not name", CRL_E_INVALID},
+        {"file_digest", "null", "no file digest (an older corral's record)", CRL_E_UNSUPPORTED},
+        {"size", "0", "a size of 0", CRL_E_INVALID},
+        {"size", "-5", "a negative size", CRL_E_INVALID},
+        {"size", "\"12\"", "a size that is no number", CRL_E_INVALID},
+        {"size", "2000000000000", "a size over the limit", CRL_E_TOO_LARGE},
+        {"size", "10", "a size smaller than the file", CRL_E_TOO_LARGE},
+    };
+    for (size_t i = 0; i < sizeof(lies) / sizeof(lies[0]); i++) {
+        json_t *lie = json_deep_copy(out);
+        json_t *l = json_array_get(json_object_get(lie, "layers"), 0);
+        json_object_set_new(l, lies[i].key, json_loads(lies[i].value_json, JSON_DECODE_ANY, NULL));
+        char sub[32];
+        snprintf(sub, sizeof(sub), "to-lie-%zu", i);
+        f = (struct fetcher){.from = from};
+        enum crl_errc code = pull_into(sub, lie, &f, msg, sizeof(msg), NULL);
+        ok(code == lies[i].code, "%s: refused (%s)", lies[i].why, msg);
+        json_decref(lie);
+    }
+    json_t *lie = json_deep_copy(out);
+    json_array_append(json_object_get(lie, "layers"), layer);
+    is_int(pull_into("to-lie-n", lie, &f, msg, sizeof(msg), NULL), CRL_E_INVALID,
+           "more layers than the config names: refused (%s)", msg);
+    json_object_set_new(lie, "id", json_string("sha256:x"));
+    is_int(pull_into("to-lie-id", lie, &f, msg, sizeof(msg), NULL), CRL_E_INVALID,
+           "no valid id: refused (%s)", msg);
+    json_decref(lie);
+    json_decref(out);
+    crl_store_close(from);
+}
+
 int main(void)
 {
     snprintf(tmpl, sizeof(tmpl), "/tmp/corral-test-image.XXXXXX");
@@ -660,6 +822,7 @@ int main(void)
     TAP_RUN(test_read_many, 30);
     TAP_RUN(test_ref_check, 10);
     TAP_RUN(test_kind, 30);
+    TAP_RUN(test_pull, 60);
     crl_rm_rf_at(AT_FDCWD, tmpl);
     return done_testing();
 }

@@ -54,11 +54,7 @@ static int hash_file(struct crl_sha256 *h, const char *path, struct crl_err *err
     cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return crl_err_sys(err, errno, "open %s", path);
-    static char buf[1 << 16];
-    ssize_t n;
-    while ((n = read(fd, buf, sizeof(buf))) > 0)
-        crl_sha256_update(h, buf, (size_t)n);
-    return n < 0 ? crl_err_sys(err, errno, "read %s", path) : 0;
+    return crl_sha256_update_fd(h, fd, NULL) < 0 ? crl_err_sys(err, errno, "read %s", path) : 0;
 }
 
 int mvm_cache_init(struct mvm_state *st, const char *dir, struct crl_err *err)
