@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "../cluster/peer.h"
+#include "../core/records.h"
 #include "../util/fdio.h"
 #include "../util/log.h"
 #include "../util/worker.h"
@@ -418,7 +419,31 @@ struct list_job {
     char **urls;
     size_t n;
     char auth[4200], by[128];
+    /* the lost hosts, whose records are read in the shared dir */
+    const char *shared_dir;
+    char (*lost)[32];
+    size_t n_lost;
 };
+
+/* A lost host's sandboxes, from the records it kept in the shared dir:
+ * each as it was (id, labels, spec, times), lost, with why. */
+static void add_lost(const struct list_job *l, const char *host, json_t *all)
+{
+    char dir[4200], why[160];
+    crl_records_dir(l->shared_dir, host, dir, sizeof(dir));
+    json_t *live = crl_records_read(dir);
+    snprintf(why, sizeof(why), "its host %s is lost (its lease in etcd expired)", host);
+    const char *id;
+    json_t *rec;
+    json_object_foreach(live, id, rec)
+    {
+        json_object_set_new(rec, "state", json_string("lost"));
+        json_object_set_new(rec, "host", json_string(host));
+        json_object_set_new(rec, "reason", json_string(why));
+        json_array_append(all, rec);
+    }
+    json_decref(live);
+}
 
 /* Every other host's own list, asked at once (a host that does not answer
  * in time, or answers what is not a list, is left out and logged); only
@@ -503,6 +528,8 @@ static int list_work(struct crl_worker_job *j, struct crl_err *err)
     free(cs);
     free(bufs);
     free(results);
+    for (size_t i = 0; i < l->n_lost; i++)
+        add_lost(l, l->lost[i], all);
     return 0;
 }
 
@@ -511,6 +538,7 @@ static void list_job_free(struct list_job *l)
     for (size_t i = 0; i < l->n; i++)
         free(l->urls[i]);
     free(l->urls);
+    free(l->lost);
     json_decref(l->merged);
     free(l);
 }
@@ -537,12 +565,18 @@ bool crl_cluster_list_sandboxes(struct crl_req *r, json_t *local)
     struct list_job *l = calloc(1, sizeof(*l));
     struct crl_member_host *hs = NULL;
     size_t n = crl_member_hosts(c->member, &hs);
-    if (!l || !(l->urls = calloc(n + 1, sizeof(char *)))) {
+    if (!l || !(l->urls = calloc(n + 1, sizeof(char *))) ||
+        !(l->lost = calloc(n + 1, sizeof(*l->lost)))) {
+        if (l)
+            free(l->urls);
         free(l);
         crl_member_hosts_free(hs, n);
         return false; /* this host's alone, rather than nothing */
     }
+    l->shared_dir = r->api->cfg.shared_dir;
     for (size_t i = 0; i < n; i++) {
+        if (hs[i].state == CRL_PEER_LOST && l->shared_dir)
+            snprintf(l->lost[l->n_lost++], sizeof(l->lost[0]), "%s", hs[i].id);
         if (hs[i].state == CRL_PEER_LOST || !hs[i].addr[0] ||
             strcmp(hs[i].id, r->api->host->cfg.host_id) == 0)
             continue;

@@ -47,8 +47,12 @@ struct crl_host_config {
      * backends that need none, such as the unit tests' fake; the API's
      * image endpoints need a store. */
     bool no_images;
-    const char *images_dir;                /* the writable image store; NULL: <state_dir>/images */
-    const char *volume_dir;                /* named volumes; NULL: <state_dir>/volumes */
+    const char *images_dir; /* the writable image store; NULL: <state_dir>/images */
+    const char *volume_dir; /* named volumes; NULL: <state_dir>/volumes */
+    /* A directory the cluster's hosts share (--shared-dir), or NULL: the
+     * records of live sandboxes go in <shared_dir>/hosts/<host_id>, where
+     * the others read them once this host is lost (records.h). */
+    const char *shared_dir;
     struct crl_import_limits image_limits; /* for imports; 0: the store's defaults */
     const char *const *images_from;
     size_t n_images_from;
@@ -108,10 +112,11 @@ struct crl_host {
     struct crl_volumes *volumes;
     struct crl_cgroup_mgr *cgroups;
     struct crl_netns_pool *netns;
-    struct crl_vnet *vnet; /* NULL until a sandbox has a network */
-    char *peers;           /* the cluster's other hosts: no sandbox reaches them */
-    json_t *lost;          /* the previous run's sandboxes, by id (records.h) */
-    int records_fd;        /* <state>/records.log, appended to */
+    struct crl_vnet *vnet;  /* NULL until a sandbox has a network */
+    char *peers;            /* the cluster's other hosts: no sandbox reaches them */
+    json_t *lost;           /* the previous run's sandboxes, by id (records.h) */
+    int records_fd;         /* records.log, appended to */
+    char records_dir[4200]; /* where it is: <state>, or <shared>/hosts/<id> */
     size_t records_bytes;
     struct crl_resolver *resolver; /* with vnet */
     struct crl_netlog *netlog;     /* with vnet: what sandboxes were refused */

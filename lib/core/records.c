@@ -31,7 +31,12 @@ static bool id_ok(const char *id)
 
 static void log_path(const struct crl_host *h, char *out, size_t cap, const char *suffix)
 {
-    snprintf(out, cap, "%s/records.log%s", h->state_dir, suffix);
+    snprintf(out, cap, "%s/records.log%s", h->records_dir, suffix);
+}
+
+void crl_records_dir(const char *shared_dir, const char *host_id, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s/hosts/%s", shared_dir, host_id);
 }
 
 /* What a sandbox is, not how it runs (no usage: reading that costs a
@@ -69,19 +74,19 @@ static int reopen(struct crl_host *h, struct crl_err *err)
     return h->records_fd < 0 ? crl_err_sys(err, errno, "open %s", path) : 0;
 }
 
-/* Read the log a previous run left: each "+{record}" line adds, "-ID"
- * removes; what is left was live when it died. */
-static void read_left(struct crl_host *h, double now)
+/* Read the log a run left: each "+{record}" line adds, "-ID" removes;
+ * what is left was live when it died. */
+json_t *crl_records_read(const char *dir)
 {
     char path[4200];
-    log_path(h, path, sizeof(path), "");
+    snprintf(path, sizeof(path), "%s/records.log", dir);
     char *text = NULL;
     size_t len = 0;
     struct crl_err err = CRL_ERR_INIT;
     if (crl_read_file_alloc(path, LOG_READ_MAX, &text, &len, &err) < 0) {
         if (access(path, F_OK) == 0)
             crl_warn(NULL, "records: %s", err.msg);
-        return;
+        return NULL;
     }
     json_t *live = json_object();
     for (char *line = text, *end = text + len; line < end;) {
@@ -101,6 +106,12 @@ static void read_left(struct crl_host *h, double now)
         line = nl + 1;
     }
     free(text);
+    return live;
+}
+
+static void read_left(struct crl_host *h, double now)
+{
+    json_t *live = crl_records_read(h->records_dir);
     const char *id;
     json_t *rec;
     json_object_foreach(live, id, rec)
@@ -123,6 +134,13 @@ int crl_records_open(struct crl_host *h, struct crl_err *err)
 {
     if (!(h->lost = json_object()))
         return crl_err_sys(err, ENOMEM, "records");
+    if (h->cfg.shared_dir) {
+        crl_records_dir(h->cfg.shared_dir, h->cfg.host_id, h->records_dir, sizeof(h->records_dir));
+        if (crl_mkdir_p(h->records_dir, 0700) < 0)
+            return crl_err_sys(err, errno, "%s", h->records_dir);
+    } else {
+        snprintf(h->records_dir, sizeof(h->records_dir), "%s", h->state_dir);
+    }
     read_left(h, crl_wall_s());
     return reopen(h, err);
 }

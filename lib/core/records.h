@@ -1,4 +1,6 @@
-/* Records of a host's live sandboxes, in one log, <state>/records.log: a
+/* Records of a host's live sandboxes, in one log, <state>/records.log (in a
+ * cluster whose hosts share a directory, <shared>/hosts/<id>/records.log,
+ * which every host reads for a lost host's sandboxes): a
  * line "+{record}" when a sandbox is ready (what it is: id, spec, labels,
  * times) and "-ID" when it ends, each one write to a descriptor kept open
  * (no file made per sandbox: on ext4 here a new file costs 0.9 ms, an
@@ -27,5 +29,11 @@ void crl_record_remove(struct crl_host *h, struct crl_sandbox *sb);
 json_t *crl_records_lost(struct crl_host *h, const char *id);
 /* Append every lost sandbox's JSON to `items`. */
 void crl_records_list(struct crl_host *h, json_t *items);
+
+/* Where host `host_id` keeps its records when the hosts share `shared_dir`. */
+void crl_records_dir(const char *shared_dir, const char *host_id, char *out, size_t cap);
+/* The records a host left in `dir` (records.log): those of the sandboxes
+ * it had when it died, as an object by id; NULL when there are none. */
+json_t *crl_records_read(const char *dir);
 
 #endif

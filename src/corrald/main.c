@@ -256,7 +256,7 @@ int main(int argc, char **argv)
         case OPT_VOLUME_DIR: hc.volume_dir = optarg; break;
         case OPT_CLUSTER: ac.cluster_etcd = optarg; break;
         case OPT_ADVERTISE: ac.advertise = optarg; break;
-        case OPT_SHARED: ac.shared_dir = optarg; break;
+        case OPT_SHARED: ac.shared_dir = hc.shared_dir = optarg; break;
         case OPT_LEASE:
             if (parse_uint("--cluster-lease-s", optarg, 3600, &v) < 0 || v < 2)
                 return 2;

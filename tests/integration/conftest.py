@@ -352,8 +352,17 @@ class Corrald:
                 found.append(f"process {pid_dir[6:]}: {seen[:200]!r}")
         if (self.state_dir / "sandboxes").is_dir():
             found += [f"state {p}" for p in (self.state_dir / "sandboxes").iterdir()]
-        found += [f"record {line}" for line in _live_records(self.state_dir / "records.log")]
+        found += [f"record {line}" for line in _live_records(self.records_log())]
         return found
+
+    def records_log(self):
+        """Where it keeps its records: its state, or with --shared-dir the
+        shared dir's hosts/<host-id> (records.h)."""
+        a = self.extra_args
+        if "--shared-dir" in a and "--host-id" in a:
+            return (Path(a[a.index("--shared-dir") + 1]) / "hosts" / a[a.index("--host-id") + 1] /
+                    "records.log")
+        return self.state_dir / "records.log"
 
     def shutdown_and_check(self):
         """Stop with SIGTERM; fail unless it exits 0 leaving nothing behind."""

@@ -43,7 +43,9 @@ def etcd(net, tmp_path_factory):
 
 @pytest.fixture
 def cluster(net, etcd, tmp_path):
-    c = Cluster(net, etcd, tmp_path)
+    shared = tmp_path / "shared"  # what NFS or CephFS is to a real cluster
+    shared.mkdir()
+    c = Cluster(net, etcd, tmp_path, ["--shared-dir", str(shared)])
     yield c
     c.close()
 
@@ -121,7 +123,7 @@ def test_a_killed_host_is_lost_and_passed_over(cluster):
     a, b, c = cluster.hosts
     sid = None
     while not sid:
-        s, _ = create(a)
+        s, _ = create(a, labels={"job": "k"})
         sid = s if s.startswith(f"sb-{c.host_id}-") else None
     c.kill()
     # Before its lease ends the others still think it ready: a create it
@@ -141,6 +143,13 @@ def test_a_killed_host_is_lost_and_passed_over(cluster):
         assert r.status == 200 and body["state"] == "lost" and c.host_id in body["reason"]
         r = d.request("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": ["true"]})
         assert r.status == 409 and "lost" in json.loads(r.body)["error"]["message"]
+        # listed too, from the records it kept in the shared dir
+        r = d.request("GET", "/v1/sandboxes?label=job=k")
+        listed = {s["id"]: s for s in json.loads(r.body)["sandboxes"]}
+        assert listed[sid]["state"] == "lost" and listed[sid]["host"] == c.host_id, listed
+        assert c.host_id in listed[sid]["reason"] and listed[sid]["labels"] == {"job": "k"}
+        r = d.request("GET", "/v1/sandboxes?state=lost")
+        assert sid in {s["id"] for s in json.loads(r.body)["sandboxes"]}
     # Every create now goes to the two left.
     for _ in range(4):
         new, headers = create(b)
@@ -238,8 +247,12 @@ def test_etcd_down_and_back(cluster, etcd):
         # Until the lease's time has passed the host still places creates,
         # from a view etcd no longer refreshes: its own placements fill it
         # (503 capacity_exceeded) before it says it is no member.
+        made = []  # placed before the refusals: room taken, given back below
+
         def refused():
             r = a.request("POST", "/v1/sandboxes", {"image": "busybox"})
+            if r.status == 201:
+                made.append(json.loads(r.body)["id"])
             return r.status == 503 and "etcd" in r.body.decode()
         wait_for(refused, timeout=LEASE_S * 3 + 5, what="creates to be refused without etcd")
         t0 = time.monotonic()
@@ -257,10 +270,19 @@ def test_etcd_down_and_back(cluster, etcd):
         return json.loads(d.request("GET", "/v1/hosts").body)["cluster"]["member"]
     wait_for(lambda: all(member(d) and len(cluster.ready(d)) == 3 for d in cluster.hosts),
              timeout=20, what="the hosts to rejoin")
+    for gone in made:  # dozens, at a create's speed: they would fill the hosts
+        assert a.request("DELETE", f"/v1/sandboxes/{gone}").status == 200
     # What the hosts placed in the outage counts against their room until
     # each publishes anew, which the watch reads again once it is back.
-    wait_for(lambda: a.request("POST", "/v1/sandboxes", {"image": "busybox"}).status == 201,
-             timeout=10, what="a create to be placed again")
+    last = []
+
+    def placed():
+        last[:] = [a.request("POST", "/v1/sandboxes", {"image": "busybox"})]
+        return last[0].status == 201
+    try:
+        wait_for(placed, timeout=10, what="a create to be placed again")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; the last answer: {last[0].status} {last[0].body!r}") from None
 
 
 def test_an_image_is_pulled_between_hosts(cluster):
