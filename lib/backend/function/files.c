@@ -155,6 +155,7 @@ struct fn_fs {
     int data_w, msg_w;  /* the thread's ends */
     int done_r, done_w; /* the thread's code, one byte, then EOF */
     struct crl_watch w;
+    struct crl_timer started; /* says started, then watches for the end */
 };
 
 static void *fs_thread(void *arg)
@@ -199,11 +200,13 @@ static void fs_done(struct crl_watch *w, uint32_t ev)
     crl_sandbox_unref(sb);
 }
 
+/* Started first, and only then is the end watched for: a thread that is
+ * done at once must not end the stream before it has started. */
 static void fs_started(struct crl_timer *tm)
 {
-    struct crl_stream_req *t = tm->data;
-    free(tm);
-    t->started(t, NULL);
+    struct fn_fs *q = tm->data;
+    q->t->started(q->t, NULL);
+    crl_watch_start(q->sb->host->loop, &q->w, q->done_r, EPOLLIN, fs_done, q);
 }
 
 static int fs_stream(struct crl_sandbox *sb, int scratch, struct crl_stream_req *t,
@@ -211,9 +214,8 @@ static int fs_stream(struct crl_sandbox *sb, int scratch, struct crl_stream_req 
 {
     struct fn_sandbox *f = sb->priv;
     struct fn_fs *q = calloc(1, sizeof(*q));
-    struct crl_timer *tm = calloc(1, sizeof(*tm));
     int data[2] = {-1, -1}, msg[2] = {-1, -1}, done[2] = {-1, -1};
-    if (!q || !tm || !(q->arg = strdup(t->path))) {
+    if (!q || !(q->arg = strdup(t->path))) {
         crl_err_sys(err, ENOMEM, "a filesystem operation");
         goto fail;
     }
@@ -245,8 +247,7 @@ static int fs_stream(struct crl_sandbox *sb, int scratch, struct crl_stream_req 
     t->data_fd = data[0];
     t->msg_fd = msg[0];
     crl_sandbox_ref(sb);
-    crl_watch_start(sb->host->loop, &q->w, q->done_r, EPOLLIN, fs_done, q);
-    crl_timer_start(sb->host->loop, tm, 0, fs_started, t); /* after we return, as promised */
+    crl_timer_start(sb->host->loop, &q->started, 0, fs_started, q); /* after we return */
     return 0;
 fail:
     close_fds(data, data[0] >= 0 ? 2 : 0);
@@ -255,7 +256,6 @@ fail:
     if (q)
         free(q->arg);
     free(q);
-    free(tm);
     return -1;
 }
 
