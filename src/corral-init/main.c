@@ -36,7 +36,9 @@
 #include "../../lib/backend/container/spawn_proto.h"
 #include "../../lib/util/rawsys.h"
 
-/* Descriptors the clone child leaves us (see init.c). */
+/* Descriptors the clone child leaves us (see init.c); besides, the
+ * spawner's end of SYNC_FD's socket, kept at CRL_INIT_SPARE_FD for the
+ * next spawner, and corrald's pidfd at CRL_INIT_DAEMON_FD. */
 enum { SYNC_FD = 3, ROOT_FD = 4, TMPFS_FD = 5 };
 
 /* The fds a CRL_INIT_EXEC brings: stdin, stdout, stderr, the control
@@ -290,7 +292,7 @@ static void serve(void)
     if (n == -EAGAIN || n == -EINTR)
         return;
     if (n <= 0)
-        crl_raw_exit(1); /* the spawner is gone: so are we */
+        crl_raw_exit(1); /* never while we hold its other end: broken */
     int fds[EXEC_FDS], nfds = 0;
     struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
     if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
@@ -368,7 +370,8 @@ __attribute__((noreturn, used)) void crl_init_entry(void)
     /* If nobody hears this, the spawner is gone: so are we. */
     if (send_fds(SYNC_FD, &r, sizeof(r), up, 2) < 0)
         crl_raw_exit(1);
-    crl_raw3(SYS_close_range, SYNC_FD + 1, ~0u, 0);
+    crl_raw3(SYS_close_range, SYNC_FD + 1, CRL_INIT_SPARE_FD - 1, 0);
+    crl_raw3(SYS_close_range, CRL_INIT_DAEMON_FD + 1, ~0u, 0);
 
     /* Our commands inherit our dispositions: none ignored (the spawner
      * ignores SIGPIPE, and so did we until now). */
@@ -387,10 +390,13 @@ __attribute__((noreturn, used)) void crl_init_entry(void)
     if (sigfd < 0)
         crl_raw_exit(1);
     for (;;) {
-        struct pollfd pf[2] = {{.fd = SYNC_FD, .events = POLLIN},
-                               {.fd = (int)sigfd, .events = POLLIN}};
-        if (crl_raw5(SYS_ppoll, pf, 2, 0, 0, 0) < 0)
+        struct pollfd pf[3] = {{.fd = SYNC_FD, .events = POLLIN},
+                               {.fd = (int)sigfd, .events = POLLIN},
+                               {.fd = CRL_INIT_DAEMON_FD, .events = POLLIN}};
+        if (crl_raw5(SYS_ppoll, pf, 3, 0, 0, 0) < 0)
             continue;
+        if (pf[2].revents)
+            crl_raw_exit(1); /* corrald is gone: no one would ever end the sandbox */
         if (pf[1].revents) {
             char si[128];
             while (crl_raw3(SYS_read, sigfd, si, sizeof(si)) > 0)

@@ -14,7 +14,7 @@ import pytest
 
 import corral
 
-from conftest import SMALL, alive, docker_archive, import_to_store, wait_gone
+from conftest import SMALL, alive, docker_archive, import_to_store, wait_for, wait_gone
 
 
 def test_sigkill_and_restart_leaves_nothing(corrald_factory):
@@ -25,7 +25,7 @@ def test_sigkill_and_restart_leaves_nothing(corrald_factory):
             sb.exec("sleep 1000 > /dev/null 2>&1 &")
         inits = [sb.inspect()["container"]["init_pid"] for sb in boxes]
     d.kill()
-    # Its sandboxes die with it (their init had its spawner as parent) ...
+    # Its sandboxes die with it (their PID 1 watches a pidfd of corrald) ...
     assert not wait_gone(inits, 5)
     # ... but their cgroups remain until a corrald reconciles them.
     assert d.leftovers()
@@ -218,22 +218,32 @@ def _spawners(corrald_pid):
 
 
 def test_a_dead_spawner_is_replaced(corrald_factory):
-    """A spawner killed from outside takes its sandboxes with it (they fail,
-    visibly) and what was in flight errors out; corrald starts a new one
-    without blocking, and the host keeps working."""
+    """A spawner killed from outside leaves its sandboxes running: the one
+    corrald starts anew (without blocking) takes them over, the same PID 1
+    with its files; a command that ran through the dead one is killed and
+    answers so, and the host keeps working."""
+    import threading
     d = corrald_factory(["--spawners", "1"])
     with d.client() as c:
         sb = c.create(**SMALL)
+        sb.files.write("/root/kept", b"still here")
+        pid1_start = sb.exec("cut -d' ' -f22 /proc/1/stat").stdout
+        inflight = {}
+        t = threading.Thread(target=lambda: inflight.update(r=sb.exec(["sleep", "60"])))
+        t.start()
+        wait_for(lambda: b"sleep 60\n" in sb.exec(["ps", "-o", "args"]).stdout, what="the exec")
         [old] = _spawners(d.pid)
         os.kill(old, 9)
-        deadline = time.monotonic() + 10
-        while sb.inspect()["state"] != "failed" and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert sb.info["state"] == "failed"
-        while "restarted" not in d.log(this_run=True) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_for(lambda: "taken over by spawner" in d.log(this_run=True), timeout=10,
+                 what="the new spawner to take the sandbox over")
         [new] = _spawners(d.pid)
         assert new != old
+        t.join(10)
+        assert not t.is_alive() and inflight["r"].exit_code != 0, inflight  # killed, not lost
+        assert sb.inspect()["state"] == "ready"
+        assert sb.exec("cat /root/kept").stdout == b"still here"
+        assert sb.exec("cut -d' ' -f22 /proc/1/stat").stdout == pid1_start  # the same PID 1
+        assert b"sleep 60\n" not in sb.exec(["ps", "-o", "args"]).stdout
         with c.create(**SMALL) as again:
             assert again.exec("echo fine").stdout == b"fine\n"
         sb.destroy()

@@ -70,8 +70,10 @@ static void drain(struct crl_timer *t)
     struct ctr_sandbox *c = sb->priv;
     int n = c->cg ? crl_cgroup_count(c->cg, NULL) : 0;
     /* A zombie is in no cgroup.procs, yet it holds its pid: the init the
-     * spawner has yet to reap still counts (signal 0 finds it until then). */
-    bool zombie = c->pidfd >= 0 && syscall(SYS_pidfd_send_signal, c->pidfd, 0, NULL, 0) == 0;
+     * spawner has yet to reap still counts (signal 0 finds it until then).
+     * An adopted one is the host's init's to reap, not waited for. */
+    bool zombie =
+        c->pidfd >= 0 && !c->adopted && syscall(SYS_pidfd_send_signal, c->pidfd, 0, NULL, 0) == 0;
     /* Empty, its cgroups may still be busy for a moment: tidy them here,
      * where waiting costs nothing, so that release never waits. */
     bool busy = n == 0 && c->cg && crl_cgroup_tidy(c->cg, c->create_failed) < 0 && errno == EBUSY;
@@ -198,6 +200,38 @@ void crl_ctr_create_done(struct crl_sandbox *sb, const struct crl_spawn_reply *r
     c->pid = r->pid;
     crl_watch_start(sb->host->loop, &c->w_init, c->pidfd, EPOLLIN, init_exited, sb);
     crl_sandbox_created(sb, NULL);
+}
+
+void crl_ctr_adopt_all(struct spawner *s)
+{
+    for (struct crl_sandbox *sb = s->st->host->sandboxes; sb; sb = sb->next) {
+        struct ctr_sandbox *c = sb->ops == &crl_container_backend ? sb->priv : NULL;
+        if (!c || c->spawner != s->idx || c->pidfd < 0 || c->init_dead || c->releasing)
+            continue;
+        struct crl_spawn_req rq = {.op = CRL_SPAWN_ADOPT, .u.adopt.pid1 = c->pid};
+        struct crl_err err = CRL_ERR_INIT;
+        crl_sandbox_ref(sb); /* the answer's */
+        if (crl_ctr_send_req(s, &rq, sizeof(rq), &c->pidfd, 1, P_ADOPT, sb, NULL, "", &err) < 0) {
+            crl_sandbox_failed(sb, "init_lost", "its spawner died, and the new one: %s", err.msg);
+            crl_sandbox_unref(sb);
+        }
+    }
+}
+
+void crl_ctr_adopt_done(struct crl_sandbox *sb, const struct crl_spawn_reply *r)
+{
+    struct ctr_sandbox *c = sb->priv;
+    struct crl_err err = CRL_ERR_INIT;
+    if (!r || !c || c->init_dead || c->releasing) {
+        /* it ended meanwhile, or the spawner died too: asked of the next */
+    } else if (r->err) {
+        crl_ctr_spawn_error(r, "its spawner died, and the new one could not take it over", &err);
+        crl_sandbox_failed(sb, "init_lost", "%s", err.msg);
+    } else {
+        c->adopted = true;
+        crl_info(sb->id, "taken over by spawner %u", c->spawner);
+    }
+    crl_sandbox_unref(sb);
 }
 
 /* The sandbox has its network namespace: ask a spawner to make it. */

@@ -27,7 +27,7 @@
 
 #define MAX_SPAWNERS 16
 
-enum pending_kind { P_CREATE, P_SPAWN, P_OPEN, P_STREAM, P_RESTORE };
+enum pending_kind { P_CREATE, P_SPAWN, P_OPEN, P_STREAM, P_RESTORE, P_ADOPT };
 
 struct pending {
     uint64_t id;
@@ -82,6 +82,7 @@ struct ctr_sandbox {
     unsigned spawner;
     struct crl_watch w_init;
     bool init_dead;
+    bool adopted; /* its PID 1 outlived the spawner that made it: nobody we know reaps it */
     bool releasing;
     struct crl_cgroup_reclaim last_pause; /* what the last pause gave back */
     bool create_failed;                   /* draining after a create that failed half-way */
@@ -129,6 +130,11 @@ int crl_ctr_start_spawner(struct ctr_state *st, unsigned i, bool wait, struct cr
 /* The spawner's answer to CREATE. */
 void crl_ctr_create_done(struct crl_sandbox *sb, const struct crl_spawn_reply *r, int *fds,
                          int nfds);
+/* A spawner said hello after its predecessor died: it takes over the
+ * sandboxes that one made (their PID 1s live on); ADOPT's answer (r NULL:
+ * that spawner died too, before it answered). */
+void crl_ctr_adopt_all(struct spawner *s);
+void crl_ctr_adopt_done(struct crl_sandbox *sb, const struct crl_spawn_reply *r);
 
 /* ---- procs.c: the replies and exits a spawner reports, and the ops ---- */
 

@@ -36,6 +36,8 @@ enum crl_spawn_op {
     CRL_SPAWN_STREAM,     /* fds: pidfd, data pipe, message pipe, cgroup.procs... */
     CRL_SPAWN_RESTORE,    /* as STREAM, the data a checkpoint's tar (read-only); applied
                              at / of the overlay as the sandbox's root (crl_tar_apply) */
+    CRL_SPAWN_ADOPT,      /* fds: sandbox PID 1 pidfd; a spawner that did not create
+                             the sandbox takes its PID 1's socket (u.adopt) */
     CRL_SPAWN_REPLY = 100,
     CRL_SPAWN_EXITED, /* a child of the spawner ended (unsolicited) */
 };
@@ -151,6 +153,10 @@ struct crl_spawn_stream {
     uint32_t n_cgroup_fds;
 };
 
+struct crl_spawn_adopt {
+    int32_t pid1; /* the sandbox's PID 1, as the spawner sees it */
+};
+
 struct crl_spawn_req {
     uint32_t op;
     uint32_t nfds;
@@ -158,6 +164,7 @@ struct crl_spawn_req {
     union {
         struct crl_spawn_create create;
         struct crl_spawn_exec exec;
+        struct crl_spawn_adopt adopt;
         struct crl_spawn_open open;
         struct crl_spawn_stream stream;
     } u;
@@ -202,7 +209,19 @@ struct crl_spawn_reply {
  * sandbox's own (/dev/ptmx, as the sandbox's root, before it becomes the
  * user), makes it its controlling terminal and stdio, and sends its master
  * on the control socket first, as a struct crl_init_failed with err 0 and
- * the descriptor (which the spawner checks is a terminal's master). */
+ * the descriptor (which the spawner checks is a terminal's master).
+ *
+ * PID 1 also keeps the spawner's end of that socket, at CRL_INIT_SPARE_FD
+ * (closed in every process it forks), so that it outlives its spawner: a
+ * restarted spawner takes it with pidfd_getfd() (CRL_SPAWN_ADOPT), and
+ * what PID 1 said meanwhile waits in it.  Notes for another spawner's
+ * requests (ids and pids it does not know) are dropped, their control
+ * sockets closed: such a child exits before it runs anything.  It keeps a
+ * pidfd of corrald too, at CRL_INIT_DAEMON_FD, and ends when corrald does:
+ * a sandbox outlives its spawner, not its daemon (no daemon would end it). */
+#define CRL_INIT_SPARE_FD 6
+#define CRL_INIT_DAEMON_FD 7
+
 enum crl_init_op { CRL_INIT_EXEC = 1, CRL_INIT_FORKED, CRL_INIT_EXITED };
 
 #define CRL_INIT_MAX_MSG CRL_SPAWN_MAX_MSG

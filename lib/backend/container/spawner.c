@@ -206,7 +206,7 @@ static void handle_create(const struct crl_spawn_req *rq, int *fds, int nfds)
         }
     step = CRL_STEP_IDMAP;
     /* the layers, the volumes, and the child's timens_offsets */
-    int lower[CRL_SPAWN_MAX_LAYERS + CRL_SPAWN_MAX_VOLUMES + 1];
+    int lower[CRL_SPAWN_MAX_LAYERS + CRL_SPAWN_MAX_VOLUMES + 3];
     unsigned nl = 0, n_mounts = c->n_layers + c->n_volumes;
     char path[64];
     snprintf(path, sizeof(path), "/proc/%d/ns/user", pid);
@@ -235,9 +235,13 @@ static void handle_create(const struct crl_spawn_req *rq, int *fds, int nfds)
             nl++;
     }
     if (nl == n_mounts + 1) {
+        /* and our end of its socket and corrald's pidfd, which PID 1
+         * keeps (spawn_proto.h) */
         step = CRL_STEP_SYNC;
         char go = 'g';
-        sent = crl_send_fds(pc->sock, &go, 1, lower, (int)nl);
+        lower[nl] = pc->sock;
+        lower[nl + 1] = crl_spawner.daemon_pidfd;
+        sent = crl_send_fds(pc->sock, &go, 1, lower, (int)nl + 2);
         err = errno;
     }
     for (unsigned i = 0; i < nl; i++)
@@ -362,7 +366,7 @@ static void reap(void)
         if (pid <= 0)
             break;
         for (struct init_proc **pp = &crl_spawner.inits; *pp; pp = &(*pp)->next)
-            if ((*pp)->pid == pid) {
+            if ((*pp)->pid == pid && (*pp)->stack) { /* ours, not an adopted one */
                 struct init_proc *ip = *pp;
                 *pp = ip->next;
                 crl_spawner_init_gone(ip);
@@ -398,6 +402,7 @@ static int handle_request(void)
         case CRL_SPAWN_OPEN: crl_spawner_handle_open(rq, fds, nfds); break;
         case CRL_SPAWN_STREAM:
         case CRL_SPAWN_RESTORE: crl_spawner_handle_stream(rq, fds, nfds); break;
+        case CRL_SPAWN_ADOPT: crl_spawner_handle_adopt(rq, fds, nfds); break;
         default:
             crl_spawner_reply(rq->id, EOPNOTSUPP, CRL_STEP_NONE, 0, NULL, 0, "unknown request");
             break;
@@ -446,8 +451,9 @@ int crl_spawner_main(int sock, const char *workdir, const char *init_path)
     crl_spawner.host_netns = crl_openat(AT_FDCWD, "/proc/self/ns/net", O_RDONLY, 0);
     crl_spawner.epfd = epoll_create1(EPOLL_CLOEXEC);
     crl_spawner.msg = malloc(CRL_SPAWN_MAX_MSG);
+    crl_spawner.daemon_pidfd = (int)syscall(SYS_pidfd_open, getppid(), 0);
     if (crl_spawner.sigfd < 0 || crl_spawner.host_netns < 0 || crl_spawner.epfd < 0 ||
-        !crl_spawner.msg) {
+        !crl_spawner.msg || crl_spawner.daemon_pidfd < 0) {
         crl_error(NULL, "spawner: setup failed: %s", strerror(errno));
         return 1;
     }

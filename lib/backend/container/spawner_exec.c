@@ -399,6 +399,14 @@ void crl_spawner_init_ready(struct spawner_watch *w)
         if (nfd == 1)
             close(fd);
         crl_spawner_init_gone(ip);
+        if (!ip->stack) { /* adopted: nothing of ours to reap */
+            for (struct init_proc **pp = &crl_spawner.inits; *pp; pp = &(*pp)->next)
+                if (*pp == ip) {
+                    *pp = ip->next;
+                    break;
+                }
+            crl_spawner_free_later(&ip->w, ip);
+        }
         return;
     }
     struct exec_job *j = NULL;
@@ -443,6 +451,60 @@ void crl_spawner_init_gone(struct init_proc *ip)
         crl_spawner_reply(j->id, j->err, j->step, 0, NULL, 0, NULL);
         job_free(j);
     }
+}
+
+/* ---- a PID 1 another spawner created ---- */
+
+void crl_spawner_handle_adopt(const struct crl_spawn_req *rq, int *fds, int nfds)
+{
+    pid_t pid1 = rq->u.adopt.pid1;
+    if (nfds != 1 || pid1 <= 0) {
+        crl_spawner_reply(rq->id, EPROTO, CRL_STEP_NONE, 0, NULL, 0, "adopt: malformed request");
+        return;
+    }
+    for (struct init_proc *ip = crl_spawner.inits; ip; ip = ip->next)
+        if (ip->pid == pid1 && ip->sock >= 0) {
+            crl_spawner_reply(rq->id, 0, CRL_STEP_NONE, pid1, NULL, 0, NULL); /* ours already */
+            return;
+        }
+    /* The pidfd names the process, so a reused pid cannot hand us another's
+     * socket; and only host root may take a descriptor from a PID 1 (it is
+     * not dumpable, and no sandbox has CAP_SYS_PTRACE). */
+    int sock = (int)syscall(SYS_pidfd_getfd, fds[0], CRL_INIT_SPARE_FD, 0);
+    int type = 0;
+    socklen_t tlen = sizeof(type);
+    int e = errno;
+    if (sock >= 0 &&
+        (getsockopt(sock, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0 || type != SOCK_SEQPACKET)) {
+        close(sock);
+        sock = -1;
+        e = EPROTO;
+    }
+    struct init_proc *ip = sock >= 0 ? calloc(1, sizeof(*ip)) : NULL;
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = ip ? &ip->w : NULL};
+    if (ip) {
+        ip->pid = pid1;
+        ip->sock = sock;
+        ip->w.ready = crl_spawner_init_ready;
+        /* Never blocking on it: a frozen sandbox's PID 1 reads nothing. */
+        if (fcntl(sock, F_SETFL, O_NONBLOCK) < 0 ||
+            epoll_ctl(crl_spawner.epfd, EPOLL_CTL_ADD, sock, &ev) < 0) {
+            e = errno;
+            free(ip);
+            ip = NULL;
+        }
+    } else if (sock >= 0) {
+        e = ENOMEM;
+    }
+    if (!ip) {
+        if (sock >= 0)
+            close(sock);
+        crl_spawner_reply(rq->id, e, CRL_STEP_SETNS, 0, NULL, 0, "taking the sandbox's PID 1 over");
+        return;
+    }
+    ip->next = crl_spawner.inits;
+    crl_spawner.inits = ip;
+    crl_spawner_reply(rq->id, 0, CRL_STEP_NONE, pid1, NULL, 0, NULL);
 }
 
 /* ---- open a path inside a sandbox ---- */

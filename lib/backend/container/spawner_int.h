@@ -29,11 +29,13 @@ struct spawner_watch {
 };
 
 /* A PID 1 we created: its stack is ours to free once it is reaped.  Once it
- * is up, the socket it forks the sandbox's commands through (spawn_proto.h). */
+ * is up, the socket it forks the sandbox's commands through (spawn_proto.h).
+ * One another spawner created (adopted: no stack, not our child) is
+ * forgotten when its socket closes. */
 struct init_proc {
     pid_t pid;
-    void *stack;
-    int sock; /* -1 until it reports, and once it is gone */
+    void *stack; /* NULL: adopted */
+    int sock;    /* -1 until it reports, and once it is gone */
     struct spawner_watch w;
     struct init_proc *next;
 };
@@ -60,6 +62,7 @@ struct spawner {
     char workdir[256];
     int last_cap;       /* /proc/sys/kernel/cap_last_cap */
     int init_fd;        /* O_PATH of corral-init */
+    int daemon_pidfd;   /* corrald's: every PID 1 keeps one (CRL_INIT_DAEMON_FD) */
     bool oom_protected; /* we have oom_score_adj -1000, which no process of a sandbox may */
     struct init_proc *inits;
     struct pending_create *pending;
@@ -99,6 +102,8 @@ void crl_spawner_init_ready(struct spawner_watch *w);
  * starting failed, what it ran was killed with it. */
 void crl_spawner_init_gone(struct init_proc *ip);
 void crl_spawner_handle_open(const struct crl_spawn_req *rq, int *fds, int nfds);
+/* ADOPT: take the socket of a PID 1 another spawner created. */
+void crl_spawner_handle_adopt(const struct crl_spawn_req *rq, int *fds, int nfds);
 
 /* ---- spawner_stream.c ---- */
 

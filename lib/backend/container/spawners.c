@@ -196,6 +196,7 @@ static void on_spawner(struct crl_watch *w, uint32_t ev)
             s->ready = true;
             s->failures = 0;
             crl_info(NULL, "spawner %u (pid %d) restarted", s->idx, s->pid);
+            crl_ctr_adopt_all(s);
             continue;
         }
         if (r.op == CRL_SPAWN_EXITED) {
@@ -229,6 +230,7 @@ static void on_spawner(struct crl_watch *w, uint32_t ev)
         case P_OPEN: crl_ctr_open_done(p->sb, p->obj, &r, fds, nfds); break;
         case P_STREAM: crl_ctr_stream_started(s, p->sb, p->obj, p->leaf, &r, fds, nfds); break;
         case P_RESTORE: crl_ctr_restore_started(s, p->sb, p->obj, p->leaf, &r, fds, nfds); break;
+        case P_ADOPT: crl_ctr_adopt_done(p->sb, &r); break;
         }
         free(p);
     }
@@ -255,10 +257,11 @@ static void hello_overdue(struct crl_timer *t)
     spawner_lost(s);
 }
 
-/* A spawner died: its sandboxes died with it (their init had it as parent).
- * Fail what was in flight and start a new one, on a timer: at once the
- * first time, then backing off to 10 s while restarts keep failing, and
- * never waiting on the loop for its hello. */
+/* A spawner died: its sandboxes live on (their PID 1 keeps its socket to
+ * it), and the next one takes them over at its hello.  What was in flight
+ * fails, what ran through it is killed, and a new one starts on a timer:
+ * at once the first time, then backing off to 10 s while restarts keep
+ * failing, and never waiting on the loop for its hello. */
 static void spawner_lost(struct spawner *s)
 {
     struct ctr_state *st = s->st;
@@ -287,6 +290,7 @@ static void spawner_lost(struct spawner *s)
         case P_OPEN: crl_ctr_open_done(p->sb, p->obj, &r, NULL, 0); break;
         case P_STREAM: crl_ctr_stream_started(s, p->sb, p->obj, p->leaf, &r, NULL, 0); break;
         case P_RESTORE: crl_ctr_restore_started(s, p->sb, p->obj, p->leaf, &r, NULL, 0); break;
+        case P_ADOPT: crl_ctr_adopt_done(p->sb, NULL); break;
         }
         free(p);
     }
@@ -295,6 +299,9 @@ static void spawner_lost(struct spawner *s)
         struct running *run = s->running;
         s->running = run->next;
         if (run->kind == P_SPAWN) {
+            /* Its end would go unheard (the spawner that knew it is
+             * gone, PID 1 lives on): it goes, with what it started. */
+            crl_ctr_kill(run->sb, run->obj, CRL_KILL_TREE);
             crl_ctr_proc_exited(run->sb, run->obj, &dead);
         } else if (run->kind == P_RESTORE) {
             crl_ctr_restore_exited(run->sb, run->obj, run->leaf, CRL_STREAM_GONE);
