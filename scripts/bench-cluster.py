@@ -9,13 +9,16 @@
               forwarding cost, since the three hosts share its CPUs here
   exec        the round trip of `exec true` through a host that does not own
               the sandbox (forwarded) against the owner itself
+  pull        a create on a host that lacks its image (pulled from another
+              host, checked by digest) against the next one there, and the
+              pull's rate against an import of the same archive
 
 Three corrald hosts and a 3-member etcd, each host in a network namespace of
 its own on one bridge (tests/integration/clusterlab.py): nothing leaves this
 machine.
 
     scripts/bench-cluster.py [--build build] [--creates 120] [--clients 6]
-                             [--execs 200]
+                             [--execs 200] [--pull-mb 64]
 
 Needs root and a build."""
 import argparse
@@ -66,12 +69,40 @@ def exec_rtts(via, sid, n):
     return out
 
 
+def pull_figures(h, mb):
+    """Import a busybox image with `mb` MiB of random data on h[0] (timed:
+    the peer), then create it on h[1], which pulls it, and again there."""
+    from conftest import docker_archive
+    archive = docker_archive({"bin/busybox": Path("/bin/busybox").read_bytes(),
+                              "data": os.urandom(mb << 20)})
+    t0 = time.perf_counter()
+    r = h[0].request("POST", "/v1/images?name=bench/pulled:1", archive,
+                     headers={"Content-Type": "application/x-tar"}, timeout=300)
+    imported = time.perf_counter() - t0
+    assert r.status == 201, r.body
+    size = json.loads(r.body)["size"]
+    times, ids = [], []
+    for _ in range(2):
+        t0 = time.perf_counter()
+        r = h[1].request("POST", "/v1/sandboxes", {"image": "bench/pulled:1"},
+                         headers={"X-Corral-Placed": "1"}, timeout=300)
+        times.append(time.perf_counter() - t0)
+        assert r.status == 201, r.body
+        ids.append(json.loads(r.body)["id"])
+    for sid in ids:
+        h[1].request("DELETE", f"/v1/sandboxes/{sid}")
+    for d in h[:2]:
+        d.request("DELETE", "/v1/images/bench/pulled:1")
+    return len(archive), size, imported, times
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
     ap.add_argument("--creates", type=int, default=120)
     ap.add_argument("--clients", type=int, default=6)
     ap.add_argument("--execs", type=int, default=200)
+    ap.add_argument("--pull-mb", type=int, default=64)
     a = ap.parse_args()
     os.environ["CORRAL_BUILD"] = str(Path(a.build).resolve())
     import conftest  # noqa: F401 (reads CORRAL_BUILD)
@@ -108,6 +139,7 @@ def main():
         direct = exec_rtts(h[1], sid, a.execs)
         routed = exec_rtts(h[0], sid, a.execs)
         h[1].request("DELETE", f"/v1/sandboxes/{sid}")
+        tar, erofs, imported, (first, again) = pull_figures(h, a.pull_mb)
         print(f"creates, {a.clients} clients, {a.creates} each run (busybox container):")
         print(f"  one host alone                      {rate1:8.1f} /s")
         print(f"  cluster of 3, all sent to one host  {rate3_one:8.1f} /s  "
@@ -118,6 +150,15 @@ def main():
         print(f"  at the owner        p50 {ms(direct):6.2f} ms  p90 {ms(direct, .9):6.2f} ms")
         print(f"  through another     p50 {ms(routed):6.2f} ms  p90 {ms(routed, .9):6.2f} ms  "
               f"(+{ms(routed) - ms(direct):.2f} ms, {statistics.median(routed) / statistics.median(direct):.2f}x)")
+        pull = first - again
+        print(f"image pulled between hosts ({tar / 2**20:.0f} MiB archive, "
+              f"{erofs / 2**20:.0f} MiB of layers):")
+        print(f"  import on host 1 (the peer)         {imported * 1e3:8.0f} ms  "
+              f"({tar / 2**20 / imported:.0f} MiB/s)")
+        print(f"  create on host 2, pulling it        {first * 1e3:8.0f} ms")
+        print(f"  create on host 2 again              {again * 1e3:8.0f} ms")
+        print(f"  the pull                            {pull * 1e3:8.0f} ms  "
+              f"({erofs / 2**20 / pull:.0f} MiB/s, {imported / pull:.1f}x faster than importing)")
     finally:
         if cluster:
             cluster.close()
