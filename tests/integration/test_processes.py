@@ -407,6 +407,15 @@ class Terminal:
         while time.monotonic() < deadline:
             pid, st = os.waitpid(self.pid, os.WNOHANG)
             if pid:
+                # what it wrote last is still in the terminal: read to its end
+                while select.select([self.fd], [], [], 0)[0]:
+                    try:
+                        data = os.read(self.fd, 4096)
+                    except OSError:
+                        break
+                    if not data:
+                        break
+                    self.out += data
                 os.close(self.fd)
                 return os.waitstatus_to_exitcode(st)
             try:
