@@ -108,6 +108,21 @@ static void lease_save(const struct crl_member *m, int64_t lease)
         close(fd);
 }
 
+static char *record_of(struct crl_member *m)
+{
+    pthread_mutex_lock(&m->mu);
+    json_t *rec = m->record ? json_loads(m->record, 0, NULL) : json_object();
+    pthread_mutex_unlock(&m->mu);
+    if (!rec)
+        rec = json_object();
+    json_object_set_new(rec, "id", json_string(m->host_id));
+    json_object_set_new(rec, "addr", json_string(m->advertise));
+    json_object_set_new(rec, "heartbeat", json_real(crl_wall_s()));
+    char *s = json_dumps(rec, JSON_COMPACT);
+    json_decref(rec);
+    return s;
+}
+
 /* Hold a lease and this host's key under it: the lease kept from before
  * the restart if it still runs, else a new one, whose key must not be
  * another host's. */
@@ -133,7 +148,12 @@ static int join(struct crl_member *m, struct crl_etcd *e, int64_t *lease, struct
     int64_t id;
     if (crl_etcd_lease_grant(e, m->ttl_s, &id, err) < 0)
         return -1;
-    int rc = crl_etcd_create(e, key, "{}", 2, id, err);
+    /* The whole record from the first: the others must never see this
+     * host without its address, room and heartbeat. */
+    char *rec = record_of(m);
+    int rc = rec ? crl_etcd_create(e, key, rec, strlen(rec), id, err)
+                 : crl_err_sys(err, ENOMEM, "this host's record");
+    free(rec);
     if (rc <= 0) {
         crl_etcd_lease_revoke(e, id, NULL);
         if (rc == 0)
@@ -145,21 +165,6 @@ static int join(struct crl_member *m, struct crl_etcd *e, int64_t *lease, struct
     lease_save(m, id);
     *lease = id;
     return 0;
-}
-
-static char *record_of(struct crl_member *m)
-{
-    pthread_mutex_lock(&m->mu);
-    json_t *rec = m->record ? json_loads(m->record, 0, NULL) : json_object();
-    pthread_mutex_unlock(&m->mu);
-    if (!rec)
-        rec = json_object();
-    json_object_set_new(rec, "id", json_string(m->host_id));
-    json_object_set_new(rec, "addr", json_string(m->advertise));
-    json_object_set_new(rec, "heartbeat", json_real(crl_wall_s()));
-    char *s = json_dumps(rec, JSON_COMPACT);
-    json_decref(rec);
-    return s;
 }
 
 static void *publisher(void *arg)
