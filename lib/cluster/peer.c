@@ -9,7 +9,11 @@
 
 size_t crl_curl_gather(char *data, size_t size, size_t n, void *buf)
 {
-    return crl_buf_append(buf, data, size * n) == 0 ? size * n : 0;
+    /* past the buffer's cap the transfer stops: an answer is never read on
+     * and on only to be thrown away */
+    if (crl_buf_append(buf, data, size * n) < 0 || crl_buf_truncated(buf))
+        return 0;
+    return size * n;
 }
 
 struct sink {
@@ -35,7 +39,7 @@ static size_t to_fd(char *data, size_t size, size_t n, void *ctx)
 int crl_peer_get(const char *addr, const char *token, const char *path, struct crl_buf *buf, int fd,
                  uint64_t max, unsigned stall_s, long *status, struct crl_err *err)
 {
-    char url[512], auth[320];
+    char url[512], auth[4200];
     if ((size_t)snprintf(url, sizeof(url), "%s%s", addr, path) >= sizeof(url))
         return crl_err_set(err, CRL_E_INVALID, "the URL %s%s is too long", addr, path);
     snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token ? token : "");
@@ -68,9 +72,9 @@ int crl_peer_get(const char *addr, const char *token, const char *path, struct c
     curl_easy_cleanup(c);
     if (rc == CURLE_WRITE_ERROR && sink.werr)
         return crl_err_sys(err, sink.werr, "GET %s: writing its body", url);
-    if (rc == CURLE_WRITE_ERROR && !buf)
+    if (rc == CURLE_WRITE_ERROR)
         return crl_err_set(err, CRL_E_TOO_LARGE, "GET %s: more than the %llu bytes expected", url,
-                           (unsigned long long)max);
+                           (unsigned long long)(buf ? buf->cap : max));
     if (rc != CURLE_OK)
         return crl_err_set(err, CRL_E_UNAVAILABLE, "GET %s: %s", url, curl_easy_strerror(rc));
     return 0;

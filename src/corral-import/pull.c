@@ -48,10 +48,12 @@ static int describe(const struct source *src, const char *name, json_t **out, st
         rc = 1;
     else if (rc == 0 && status != 200)
         rc = crl_err_set(err, CRL_E_UNAVAILABLE, "it answered %ld", status);
-    else if (rc == 0 &&
-             (crl_buf_truncated(&b) || !(*out = json_loadb(b.data ? b.data : "", b.len, 0, NULL)) ||
-              !json_is_object(*out)))
+    else if (rc == 0 && !json_is_object(*out = json_loadb(b.data ? b.data : "", b.len, 0, NULL)))
         rc = crl_err_set(err, CRL_E_INVALID, "its record of the image is not a JSON object");
+    if (rc != 0) {
+        json_decref(*out);
+        *out = NULL;
+    }
     crl_buf_free(&b);
     return rc;
 }
