@@ -44,6 +44,7 @@ static int fail(const struct crl_err *err)
         printf("{\"error\":{\"code\":\"%s\",\"message\":\"the import failed\"}}\n",
                crl_errc_name(err->code));
     fprintf(stderr, "corral-import: %s\n", msg);
+    fflush(stdout); /* the answer is out, whatever happens at exit */
     free(s);
     json_decref(j);
     return 1;

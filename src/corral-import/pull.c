@@ -48,7 +48,10 @@ static int describe(const struct source *src, const char *name, json_t **out, st
         rc = 1;
     else if (rc == 0 && status != 200)
         rc = crl_err_set(err, CRL_E_UNAVAILABLE, "it answered %ld", status);
-    else if (rc == 0 && !json_is_object(*out = json_loadb(b.data ? b.data : "", b.len, 0, NULL)))
+    if (rc == 0)
+        *out =
+            json_loadb(b.data ? b.data : "", b.len, 0, NULL); /* not in json_is_object(): a macro */
+    if (rc == 0 && !json_is_object(*out))
         rc = crl_err_set(err, CRL_E_INVALID, "its record of the image is not a JSON object");
     if (rc != 0) {
         json_decref(*out);
