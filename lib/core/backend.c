@@ -264,6 +264,8 @@ int crl_backend_net_set(struct crl_sandbox *sb, struct crl_net_policy *p, struct
         free(sb->spec.network);
     }
     sb->spec.network = none ? (crl_net_policy_free(p), free(p), NULL) : p;
+    if (sb->owner->changed)
+        sb->owner->changed(sb);
     crl_info(sb->id, "network: policy now mode %s",
              crl_net_mode_name(crl_net_policy_mode(sb->spec.network)));
     return 0;

@@ -269,6 +269,20 @@ struct crl_backend_ops {
     int (*reconcile)(struct crl_host *h, void *state, struct crl_err *err);
     void (*shutdown)(struct crl_host *h, void *state);
 
+    /* Adoption by a corrald started anew (lib/core/host.c), NULL where a
+     * sandbox cannot outlive its corrald: what its record keeps of how it
+     * runs (JSON); whether what a record kept still runs as it did (before
+     * the reconcile, which spares the cgroup `s<slot>` of each that does);
+     * and taking it over, synchronously (the host has built sb from the
+     * record: id, spec, image, slot), with `*paused` set if it is frozen.
+     * A failed check or adopt sets *reason to a word for why (the lost
+     * sandbox's lost_reason) and err to the whole story. */
+    struct json_t *(*adopt_record)(struct crl_sandbox *sb);
+    int (*adopt_check)(struct crl_host *h, struct json_t *rec, const char **reason,
+                       struct crl_err *err);
+    int (*adopt)(struct crl_sandbox *sb, struct json_t *rec, bool *paused, const char **reason,
+                 struct crl_err *err);
+
     /* Build the sandbox; completes with crl_sandbox_created(sb, err). */
     int (*create)(struct crl_sandbox *sb, struct crl_err *err);
     /* Tear it down; completes with crl_sandbox_destroyed(sb).  Must not fail:

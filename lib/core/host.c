@@ -11,12 +11,14 @@
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../util/buf.h"
 #include "../util/cleanup.h"
 #include "../util/fdio.h"
 #include "../util/log.h"
+#include "../os/proc.h"
 #include "../util/worker.h"
 #include "etc.h"
 #include "netlog.h"
@@ -421,6 +423,12 @@ static void owner_ready(struct crl_sandbox *sb)
         crl_record_write(sb->host, sb);
 }
 
+static void owner_changed(struct crl_sandbox *sb)
+{
+    if (!sb->pool && sb->ready_at > 0 && sb->state <= CRL_SB_PAUSED)
+        crl_record_write(sb->host, sb);
+}
+
 static void owner_retire(struct crl_sandbox *sb, bool keep)
 {
     if (sb->ready_at > 0)
@@ -670,12 +678,174 @@ static int take_lock(const char *path, struct crl_err *err)
     return fd;
 }
 
+/* ---- adopting what a corrald before this one left running ---- */
+
+/* Its record's cgroup name, if its backend keeps one ("" if not). */
+static const char *record_cgroup(json_t *rec)
+{
+    const char *cg = json_string_value(
+        json_object_get(json_object_get(json_object_get(rec, "adopt"), "backend"), "cgroup"));
+    return cg && cg[0] == 's' && strlen(cg) < 16 && strspn(cg + 1, "0123456789") == strlen(cg) - 1
+               ? cg
+               : "";
+}
+
+/* Whether a record left may be adopted: what the host can tell, then its
+ * backend's check.  A record that may not is reported lost (and taken out
+ * of `left`); the reconcile then removes what is left of it. */
+static bool adoptable(struct crl_host *h, const char *id, json_t *rec, unsigned char *slots_seen)
+{
+    const char *backend = json_string_value(json_object_get(rec, "backend"));
+    const struct crl_backend_ops *ops = backend ? backend_find(h, backend) : NULL;
+    json_t *ad = json_object_get(rec, "adopt");
+    json_t *spec = json_object_get(rec, "spec");
+    json_int_t slot = json_integer_value(json_object_get(ad, "slot"));
+    const char *traj =
+        json_string_value(json_object_get(json_object_get(spec, "trajectory"), "id"));
+    const char *boot = json_string_value(json_object_get(ad, "boot_id"));
+    json_t *vols = json_object_get(spec, "volumes");
+    const char *why = NULL;
+    char msg[300] = "";
+    struct crl_err err = CRL_ERR_INIT;
+    if (!ops || !ops->adopt) {
+        why = "backend_not_adoptable";
+        snprintf(msg, sizeof(msg),
+                 "a %s sandbox does not outlive its corrald: its processes ended with the one "
+                 "that was restarted",
+                 backend ? backend : "?");
+    } else if (!json_is_object(ad) ||
+               json_integer_value(json_object_get(ad, "v")) != CRL_RECORD_ADOPT_V) {
+        why = "not_recorded";
+        snprintf(msg, sizeof(msg), "its record says nothing a corrald can adopt it by");
+    } else if (!boot || strcmp(boot, h->boot_id) != 0) {
+        why = "host_rebooted";
+        snprintf(msg, sizeof(msg), "the host was rebooted since it ran");
+    } else if (slot < 0 || slot >= h->cfg.uid_slots || slots_seen[slot] ||
+               json_integer_value(json_object_get(ad, "uid_base")) !=
+                   (json_int_t)h->cfg.uid_base + slot * 65536 ||
+               !record_cgroup(rec)[0]) {
+        why = "config_changed";
+        snprintf(msg, sizeof(msg),
+                 "its slot %lld does not fit this corrald's --uid-base and --uid-slots",
+                 (long long)slot);
+    } else if (json_is_true(json_object_get(ad, "net_linked"))) {
+        why = "network_not_adopted";
+        snprintf(msg, sizeof(msg),
+                 "it had a network link, which a restarted corrald does not take over in this "
+                 "version");
+    } else if (json_array_size(vols)) {
+        why = "volumes_not_adopted";
+        snprintf(msg, sizeof(msg),
+                 "it mounted volumes, which a restarted corrald does not take over in this "
+                 "version");
+    } else if (traj && traj[0]) {
+        why = "trajectory_resumes";
+        snprintf(msg, sizeof(msg),
+                 "it recorded trajectory %s: a create naming the trajectory resumes it (its "
+                 "steps replay)",
+                 traj);
+    } else if (ops->adopt_check(h, json_object_get(ad, "backend"), &why, &err) < 0) {
+        snprintf(msg, sizeof(msg), "%s", err.msg);
+    }
+    if (why) {
+        crl_records_lost_add(h, rec, why, "%s", msg);
+        return false;
+    }
+    slots_seen[slot] = 1;
+    return true;
+}
+
+/* Kill what runs in a cgroup an adoption kept, and remove it. */
+static void discard_cgroup(struct crl_host *h, const char *name)
+{
+    struct crl_cgroup *cg = NULL;
+    if (crl_cgroup_adopt(h->cgroups, name, 0, 0, &cg, NULL) < 0)
+        return;
+    crl_cgroup_kill_all(cg, NULL);
+    for (int i = 0; i < 100 && crl_cgroup_tidy(cg, true) < 0; i++) {
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    crl_cgroup_release(cg, true, NULL);
+}
+
+/* Build the sandbox a record describes and have its backend take it over. */
+static int adopt_one(struct crl_host *h, const char *id, json_t *rec, const char **why,
+                     struct crl_err *err)
+{
+    const struct crl_backend_ops *ops =
+        backend_find(h, json_string_value(json_object_get(rec, "backend")));
+    json_t *ad = json_object_get(rec, "adopt");
+    struct crl_sandbox *sb = calloc(1, sizeof(*sb));
+    if (!sb)
+        return crl_err_sys(err, ENOMEM, "sandbox");
+    sb->host = h;
+    sb->owner = &h->owner;
+    sb->ops = ops;
+    sb->refs = 1;
+    sb->state = CRL_SB_CREATING;
+    snprintf(sb->id, sizeof(sb->id), "%s", id);
+    *why = "record_unreadable";
+    if (crl_spec_from_json(json_object_get(rec, "spec"), &sb->spec, err) < 0) {
+        free(sb);
+        return crl_err_prefix(err, "its recorded spec");
+    }
+    const char *image = json_string_value(json_object_get(ad, "image_id"));
+    if (h->images && !(sb->image = crl_image_get(h->images, image ? image : sb->spec.image, err))) {
+        *why = "image_gone";
+        crl_sandbox_unref(sb);
+        return -1;
+    }
+    sb->slot = (unsigned)json_integer_value(json_object_get(ad, "slot"));
+    sb->has_slot = true;
+    h->slots[sb->slot] = 1;
+    sb->created_at = json_real_value(json_object_get(ad, "created_s"));
+    reserve(h, sb, true);
+    table_add(h, sb);
+    bool paused = false;
+    if (ops->adopt(sb, json_object_get(ad, "backend"), &paused, why, err) < 0) {
+        crl_image_put(sb->image);
+        sb->image = NULL;
+        owner_release(sb);
+        forget(h, sb);
+        return -1;
+    }
+    sb->ready_at = json_real_value(json_object_get(ad, "ready_s"));
+    crl_sandbox_adopted(sb, paused, json_real_value(json_object_get(ad, "expires_at")),
+                        (unsigned)json_integer_value(json_object_get(ad, "timeout_s")),
+                        json_is_true(json_object_get(ad, "ttl_paused")));
+    crl_record_write(h, sb); /* as it runs now (its PID 1's new pidfd says the same) */
+    h->counters.adopted++;
+    return 0;
+}
+
+static void adopt_left(struct crl_host *h, json_t *left)
+{
+    const char *id;
+    json_t *rec;
+    json_object_foreach(left, id, rec)
+    {
+        const char *why = "adopt_failed";
+        struct crl_err err = CRL_ERR_INIT;
+        if (adopt_one(h, id, rec, &why, &err) == 0)
+            continue;
+        char cg[16];
+        snprintf(cg, sizeof(cg), "%s", record_cgroup(rec));
+        crl_records_lost_add(h, rec, why, "%s", err.msg);
+        discard_cgroup(h, cg);
+    }
+}
+
 int crl_host_open(const struct crl_host_config *cfg, struct crl_loop *loop, struct crl_host **out,
                   struct crl_err *err)
 {
     struct crl_host *h = calloc(1, sizeof(*h));
     if (!h)
         return crl_err_sys(err, ENOMEM, "host");
+    json_t *left = NULL;      /* the records the last run left */
+    const char **keep = NULL; /* the cgroups of those that may be adopted */
+    size_t n_keep = 0;
+    unsigned char *slots_seen = NULL;
     h->cfg = *cfg;
     h->loop = loop;
     h->lock_fd = h->cgroup_lock_fd = h->records_fd = -1;
@@ -746,14 +916,33 @@ int crl_host_open(const struct crl_host_config *cfg, struct crl_loop *loop, stru
                                     .parent = cfg->cgroup_parent};
     if (crl_cgroup_mgr_open(&cgc, &h->cgroups, err) < 0)
         goto fail;
-    int n = crl_cgroup_mgr_reconcile(h->cgroups, err);
+    /* What the last run left: the sandboxes that still run as recorded
+     * are adopted below, once the backends are up; the reconcile spares
+     * their cgroups, and removes everything else of that run. */
+    crl_boot_id(h->boot_id, sizeof(h->boot_id));
+    if (crl_records_open(h, &left, err) < 0)
+        goto fail;
+    if (json_object_size(left) && (!(slots_seen = calloc(cfg->uid_slots ? cfg->uid_slots : 1, 1)) ||
+                                   !(keep = calloc(json_object_size(left), sizeof(*keep))))) {
+        crl_err_sys(err, ENOMEM, "records");
+        goto fail;
+    }
+    const char *left_id;
+    json_t *left_rec;
+    void *tmp;
+    json_object_foreach_safe(left, tmp, left_id, left_rec)
+    {
+        if (adoptable(h, left_id, left_rec, slots_seen))
+            keep[n_keep++] = record_cgroup(left_rec);
+        else
+            json_object_del(left, left_id);
+    }
+    int n = crl_cgroup_mgr_reconcile(h->cgroups, keep, n_keep, err);
     if (n < 0)
         goto fail;
     if (n > 0)
         crl_warn(NULL, "reconcile: removed %d leftover sandbox cgroup(s) and their processes", n);
     crl_vnet_reconcile(vnet_tag(h));
-    if (crl_records_open(h, err) < 0) /* after the reconcile: what it removed is lost */
-        goto fail;
     if (cfg->dns_upstream)
         snprintf(h->nameservers, sizeof(h->nameservers), "%s", cfg->dns_upstream);
     else
@@ -793,7 +982,8 @@ int crl_host_open(const struct crl_host_config *cfg, struct crl_loop *loop, stru
                                      .release = owner_release,
                                      .retire = owner_retire,
                                      .stopped = owner_stopped,
-                                     .ready = owner_ready};
+                                     .ready = owner_ready,
+                                     .changed = owner_changed};
     for (size_t i = 0; i < cfg->n_backends; i++) {
         const struct crl_backend_ops *ops = cfg->backends[i];
         if (ops->init(h, &h->backend_state[i], err) < 0 ||
@@ -802,11 +992,24 @@ int crl_host_open(const struct crl_host_config *cfg, struct crl_loop *loop, stru
             goto fail;
         }
     }
+    adopt_left(h, left);
+    if (json_object_size(h->lost) || json_object_size(left))
+        crl_warn(NULL,
+                 "reconcile: of %zu sandbox(es) the previous run left, %zu adopted, %zu lost "
+                 "(each answers state lost for %.0f s)",
+                 json_object_size(h->lost) + json_object_size(left), (size_t)h->counters.adopted,
+                 json_object_size(h->lost), h->cfg.tombstone_s);
+    json_decref(left);
+    free(keep);
+    free(slots_seen);
     crl_info(NULL, "host %s: state %s, %" PRIu64 " MiB, %u CPUs, cgroup %s", h->cfg.host_id,
              h->state_dir, h->mem_total_mb, h->ncpus, crl_cgroup_mgr_describe(h->cgroups));
     *out = h;
     return 0;
 fail:
+    json_decref(left);
+    free(keep);
+    free(slots_seen);
     crl_host_close(h);
     return -1;
 }
@@ -859,7 +1062,7 @@ void crl_host_close(struct crl_host *h)
     }
     if (h->cgroups) {
         struct crl_err e = CRL_ERR_INIT;
-        if (crl_cgroup_mgr_reconcile(h->cgroups, &e) < 0 ||
+        if (crl_cgroup_mgr_reconcile(h->cgroups, NULL, 0, &e) < 0 ||
             crl_cgroup_mgr_remove_parent(h->cgroups, &e) < 0)
             crl_warn(NULL, "shutdown: %s", e.msg);
         crl_cgroup_mgr_free(h->cgroups);

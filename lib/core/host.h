@@ -117,6 +117,7 @@ struct crl_host {
     json_t *lost;           /* the previous run's sandboxes, by id (records.h) */
     int records_fd;         /* records.log, appended to */
     char records_dir[4200]; /* where it is: <state>, or <shared>/hosts/<id> */
+    char boot_id[40];       /* this boot's (crl_boot_id): in each record, for adoption */
     size_t records_bytes;
     struct crl_resolver *resolver; /* with vnet */
     struct crl_netlog *netlog;     /* with vnet: what sandboxes were refused */

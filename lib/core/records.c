@@ -3,6 +3,7 @@
 #include "records.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -13,13 +14,11 @@
 #include "../util/buf.h"
 #include "../util/fdio.h"
 #include "../util/log.h"
+#include "../image/store.h"
 #include "host.h"
 
 #define LOG_READ_MAX (256u << 20) /* what a start reads of a log left behind */
 #define LOG_COMPACT (16u << 20)   /* a log this long is written anew from the live */
-
-static const char why_lost[] = "corrald was restarted while it ran (a crash or a kill), and its "
-                               "processes went with the daemon: it was not adopted";
 
 /* sb-<host>-<hex>, as crl_host makes them: nothing else is taken for one. */
 static bool id_ok(const char *id)
@@ -40,16 +39,32 @@ void crl_records_dir(const char *shared_dir, const char *host_id, char *out, siz
 }
 
 /* What a sandbox is, not how it runs (no usage: reading that costs a
- * create as much again). */
+ * create as much again); and, for a backend that can be adopted, what a
+ * corrald started anew needs to take it over (records.h). */
 static json_t *record_of(struct crl_sandbox *sb)
 {
     json_t *labels = json_object();
     for (size_t i = 0; i < sb->spec.n_labels; i++)
         json_object_set_new(labels, sb->spec.labels[i].key, json_string(sb->spec.labels[i].value));
-    return json_pack("{s:s, s:s, s:s?, s:o, s:o, s:o, s:o}", "id", sb->id, "backend",
-                     sb->spec.backend, "image", sb->spec.image[0] ? sb->spec.image : NULL, "spec",
-                     crl_spec_to_json(&sb->spec), "labels", labels, "created_at",
-                     crl_json_time(sb->created_at), "ready_at", crl_json_time(sb->ready_at));
+    json_t *o = json_pack("{s:s, s:s, s:s?, s:o, s:o, s:o, s:o}", "id", sb->id, "backend",
+                          sb->spec.backend, "image", sb->spec.image[0] ? sb->spec.image : NULL,
+                          "spec", crl_spec_to_json(&sb->spec), "labels", labels, "created_at",
+                          crl_json_time(sb->created_at), "ready_at", crl_json_time(sb->ready_at));
+    json_t *backend = sb->ops->adopt_record ? sb->ops->adopt_record(sb) : NULL;
+    if (o && backend) {
+        const struct crl_host *h = sb->host;
+        json_t *a = json_pack("{s:i, s:s, s:i, s:I, s:s?, s:f, s:f, s:f, s:i, s:b, s:b, s:o}", "v",
+                              CRL_RECORD_ADOPT_V, "boot_id", h->boot_id, "slot", (int)sb->slot,
+                              "uid_base", (json_int_t)(h->cfg.uid_base + sb->slot * 65536u),
+                              "image_id", sb->image && sb->image->rec ? sb->image->rec->id : NULL,
+                              "created_s", sb->created_at, "ready_s", sb->ready_at, "expires_at",
+                              sb->expires_at, "timeout_s", (int)sb->timeout_s, "ttl_paused",
+                              sb->ttl_paused, "net_linked", sb->net_linked, "backend", backend);
+        json_object_set_new(o, "adopt", a);
+    } else {
+        json_decref(backend);
+    }
+    return o;
 }
 
 /* One line, in one write (O_APPEND: whole, or cut short by a crash, which
@@ -61,6 +76,23 @@ static void append(struct crl_host *h, const char *line, size_t len)
     if (crl_write_full(h->records_fd, line, len) < 0)
         crl_warn(NULL, "records: %s", strerror(errno));
     h->records_bytes += len;
+}
+
+/* "+{record}\n", in one write. */
+static int append_record(struct crl_host *h, json_t *o)
+{
+    char *s = json_dumps(o, JSON_COMPACT);
+    size_t n = s ? strlen(s) : 0;
+    char *line = s ? malloc(n + 3) : NULL;
+    if (line) {
+        line[0] = '+';
+        memcpy(line + 1, s, n);
+        line[n + 1] = '\n';
+        append(h, line, n + 2);
+    }
+    free(line);
+    free(s);
+    return line ? 0 : -1;
 }
 
 static int reopen(struct crl_host *h, struct crl_err *err)
@@ -109,29 +141,32 @@ json_t *crl_records_read(const char *dir)
     return live;
 }
 
-static void read_left(struct crl_host *h, double now)
+void crl_records_lost_add(struct crl_host *h, json_t *rec, const char *reason, const char *fmt, ...)
 {
-    json_t *live = crl_records_read(h->records_dir);
-    const char *id;
-    json_t *rec;
-    json_object_foreach(live, id, rec)
-    {
-        json_object_set_new(rec, "state", json_string("lost"));
-        json_object_set_new(rec, "end_reason", json_string("corrald_restarted"));
-        json_object_set_new(rec, "message", json_string(why_lost));
-        json_object_set_new(rec, "lost_at", json_real(now));
-        json_object_set(h->lost, id, rec);
-    }
-    if (json_object_size(live))
-        crl_warn(NULL,
-                 "reconcile: %zu sandbox(es) of the previous run lost; each is reported lost "
-                 "(GET answers state lost) for %.0f s",
-                 json_object_size(live), h->cfg.tombstone_s);
-    json_decref(live);
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    const char *id = json_string_value(json_object_get(rec, "id"));
+    if (!id)
+        return;
+    crl_warn(id, "lost (%s): %s", reason, msg);
+    json_object_del(rec, "adopt"); /* how it ran: nothing a client needs */
+    json_object_set_new(rec, "state", json_string("lost"));
+    json_object_set_new(rec, "end_reason", json_string("corrald_restarted"));
+    json_object_set_new(rec, "lost_reason", json_string(reason));
+    json_object_set_new(rec, "message", json_string(msg));
+    json_object_set_new(rec, "lost_at", json_real(crl_wall_s()));
+    json_object_set(h->lost, id, rec);
+    char line[64];
+    int n = snprintf(line, sizeof(line), "-%s\n", id);
+    append(h, line, (size_t)n);
 }
 
-int crl_records_open(struct crl_host *h, struct crl_err *err)
+int crl_records_open(struct crl_host *h, json_t **left, struct crl_err *err)
 {
+    *left = NULL;
     if (!(h->lost = json_object()))
         return crl_err_sys(err, ENOMEM, "records");
     if (h->cfg.shared_dir) {
@@ -141,8 +176,18 @@ int crl_records_open(struct crl_host *h, struct crl_err *err)
     } else {
         snprintf(h->records_dir, sizeof(h->records_dir), "%s", h->state_dir);
     }
-    read_left(h, crl_wall_s());
-    return reopen(h, err);
+    json_t *live = crl_records_read(h->records_dir);
+    if (reopen(h, err) < 0) {
+        json_decref(live);
+        return -1;
+    }
+    /* Written again at once: a crash before each is adopted or reported
+     * lost finds them all as they were. */
+    const char *id;
+    json_t *rec;
+    json_object_foreach(live, id, rec) append_record(h, rec);
+    *left = live;
+    return 0;
 }
 
 void crl_records_free(struct crl_host *h)
@@ -188,22 +233,9 @@ static void compact(struct crl_host *h)
 void crl_record_write(struct crl_host *h, struct crl_sandbox *sb)
 {
     json_t *o = record_of(sb);
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    if (!s) {
+    if (!o || append_record(h, o) < 0)
         crl_warn(sb->id, "records: encoding its record");
-        return;
-    }
-    size_t n = strlen(s);
-    char *line = malloc(n + 3);
-    if (line) {
-        line[0] = '+';
-        memcpy(line + 1, s, n);
-        line[n + 1] = '\n';
-        append(h, line, n + 2);
-    }
-    free(line);
-    free(s);
+    json_decref(o);
 }
 
 void crl_record_remove(struct crl_host *h, struct crl_sandbox *sb)

@@ -115,6 +115,13 @@ static void teardown(struct crl_sandbox *sb, enum crl_sb_state to)
     sb->ops->destroy(sb);
 }
 
+/* What the host keeps of it (its record) is out of date. */
+static void changed(struct crl_sandbox *sb)
+{
+    if (sb->owner->changed)
+        sb->owner->changed(sb);
+}
+
 /* ---- timers ---- */
 
 static void ttl_expired(struct crl_timer *t);
@@ -137,12 +144,14 @@ static void expire(struct crl_sandbox *sb, const char *why, unsigned secs)
     if (sb->spec.pause_on_ttl && sb->state == CRL_SB_PAUSED) {
         sb->ttl_paused = true; /* paused already: a resume starts its time again */
         sb->expires_at = 0;
+        changed(sb);
         return;
     }
     if (sb->spec.pause_on_ttl && crl_sandbox_pause(sb, &err) == 0) {
         crl_info(sb->id, "%s of %us reached: paused", why, secs);
         sb->ttl_paused = true;
         sb->expires_at = 0;
+        changed(sb);
         return;
     }
     if (sb->spec.pause_on_ttl)
@@ -257,13 +266,36 @@ void crl_sandbox_created(struct crl_sandbox *sb, const struct crl_err *err)
     sb->ready_at = crl_wall_s();
     sb->owner->counters->created++;
     crl_info(sb->id, "ready in %.1f ms", (sb->ready_at - sb->created_at) * 1e3);
+    start_ttls(sb); /* first: its record says when its ttl ends */
     if (sb->owner->ready)
         sb->owner->ready(sb);
-    start_ttls(sb);
     notify(&sb->create_waiters, sb, NULL);
     if (sb->destroy_requested) /* its reason and waiters are in place */
         teardown(sb, CRL_SB_DESTROYING);
     crl_sandbox_unref(sb);
+}
+
+void crl_sandbox_adopted(struct crl_sandbox *sb, bool paused, double expires_at, unsigned timeout_s,
+                         bool ttl_paused)
+{
+    sb->state = paused ? CRL_SB_PAUSED : CRL_SB_READY;
+    sb->last_active_ns = crl_now_ns();
+    sb->timeout_s = timeout_s;
+    sb->ttl_paused = ttl_paused;
+    /* Its ttl ends when it would have (wall clock); one already past ends
+     * on the loop's next turn, as it would have then. */
+    if (expires_at > 0) {
+        double left = expires_at - crl_wall_s();
+        sb->expires_at = expires_at;
+        crl_timer_start(sb->owner->loop, &sb->ttl_timer, left > 0 ? (uint64_t)(left * 1e9) : 0,
+                        ttl_expired, sb);
+    }
+    /* Its idle time starts now: when it was last used died with corrald. */
+    if (sb->spec.idle_ttl_s && !paused)
+        crl_timer_start(sb->owner->loop, &sb->idle_timer, (uint64_t)sb->spec.idle_ttl_s * NS_PER_S,
+                        idle_check, sb);
+    crl_info(sb->id, "adopted: %s, ttl %s", crl_sb_state_name(sb->state),
+             expires_at > 0 ? "as it was" : "none running");
 }
 
 static void claim_done(struct crl_timer *t)
@@ -461,6 +493,7 @@ int crl_sandbox_resume(struct crl_sandbox *sb, struct crl_err *err)
     if (sb->ttl_paused) { /* its time was up: it starts again */
         sb->ttl_paused = false;
         arm_ttl(sb, sb->timeout_s);
+        changed(sb);
     }
     crl_info(sb->id, "resumed");
     return 0;
@@ -473,6 +506,7 @@ int crl_sandbox_set_timeout(struct crl_sandbox *sb, unsigned timeout_s, struct c
     sb->timeout_s = timeout_s;
     sb->ttl_paused = false;
     arm_ttl(sb, timeout_s);
+    changed(sb);
     crl_info(sb->id, "ttl set to %us from now", timeout_s);
     return 0;
 }

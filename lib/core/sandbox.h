@@ -57,7 +57,7 @@ struct crl_sb_waiter {
 
 /* What the lives of a host's sandboxes add up to (its metrics). */
 struct crl_sb_counters {
-    uint64_t created, create_failed, destroyed, failed, rejected_capacity, claimed;
+    uint64_t created, create_failed, destroyed, failed, rejected_capacity, claimed, adopted;
     uint64_t execs, exec_timeouts, exec_ooms;
 };
 
@@ -78,6 +78,8 @@ struct crl_sb_owner {
     void (*stopped)(struct crl_sandbox *sb);
     /* It became ready (NULL: nothing to do). */
     void (*ready)(struct crl_sandbox *sb);
+    /* What a record of it says changed: its ttl (NULL: nothing to do). */
+    void (*changed)(struct crl_sandbox *sb);
 };
 
 #define CRL_SB_END_HOOKS 4
@@ -161,6 +163,11 @@ int crl_sandbox_destroy(struct crl_sandbox *sb, const char *reason, crl_sandbox_
  * loop's next turn, as if it had just been made. */
 int crl_sandbox_claim(struct crl_sandbox *sb, struct crl_spec *spec, crl_sandbox_cb cb, void *ctx,
                       struct crl_err *err);
+
+/* Host -> sandbox: one a corrald before this one made, taken over by its
+ * backend's adopt, is ready (or paused) again, its ttl where it was. */
+void crl_sandbox_adopted(struct crl_sandbox *sb, bool paused, double expires_at, unsigned timeout_s,
+                         bool ttl_paused);
 
 /* Backend -> host. */
 void crl_sandbox_created(struct crl_sandbox *sb, const struct crl_err *err);

@@ -552,7 +552,17 @@ struct reconcile_ctx {
     struct crl_cgroup_mgr *m;
     bool killer; /* the hierarchy that kills atomically: the freezer, or v2 */
     int removed, failed;
+    const char *const *keep; /* names left alone: adopted sandboxes' */
+    size_t n_keep;
 };
+
+static bool kept(const struct reconcile_ctx *rc, const char *name)
+{
+    for (size_t i = 0; i < rc->n_keep; i++)
+        if (strcmp(rc->keep[i], name) == 0)
+            return true;
+    return false;
+}
 
 static int reconcile_kill(int fd, void *ctx)
 {
@@ -567,12 +577,14 @@ static int reconcile_kill(int fd, void *ctx)
 
 static int reconcile_kill_child(int parent_fd, const char *name, void *ctx)
 {
-    return with_child(parent_fd, name, reconcile_kill, ctx);
+    return kept(ctx, name) ? 0 : with_child(parent_fd, name, reconcile_kill, ctx);
 }
 
 static int reconcile_remove_child(int parent_fd, const char *name, void *ctx)
 {
     struct reconcile_ctx *rc = ctx;
+    if (kept(rc, name))
+        return 0;
     if (remove_tree(parent_fd, name, true) < 0)
         rc->failed++;
     else if (rc->killer) /* count each sandbox cgroup once */
@@ -580,9 +592,10 @@ static int reconcile_remove_child(int parent_fd, const char *name, void *ctx)
     return 0;
 }
 
-int crl_cgroup_mgr_reconcile(struct crl_cgroup_mgr *m, struct crl_err *err)
+int crl_cgroup_mgr_reconcile(struct crl_cgroup_mgr *m, const char *const *keep, size_t n_keep,
+                             struct crl_err *err)
 {
-    struct reconcile_ctx rc = {.m = m};
+    struct reconcile_ctx rc = {.m = m, .keep = keep, .n_keep = n_keep};
     int killer = m->version == CRL_CGROUP_V2 ? 0 : H_FREEZER;
     /* Kill first everywhere (the freezer or cgroup.kill stops forks), then remove. */
     for (int pass = 0; pass < 2; pass++)
@@ -816,6 +829,115 @@ fail:
 const char *crl_cgroup_name(const struct crl_cgroup *cg)
 {
     return cg->name;
+}
+
+int crl_cgroup_adopt(struct crl_cgroup_mgr *m, const char *name, uint64_t cpu_base_ns,
+                     uint64_t oom_base, struct crl_cgroup **out, struct crl_err *err)
+{
+    struct crl_cgroup *cg = calloc(1, sizeof(*cg));
+    if (!cg)
+        return crl_err_sys(err, ENOMEM, "cgroup");
+    cg->m = m;
+    cg->peak_fd = -1;
+    cg->cpu_base_ns = cpu_base_ns;
+    cg->oom_base = oom_base;
+    snprintf(cg->name, sizeof(cg->name), "%s", name);
+    for (int i = 0; i < m->nh; i++) {
+        if (m->parent_fd[i] < 0)
+            continue;
+        struct stat st;
+        if (fstatat(m->parent_fd[i], name, &st, 0) < 0 || !S_ISDIR(st.st_mode)) {
+            crl_err_sys(err, errno ? errno : ENOTDIR, "cgroup %s/%s", m->parent_path[i], name);
+            free(cg);
+            return -1;
+        }
+    }
+    /* v2's peak as seen through a new fd is the cgroup's whole life's:
+     * no reset, the sandbox's peak is its own. */
+    if (m->version == CRL_CGROUP_V2 && m->v2_memory) {
+        cleanup_close int fd = cg_open(cg, 0, NULL);
+        cg->peak_fd = fd < 0 ? -1 : crl_openat(fd, "memory.peak", O_RDWR, 0);
+    }
+    *out = cg;
+    return 0;
+}
+
+void crl_cgroup_bases(const struct crl_cgroup *cg, uint64_t *cpu_base_ns, uint64_t *oom_base)
+{
+    *cpu_base_ns = cg->cpu_base_ns;
+    *oom_base = cg->oom_base;
+}
+
+/* The pids in a cgroup.procs, complete lines only, at most cap. */
+static size_t read_procs_at(int dirfd, const char *file, pid_t *out, size_t cap)
+{
+    char buf[65536];
+    ssize_t n = crl_read_file_at(dirfd, file, buf, sizeof(buf) - 1);
+    size_t k = 0;
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    for (char *line = buf, *nl; k < cap && (nl = strchr(line, '\n')); line = nl + 1) {
+        *nl = 0;
+        char *end;
+        long pid = strtol(line, &end, 10);
+        if (end != line && *end == 0 && pid > 0)
+            out[k++] = (pid_t)pid;
+    }
+    return k;
+}
+
+bool crl_cgroup_has_pid(struct crl_cgroup *cg, pid_t pid)
+{
+    pid_t pids[256];
+    cleanup_close int fd = leaf_open(cg, NULL);
+    size_t n = fd < 0 ? 0 : read_procs_at(fd, "cgroup.procs", pids, 256);
+    for (size_t i = 0; i < n; i++)
+        if (pids[i] == pid)
+            return true;
+    return false;
+}
+
+bool crl_cgroup_frozen(struct crl_cgroup *cg)
+{
+    bool v1 = cg->m->version == CRL_CGROUP_V1;
+    cleanup_close int fd = cg_open(cg, v1 ? H_FREEZER : 0, NULL);
+    char buf[32] = "";
+    if (fd < 0 ||
+        crl_read_file_at(fd, v1 ? "freezer.state" : "cgroup.freeze", buf, sizeof(buf) - 1) < 0)
+        return false;
+    return v1 ? strncmp(buf, "FROZEN", 6) == 0 || strncmp(buf, "FREEZING", 8) == 0 : buf[0] == '1';
+}
+
+struct leaves_ctx {
+    crl_cgroup_leaf_fn fn;
+    void *ctx;
+    pid_t pids[4096];
+};
+
+static int leaves_child(int parent_fd, const char *name, void *ctx)
+{
+    struct leaves_ctx *l = ctx;
+    char file[300];
+    snprintf(file, sizeof(file), "%s/cgroup.procs", name);
+    size_t n = read_procs_at(parent_fd, file, l->pids, CRL_ARRAY_SIZE(l->pids));
+    l->fn(name, l->pids, n, l->ctx);
+    return 0;
+}
+
+int crl_cgroup_leaves(struct crl_cgroup *cg, crl_cgroup_leaf_fn fn, void *ctx)
+{
+    cleanup_close int fd = leaf_open(cg, NULL);
+    struct leaves_ctx *l = malloc(sizeof(*l));
+    if (fd < 0 || !l) {
+        free(l);
+        return -1;
+    }
+    l->fn = fn;
+    l->ctx = ctx;
+    int r = each_child(fd, leaves_child, l);
+    free(l);
+    return r;
 }
 
 int crl_cgroup_leaf_procs(struct crl_cgroup *cg, const char *leaf, struct crl_err *err)

@@ -61,10 +61,12 @@ enum crl_cgroup_version crl_cgroup_mgr_version(const struct crl_cgroup_mgr *m);
 /* "v1: memory,cpu,cpuacct,pids,freezer" or "v2: cpu memory pids" */
 const char *crl_cgroup_mgr_describe(const struct crl_cgroup_mgr *m);
 
-/* Kill every process in every cgroup under the parent and remove them all:
- * what a restarted corrald does before it serves.  Returns how many cgroups
- * were removed, or -1. */
-int crl_cgroup_mgr_reconcile(struct crl_cgroup_mgr *m, struct crl_err *err);
+/* Kill every process in every cgroup under the parent and remove them all
+ * but those named in keep (a restarted corrald's adopted sandboxes): what a
+ * restarted corrald does before it serves.  Returns how many cgroups were
+ * removed, or -1. */
+int crl_cgroup_mgr_reconcile(struct crl_cgroup_mgr *m, const char *const *keep, size_t n_keep,
+                             struct crl_err *err);
 /* Remove the parent itself (clean shutdown).  Fails if anything is left. */
 int crl_cgroup_mgr_remove_parent(struct crl_cgroup_mgr *m, struct crl_err *err);
 
@@ -80,6 +82,20 @@ int crl_cgroup_tidy(struct crl_cgroup *cg, bool remove);
  * Never waits: call crl_cgroup_tidy until it succeeds first. */
 int crl_cgroup_release(struct crl_cgroup *cg, bool remove, struct crl_err *err);
 const char *crl_cgroup_name(const struct crl_cgroup *cg);
+/* An existing cgroup `name`, as a corrald before this one made it: its
+ * limits and usage are left as they are; cpu and oom figures count from
+ * the bases its creator had (crl_cgroup_bases). */
+int crl_cgroup_adopt(struct crl_cgroup_mgr *m, const char *name, uint64_t cpu_base_ns,
+                     uint64_t oom_base, struct crl_cgroup **out, struct crl_err *err);
+void crl_cgroup_bases(const struct crl_cgroup *cg, uint64_t *cpu_base_ns, uint64_t *oom_base);
+/* Whether pid is in the cgroup PID 1 lives in (not a leaf below). */
+bool crl_cgroup_has_pid(struct crl_cgroup *cg, pid_t pid);
+/* Whether the whole sandbox is frozen (or freezing). */
+bool crl_cgroup_frozen(struct crl_cgroup *cg);
+/* fn(leaf, pids, n, ctx) for each leaf below PID 1's cgroup, with the pids
+ * in it (4096 at most).  -1 if the cgroup cannot be read. */
+typedef void (*crl_cgroup_leaf_fn)(const char *leaf, const pid_t *pids, size_t n, void *ctx);
+int crl_cgroup_leaves(struct crl_cgroup *cg, crl_cgroup_leaf_fn fn, void *ctx);
 
 /* The cgroup.procs of the leaf `leaf` ("e<N>" for an exec), created if
  * needed: a process already in the sandbox's cgroups (a fork of its PID 1)

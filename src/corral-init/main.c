@@ -38,8 +38,8 @@
 
 /* Descriptors the clone child leaves us (see init.c); besides, the
  * spawner's end of SYNC_FD's socket, kept at CRL_INIT_SPARE_FD for the
- * next spawner, and corrald's pidfd at CRL_INIT_DAEMON_FD. */
-enum { SYNC_FD = 3, ROOT_FD = 4, TMPFS_FD = 5 };
+ * next spawner.  TMPFS_FD is kept too, for a corrald started anew. */
+enum { SYNC_FD = 3, ROOT_FD = 4, TMPFS_FD = CRL_INIT_TMPFS_FD };
 
 /* The fds a CRL_INIT_EXEC brings: stdin, stdout, stderr, the control
  * socket; with CRL_EXEC_F_TTY only the last. */
@@ -277,7 +277,24 @@ __attribute__((noreturn)) static void child(const struct crl_init_exec *rq, cons
 
 /* ---- the server ---- */
 
-/* One request from the spawner: fork its child and say so. */
+/* LIST: the children we forked that still run, for a spawner that takes
+ * us over (what it asks of us next comes after this answer). */
+static void list_kids(uint64_t id)
+{
+    static struct {
+        struct crl_init_note note;
+        int32_t pids[MAX_KIDS];
+    } m;
+    memset(&m.note, 0, sizeof(m.note));
+    m.note.op = CRL_INIT_KIDS;
+    m.note.id = id;
+    m.note.pid = (int32_t)n_kids;
+    for (unsigned i = 0; i < n_kids; i++)
+        m.pids[i] = kids[i];
+    send_fds(SYNC_FD, &m, sizeof(m.note) + n_kids * sizeof(int32_t), 0, 0);
+}
+
+/* One request from the spawner: fork its child and say so; or LIST. */
 static void serve(void)
 {
     union {
@@ -298,6 +315,10 @@ static void serve(void)
     if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
         nfds = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
         memcpy(fds, CMSG_DATA(cm), sizeof(int) * (unsigned)nfds);
+    }
+    if (nfds == 0 && (unsigned long)n == sizeof(in.rq) && in.rq.op == CRL_INIT_LIST) {
+        list_kids(in.rq.id);
+        return;
     }
     struct crl_init_note note = {.op = CRL_INIT_FORKED, .id = in.rq.id};
     int pidfd = -1;
@@ -370,8 +391,8 @@ __attribute__((noreturn, used)) void crl_init_entry(void)
     /* If nobody hears this, the spawner is gone: so are we. */
     if (send_fds(SYNC_FD, &r, sizeof(r), up, 2) < 0)
         crl_raw_exit(1);
-    crl_raw3(SYS_close_range, SYNC_FD + 1, CRL_INIT_SPARE_FD - 1, 0);
-    crl_raw3(SYS_close_range, CRL_INIT_DAEMON_FD + 1, ~0u, 0);
+    crl_raw1(SYS_close, ROOT_FD);
+    crl_raw3(SYS_close_range, CRL_INIT_SPARE_FD + 1, ~0u, 0);
 
     /* Our commands inherit our dispositions: none ignored (the spawner
      * ignores SIGPIPE, and so did we until now). */
@@ -390,13 +411,10 @@ __attribute__((noreturn, used)) void crl_init_entry(void)
     if (sigfd < 0)
         crl_raw_exit(1);
     for (;;) {
-        struct pollfd pf[3] = {{.fd = SYNC_FD, .events = POLLIN},
-                               {.fd = (int)sigfd, .events = POLLIN},
-                               {.fd = CRL_INIT_DAEMON_FD, .events = POLLIN}};
-        if (crl_raw5(SYS_ppoll, pf, 3, 0, 0, 0) < 0)
+        struct pollfd pf[2] = {{.fd = SYNC_FD, .events = POLLIN},
+                               {.fd = (int)sigfd, .events = POLLIN}};
+        if (crl_raw5(SYS_ppoll, pf, 2, 0, 0, 0) < 0)
             continue;
-        if (pf[2].revents)
-            crl_raw_exit(1); /* corrald is gone: no one would ever end the sandbox */
         if (pf[1].revents) {
             char si[128];
             while (crl_raw3(SYS_read, sigfd, si, sizeof(si)) > 0)

@@ -18,19 +18,26 @@ from conftest import SMALL, alive, docker_archive, import_to_store, wait_for, wa
 
 
 def test_sigkill_and_restart_leaves_nothing(corrald_factory):
+    """A corrald killed with -9: its container sandboxes run on and the next
+    one adopts them (tests/integration/test_adoption.py has the details);
+    what it cannot adopt (function sandboxes) is reported lost, and nothing
+    else of the run before is left."""
     d = corrald_factory()
     with d.client() as c:
-        boxes = [c.create(**SMALL) for _ in range(3)]
+        boxes = [c.create(**SMALL) for _ in range(2)]
         for sb in boxes:
             sb.exec("sleep 1000 > /dev/null 2>&1 &")
         inits = [sb.inspect()["container"]["init_pid"] for sb in boxes]
+        fns = [c.create(backend="function", runtime="shell", **SMALL) for _ in range(2)]
     d.kill()
-    # Its sandboxes die with it (their PID 1 watches a pidfd of corrald) ...
-    assert not wait_gone(inits, 5)
-    # ... but their cgroups remain until a corrald reconciles them.
+    # Its container sandboxes outlive it, in their cgroups ...
+    assert wait_gone(inits, 1) == inits
     assert d.leftovers()
-    # A process someone parked in a leftover cgroup is killed by the reconcile too.
-    procs = next(Path("/sys/fs/cgroup/pids").glob(f"{d.cgroup_parent}/s*/cgroup.procs"))
+    # ... and a cgroup of its that no record names goes at the next start,
+    # with the process someone parked there.
+    stray = Path(f"/sys/fs/cgroup/pids/{d.cgroup_parent}/s999")
+    stray.mkdir()
+    procs = stray / "cgroup.procs"
     sleeper = subprocess.Popen(["sh", "-c", f"echo $$ > {procs} && exec sleep 1000"])
     deadline = time.monotonic() + 5
     while str(sleeper.pid) not in procs.read_text().split() and time.monotonic() < deadline:
@@ -44,22 +51,28 @@ def test_sigkill_and_restart_leaves_nothing(corrald_factory):
         if sleeper.poll() is None:
             sleeper.kill()
             sleeper.wait()
-    assert d.live_sandboxes() == []
+    assert not stray.exists()
+    assert sorted(s["id"] for s in d.live_sandboxes()) == sorted(sb.id for sb in boxes)
+    with d.client() as c:
+        for sb in boxes:
+            assert b"sleep 1000" in c.get(sb.id).exec("ps").stdout  # adopted, as it ran
     # Nothing forgotten: each id the clients hold says lost, and why.
-    for sb in boxes:
+    for sb in fns:
         r = d.request("GET", f"/v1/sandboxes/{sb.id}")
         info = json.loads(r.body)
         assert r.status == 200 and info["state"] == "lost", r.body
         assert "restarted" in info["message"] and info["end_reason"] == "corrald_restarted"
+        assert info["lost_reason"] == "backend_not_adoptable"
         assert info["spec"]["resources"]["memory_mb"] == SMALL["memory_mb"]  # as it was
         r = d.request("POST", f"/v1/sandboxes/{sb.id}/exec", {"cmd": ["true"]})
         assert r.status == 409 and "lost" in json.loads(r.body)["error"]["message"], r.body
     listed = json.loads(d.request("GET", "/v1/sandboxes?state=lost").body)["sandboxes"]
-    assert sorted(s["id"] for s in listed) == sorted(sb.id for sb in boxes)
+    assert sorted(s["id"] for s in listed) == sorted(sb.id for sb in fns)
     # and it works as before
     with d.client() as c, c.create(**SMALL) as sb:
         assert sb.exec("echo again").stdout == b"again\n"
     d.shutdown_and_check()  # nothing left: no cgroup, mount or process
+    assert wait_gone(inits, 5) == []
 
 
 def test_sigterm_destroys_everything(corrald_factory):

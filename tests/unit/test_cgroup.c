@@ -798,6 +798,20 @@ static pid_t fork_into(const char *const *procs_files, size_t n)
     return r == 1 ? pid : -1;
 }
 
+struct leaf_seen {
+    char name[16];
+    pid_t pid;
+    size_t n;
+};
+
+static void leaf_cb(const char *leaf, const pid_t *pids, size_t n, void *ctx)
+{
+    struct leaf_seen *seen = ctx;
+    snprintf(seen->name, sizeof(seen->name), "%s", leaf);
+    seen->n = n;
+    seen->pid = n ? pids[0] : 0;
+}
+
 static void test_v1_reconcile(void)
 {
     case_setup();
@@ -825,7 +839,7 @@ static void test_v1_reconcile(void)
     if (!m)
         return;
     struct crl_err e = CRL_ERR_INIT;
-    int r = crl_cgroup_mgr_reconcile(m, &e);
+    int r = crl_cgroup_mgr_reconcile(m, NULL, 0, &e);
     ok(r > 0, "reconcile removes the leftovers (%d)", r);
     if (r < 0)
         diag("%s", e.msg);
@@ -835,7 +849,7 @@ static void test_v1_reconcile(void)
         gone = gone && !existsf(CG "/%s/%s/old1", v1_hier[i], parent_rec) &&
                !existsf(CG "/%s/%s/old2", v1_hier[i], parent_rec);
     ok(gone, "no leftover cgroup remains in any hierarchy");
-    is_int(crl_cgroup_mgr_reconcile(m, &e), 0, "a second reconcile finds nothing");
+    is_int(crl_cgroup_mgr_reconcile(m, NULL, 0, &e), 0, "a second reconcile finds nothing");
     is_int(crl_cgroup_mgr_remove_parent(m, &e), 0, "remove the parent");
     gone = true;
     for (size_t i = 0; i < 5; i++)
@@ -980,7 +994,7 @@ static void test_v2_reconcile(void)
     if (!m)
         return;
     struct crl_err e = CRL_ERR_INIT;
-    ok(crl_cgroup_mgr_reconcile(m, &e) == 1, "reconcile removes the one leftover cgroup");
+    ok(crl_cgroup_mgr_reconcile(m, NULL, 0, &e) == 1, "reconcile removes the one leftover cgroup");
     ok(killed(reap(a, 5000)), "and kills its process");
     ok(!existsf(CG "/unified/%s/old", parent_rec), "the leftover is gone");
     is_int(crl_cgroup_mgr_remove_parent(m, &e), 0, "remove the parent");
@@ -1010,12 +1024,12 @@ static void cleanup_parent(const char *par)
     struct crl_cgroup_mgr *m = mgr_v1(par);
     struct crl_err e = CRL_ERR_INIT;
     if (m) {
-        crl_cgroup_mgr_reconcile(m, &e);
+        crl_cgroup_mgr_reconcile(m, NULL, 0, &e);
         crl_cgroup_mgr_remove_parent(m, &e);
         crl_cgroup_mgr_free(m);
     }
     if (have_v2 && (m = mgr_v2(par))) {
-        crl_cgroup_mgr_reconcile(m, &e);
+        crl_cgroup_mgr_reconcile(m, NULL, 0, &e);
         crl_cgroup_mgr_remove_parent(m, &e);
         crl_cgroup_mgr_free(m);
     }
@@ -1032,6 +1046,79 @@ static bool nothing_left(const char *par)
             clean = false;
         }
     return clean;
+}
+
+/* A restarted corrald keeps the cgroups of the sandboxes it adopts: the
+ * reconcile spares them, their limits and processes, and an adopted one
+ * shows its PID 1, its leaves and its frozen state. */
+static void test_v1_reconcile_keeps(void)
+{
+    case_setup();
+    struct crl_cgroup_mgr *m = mgr_v1(parent_rec);
+    if (!m)
+        return;
+    struct crl_err e = CRL_ERR_INIT;
+    struct crl_cgroup_limits l = {.memory_bytes = 64u << 20, .pids = 50, .cpus = 0.5};
+    struct crl_cgroup *s3 = NULL, *s4 = NULL;
+    if (!ok(crl_cgroup_create(m, "s3", &l, &s3, &e) == 0 &&
+                crl_cgroup_create(m, "s4", &l, &s4, &e) == 0,
+            "create s3 and s4")) {
+        diag("%s", e.msg);
+        return;
+    }
+    char procs[5][512], leaf[512];
+    const char *pp[5], *p4[5];
+    char procs4[5][512];
+    for (size_t i = 0; i < 5; i++) {
+        snprintf(procs[i], sizeof(procs[i]), CG "/%s/%s/s3/cgroup.procs", v1_hier[i], parent_rec);
+        snprintf(procs4[i], sizeof(procs4[i]), CG "/%s/%s/s4/cgroup.procs", v1_hier[i], parent_rec);
+        pp[i] = procs[i];
+        p4[i] = procs4[i];
+    }
+    pid_t a = fork_into(pp, 5);
+    snprintf(leaf, sizeof(leaf), CG "/freezer/%s/s3/e5", parent_rec);
+    mkdir(leaf, 0755);
+    snprintf(procs[2], sizeof(procs[2]), CG "/freezer/%s/s3/e5/cgroup.procs", parent_rec);
+    pid_t b = fork_into(pp, 5);
+    pid_t c = fork_into(p4, 5);
+    uint64_t cpu_base, oom_base;
+    crl_cgroup_bases(s3, &cpu_base, &oom_base);
+    free(s3); /* what a corrald that died held: nothing on disk */
+    free(s4);
+    const char *keep[] = {"s3"};
+    int r = crl_cgroup_mgr_reconcile(m, keep, 1, &e);
+    is_int(r, 1, "the reconcile removes s4 alone");
+    ok(killed(reap(c, 5000)), "and kills s4's process");
+    ok(alive(a) && alive(b), "s3's processes live on");
+    ok(existsf(CG "/memory/%s/s3", parent_rec) && !existsf(CG "/memory/%s/s4", parent_rec),
+       "s3 is kept, s4 is gone");
+    char buf[64] = "";
+    char lim[512];
+    snprintf(lim, sizeof(lim), CG "/memory/%s/s3/memory.limit_in_bytes", parent_rec);
+    crl_read_file_at(AT_FDCWD, lim, buf, sizeof(buf));
+    is_int(strtoll(buf, NULL, 10), 64 << 20, "its memory limit is as it was");
+
+    struct crl_cgroup *cg = NULL;
+    ok(crl_cgroup_adopt(m, "s9", 0, 0, &cg, &e) < 0, "a cgroup that is not there is not adopted");
+    if (!ok(crl_cgroup_adopt(m, "s3", cpu_base, oom_base, &cg, &e) == 0, "adopt s3")) {
+        diag("%s", e.msg);
+        return;
+    }
+    ok(crl_cgroup_has_pid(cg, a) && !crl_cgroup_has_pid(cg, b) && !crl_cgroup_has_pid(cg, c),
+       "its PID 1's cgroup holds a, not the leaf's b, nor s4's c");
+    struct leaf_seen seen = {.n = 99};
+    crl_cgroup_leaves(cg, leaf_cb, &seen);
+    ok(strcmp(seen.name, "e5") == 0 && seen.n == 1 && seen.pid == b,
+       "its one leaf e5 holds b (%s, %zu)", seen.name, seen.n);
+    ok(!crl_cgroup_frozen(cg), "not frozen");
+    ok(crl_cgroup_freeze(cg, true, &e) == 0 && crl_cgroup_frozen(cg), "frozen once frozen");
+    crl_cgroup_freeze(cg, false, &e);
+    crl_cgroup_kill_all(cg, &e);
+    ok(killed(reap(a, 5000)) && killed(reap(b, 5000)), "killed through the adopted cgroup");
+    crl_cgroup_release(cg, false, NULL);
+    ok(crl_cgroup_mgr_reconcile(m, NULL, 0, &e) >= 1, "a reconcile keeping nothing removes s3");
+    is_int(crl_cgroup_mgr_remove_parent(m, &e), 0, "remove the parent");
+    crl_cgroup_mgr_free(m);
 }
 
 int main(void)
@@ -1064,6 +1151,7 @@ int main(void)
     TAP_RUN(test_v1_stats, 30);
     TAP_RUN(test_v1_oom_and_reuse, 60);
     TAP_RUN(test_v1_reconcile, 30);
+    TAP_RUN(test_v1_reconcile_keeps, 30);
     TAP_RUN(test_v2, 30);
     TAP_RUN(test_v2_reconcile, 30);
 

@@ -12,14 +12,17 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
+#include <sys/random.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/magic.h>
 
 #include <jansson.h>
 
 #include "../../core/etc.h"
 #include "../../core/host.h"
+#include "../../os/proc.h"
 #include "../../util/cleanup.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"
@@ -198,8 +201,28 @@ void crl_ctr_create_done(struct crl_sandbox *sb, const struct crl_spawn_reply *r
     c->pidfd = fds[0];
     c->tmpfs_fd = fds[1];
     c->pid = r->pid;
+    struct crl_proc_identity id;
+    if (crl_proc_identity(c->pid, &id) == 0) { /* for its record: who to adopt */
+        c->init_start = id.start;
+        c->init_pidns = id.pidns;
+    }
     crl_watch_start(sb->host->loop, &c->w_init, c->pidfd, EPOLLIN, init_exited, sb);
     crl_sandbox_created(sb, NULL);
+}
+
+/* Have spawner s take over a sandbox's PID 1 (its answer: adopt_done). */
+static int send_adopt(struct spawner *s, struct crl_sandbox *sb, struct crl_err *err)
+{
+    struct ctr_sandbox *c = sb->priv;
+    struct crl_spawn_req rq = {.op = CRL_SPAWN_ADOPT, .u.adopt.pid1 = c->pid};
+    crl_sandbox_ref(sb); /* the answer's */
+    if (crl_ctr_send_req(s, &rq, sizeof(rq), &c->pidfd, 1, P_ADOPT, sb, NULL, "", err) < 0) {
+        crl_sandbox_unref(sb);
+        return -1;
+    }
+    c->spawner = s->idx;
+    c->adopt_seq = sb->next_seq + 1; /* what runs in leaves below this, PID 1's KIDS names */
+    return 0;
 }
 
 void crl_ctr_adopt_all(struct spawner *s)
@@ -208,13 +231,9 @@ void crl_ctr_adopt_all(struct spawner *s)
         struct ctr_sandbox *c = sb->ops == &crl_container_backend ? sb->priv : NULL;
         if (!c || c->spawner != s->idx || c->pidfd < 0 || c->init_dead || c->releasing)
             continue;
-        struct crl_spawn_req rq = {.op = CRL_SPAWN_ADOPT, .u.adopt.pid1 = c->pid};
         struct crl_err err = CRL_ERR_INIT;
-        crl_sandbox_ref(sb); /* the answer's */
-        if (crl_ctr_send_req(s, &rq, sizeof(rq), &c->pidfd, 1, P_ADOPT, sb, NULL, "", &err) < 0) {
+        if (send_adopt(s, sb, &err) < 0)
             crl_sandbox_failed(sb, "init_lost", "its spawner died, and the new one: %s", err.msg);
-            crl_sandbox_unref(sb);
-        }
     }
 }
 
@@ -232,6 +251,211 @@ void crl_ctr_adopt_done(struct crl_sandbox *sb, const struct crl_spawn_reply *r)
         crl_info(sb->id, "taken over by spawner %u", c->spawner);
     }
     crl_sandbox_unref(sb);
+}
+
+struct kids_ctx {
+    struct crl_sandbox *sb;
+    const int32_t *kids;
+    size_t n;
+    unsigned killed;
+};
+
+/* An exec leaf of the run before whose command is one of PID 1's kids:
+ * its stdio was that run's, so it goes, with everything it started. */
+static void kill_kid_leaf(const char *leaf, const pid_t *pids, size_t n, void *ctx)
+{
+    struct kids_ctx *k = ctx;
+    struct ctr_sandbox *c = k->sb->priv;
+    char *end;
+    unsigned long long seq = leaf[0] == 'e' ? strtoull(leaf + 1, &end, 10) : 0;
+    if (leaf[0] != 'e' || *end || seq >= c->adopt_seq)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        pid_t ns_pid = crl_proc_ns_pid(pids[i]);
+        for (size_t j = 0; ns_pid > 0 && j < k->n; j++)
+            if (k->kids[j] == ns_pid) {
+                crl_cgroup_kill_leaf(c->cg, leaf, 0, NULL);
+                k->killed++;
+                return;
+            }
+    }
+}
+
+void crl_ctr_kids(struct spawner *s, const struct crl_spawn_reply *r, int fd)
+{
+    struct crl_sandbox *sb = s->st->host->sandboxes;
+    for (; sb; sb = sb->next) {
+        struct ctr_sandbox *c = sb->ops == &crl_container_backend ? sb->priv : NULL;
+        if (c && c->pid == r->pid && c->spawner == s->idx && !c->init_dead && !c->releasing &&
+            c->cg)
+            break;
+    }
+    static int32_t kids[4096];
+    size_t n = r->size > 0 && r->size <= 4096 ? (size_t)r->size : 0;
+    if (!sb || fd < 0 || r->size < 0 || r->size > 4096 ||
+        (n && pread(fd, kids, n * sizeof(int32_t), 0) != (ssize_t)(n * sizeof(int32_t)))) {
+        if (sb)
+            crl_warn(sb->id, "takeover: its PID 1's list of children is unreadable");
+        return;
+    }
+    struct kids_ctx k = {.sb = sb, .kids = kids, .n = n};
+    if (n)
+        crl_cgroup_leaves(((struct ctr_sandbox *)sb->priv)->cg, kill_kid_leaf, &k);
+    crl_info(sb->id,
+             "taken over: %zu command(s) still ran for the spawner before; %u ended, with "
+             "what they started (their output went to a process that is gone)",
+             n, k.killed);
+}
+
+/* ---- adoption by a corrald started anew (lib/core/host.c) ---- */
+
+static json_t *ctr_adopt_record(struct crl_sandbox *sb)
+{
+    struct ctr_sandbox *c = sb->priv;
+    if (!c || !c->cg || c->pid <= 0 || !c->init_start)
+        return NULL;
+    uint64_t cpu_base, oom_base;
+    crl_cgroup_bases(c->cg, &cpu_base, &oom_base);
+    return json_pack("{s:s, s:i, s:I, s:I, s:i, s:I, s:I}", "cgroup", crl_cgroup_name(c->cg),
+                     "init_pid", (int)c->pid, "init_start", (json_int_t)c->init_start, "pidns",
+                     (json_int_t)c->init_pidns, "proto", CRL_INIT_PROTO, "cpu_base_ns",
+                     (json_int_t)cpu_base, "oom_base", (json_int_t)oom_base);
+}
+
+/* Is the recorded PID 1 the process that has its pid now? */
+static int check_init(json_t *rec, pid_t *pid, const char **why, struct crl_err *err)
+{
+    *pid = (pid_t)json_integer_value(json_object_get(rec, "init_pid"));
+    struct crl_proc_identity id;
+    if (json_integer_value(json_object_get(rec, "proto")) != CRL_INIT_PROTO) {
+        *why = "init_protocol";
+        return crl_err_set(err, CRL_E_CONFLICT, "its PID 1 speaks protocol %lld, this corrald %d",
+                           (long long)json_integer_value(json_object_get(rec, "proto")),
+                           CRL_INIT_PROTO);
+    }
+    if (*pid <= 1 || crl_proc_identity(*pid, &id) < 0) {
+        *why = "init_gone";
+        return crl_err_set(err, CRL_E_CONFLICT, "its PID 1 (pid %d) is gone", (int)*pid);
+    }
+    if ((json_int_t)id.start != json_integer_value(json_object_get(rec, "init_start")) ||
+        (json_int_t)id.pidns != json_integer_value(json_object_get(rec, "pidns"))) {
+        *why = "init_mismatch";
+        return crl_err_set(err, CRL_E_CONFLICT,
+                           "pid %d is another process now than its PID 1 (start time or pid "
+                           "namespace differ)",
+                           (int)*pid);
+    }
+    return 0;
+}
+
+static int ctr_adopt_check(struct crl_host *h, json_t *rec, const char **why, struct crl_err *err)
+{
+    pid_t pid;
+    return check_init(rec, &pid, why, err);
+}
+
+struct stray_ctx {
+    struct ctr_sandbox *c;
+    uint64_t max_seq;
+};
+
+/* A leaf of the run before: a stream's or a restore's helper (they died
+ * with their spawner: whatever is left goes), or an exec's (kept until
+ * PID 1 names its running children: what finished leaves its daemons). */
+static void stray_leaf(const char *leaf, const pid_t *pids, size_t n, void *ctx)
+{
+    struct stray_ctx *sc = ctx;
+    char *end;
+    unsigned long long seq = strtoull(leaf + 1, &end, 10);
+    if (*end)
+        return;
+    if (seq > sc->max_seq)
+        sc->max_seq = seq;
+    if (leaf[0] == 't' || leaf[0] == 'r') {
+        crl_cgroup_kill_leaf(sc->c->cg, leaf, 0, NULL);
+        crl_cgroup_remove_leaf(sc->c->cg, leaf);
+    }
+}
+
+static int ctr_adopt(struct crl_sandbox *sb, json_t *rec, bool *paused, const char **why,
+                     struct crl_err *err)
+{
+    struct crl_host *h = sb->host;
+    struct ctr_sandbox *c = calloc(1, sizeof(*c));
+    if (!c)
+        return crl_err_sys(err, ENOMEM, "sandbox");
+    c->netns_fd = c->pidfd = c->tmpfs_fd = -1;
+    sb->priv = c;
+    pid_t pid;
+    struct stat self_net, net;
+    struct statfs sf;
+    struct crl_proc_identity id;
+    char path[64];
+    /* The pidfd first, then the identity again: a pid reused between the
+     * check and the open would fail it. */
+    if (check_init(rec, &pid, why, err) < 0)
+        goto fail;
+    c->pid = pid;
+    if ((c->pidfd = (int)syscall(SYS_pidfd_open, pid, 0)) < 0 || crl_proc_identity(pid, &id) < 0 ||
+        (json_int_t)id.start != json_integer_value(json_object_get(rec, "init_start"))) {
+        *why = "init_gone";
+        crl_err_set(err, CRL_E_CONFLICT, "its PID 1 (pid %d) is gone", (int)pid);
+        goto fail;
+    }
+    c->init_start = id.start;
+    c->init_pidns = id.pidns;
+    *why = "cgroup_mismatch";
+    if (crl_cgroup_adopt(h->cgroups, json_string_value(json_object_get(rec, "cgroup")),
+                         (uint64_t)json_integer_value(json_object_get(rec, "cpu_base_ns")),
+                         (uint64_t)json_integer_value(json_object_get(rec, "oom_base")), &c->cg,
+                         err) < 0)
+        goto fail;
+    if (!crl_cgroup_has_pid(c->cg, pid)) {
+        crl_err_set(err, CRL_E_CONFLICT, "its PID 1 (pid %d) is not in its cgroup %s", (int)pid,
+                    crl_cgroup_name(c->cg));
+        goto fail;
+    }
+    /* Its network namespace, never the host's; its tmpfs, from PID 1. */
+    *why = "init_mismatch";
+    snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)pid);
+    if ((c->netns_fd = crl_openat(AT_FDCWD, path, O_RDONLY, 0)) < 0 ||
+        stat("/proc/self/ns/net", &self_net) < 0 || fstat(c->netns_fd, &net) < 0 ||
+        net.st_ino == self_net.st_ino) {
+        crl_err_set(err, CRL_E_CONFLICT, "its PID 1 (pid %d) has no network namespace of its own",
+                    (int)pid);
+        goto fail;
+    }
+    c->tmpfs_fd = (int)syscall(SYS_pidfd_getfd, c->pidfd, CRL_INIT_TMPFS_FD, 0);
+    if (c->tmpfs_fd < 0 || fstatfs(c->tmpfs_fd, &sf) < 0 || sf.f_type != TMPFS_MAGIC) {
+        crl_err_sys(err, c->tmpfs_fd < 0 ? errno : EPROTO, "taking its tmpfs from its PID 1");
+        goto fail;
+    }
+    /* Checked through the pidfd: the /proc files read above were its. */
+    if (syscall(SYS_pidfd_send_signal, c->pidfd, 0, NULL, 0) < 0) {
+        *why = "init_gone";
+        crl_err_sys(err, errno, "its PID 1 (pid %d)", (int)pid);
+        goto fail;
+    }
+    struct stray_ctx sc = {.c = c};
+    crl_cgroup_leaves(c->cg, stray_leaf, &sc);
+    sb->next_seq = sc.max_seq; /* new leaves never reuse an old one's name */
+    c->adopted = true;         /* not our spawners' child: no zombie of it to wait for */
+    *why = "adopt_failed";
+    struct spawner *s = crl_ctr_pick_spawner(crl_ctr_state, err);
+    if (!s || send_adopt(s, sb, err) < 0)
+        goto fail;
+    crl_watch_start(h->loop, &c->w_init, c->pidfd, EPOLLIN, init_exited, sb);
+    *paused = crl_cgroup_frozen(c->cg);
+    return 0;
+fail:
+    if (c->cg)
+        crl_cgroup_release(c->cg, false, NULL);
+    close_fd(&c->netns_fd);
+    close_fd(&c->pidfd);
+    close_fd(&c->tmpfs_fd);
+    free(c);
+    sb->priv = NULL;
+    return -1;
 }
 
 /* The sandbox has its network namespace: ask a spawner to make it. */
@@ -399,6 +623,11 @@ static int ctr_init(struct crl_host *h, void **state, struct crl_err *err)
         return crl_err_sys(err, ENOMEM, "container backend");
     }
     st->host = h;
+    /* Request ids never repeat across runs: a PID 1 that outlived the run
+     * before may still tell of that run's requests. */
+    if (getrandom(&st->next_id, sizeof(st->next_id), 0) != (ssize_t)sizeof(st->next_id))
+        st->next_id = crl_now_ns();
+    st->next_id &= ~(1ull << 63);
     *state = st;
     crl_ctr_state = st;
     if (h->cfg.spawner_path)
@@ -426,9 +655,10 @@ static int ctr_init(struct crl_host *h, void **state, struct crl_err *err)
 
 static int ctr_reconcile(struct crl_host *h, void *state, struct crl_err *err)
 {
-    /* Processes and cgroups of an earlier corrald were removed by the cgroup
-     * reconcile; mounts lived in namespaces that died with them; upper dirs
-     * were tmpfs.  Nothing of ours remains on disk to clean. */
+    /* Processes and cgroups of an earlier corrald that were not adopted
+     * were removed by the cgroup reconcile; mounts lived in namespaces that
+     * died with them; upper dirs were tmpfs.  Nothing of ours remains on
+     * disk to clean. */
     return 0;
 }
 
@@ -475,6 +705,9 @@ const struct crl_backend_ops crl_container_backend = {
     .fds_held = 4, /* its init's pidfd, its netns, its tmpfs (and v2's memory.peak) */
     .init = ctr_init,
     .reconcile = ctr_reconcile,
+    .adopt_record = ctr_adopt_record,
+    .adopt_check = ctr_adopt_check,
+    .adopt = ctr_adopt,
     .shutdown = ctr_shutdown,
     .create = ctr_create,
     .destroy = ctr_destroy,

@@ -82,7 +82,10 @@ struct ctr_sandbox {
     unsigned spawner;
     struct crl_watch w_init;
     bool init_dead;
-    bool adopted; /* its PID 1 outlived the spawner that made it: nobody we know reaps it */
+    bool adopted;        /* its PID 1 outlived the spawner that made it: nobody we know reaps it */
+    uint64_t adopt_seq;  /* since its last takeover: leaves below e<this> are the old run's */
+    uint64_t init_start; /* its PID 1's start time and pid namespace (lib/os/proc.h) */
+    uint64_t init_pidns;
     bool releasing;
     struct crl_cgroup_reclaim last_pause; /* what the last pause gave back */
     bool create_failed;                   /* draining after a create that failed half-way */
@@ -135,6 +138,9 @@ void crl_ctr_create_done(struct crl_sandbox *sb, const struct crl_spawn_reply *r
  * that spawner died too, before it answered). */
 void crl_ctr_adopt_all(struct spawner *s);
 void crl_ctr_adopt_done(struct crl_sandbox *sb, const struct crl_spawn_reply *r);
+/* The children a PID 1 that spawner `s` took over still runs for the
+ * spawner before (CRL_SPAWN_KIDS, fd: their pids): ended, with their leaves. */
+void crl_ctr_kids(struct spawner *s, const struct crl_spawn_reply *r, int fd);
 
 /* ---- procs.c: the replies and exits a spawner reports, and the ops ---- */
 

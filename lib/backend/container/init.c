@@ -221,22 +221,16 @@ NO_SAN static long move_fd_cloexec(long from, int to)
 }
 
 /* Where the descriptors we keep wait, out of the way of what we open. */
-enum {
-    HIGH_SYNC = 1000,
-    HIGH_INIT = 1001,
-    HIGH_TMPFS = 1002,
-    HIGH_SPARE = 1003,
-    HIGH_DAEMON = 1004
-};
+enum { HIGH_SYNC = 1000, HIGH_INIT = 1001, HIGH_TMPFS = 1002, HIGH_SPARE = 1003 };
 
 NO_SAN int crl_init_main(void *arg)
 {
     struct crl_init_args *a = arg;
 
     /* The fd table is a copy of the spawner's: keep only the create socket
-     * and the corral-init binary (the spawner's end of the socket and
-     * corrald's pidfd come with the go, below: held from the start, the
-     * first would keep us from seeing the spawner die while we wait). */
+     * and the corral-init binary (the spawner's end of the socket comes
+     * with the go, below: held from the start, it would keep us from
+     * seeing the spawner die while we wait). */
     long r0 = crl_raw3(SYS_fcntl, a->sync_fd, F_DUPFD_CLOEXEC, HIGH_SYNC);
     long r1 = crl_raw3(SYS_fcntl, a->init_fd, F_DUPFD_CLOEXEC, HIGH_INIT);
     if (r0 != HIGH_SYNC || r1 != HIGH_INIT)
@@ -248,8 +242,7 @@ NO_SAN int crl_init_main(void *arg)
     int lower[CRL_SPAWN_MAX_LAYERS + CRL_SPAWN_MAX_VOLUMES + 3];
     long n_lower = recv_fds(sync, lower);
     CHECK(n_lower, CRL_STEP_SYNC);
-    CHECK(n_lower < 4 + (long)a->n_volumes ? -EPROTO : 0, CRL_STEP_SYNC);
-    CHECK(move_fd_cloexec(lower[--n_lower], HIGH_DAEMON), CRL_STEP_SYNC);
+    CHECK(n_lower < 3 + (long)a->n_volumes ? -EPROTO : 0, CRL_STEP_SYNC);
     CHECK(move_fd_cloexec(lower[--n_lower], HIGH_SPARE), CRL_STEP_SYNC);
     int timens_fd = lower[--n_lower];
     n_lower -= a->n_volumes; /* the volumes' follow the layers' */
@@ -425,11 +418,10 @@ NO_SAN int crl_init_main(void *arg)
     CHECK(move_fd(HIGH_SYNC, 3), CRL_STEP_EXEC);
     sync = 3;
     CHECK(move_fd(HIGH_SPARE, CRL_INIT_SPARE_FD), CRL_STEP_EXEC);
-    CHECK(move_fd(HIGH_DAEMON, CRL_INIT_DAEMON_FD), CRL_STEP_EXEC);
-    /* Built: the sandbox outlives its spawner from here on (not corrald:
-     * corral-init watches its pidfd), and one started anew takes it over
-     * (CRL_SPAWN_ADOPT).  A spawner that dies before our report fails the
-     * create, and corrald kills its cgroup, us in it. */
+    /* Built: the sandbox outlives its spawner and corrald from here on,
+     * and a spawner started anew takes it over (CRL_SPAWN_ADOPT).  A
+     * spawner that dies before our report fails the create, and corrald
+     * kills its cgroup, us in it. */
     CHECK(crl_raw2(SYS_prctl, PR_SET_PDEATHSIG, 0), CRL_STEP_EXEC);
     static char *const argv[] = {(char *)"corral-init", NULL};
     static char *const envp[] = {NULL};

@@ -40,6 +40,9 @@ enum crl_spawn_op {
                              the sandbox takes its PID 1's socket (u.adopt) */
     CRL_SPAWN_REPLY = 100,
     CRL_SPAWN_EXITED, /* a child of the spawner ended (unsolicited) */
+    CRL_SPAWN_KIDS,   /* after an ADOPT (unsolicited): pid is the PID 1's, size the
+                         number n of its running children, and the fd a memfd of
+                         their n int32 pids in the sandbox */
 };
 
 /* Where sandbox creation failed, for the error message. */
@@ -212,17 +215,28 @@ struct crl_spawn_reply {
  * the descriptor (which the spawner checks is a terminal's master).
  *
  * PID 1 also keeps the spawner's end of that socket, at CRL_INIT_SPARE_FD
- * (closed in every process it forks), so that it outlives its spawner: a
- * restarted spawner takes it with pidfd_getfd() (CRL_SPAWN_ADOPT), and
- * what PID 1 said meanwhile waits in it.  Notes for another spawner's
- * requests (ids and pids it does not know) are dropped, their control
- * sockets closed: such a child exits before it runs anything.  It keeps a
- * pidfd of corrald too, at CRL_INIT_DAEMON_FD, and ends when corrald does:
- * a sandbox outlives its spawner, not its daemon (no daemon would end it). */
+ * (closed in every process it forks), so that it outlives its spawner and
+ * corrald: a spawner started anew takes it with pidfd_getfd()
+ * (CRL_SPAWN_ADOPT), and what PID 1 said meanwhile waits in it.  Notes for
+ * another spawner's requests (ids and pids it does not know) are dropped,
+ * their control sockets closed: such a child exits before it runs
+ * anything.  The new spawner asks at once for the children PID 1 forked
+ * that still run (CRL_INIT_LIST, a struct crl_init_exec with no strings
+ * and no fds), and PID 1 answers CRL_INIT_KIDS: a note whose pid is their
+ * number n, followed by n int32 pids.  corrald ends them (their stdio was
+ * the daemon's that died); the spawner tells it with CRL_SPAWN_KIDS.  PID 1
+ * keeps its tmpfs too, at CRL_INIT_TMPFS_FD, for a corrald started anew. */
+#define CRL_INIT_PROTO 2 /* this protocol's version, in a sandbox's record */
+#define CRL_INIT_TMPFS_FD 5
 #define CRL_INIT_SPARE_FD 6
-#define CRL_INIT_DAEMON_FD 7
 
-enum crl_init_op { CRL_INIT_EXEC = 1, CRL_INIT_FORKED, CRL_INIT_EXITED };
+enum crl_init_op {
+    CRL_INIT_EXEC = 1,
+    CRL_INIT_FORKED,
+    CRL_INIT_EXITED,
+    CRL_INIT_LIST,
+    CRL_INIT_KIDS
+};
 
 #define CRL_INIT_MAX_MSG CRL_SPAWN_MAX_MSG
 

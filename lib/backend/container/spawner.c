@@ -235,13 +235,11 @@ static void handle_create(const struct crl_spawn_req *rq, int *fds, int nfds)
             nl++;
     }
     if (nl == n_mounts + 1) {
-        /* and our end of its socket and corrald's pidfd, which PID 1
-         * keeps (spawn_proto.h) */
+        /* and our end of its socket, which PID 1 keeps (spawn_proto.h) */
         step = CRL_STEP_SYNC;
         char go = 'g';
         lower[nl] = pc->sock;
-        lower[nl + 1] = crl_spawner.daemon_pidfd;
-        sent = crl_send_fds(pc->sock, &go, 1, lower, (int)nl + 2);
+        sent = crl_send_fds(pc->sock, &go, 1, lower, (int)nl + 1);
         err = errno;
     }
     for (unsigned i = 0; i < nl; i++)
@@ -451,9 +449,8 @@ int crl_spawner_main(int sock, const char *workdir, const char *init_path)
     crl_spawner.host_netns = crl_openat(AT_FDCWD, "/proc/self/ns/net", O_RDONLY, 0);
     crl_spawner.epfd = epoll_create1(EPOLL_CLOEXEC);
     crl_spawner.msg = malloc(CRL_SPAWN_MAX_MSG);
-    crl_spawner.daemon_pidfd = (int)syscall(SYS_pidfd_open, getppid(), 0);
     if (crl_spawner.sigfd < 0 || crl_spawner.host_netns < 0 || crl_spawner.epfd < 0 ||
-        !crl_spawner.msg || crl_spawner.daemon_pidfd < 0) {
+        !crl_spawner.msg) {
         crl_error(NULL, "spawner: setup failed: %s", strerror(errno));
         return 1;
     }

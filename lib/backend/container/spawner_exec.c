@@ -387,14 +387,25 @@ static struct exec_job *job_of(struct init_proc *ip, bool by_id, uint64_t id, pi
     return NULL;
 }
 
+static void kids_listed(struct init_proc *ip, const struct crl_init_note *n, ssize_t len);
+
 void crl_spawner_init_ready(struct spawner_watch *w)
 {
     struct init_proc *ip = (struct init_proc *)((char *)w - offsetof(struct init_proc, w));
     struct crl_init_note n;
     int fd = -1, nfd = 1;
-    ssize_t r = crl_recv_fds(ip->sock, &n, sizeof(n), &fd, &nfd);
+    /* A note, or KIDS: a note and its pids (the one longer message). */
+    ssize_t r = crl_recv_fds(ip->sock, crl_spawner.msg, CRL_SPAWN_MAX_MSG, &fd, &nfd);
     if (r < 0 && (errno == EAGAIN || errno == EINTR))
         return;
+    if (r >= (ssize_t)sizeof(n))
+        memcpy(&n, crl_spawner.msg, sizeof(n));
+    if (r >= (ssize_t)sizeof(n) && n.op == CRL_INIT_KIDS) {
+        if (nfd == 1)
+            close(fd);
+        kids_listed(ip, &n, r);
+        return;
+    }
     if (r != (ssize_t)sizeof(n)) {
         if (nfd == 1)
             close(fd);
@@ -455,6 +466,30 @@ void crl_spawner_init_gone(struct init_proc *ip)
 
 /* ---- a PID 1 another spawner created ---- */
 
+/* PID 1's answer to the LIST we sent when we took it over: its children
+ * that still run, for corrald to end (spawn_proto.h), in a memfd. */
+static void kids_listed(struct init_proc *ip, const struct crl_init_note *n, ssize_t len)
+{
+    size_t count = n->pid >= 0 ? (size_t)n->pid : 0;
+    if (n->id != ip->list_id || n->pid < 0 || (size_t)len != sizeof(*n) + count * sizeof(int32_t)) {
+        crl_warn(NULL, "spawner: PID 1 %d answered LIST with a malformed list", ip->pid);
+        return;
+    }
+    int fd = memfd_create("corral-kids", MFD_CLOEXEC);
+    const char *pids = crl_spawner.msg + sizeof(*n);
+    if (fd < 0 || (count && crl_write_full(fd, pids, count * sizeof(int32_t)) < 0)) {
+        crl_warn(NULL, "spawner: passing PID 1 %d's %zu children on: %s", ip->pid, count,
+                 strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    struct crl_spawn_reply r = {
+        .op = CRL_SPAWN_KIDS, .id = ip->list_id, .pid = ip->pid, .size = (int64_t)count};
+    crl_spawner_send_reply(&r, &fd, 1);
+    close(fd);
+}
+
 void crl_spawner_handle_adopt(const struct crl_spawn_req *rq, int *fds, int nfds)
 {
     pid_t pid1 = rq->u.adopt.pid1;
@@ -502,6 +537,12 @@ void crl_spawner_handle_adopt(const struct crl_spawn_req *rq, int *fds, int nfds
         crl_spawner_reply(rq->id, e, CRL_STEP_SETNS, 0, NULL, 0, "taking the sandbox's PID 1 over");
         return;
     }
+    /* What it forked for our predecessor still runs, talking to nobody:
+     * ask which, before anything we ask of it (it answers in order). */
+    struct crl_init_exec list = {.op = CRL_INIT_LIST, .id = rq->id};
+    ip->list_id = rq->id;
+    if (send(sock, &list, sizeof(list), MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof(list))
+        crl_warn(NULL, "spawner: asking PID 1 %d for its children: %s", pid1, strerror(errno));
     ip->next = crl_spawner.inits;
     crl_spawner.inits = ip;
     crl_spawner_reply(rq->id, 0, CRL_STEP_NONE, pid1, NULL, 0, NULL);

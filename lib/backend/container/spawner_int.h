@@ -34,8 +34,9 @@ struct spawner_watch {
  * forgotten when its socket closes. */
 struct init_proc {
     pid_t pid;
-    void *stack; /* NULL: adopted */
-    int sock;    /* -1 until it reports, and once it is gone */
+    void *stack;      /* NULL: adopted */
+    int sock;         /* -1 until it reports, and once it is gone */
+    uint64_t list_id; /* adopted: the LIST we asked it, which its KIDS answers */
     struct spawner_watch w;
     struct init_proc *next;
 };
@@ -62,7 +63,6 @@ struct spawner {
     char workdir[256];
     int last_cap;       /* /proc/sys/kernel/cap_last_cap */
     int init_fd;        /* O_PATH of corral-init */
-    int daemon_pidfd;   /* corrald's: every PID 1 keeps one (CRL_INIT_DAEMON_FD) */
     bool oom_protected; /* we have oom_score_adj -1000, which no process of a sandbox may */
     struct init_proc *inits;
     struct pending_create *pending;

@@ -199,6 +199,12 @@ static void on_spawner(struct crl_watch *w, uint32_t ev)
             crl_ctr_adopt_all(s);
             continue;
         }
+        if (r.op == CRL_SPAWN_KIDS) {
+            crl_ctr_kids(s, &r, nfds == 1 ? fds[0] : -1);
+            for (int i = 0; i < nfds; i++)
+                close(fds[i]);
+            continue;
+        }
         if (r.op == CRL_SPAWN_EXITED) {
             struct running *run = take_running(s, r.pid);
             if (!run)

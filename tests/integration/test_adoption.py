@@ -1,0 +1,133 @@
+"""A corrald killed with -9 and started again adopts the container
+sandboxes its predecessor left running: same PID 1, files, limits and TTL.
+What ran through the dead daemon's pipes (an exec in flight, a background
+process, a session's shell) is ended; what a finished command left running
+(a nohup'ed daemon) lives on.  What cannot be adopted is reported lost,
+with a reason, and nothing of it is left (docs/architecture.md)."""
+
+import errno
+import hashlib
+import json
+import os
+import re
+import threading
+import time
+from pathlib import Path
+
+from conftest import BUILD, SMALL, alive, wait_for
+
+PROBE = "/usr/local/bin/corral-probe"
+
+
+def cgroup_file(d, sb, controller, name):
+    return Path(f"/sys/fs/cgroup/{controller}/{d.cgroup_parent}/{sb['container']['cgroup']}/{name}")
+
+
+def sandbox_cmdlines(sb):
+    """Each process's command line in the sandbox, as one string."""
+    r = sb.exec(["sh", "-c", "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done"])
+    return r.stdout.decode()
+
+
+def test_kill9_restart_adopts(corrald_factory):
+    d = corrald_factory()
+    data = os.urandom(256 << 10)
+    with d.client() as c:
+        a = c.create(memory_mb=64, pids=64, disk_mb=64, ttl_s=3600, labels={"who": "a"})
+        a.files.write("/root/data", data)
+        a.files.write(PROBE, (BUILD / "corral-probe").read_bytes(), mode=0o755)
+        a.exec("sleep 1001 >/dev/null 2>&1 &")
+        p = a.process.start("sleep 1002")
+        s = a.session()
+        s.run("cd /tmp && export X=1")
+        inflight = {}
+        t = threading.Thread(target=lambda: inflight.update(r=_try(lambda: a.exec("sleep 1003"))))
+        t.start()
+        wait_for(lambda: "sleep 1003" in sandbox_cmdlines(a), 10, "the exec in flight")
+        f = c.create(backend="function", runtime="shell", **SMALL)
+        before = a.inspect()
+        assert "sleep 1001" in sandbox_cmdlines(a)
+    pid1 = before["container"]["init_pid"]
+    limit = cgroup_file(d, before, "memory", "memory.limit_in_bytes")
+    assert int(limit.read_text()) == 64 << 20
+
+    d.kill()
+    t.join(30)
+    assert not t.is_alive()
+    time.sleep(0.5)
+    assert alive(pid1), "the sandbox's PID 1 outlives corrald"
+    assert int(limit.read_text()) == 64 << 20
+
+    d.start()
+    log = d.log(this_run=True)
+    assert "1 adopted, 1 lost" in log, log[-3000:]
+    with d.client() as c:
+        a = c.get(a.id)
+        info = a.inspect()
+        assert info["state"] == "ready" and info["container"]["init_pid"] == pid1, info
+        assert info["labels"] == {"who": "a"} and info["spec"]["resources"]["memory_mb"] == 64
+        # its ttl runs on from where it was, not from now
+        assert info["expires_at"] == before["expires_at"], (info, before)
+        assert hashlib.sha256(a.files.read("/root/data")).digest() == hashlib.sha256(data).digest()
+        a.files.write("/root/new", b"after")
+        assert a.exec("cat /root/new").stdout == b"after"
+        # the limits still hold
+        assert int(limit.read_text()) == 64 << 20
+        r = a.exec([PROBE, "alloc-mb", "200"])
+        assert r.reason == "oom", r
+        r = a.exec([PROBE, "forks", "200"])
+        assert r.exit_code == errno.EAGAIN and int(r.stdout) < 64, r
+        # what a finished command left runs on; what talked to the dead daemon is gone
+        seen = wait_for(lambda: (lambda s: s if "sleep 1002" not in s and "sleep 1003" not in s
+                                 else None)(sandbox_cmdlines(a)), 10, "the old commands to end")
+        assert "sleep 1001" in seen, seen
+        # ended by corrald, from the list PID 1 gave (the exec, the process, the session's shell)
+        # (the shell, whose stdin closed with corrald, may have ended already)
+        m = wait_for(lambda: re.search(r"taken over: (\d+) command\(s\) .*; (\d+) ended",
+                                       d.log(this_run=True)), 5, "the takeover's log line")
+        assert int(m[1]) >= 2 and m[1] == m[2], m[0]
+        # new commands, sessions and processes work
+        q = a.process.start("sleep 5")
+        assert q.pid > 0
+        assert a.session().run("echo $((6*7))").stdout.strip() == b"42"
+        # the function sandbox could not outlive its corrald: lost, with why
+        r = d.request("GET", f"/v1/sandboxes/{f.id}")
+        lost = json.loads(r.body)
+        assert lost["state"] == "lost" and lost["lost_reason"] == "backend_not_adoptable", lost
+        listed = json.loads(d.request("GET", "/v1/sandboxes").body)["sandboxes"]
+        assert {x["id"]: x["state"] for x in listed} == {a.id: "ready", f.id: "lost"}
+        a.destroy()
+    assert not alive(pid1)
+    d.shutdown_and_check()
+
+
+def _try(fn):
+    try:
+        return fn()
+    except Exception as e:  # the connection drops with corrald
+        return e
+
+
+def test_a_sandbox_that_changed_is_not_adopted(corrald_factory):
+    """A record whose PID 1 is not the process that has its pid (here, a
+    start time that differs) is lost, and its cgroup and processes go."""
+    d = corrald_factory()
+    with d.client() as c:
+        sb = c.create(**SMALL)
+        pid1 = sb.inspect()["container"]["init_pid"]
+    d.kill()
+    log = d.records_log()
+    lines = log.read_text().splitlines()
+    edited = []
+    for line in lines:
+        if line.startswith("+"):
+            rec = json.loads(line[1:])
+            rec["adopt"]["backend"]["init_start"] += 1
+            line = "+" + json.dumps(rec)
+        edited.append(line)
+    log.write_text("\n".join(edited) + "\n")
+    d.start()
+    info = json.loads(d.request("GET", f"/v1/sandboxes/{sb.id}").body)
+    assert info["state"] == "lost" and info["lost_reason"] == "init_mismatch", info
+    assert not alive(pid1) or wait_for(lambda: not alive(pid1), 5, "its PID 1 to be killed")
+    d.shutdown_and_check()
