@@ -60,6 +60,9 @@ static void unlist(struct crl_process *x)
         }
     x->next = NULL;
     x->listed = false;
+    char pid[16];
+    snprintf(pid, sizeof(pid), "%d", (int)x->proc.ns_pid);
+    crl_sandbox_child(sb, "process", pid, false);
     if (x->ended)
         sb->n_processes_ended--;
     else
@@ -85,6 +88,9 @@ static void list_add(struct crl_process *x)
     x->listed = true;
     sb->n_processes_live++;
     crl_process_ref(x);
+    char pid[16];
+    snprintf(pid, sizeof(pid), "%d", (int)x->proc.ns_pid);
+    crl_sandbox_child(sb, "process", pid, true);
 }
 
 /* Keep the newest CRL_PROCESS_KEEP_ENDED ended records. */
@@ -507,6 +513,12 @@ struct crl_process *crl_process_find(struct crl_sandbox *sb, const char *pid, st
     for (struct crl_process *x = first(sb); x; x = x->next)
         if (x->proc.ns_pid == (pid_t)v)
             found = x; /* the newest */
+    const char *lost = found ? NULL : crl_sandbox_child_lost(sb, "process", pid);
+    if (lost) {
+        crl_err_set(err, CRL_E_CONFLICT, "background process %ld of sandbox %s is lost: %s", v,
+                    sb->id, lost);
+        return NULL;
+    }
     if (!found) {
         crl_err_set(err, CRL_E_NOT_FOUND,
                     "sandbox %s has no background process %ld (started through the processes "

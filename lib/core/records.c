@@ -53,6 +53,10 @@ static json_t *record_of(struct crl_sandbox *sb)
     json_t *backend = sb->ops->adopt_record ? sb->ops->adopt_record(sb) : NULL;
     if (o && backend) {
         const struct crl_host *h = sb->host;
+        if (json_object_size(sb->children))
+            json_object_set(backend, "children", sb->children);
+        if (json_object_size(sb->lost_children))
+            json_object_set(backend, "lost_children", sb->lost_children);
         json_t *a = json_pack("{s:i, s:s, s:i, s:I, s:s?, s:f, s:f, s:f, s:i, s:b, s:b, s:o}", "v",
                               CRL_RECORD_ADOPT_V, "boot_id", h->boot_id, "slot", (int)sb->slot,
                               "uid_base", (json_int_t)(h->cfg.uid_base + sb->slot * 65536u),

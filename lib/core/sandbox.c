@@ -34,6 +34,8 @@ void crl_sandbox_unref(struct crl_sandbox *sb)
     if (--sb->refs == 0) {
         json_decref(sb->svc_log);
         json_decref(sb->svc_pending);
+        json_decref(sb->children);
+        json_decref(sb->lost_children);
         crl_spec_free(&sb->spec);
         free(sb);
     }
@@ -179,6 +181,28 @@ static void idle_check(struct crl_timer *t)
     }
     crl_timer_start(sb->owner->loop, &sb->idle_timer, idle_ns - (now - sb->last_active_ns),
                     idle_check, sb);
+}
+
+void crl_sandbox_child(struct crl_sandbox *sb, const char *kind, const char *id, bool live)
+{
+    if (!sb->children && !(sb->children = json_object()))
+        return;
+    json_t *k = json_object_get(sb->children, kind);
+    if (!k && live && json_object_set_new(sb->children, kind, k = json_object()) < 0)
+        return;
+    if (live)
+        json_object_set_new(k, id, json_true());
+    else if (json_object_del(k, id) < 0)
+        return; /* not recorded: nothing changed */
+    changed(sb);
+}
+
+const char *crl_sandbox_child_lost(const struct crl_sandbox *sb, const char *kind, const char *id)
+{
+    if (!json_object_get(json_object_get(sb->lost_children, kind), id))
+        return NULL;
+    return "corrald was restarted while it ran, and its input and output were that daemon's: "
+           "the new one ended it when it adopted the sandbox";
 }
 
 void crl_sandbox_touch(struct crl_sandbox *sb)

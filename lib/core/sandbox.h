@@ -135,6 +135,11 @@ struct crl_sandbox {
      * those no trajectory step holds yet. */
     json_t *svc_log, *svc_pending;
     uint64_t svc_seq, svc_dropped;
+    /* What runs in it that its record names, as {kind: {id: true}}:
+     * sessions by id, background processes by pid (crl_sandbox_child);
+     * and what of that a corrald before this one had when it died, each
+     * lost (adopted sandboxes: lib/core/host.c). */
+    json_t *children, *lost_children;
     struct crl_sandbox *next, *prev;           /* the host's list, in creation order reversed */
     struct crl_sandbox *next_hash;             /* the host's id index */
     struct crl_sandbox *tomb_next, *tomb_prev; /* the host's ended sandboxes, oldest first */
@@ -186,6 +191,13 @@ void crl_sandbox_stopped(struct crl_sandbox *sb);
  * destroy, to end what it runs.  Registering a hook again does nothing;
  * -1 with CRL_E_INTERNAL past CRL_SB_END_HOOKS different ones. */
 int crl_sandbox_on_end(struct crl_sandbox *sb, crl_sandbox_hook hook, struct crl_err *err);
+
+/* A session (kind "session") or background process ("process") of the
+ * sandbox begins or ends, for its record. */
+void crl_sandbox_child(struct crl_sandbox *sb, const char *kind, const char *id, bool live);
+/* If `id` of `kind` was lost with a corrald before this one: why (a
+ * message), else NULL. */
+const char *crl_sandbox_child_lost(const struct crl_sandbox *sb, const char *kind, const char *id);
 
 /* Activity resets the idle TTL. */
 void crl_sandbox_touch(struct crl_sandbox *sb);

@@ -63,6 +63,11 @@ json_t *crl_session_list_json(struct crl_sandbox *sb)
     json_t *a = json_array();
     for (struct crl_session *s = sb->sessions; s; s = s->next)
         json_array_append_new(a, crl_session_json(s));
+    const char *id;
+    json_t *v;
+    json_object_foreach(json_object_get(sb->lost_children, "session"), id, v) json_array_append_new(
+        a, json_pack("{s:s, s:b, s:b, s:s, s:s}", "session_id", id, "alive", 0, "busy", 0, "state",
+                     "lost", "reason", crl_sandbox_child_lost(sb, "session", id)));
     return json_pack("{s:o}", "sessions", a);
 }
 
@@ -71,7 +76,12 @@ struct crl_session *crl_session_find(struct crl_sandbox *sb, const char *id, str
     for (struct crl_session *s = sb->sessions; s; s = s->next)
         if (strcmp(s->id, id) == 0)
             return s;
-    crl_err_set(err, CRL_E_NOT_FOUND, "session '%s' not found in sandbox %s", id, sb->id);
+    const char *lost = crl_sandbox_child_lost(sb, "session", id);
+    if (lost)
+        crl_err_set(err, CRL_E_CONFLICT, "session '%s' of sandbox %s is lost: %s", id, sb->id,
+                    lost);
+    else
+        crl_err_set(err, CRL_E_NOT_FOUND, "session '%s' not found in sandbox %s", id, sb->id);
     return NULL;
 }
 
@@ -376,6 +386,7 @@ static void unlink_session(struct crl_session *s)
         if (*pp == s) {
             *pp = s->next;
             s->sb->n_sessions--;
+            crl_sandbox_child(s->sb, "session", s->id, false);
             return;
         }
 }
@@ -467,7 +478,8 @@ int crl_session_open(struct crl_sandbox *sb, struct crl_session_req *req, crl_se
     else
         do
             snprintf(s->id, sizeof(s->id), "ss-%llu", ++session_seq);
-        while (crl_session_find(sb, s->id, &ignored));
+        while (crl_session_find(sb, s->id, &ignored) ||
+               crl_sandbox_child_lost(sb, "session", s->id));
     crl_buf_init(&s->inq, CRL_BUF_UNBOUNDED);
     crl_buf_init(&s->win[0], CRL_BUF_UNBOUNDED);
     crl_buf_init(&s->win[1], CRL_BUF_UNBOUNDED);
@@ -504,6 +516,7 @@ int crl_session_open(struct crl_sandbox *sb, struct crl_session_req *req, crl_se
     s->next = sb->sessions;
     sb->sessions = s;
     sb->n_sessions++;
+    crl_sandbox_child(sb, "session", s->id, true);
     crl_sandbox_touch(sb);
     return 0;
 }

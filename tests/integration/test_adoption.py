@@ -86,10 +86,20 @@ def test_kill9_restart_adopts(corrald_factory):
         m = wait_for(lambda: re.search(r"taken over: (\d+) command\(s\) .*; (\d+) ended",
                                        d.log(this_run=True)), 5, "the takeover's log line")
         assert int(m[1]) >= 2 and m[1] == m[2], m[0]
-        # new commands, sessions and processes work
+        # the session and the process are lost, not forgotten
+        base = f"/v1/sandboxes/{a.id}"
+        r = d.request("POST", f"{base}/sessions/{s.session_id}/run", {"cmd": "true"})
+        assert r.status == 409 and "lost" in r.error["message"], r
+        sessions = d.request("GET", f"{base}/sessions").json()["sessions"]
+        assert [x["state"] for x in sessions if x["session_id"] == s.session_id] == ["lost"]
+        r = d.request("GET", f"{base}/processes/{p.pid}")
+        assert r.status == 409 and "lost" in r.error["message"], r
+        # new commands, sessions and processes work, under ids of their own
         q = a.process.start("sleep 5")
         assert q.pid > 0
-        assert a.session().run("echo $((6*7))").stdout.strip() == b"42"
+        s2 = a.session()
+        assert s2.session_id != s.session_id
+        assert s2.run("echo $((6*7))").stdout.strip() == b"42"
         # the function sandbox could not outlive its corrald: lost, with why
         r = d.request("GET", f"/v1/sandboxes/{f.id}")
         lost = json.loads(r.body)

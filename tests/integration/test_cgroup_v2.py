@@ -87,13 +87,23 @@ def test_v2_destroy_kills_daemonised_processes(v2):
         assert not {p: stat for p in pids if (stat := _stat(p))}
 
 
-def test_v2_sigkill_and_reconcile(v2):
+def test_v2_sigkill_and_adoption(v2):
+    """On v2 too, a corrald killed with -9 leaves its sandbox running in its
+    cgroup (PID 1 in init/, the exec's daemon in a leaf below), and the next
+    start adopts it."""
     with v2.client() as c:
         sb = c.create(**SMALL)
         sb.exec("sleep 1000 >/dev/null 2>&1 &")
+        info = sb.inspect()["container"]
     v2.kill()
-    assert (UNIFIED / v2.cgroup_parent).exists()  # left for the next start
+    init = UNIFIED / v2.cgroup_parent / info["cgroup"] / "init"
+    assert str(info["init_pid"]) in (init / "cgroup.procs").read_text().split()
     v2.start()
-    assert v2.live_sandboxes() == []
+    assert [s["id"] for s in v2.live_sandboxes()] == [sb.id]
+    with v2.client() as c:
+        a = c.get(sb.id)
+        assert a.inspect()["container"]["init_pid"] == info["init_pid"]
+        assert b"sleep 1000" in a.exec("ps").stdout
+        assert a.exec("echo hi").stdout == b"hi\n"
     v2.shutdown_and_check()
     assert not (UNIFIED / v2.cgroup_parent).exists()
