@@ -282,6 +282,9 @@ struct crl_backend_ops {
                        struct crl_err *err);
     int (*adopt)(struct crl_sandbox *sb, struct json_t *rec, bool *paused, const char **reason,
                  struct crl_err *err);
+    /* The other end of adopt: corrald exits (a handover) and lets go of
+     * what it holds of a sandbox that runs on. */
+    void (*leave)(struct crl_sandbox *sb);
 
     /* Build the sandbox; completes with crl_sandbox_created(sb, err). */
     int (*create)(struct crl_sandbox *sb, struct crl_err *err);

@@ -425,7 +425,8 @@ static void owner_ready(struct crl_sandbox *sb)
 
 static void owner_changed(struct crl_sandbox *sb)
 {
-    if (!sb->pool && sb->ready_at > 0 && sb->state <= CRL_SB_PAUSED)
+    /* A handover ends sessions: its record keeps them, lost at adoption. */
+    if (!sb->pool && sb->ready_at > 0 && sb->state <= CRL_SB_PAUSED && !sb->handed_over)
         crl_record_write(sb->host, sb);
 }
 
@@ -690,10 +691,10 @@ static const char *record_cgroup(json_t *rec)
                : "";
 }
 
-/* Whether a record left may be adopted: what the host can tell, then its
- * backend's check.  A record that may not is reported lost (and taken out
- * of `left`); the reconcile then removes what is left of it. */
-static bool adoptable(struct crl_host *h, const char *id, json_t *rec, unsigned char *slots_seen)
+/* Why a sandbox, as its record says it runs, cannot be adopted by a
+ * corrald started anew (a word, its lost_reason, and `msg`); NULL if it
+ * can, as far as the host can tell and then its backend's check. */
+static const char *not_adoptable(struct crl_host *h, json_t *rec, char *msg, size_t cap)
 {
     const char *backend = json_string_value(json_object_get(rec, "backend"));
     const struct crl_backend_ops *ops = backend ? backend_find(h, backend) : NULL;
@@ -703,49 +704,68 @@ static bool adoptable(struct crl_host *h, const char *id, json_t *rec, unsigned 
     const char *traj =
         json_string_value(json_object_get(json_object_get(spec, "trajectory"), "id"));
     const char *boot = json_string_value(json_object_get(ad, "boot_id"));
-    json_t *vols = json_object_get(spec, "volumes");
     const char *why = NULL;
-    char msg[300] = "";
     struct crl_err err = CRL_ERR_INIT;
     if (!ops || !ops->adopt) {
-        why = "backend_not_adoptable";
-        snprintf(msg, sizeof(msg),
+        snprintf(msg, cap,
                  "a %s sandbox does not outlive its corrald: its processes ended with the one "
                  "that was restarted",
                  backend ? backend : "?");
-    } else if (!json_is_object(ad) ||
-               json_integer_value(json_object_get(ad, "v")) != CRL_RECORD_ADOPT_V) {
-        why = "not_recorded";
-        snprintf(msg, sizeof(msg), "its record says nothing a corrald can adopt it by");
-    } else if (!boot || strcmp(boot, h->boot_id) != 0) {
-        why = "host_rebooted";
-        snprintf(msg, sizeof(msg), "the host was rebooted since it ran");
-    } else if (slot < 0 || slot >= h->cfg.uid_slots || slots_seen[slot] ||
-               json_integer_value(json_object_get(ad, "uid_base")) !=
-                   (json_int_t)h->cfg.uid_base + slot * 65536 ||
-               !record_cgroup(rec)[0]) {
-        why = "config_changed";
-        snprintf(msg, sizeof(msg),
-                 "its slot %lld does not fit this corrald's --uid-base and --uid-slots",
+        return "backend_not_adoptable";
+    }
+    if (!json_is_object(ad) || json_integer_value(json_object_get(ad, "v")) != CRL_RECORD_ADOPT_V) {
+        snprintf(msg, cap, "its record says nothing a corrald can adopt it by");
+        return "not_recorded";
+    }
+    if (!boot || strcmp(boot, h->boot_id) != 0) {
+        snprintf(msg, cap, "the host was rebooted since it ran");
+        return "host_rebooted";
+    }
+    if (slot < 0 || slot >= h->cfg.uid_slots ||
+        json_integer_value(json_object_get(ad, "uid_base")) !=
+            (json_int_t)h->cfg.uid_base + slot * 65536 ||
+        !record_cgroup(rec)[0]) {
+        snprintf(msg, cap, "its slot %lld does not fit this corrald's --uid-base and --uid-slots",
                  (long long)slot);
-    } else if (json_is_true(json_object_get(ad, "net_linked"))) {
-        why = "network_not_adopted";
-        snprintf(msg, sizeof(msg),
+        return "config_changed";
+    }
+    if (json_is_true(json_object_get(ad, "net_linked"))) {
+        snprintf(msg, cap,
                  "it had a network link, which a restarted corrald does not take over in this "
                  "version");
-    } else if (json_array_size(vols)) {
-        why = "volumes_not_adopted";
-        snprintf(msg, sizeof(msg),
+        return "network_not_adopted";
+    }
+    if (json_array_size(json_object_get(spec, "volumes"))) {
+        snprintf(msg, cap,
                  "it mounted volumes, which a restarted corrald does not take over in this "
                  "version");
-    } else if (traj && traj[0]) {
-        why = "trajectory_resumes";
-        snprintf(msg, sizeof(msg),
-                 "it recorded trajectory %s: a create naming the trajectory resumes it (its "
-                 "steps replay)",
+        return "volumes_not_adopted";
+    }
+    if (traj && traj[0]) {
+        snprintf(msg, cap,
+                 "it recorded trajectory %s: a create naming the trajectory resumes it (its steps "
+                 "replay)",
                  traj);
-    } else if (ops->adopt_check(h, json_object_get(ad, "backend"), &why, &err) < 0) {
-        snprintf(msg, sizeof(msg), "%s", err.msg);
+        return "trajectory_resumes";
+    }
+    if (ops->adopt_check(h, json_object_get(ad, "backend"), &why, &err) < 0) {
+        snprintf(msg, cap, "%s", err.msg);
+        return why;
+    }
+    return NULL;
+}
+
+/* At start: may a record left be adopted?  If not, it is reported lost
+ * (and taken out of `left` by the caller); the reconcile then removes what
+ * is left of it. */
+static bool adoptable(struct crl_host *h, json_t *rec, unsigned char *slots_seen)
+{
+    char msg[300];
+    json_int_t slot = json_integer_value(json_object_get(json_object_get(rec, "adopt"), "slot"));
+    const char *why = not_adoptable(h, rec, msg, sizeof(msg));
+    if (!why && slots_seen[slot]) {
+        why = "config_changed";
+        snprintf(msg, sizeof(msg), "another sandbox's record has its slot %lld", (long long)slot);
     }
     if (why) {
         crl_records_lost_add(h, rec, why, "%s", msg);
@@ -939,7 +959,7 @@ int crl_host_open(const struct crl_host_config *cfg, struct crl_loop *loop, stru
     void *tmp;
     json_object_foreach_safe(left, tmp, left_id, left_rec)
     {
-        if (adoptable(h, left_id, left_rec, slots_seen))
+        if (adoptable(h, left_rec, slots_seen))
             keep[n_keep++] = record_cgroup(left_rec);
         else
             json_object_del(left, left_id);
@@ -1036,25 +1056,71 @@ static bool tearing_down(struct crl_host *h)
     return false;
 }
 
+/* A handover: which sandboxes run on for the next corrald to adopt (those
+ * it could adopt, and no pool's: a pool's has no record). */
+static unsigned choose_handed_over(struct crl_host *h)
+{
+    unsigned n = 0;
+    for (struct crl_sandbox *sb = h->sandboxes; sb; sb = sb->next) {
+        if (sb->pool || (sb->state != CRL_SB_READY && sb->state != CRL_SB_PAUSED))
+            continue;
+        char msg[300];
+        json_t *rec = crl_record_json(sb);
+        const char *why = rec ? not_adoptable(h, rec, msg, sizeof(msg)) : "not_recorded";
+        json_decref(rec);
+        if (why)
+            crl_info(sb->id, "handover: destroyed, the next corrald could not adopt it (%s)", why);
+        else
+            n++;
+        sb->handed_over = !why;
+    }
+    return n;
+}
+
+static bool handing_over(struct crl_host *h)
+{
+    for (struct crl_sandbox *sb = h->sandboxes; sb; sb = sb->next)
+        if (sb->handed_over && sb->procs)
+            return true;
+    return false;
+}
+
 void crl_host_close(struct crl_host *h)
 {
     if (!h)
         return;
     h->shutting_down = true;
+    unsigned handed = h->handover ? choose_handed_over(h) : 0;
     crl_pools_free(h);
-    /* Destroy what is live and wait for the backends to finish. */
+    /* Destroy what is live (what a handover keeps, its commands end: their
+     * stdio is ours) and wait for the backends to finish. */
     unsigned pending = 0;
     for (struct crl_sandbox *sb = h->sandboxes; sb; sb = sb->next)
-        if (sb->state == CRL_SB_READY || sb->state == CRL_SB_PAUSED ||
-            sb->state == CRL_SB_CREATING) {
+        if (sb->handed_over) {
+            crl_sandbox_hand_over(sb);
+        } else if (sb->state == CRL_SB_READY || sb->state == CRL_SB_PAUSED ||
+                   sb->state == CRL_SB_CREATING) {
             pending++;
             if (crl_host_destroy(h, sb, "shutdown", drain_destroyed, &pending, NULL) < 0)
                 pending--;
         }
     /* ... and for the teardowns already under way (failed sandboxes). */
     uint64_t deadline = crl_now_ns() + 30 * NS_PER_S;
-    while ((pending || tearing_down(h)) && crl_now_ns() < deadline)
+    while ((pending || tearing_down(h) || handing_over(h)) && crl_now_ns() < deadline)
         crl_loop_once(h->loop, 100);
+    for (struct crl_sandbox *sb = h->sandboxes; sb; sb = sb->next) {
+        struct crl_err e = CRL_ERR_INIT;
+        if (!sb->handed_over)
+            continue;
+        /* Ending its commands thawed it (v1 kills only thawed tasks). */
+        if (sb->state == CRL_SB_PAUSED && sb->ops->pause(sb, &e) < 0)
+            crl_warn(sb->id, "handover: pausing it again: %s", e.msg);
+        sb->ops->leave(sb);
+        crl_image_put(sb->image);
+        sb->image = NULL;
+    }
+    if (handed)
+        crl_warn(NULL, "handover: %u sandbox(es) run on for the next corrald to adopt", handed);
     /* Links being made: done now, while the backends can still take them. */
     crl_worker_free(h->net_worker);
     h->net_worker = NULL;
@@ -1067,7 +1133,9 @@ void crl_host_close(struct crl_host *h)
         crl_timer_stop(h->loop, &sb->idle_timer);
         forget(h, sb);
     }
-    if (h->cgroups) {
+    if (h->cgroups && handed) {
+        crl_cgroup_mgr_free(h->cgroups); /* theirs run on */
+    } else if (h->cgroups) {
         struct crl_err e = CRL_ERR_INIT;
         if (crl_cgroup_mgr_reconcile(h->cgroups, NULL, 0, &e) < 0 ||
             crl_cgroup_mgr_remove_parent(h->cgroups, &e) < 0)

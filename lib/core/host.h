@@ -149,6 +149,7 @@ struct crl_host {
     struct crl_sb_owner owner; /* what its sandboxes see of it */
     void **backend_state;      /* each registered backend's, in cfg.backends' order */
     bool shutting_down;
+    bool handover; /* its close leaves what it can running, for the next corrald */
     double started_at;
     int lock_fd, cgroup_lock_fd; /* flocks held for our lifetime */
 };
@@ -158,7 +159,10 @@ void crl_host_config_defaults(struct crl_host_config *c);
  * of a previous run, start the backends. */
 int crl_host_open(const struct crl_host_config *cfg, struct crl_loop *loop, struct crl_host **out,
                   struct crl_err *err);
-/* Destroy every sandbox and release everything (clean shutdown). */
+/* Destroy every sandbox and release everything (clean shutdown); with
+ * h->handover set, a sandbox the next corrald can adopt runs on instead
+ * (its commands end: their stdio is this corrald's), with its record, its
+ * cgroup and its PID 1. */
 void crl_host_close(struct crl_host *h);
 
 /* Create a sandbox from a validated spec (ownership of *spec moves in).

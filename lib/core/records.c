@@ -41,7 +41,7 @@ void crl_records_dir(const char *shared_dir, const char *host_id, char *out, siz
 /* What a sandbox is, not how it runs (no usage: reading that costs a
  * create as much again); and, for a backend that can be adopted, what a
  * corrald started anew needs to take it over (records.h). */
-static json_t *record_of(struct crl_sandbox *sb)
+json_t *crl_record_json(struct crl_sandbox *sb)
 {
     json_t *labels = json_object();
     for (size_t i = 0; i < sb->spec.n_labels; i++)
@@ -214,7 +214,7 @@ static void compact(struct crl_host *h)
     for (struct crl_sandbox *sb = h->sandboxes; sb; sb = sb->next) {
         if (sb->pool || sb->ready_at <= 0 || sb->state == CRL_SB_DESTROYED)
             continue;
-        json_t *o = record_of(sb);
+        json_t *o = crl_record_json(sb);
         char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
         if (s)
             crl_buf_printf(&b, "+%s\n", s);
@@ -236,7 +236,7 @@ static void compact(struct crl_host *h)
 
 void crl_record_write(struct crl_host *h, struct crl_sandbox *sb)
 {
-    json_t *o = record_of(sb);
+    json_t *o = crl_record_json(sb);
     if (!o || append_record(h, o) < 0)
         crl_warn(sb->id, "records: encoding its record");
     json_decref(o);

@@ -35,6 +35,8 @@ void crl_records_lost_add(struct crl_host *h, json_t *rec, const char *reason, c
     __attribute__((format(printf, 4, 5)));
 void crl_records_free(struct crl_host *h);
 void crl_record_write(struct crl_host *h, struct crl_sandbox *sb);
+/* The record of a sandbox, as crl_record_write writes it. */
+json_t *crl_record_json(struct crl_sandbox *sb);
 void crl_record_remove(struct crl_host *h, struct crl_sandbox *sb);
 /* A lost sandbox's JSON (borrowed), or NULL. */
 json_t *crl_records_lost(struct crl_host *h, const char *id);

@@ -98,6 +98,13 @@ static void end_processes(struct crl_sandbox *sb)
             sb->ops->kill(sb, p, CRL_KILL_TREE);
 }
 
+void crl_sandbox_hand_over(struct crl_sandbox *sb)
+{
+    crl_timer_stop(sb->owner->loop, &sb->ttl_timer);
+    crl_timer_stop(sb->owner->loop, &sb->idle_timer);
+    end_processes(sb);
+}
+
 /* Ready or paused -> `to` (destroying, failed): a paused sandbox is thawed
  * first (a frozen process can neither act on its end nor, on cgroup v1,
  * die of SIGKILL), what runs in it ends, and the backend releases what is

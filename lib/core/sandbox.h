@@ -144,6 +144,7 @@ struct crl_sandbox {
     struct crl_sandbox *next_hash;             /* the host's id index */
     struct crl_sandbox *tomb_next, *tomb_prev; /* the host's ended sandboxes, oldest first */
     bool buried;
+    bool handed_over; /* runs on when corrald exits, for the next one (crl_host_close) */
 };
 
 void crl_sandbox_ref(struct crl_sandbox *sb);
@@ -173,6 +174,10 @@ int crl_sandbox_claim(struct crl_sandbox *sb, struct crl_spec *spec, crl_sandbox
  * backend's adopt, is ready (or paused) again, its ttl where it was. */
 void crl_sandbox_adopted(struct crl_sandbox *sb, bool paused, double expires_at, unsigned timeout_s,
                          bool ttl_paused);
+
+/* Host -> sandbox: corrald exits and leaves it running (a handover): what
+ * the layers above run in it ends, as at a destroy, and nothing else. */
+void crl_sandbox_hand_over(struct crl_sandbox *sb);
 
 /* Backend -> host. */
 void crl_sandbox_created(struct crl_sandbox *sb, const struct crl_err *err);

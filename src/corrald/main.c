@@ -1,5 +1,6 @@
 /* corrald: the Corral host daemon.  A thin front end over libcorral: parse
- * flags, open the host, serve the API on the host's loop until SIGTERM. */
+ * flags, open the host, serve the API on the host's loop until SIGTERM (or
+ * SIGUSR2: a handover, see on_signal). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
@@ -151,11 +152,22 @@ static char *read_token(const char *path)
     return buf;
 }
 
+static struct crl_host *host; /* for a handover's signal */
+
+/* SIGTERM and SIGINT: destroy everything and exit.  SIGUSR2: a handover
+ * (an upgrade): exit leaving every sandbox the next corrald can adopt
+ * running. */
 static void on_signal(struct crl_watch *w, uint32_t ev)
 {
     struct signalfd_siginfo si;
-    if (read(w->fd, &si, sizeof(si)) == sizeof(si))
-        crl_info(NULL, "signal %s: shutting down", strsignal((int)si.ssi_signo));
+    if (read(w->fd, &si, sizeof(si)) != sizeof(si))
+        return;
+    bool handover = si.ssi_signo == SIGUSR2;
+    crl_info(NULL, "signal %s: %s", strsignal((int)si.ssi_signo),
+             handover ? "handing over: exiting, sandboxes run on for the next corrald"
+                      : "shutting down");
+    if (handover)
+        host->handover = true;
     crl_loop_stop(w->data);
 }
 
@@ -503,12 +515,12 @@ int main(int argc, char **argv)
     sigemptyset(&mask);
     sigaddset(&mask, SIGTERM);
     sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGUSR2);
     sigprocmask(SIG_BLOCK, &mask, NULL);
     int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 
     struct crl_loop *loop = crl_loop_new();
     struct crl_err err = CRL_ERR_INIT;
-    struct crl_host *host = NULL;
     struct crl_api *api = NULL;
     struct crl_watch sw;
     if (!loop || sfd < 0) {

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import re
+import signal
 import threading
 import time
 from pathlib import Path
@@ -140,4 +141,34 @@ def test_a_sandbox_that_changed_is_not_adopted(corrald_factory):
     info = json.loads(d.request("GET", f"/v1/sandboxes/{sb.id}").body)
     assert info["state"] == "lost" and info["lost_reason"] == "init_mismatch", info
     assert not alive(pid1) or wait_for(lambda: not alive(pid1), 5, "its PID 1 to be killed")
+    d.shutdown_and_check()
+
+
+def test_a_handover_leaves_the_sandboxes_to_the_next_corrald(corrald_factory):
+    """SIGUSR2 (an upgrade): corrald exits 0 leaving every sandbox it can
+    hand over running, and the next one adopts them; what cannot be adopted
+    (a function sandbox) is destroyed as at a shutdown.  Nothing else of the
+    old daemon is left."""
+    d = corrald_factory()
+    with d.client() as c:
+        a = c.create(ttl_s=600, **SMALL)
+        a.files.write("/root/kept", b"across the upgrade")
+        s = a.session()
+        s.run("cd /tmp")
+        f = c.create(backend="function", runtime="shell", **SMALL)
+        pid1 = a.inspect()["container"]["init_pid"]
+    assert d.stop(signal.SIGUSR2) == 0
+    log = d.log(this_run=True)
+    assert "handover: 1 sandbox(es) run on" in log, log[-2000:]
+    assert f"{f.id} handover: destroyed" in log
+    assert alive(pid1)
+    d.start()
+    with d.client() as c:
+        a = c.get(a.id)
+        assert a.inspect()["state"] == "ready"
+        assert a.files.read("/root/kept") == b"across the upgrade"
+        r = d.request("POST", f"/v1/sandboxes/{a.id}/sessions/{s.session_id}/run", {"cmd": "pwd"})
+        assert r.status == 409 and "lost" in r.error["message"], r
+        assert d.request("GET", f"/v1/sandboxes/{f.id}").status == 404  # destroyed, as at a stop
+        a.destroy()
     d.shutdown_and_check()

@@ -458,6 +458,22 @@ fail:
     return -1;
 }
 
+static void ctr_leave(struct crl_sandbox *sb)
+{
+    struct ctr_sandbox *c = sb->priv;
+    if (!c)
+        return;
+    crl_watch_stop(sb->host->loop, &c->w_init);
+    crl_timer_stop(sb->host->loop, &c->drain_timer);
+    if (c->cg)
+        crl_cgroup_release(c->cg, false, NULL); /* its empty leaves go, nothing else */
+    close_fd(&c->netns_fd);
+    close_fd(&c->pidfd);
+    close_fd(&c->tmpfs_fd);
+    free(c);
+    sb->priv = NULL;
+}
+
 /* The sandbox has its network namespace: ask a spawner to make it. */
 static int spawn(struct crl_sandbox *sb, struct crl_err *err)
 {
@@ -708,6 +724,7 @@ const struct crl_backend_ops crl_container_backend = {
     .adopt_record = ctr_adopt_record,
     .adopt_check = ctr_adopt_check,
     .adopt = ctr_adopt,
+    .leave = ctr_leave,
     .shutdown = ctr_shutdown,
     .create = ctr_create,
     .destroy = ctr_destroy,
