@@ -88,6 +88,19 @@ static void idem_end(struct crl_req *r, const char *id)
     r->idem_key[0] = 0;
 }
 
+/* A sandbox made under an Idempotency-Key keeps the key in its record: a
+ * corrald that adopts it after a restart still replays it to a retry. */
+static void note_idem(struct crl_req *r, struct crl_sandbox *sb)
+{
+    char digest[CRL_DIGEST_LEN + 1];
+    double at;
+    if (!r->idem_key[0] || crl_idem_get(r->api->idem, r->idem_key, digest, &at) < 0)
+        return;
+    json_t *o = json_pack("{s:s, s:s, s:f}", "key", r->idem_key, "digest", digest, "at", at);
+    crl_sandbox_note(sb, "idempotency", o);
+    json_decref(o);
+}
+
 static void created(struct crl_sandbox *sb, const struct crl_err *err, void *ctx)
 {
     struct crl_req *r = ctx;
@@ -107,6 +120,7 @@ static void created(struct crl_sandbox *sb, const struct crl_err *err, void *ctx
         crl_req_error(r, &terr);
     } else {
         ok = true;
+        note_idem(r, sb);
         crl_req_json(r, 201, crl_h_traj_sandbox_json(sb, crl_sandbox_json(sb)));
         if (r->resp && r->placement[0]) { /* other hosts were asked first */
             char all[sizeof(r->placement) + 48];

@@ -107,6 +107,28 @@ static bool key_ok(const char *k)
     return true;
 }
 
+/* A new entry, the newest (in flight until it has an id). */
+static struct entry *insert(struct crl_idem *t, const char *key, const char *digest, double at)
+{
+    struct entry *e = calloc(1, sizeof(*e));
+    if (!e)
+        return NULL;
+    snprintf(e->key, sizeof(e->key), "%s", key);
+    snprintf(e->digest, sizeof(e->digest), "%s", digest);
+    e->at = at;
+    uint32_t b = hash(key);
+    e->next = t->buckets[b];
+    t->buckets[b] = e;
+    e->older = t->newest;
+    if (t->newest)
+        t->newest->newer = e;
+    else
+        t->oldest = e;
+    t->newest = e;
+    t->n++;
+    return e;
+}
+
 int crl_idem_begin(struct crl_idem *t, const char *key, const void *body, size_t len, char *id,
                    size_t cap, struct crl_err *err)
 {
@@ -132,22 +154,29 @@ int crl_idem_begin(struct crl_idem *t, const char *key, const void *body, size_t
         snprintf(id, cap, "%s", e->id);
         return 0;
     }
-    if (!(e = calloc(1, sizeof(*e))))
+    if (!insert(t, key, digest, now))
         return crl_err_sys(err, ENOMEM, "Idempotency-Key");
-    snprintf(e->key, sizeof(e->key), "%s", key);
-    memcpy(e->digest, digest, sizeof(e->digest));
-    e->at = now;
-    uint32_t b = hash(key);
-    e->next = t->buckets[b];
-    t->buckets[b] = e;
-    e->older = t->newest;
-    if (t->newest)
-        t->newest->newer = e;
-    else
-        t->oldest = e;
-    t->newest = e;
-    t->n++;
     return 1;
+}
+
+int crl_idem_get(struct crl_idem *t, const char *key, char *digest, double *at)
+{
+    struct entry *e = find(t, key);
+    if (!e)
+        return -1;
+    memcpy(digest, e->digest, sizeof(e->digest));
+    *at = e->at;
+    return 0;
+}
+
+void crl_idem_restore(struct crl_idem *t, const char *key, const char *digest, double at,
+                      const char *id)
+{
+    struct entry *e;
+    if (!key || !digest || !id || !key_ok(key) || strlen(digest) != CRL_DIGEST_LEN ||
+        find(t, key) || !(e = insert(t, key, digest, at)))
+        return;
+    snprintf(e->id, sizeof(e->id), "%s", id);
 }
 
 void crl_idem_end(struct crl_idem *t, const char *key, const char *id)

@@ -34,5 +34,13 @@ int crl_idem_begin(struct crl_idem *t, const char *key, const void *body, size_t
 /* The create of `key` ended: the sandbox it made, or NULL (it failed: the
  * key is forgotten). */
 void crl_idem_end(struct crl_idem *t, const char *key, const char *id);
+/* What the create of `key` sent (its body's digest, CRL_DIGEST_LEN + 1
+ * bytes) and when: for its sandbox's record.  -1 if the key is unknown. */
+int crl_idem_get(struct crl_idem *t, const char *key, char *digest, double *at);
+/* A key a corrald before this one kept for the sandbox it made, which
+ * this one adopted: a retry replays that sandbox, as before the restart.
+ * Entries do not replace (a key known already stays as it is). */
+void crl_idem_restore(struct crl_idem *t, const char *key, const char *digest, double at,
+                      const char *id);
 
 #endif

@@ -356,6 +356,17 @@ int crl_api_start(struct crl_host *h, const struct crl_api_config *cfg, struct c
         0)
         goto fail;
     crl_trajs_gc_every(a->trajs, cfg->checkpoint_gc_s);
+    /* Sandboxes adopted from the run before may have services to answer,
+     * and Idempotency-Keys to replay. */
+    for (struct crl_sandbox *sb = h->sandboxes; sb; sb = sb->next) {
+        json_t *idem = json_object_get(sb->notes, "idempotency");
+        if (idem)
+            crl_idem_restore(a->idem, json_string_value(json_object_get(idem, "key")),
+                             json_string_value(json_object_get(idem, "digest")),
+                             json_real_value(json_object_get(idem, "at")), sb->id);
+        if (sb->spec.services && crl_service_server_start(a, err) < 0)
+            goto fail;
+    }
     if (cfg->tcp_listen && listen_tcp(a, cfg->tcp_listen, err) < 0)
         goto fail;
     if (cfg->unix_path && listen_unix(a, cfg->unix_path, err) < 0)

@@ -226,6 +226,24 @@ int crl_backend_net_claim(struct crl_sandbox *sb, crl_net_claimed_fn done, struc
     return CRL_NET_PENDING;
 }
 
+int crl_backend_net_relink(struct crl_sandbox *sb, struct crl_err *err)
+{
+    struct crl_host *h = sb->host;
+    int fd = sb->ops->netns ? sb->ops->netns(sb) : -1;
+    struct crl_buf rules;
+    if (fd < 0)
+        return crl_err_set(err, CRL_E_INTERNAL, "sandbox %s has no network namespace", sb->id);
+    if (render(sb, sb->spec.network, &rules, err) < 0)
+        return -1;
+    int r = crl_vnet_attach(h->vnet, sb->slot, fd, rules.data, err);
+    crl_buf_free(&rules);
+    if (r < 0)
+        return -1;
+    sb->net_linked = true;
+    crl_resolver_attach(h->resolver, sb->slot, sb);
+    return 0;
+}
+
 int crl_backend_net_set(struct crl_sandbox *sb, struct crl_net_policy *p, struct crl_err *err)
 {
     struct crl_host *h = sb->host;

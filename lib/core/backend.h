@@ -194,6 +194,12 @@ int crl_backend_net_claim(struct crl_sandbox *sb, crl_net_claimed_fn done, struc
 /* Give the namespace back once nothing of the sandbox runs in it; with
  * `quarantine` (something may still), it is only closed. */
 void crl_backend_net_release(struct crl_sandbox *sb, int netns_fd, bool quarantine);
+/* An adopted sandbox that had a link gets one again (lib/core/host.c): the
+ * restart's reconcile removed the old one, its end in the sandbox with it;
+ * the new one has the slot's addresses and the policy of its spec.
+ * Synchronous (the start has no worker to wait for); connections open
+ * across the restart are cut. */
+int crl_backend_net_relink(struct crl_sandbox *sb, struct crl_err *err);
 /* A VM's network device behind the sandbox's link (lib/os/vnet.h's
  * crl_vnet_vm_link): a tap's descriptor, or -1.  Release undoes it. */
 int crl_backend_net_tap(struct crl_sandbox *sb, int netns_fd, struct crl_err *err);

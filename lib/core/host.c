@@ -729,17 +729,12 @@ static const char *not_adoptable(struct crl_host *h, json_t *rec, char *msg, siz
                  (long long)slot);
         return "config_changed";
     }
-    if (json_is_true(json_object_get(ad, "net_linked"))) {
-        snprintf(msg, cap,
-                 "it had a network link, which a restarted corrald does not take over in this "
-                 "version");
-        return "network_not_adopted";
-    }
-    if (json_array_size(json_object_get(spec, "volumes"))) {
-        snprintf(msg, cap,
-                 "it mounted volumes, which a restarted corrald does not take over in this "
-                 "version");
-        return "volumes_not_adopted";
+    const char *range = json_string_value(json_object_get(ad, "network_range"));
+    if (json_is_true(json_object_get(ad, "net_linked")) &&
+        (!range || strcmp(range, h->cfg.network_range) != 0)) {
+        snprintf(msg, cap, "its network link was in range %s, this corrald's is %s",
+                 range ? range : "?", h->cfg.network_range);
+        return "config_changed";
     }
     if (traj && traj[0]) {
         snprintf(msg, cap,
@@ -816,6 +811,12 @@ static int adopt_one(struct crl_host *h, const char *id, json_t *rec, const char
         crl_sandbox_unref(sb);
         return -1;
     }
+    if (sb->spec.n_volumes && crl_volumes_adopt(h->volumes, sb->id, &sb->spec, err) < 0) {
+        *why = "volumes_changed";
+        crl_image_put(sb->image);
+        crl_sandbox_unref(sb);
+        return -1;
+    }
     sb->slot = (unsigned)json_integer_value(json_object_get(ad, "slot"));
     sb->has_slot = true;
     h->slots[sb->slot] = 1;
@@ -823,7 +824,15 @@ static int adopt_one(struct crl_host *h, const char *id, json_t *rec, const char
     reserve(h, sb, true);
     table_add(h, sb);
     bool paused = false;
-    if (ops->adopt(sb, json_object_get(ad, "backend"), &paused, why, err) < 0) {
+    bool adopted = ops->adopt(sb, json_object_get(ad, "backend"), &paused, why, err) == 0;
+    if (adopted && json_is_true(json_object_get(ad, "net_linked")) &&
+        crl_backend_net_relink(sb, err) < 0) {
+        *why = "network_changed";
+        crl_err_prefix(err, "linking it to the network again");
+        ops->leave(sb);
+        adopted = false;
+    }
+    if (!adopted) {
         crl_image_put(sb->image);
         sb->image = NULL;
         owner_release(sb);
@@ -833,6 +842,7 @@ static int adopt_one(struct crl_host *h, const char *id, json_t *rec, const char
     sb->ready_at = json_real_value(json_object_get(ad, "ready_s"));
     /* What ran through the dead daemon's pipes is lost (the backend ended it). */
     json_t *be = json_object_get(ad, "backend");
+    sb->notes = json_deep_copy(json_object_get(be, "notes"));
     sb->lost_children = json_deep_copy(json_object_get(be, "lost_children"));
     if (!sb->lost_children)
         sb->lost_children = json_object();

@@ -57,6 +57,8 @@ json_t *crl_record_json(struct crl_sandbox *sb)
             json_object_set(backend, "children", sb->children);
         if (json_object_size(sb->lost_children))
             json_object_set(backend, "lost_children", sb->lost_children);
+        if (json_object_size(sb->notes))
+            json_object_set(backend, "notes", sb->notes);
         json_t *a = json_pack("{s:i, s:s, s:i, s:I, s:s?, s:f, s:f, s:f, s:i, s:b, s:b, s:o}", "v",
                               CRL_RECORD_ADOPT_V, "boot_id", h->boot_id, "slot", (int)sb->slot,
                               "uid_base", (json_int_t)(h->cfg.uid_base + sb->slot * 65536u),
@@ -64,6 +66,8 @@ json_t *crl_record_json(struct crl_sandbox *sb)
                               "created_s", sb->created_at, "ready_s", sb->ready_at, "expires_at",
                               sb->expires_at, "timeout_s", (int)sb->timeout_s, "ttl_paused",
                               sb->ttl_paused, "net_linked", sb->net_linked, "backend", backend);
+        if (a && sb->net_linked) /* its addresses are the range's */
+            json_object_set_new(a, "network_range", json_string(h->cfg.network_range));
         json_object_set_new(o, "adopt", a);
     } else {
         json_decref(backend);

@@ -35,6 +35,7 @@ void crl_sandbox_unref(struct crl_sandbox *sb)
         json_decref(sb->svc_log);
         json_decref(sb->svc_pending);
         json_decref(sb->children);
+        json_decref(sb->notes);
         json_decref(sb->lost_children);
         crl_spec_free(&sb->spec);
         free(sb);
@@ -201,6 +202,14 @@ void crl_sandbox_child(struct crl_sandbox *sb, const char *kind, const char *id,
         json_object_set_new(k, id, json_true());
     else if (json_object_del(k, id) < 0)
         return; /* not recorded: nothing changed */
+    changed(sb);
+}
+
+void crl_sandbox_note(struct crl_sandbox *sb, const char *name, json_t *value)
+{
+    if (!value || (!sb->notes && !(sb->notes = json_object())))
+        return;
+    json_object_set(sb->notes, name, value);
     changed(sb);
 }
 

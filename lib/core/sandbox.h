@@ -140,6 +140,9 @@ struct crl_sandbox {
      * and what of that a corrald before this one had when it died, each
      * lost (adopted sandboxes: lib/core/host.c). */
     json_t *children, *lost_children;
+    /* What the layers above keep in its record, by name (the API: the
+     * Idempotency-Key that made it): crl_sandbox_note. */
+    json_t *notes;
     struct crl_sandbox *next, *prev;           /* the host's list, in creation order reversed */
     struct crl_sandbox *next_hash;             /* the host's id index */
     struct crl_sandbox *tomb_next, *tomb_prev; /* the host's ended sandboxes, oldest first */
@@ -200,6 +203,9 @@ int crl_sandbox_on_end(struct crl_sandbox *sb, crl_sandbox_hook hook, struct crl
 /* A session (kind "session") or background process ("process") of the
  * sandbox begins or ends, for its record. */
 void crl_sandbox_child(struct crl_sandbox *sb, const char *kind, const char *id, bool live);
+/* Keep `value` (a reference is taken) under `name` in its record: an
+ * adopted sandbox has its notes again. */
+void crl_sandbox_note(struct crl_sandbox *sb, const char *name, json_t *value);
 /* If `id` of `kind` was lost with a corrald before this one: why (a
  * message), else NULL. */
 const char *crl_sandbox_child_lost(const struct crl_sandbox *sb, const char *kind, const char *id);

@@ -539,6 +539,22 @@ int crl_volumes_take(struct crl_volumes *vs, const char *id, const struct crl_sp
     return 0;
 }
 
+int crl_volumes_adopt(struct crl_volumes *vs, const char *id, const struct crl_spec *spec,
+                      struct crl_err *err)
+{
+    for (size_t i = 0; i < spec->n_volumes; i++) {
+        const struct crl_spec_volume *sv = &spec->volumes[i];
+        struct crl_volume *v = find(vs, sv->name);
+        if (!v)
+            crl_err_set(err, CRL_E_NOT_FOUND, "volumes[%zu]: no volume '%s'", i, sv->name);
+        if (!v || check_use(v, sv->read_only, false, err) < 0 || add_user(v, id, sv, -1, err) < 0) {
+            crl_volumes_release(vs, id);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 void crl_volumes_release(struct crl_volumes *vs, const char *id)
 {
     for (struct crl_volume *v = vs ? vs->head : NULL; v; v = v->next)

@@ -64,6 +64,13 @@ json_t *crl_volumes_list(struct crl_volumes *vs);
  * borrowed until the release).  All or nothing. */
 int crl_volumes_take(struct crl_volumes *vs, const char *id, const struct crl_spec *spec,
                      enum crl_volume_use use, int *fds, struct crl_err *err);
+/* A sandbox a corrald before this one mounted spec's volumes into, and
+ * that runs on (an adopted one): its mounts are its own, so nothing is
+ * mounted here; it is only a user again, which the rules above hold
+ * others to, and its volumes stay mounted by it alone until it ends (an
+ * earlier corrald's mount is never mounted again while it lives). */
+int crl_volumes_adopt(struct crl_volumes *vs, const char *id, const struct crl_spec *spec,
+                      struct crl_err *err);
 /* Give back what sandbox `id` took (nothing taken: nothing happens). */
 void crl_volumes_release(struct crl_volumes *vs, const char *id);
 

@@ -69,3 +69,24 @@ def test_a_malformed_key_is_refused(corrald, key):
     r = corrald.request("POST", "/v1/sandboxes", {"resources": {"memory_mb": 64}},
                         headers={"Idempotency-Key": key})
     assert r.status == 400 and "Idempotency-Key" in r.json()["error"]["message"]
+
+
+def test_a_retry_after_a_restart_gets_the_adopted_sandbox(corrald_factory):
+    """corrald killed with -9 after the create answered (the client lost the
+    answer): the restarted one adopts the sandbox and replays it to the
+    retry; the key still names that one request."""
+    d = corrald_factory()
+    key = f"k-{uuid.uuid4().hex}"
+    spec = {"labels": {"idem": key}, "resources": {"memory_mb": 64}}
+    first = post(d, spec, key)
+    assert first.status == 201
+    d.kill()
+    d.start()
+    again = post(d, spec, key)
+    assert again.status == 200 and again.headers.get("idempotent-replayed") == "true", again
+    assert again.json()["id"] == first.json()["id"] and again.json()["state"] == "ready"
+    assert [s["id"] for s in d.live_sandboxes()] == [first.json()["id"]]
+    other = post(d, {**spec, "env": {"X": "1"}}, key)
+    assert other.status == 409 and "another request" in other.error["message"], other
+    d.request("DELETE", f"/v1/sandboxes/{first.json()['id']}")
+    d.shutdown_and_check()

@@ -513,17 +513,35 @@ def _links(netlab):
     return re.findall(r"^\d+: (cr[0-9a-f]{6}s\d+)", _in_host(netlab, "ip", "-o", "link"), re.M)
 
 
-def test_a_killed_corrald_leaves_no_link_or_table(lab_corrald, netlab):
+def test_a_killed_corrald_relinks_what_it_adopts(lab_corrald, netlab):
+    """A corrald killed with -9 leaves its table and links; the next one
+    removes them and links the sandboxes it adopts again, under their
+    policies: an allowed address answers, a denied one does not, and a name
+    resolves through the new corrald's resolver.  Nothing is left after."""
     with lab_corrald.client() as c:
-        sb = make(c, {"mode": "full"})
-        assert fetch(sb, WEB[0]) is not None
+        full = make(c, {"mode": "full"})
+        some = make(c, {"mode": "allow", "allow": [WEB[0]]})
+        assert fetch(full, WEB[0]) is not None and fetch(some, WEB[1]) is None
+        gw = _net(some)["gateway"]
     lab_corrald.kill()
     assert "corral_" in _in_host(netlab, "nft", "list", "tables")  # for the restart to remove
     lab_corrald.start()
-    assert lab_corrald.live_sandboxes() == []
-    with lab_corrald.client() as c, make(c, {"mode": "full"}) as sb:
-        assert fetch(sb, WEB[0]) is not None
+    assert sorted(s["id"] for s in lab_corrald.live_sandboxes()) == sorted([full.id, some.id])
+    with lab_corrald.client() as c:
+        full, some = c.get(full.id), c.get(some.id)
+        assert fetch(full, WEB[2]) == f"hello from {WEB[2]}\n"
+        assert fetch(some, WEB[0]) == f"hello from {WEB[0]}\n"
+        assert fetch(some, WEB[1]) is None  # its policy holds
+        assert _net(some)["gateway"] == gw  # the slot's addresses, as before
+        r = full.exec("nslookup deb.example", timeout=15)
+        assert WEB[0].encode() in r.stdout, r.stdout + r.stderr
+        with make(c, {"mode": "full"}) as sb:  # and new ones get links beside them
+            assert fetch(sb, WEB[0]) is not None
+        full.destroy()
+        some.destroy()
     lab_corrald.shutdown_and_check()
     assert "corral_" not in _in_host(netlab, "nft", "list", "tables")
     # a link goes with its namespace, which the kernel tears down a moment later
     wait_for(lambda: not _links(netlab), what="the sandbox links to go")
+
+

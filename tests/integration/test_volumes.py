@@ -256,6 +256,10 @@ def test_the_asyncio_client_manages_volumes(corrald):
 
 
 def test_a_volume_survives_corrald_killed_and_is_consistent(corrald_factory):
+    """corrald killed with -9 while a sandbox writes to its volume: the next
+    one adopts the sandbox, which holds its volume again (nobody else may
+    write it, and the old mount is never mounted beside it); once it is
+    destroyed the file system is consistent and a new sandbox has the data."""
     d = corrald_factory()
     with d.client() as c:
         c.create_volume("kept", size_mb=32)
@@ -268,15 +272,27 @@ def test_a_volume_survives_corrald_killed_and_is_consistent(corrald_factory):
         sh(sb, "while true; do echo more >> /k/tail; done", background=True)
     disk = d.state_dir / "volumes" / "kept" / "disk.ext4"
     d.kill()
-    d.start()  # its reconcile ends the old sandbox; the kernel then unmounts the volume
+    d.start()
+    with d.client() as c:
+        sb = c.get(sb.id)
+        assert sb.inspect()["state"] == "ready"
+        assert c.volume("kept")["mounts"] == [{"sandbox": sb.id, "path": "/k",
+                                               "read_only": False}]
+        r = sh(sb, "wc -l < /k/log; md5sum /k/blob; echo after > /k/after")
+        assert r.stdout.split()[:2] == ["200", digest]
+        with pytest.raises(corral.Conflict, match="read-write by sandbox"):
+            c.create(image="debian", volumes=[{"name": "kept", "path": "/k"}], **SMALL)
+        with pytest.raises(corral.Conflict):
+            c.remove_volume("kept")
+        sb.destroy()
     wait_for(lambda: not loops_backed_by(disk), timeout=20, what="the old mount to go")
     fsck = subprocess.run(["e2fsck", "-fn", str(disk)], capture_output=True, text=True)
     assert fsck.returncode == 0, fsck.stdout + fsck.stderr
     with d.client() as c:
         assert [v["name"] for v in c.volumes()] == ["kept"]
         with c.create(image="debian", volumes=[{"name": "kept", "path": "/k"}], **SMALL) as sb:
-            r = sh(sb, "wc -l < /k/log; md5sum /k/blob")
-            assert r.stdout.split()[:2] == ["200", digest]
+            r = sh(sb, "wc -l < /k/log; md5sum /k/blob; cat /k/after")
+            assert r.stdout.split() == ["200", digest, "/k/blob", "after"], r.stdout
         c.remove_volume("kept")
     wait_for(lambda: not loops_backed_by(disk), timeout=10, what="the loop device to go")
     assert not disk.exists()

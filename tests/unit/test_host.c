@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "../../lib/core/host.h"
+#include "../../lib/core/records.h"
 #include "../../lib/core/sandbox.h"
 #include "../../lib/util/fdio.h"
 #include "../../lib/util/log.h"
@@ -203,10 +204,67 @@ static const struct crl_backend_ops fake_backend = {
     .resume = fake_resume,
 };
 
+/* The same fake, adoptable (lib/core/host.c's adoption), under the name of
+ * a backend a record's spec may name: its record names the sandbox; a
+ * check refuses the id in fake_refuse. */
+static char fake_refuse[40];
+static int fake_adopted, fake_left;
+
+static json_t *fake_adopt_record(struct crl_sandbox *sb)
+{
+    char cg[16];
+    snprintf(cg, sizeof(cg), "s%u", sb->slot);
+    return json_pack("{s:s, s:s}", "cgroup", cg, "id", sb->id);
+}
+
+static int fake_adopt_check(struct crl_host *h, json_t *rec, const char **why, struct crl_err *err)
+{
+    if (strcmp(json_string_value(json_object_get(rec, "id")), fake_refuse) != 0)
+        return 0;
+    *why = "init_gone";
+    return crl_err_set(err, CRL_E_CONFLICT, "the fake's PID 1 is gone");
+}
+
+static int fake_adopt(struct crl_sandbox *sb, json_t *rec, bool *paused, const char **why,
+                      struct crl_err *err)
+{
+    if (!(sb->priv = calloc(1, sizeof(struct fake_sb))))
+        return crl_err_sys(err, ENOMEM, "fake");
+    fake_adopted++;
+    return 0;
+}
+
+static void fake_leave(struct crl_sandbox *sb)
+{
+    free(sb->priv);
+    sb->priv = NULL;
+    fake_left++;
+}
+
+static const struct crl_backend_ops fake_adoptable = {
+    .name = "container", /* a record's spec must name a backend the API knows */
+    .fds_held = 3,
+    .init = fake_init,
+    .reconcile = fake_reconcile,
+    .shutdown = fake_shutdown,
+    .adopt_record = fake_adopt_record,
+    .adopt_check = fake_adopt_check,
+    .adopt = fake_adopt,
+    .leave = fake_leave,
+    .create = fake_create,
+    .destroy = fake_destroy,
+    .stats = fake_stats,
+    .spawn = fake_spawn,
+    .kill = fake_kill,
+    .pause = fake_pause,
+    .resume = fake_resume,
+};
+
 /* ---- a host over it ---- */
 
 static char tmp[64];
 static struct crl_loop *loop;
+static struct crl_host_config last_cfg; /* host_open's, for a restart on its state */
 
 /* The host every case starts from: 4096 MiB and 4 CPUs to give out (the
  * machine's own figures replaced by round ones), 8 slots, short tombstones. */
@@ -244,6 +302,7 @@ static struct crl_host *host_open(void (*tweak)(struct crl_host_config *c))
     c.tombstone_s = 0.2;
     if (tweak)
         tweak(&c);
+    last_cfg = c;
     loop = crl_loop_new();
     struct crl_host *h = NULL;
     struct crl_err e = CRL_ERR_INIT;
@@ -856,10 +915,85 @@ static void test_admission_measured(void)
     unlink(meminfo);
 }
 
+/* A handover (corrald exits leaving its sandboxes) and a start on the same
+ * state: what its backend can adopt is adopted, with its id, labels and
+ * TTL; what it cannot, or what fails the backend's check, is lost with a
+ * reason, never a 404; the log then holds the adopted alone. */
+static void with_adoptable(struct crl_host_config *c)
+{
+    static const struct crl_backend_ops *const backends[] = {&fake_backend, &fake_adoptable};
+    c->backends = backends;
+    c->n_backends = 2;
+}
+
+static void test_handover_and_adoption(void)
+{
+    struct crl_host *h = host_open(with_adoptable);
+    struct crl_err e;
+    struct crl_sandbox *sb[3];
+    const char *backends[3] = {"container", "container", "fake"};
+    for (int i = 0; i < 3; i++) {
+        struct crl_spec s = spec_of(64, 0.1); /* a size the API takes: a record is parsed */
+        snprintf(s.backend, sizeof(s.backend), "%s", backends[i]);
+        s.ttl_s = 100;
+        s.labels[0] = (struct crl_kv){.key = strdup("n"), .value = strdup(i ? "other" : "kept")};
+        s.n_labels = 1;
+        struct seen seen = {0};
+        sb[i] = create(h, s, &seen, &e);
+        if (!ok(sb[i] && RUN_UNTIL(seen.calls == 1, 2000), "sandbox %d ready", i)) {
+            host_close(h);
+            return;
+        }
+    }
+    char ids[3][40];
+    for (int i = 0; i < 3; i++) {
+        snprintf(ids[i], sizeof(ids[i]), "%s", sb[i]->id);
+        crl_sandbox_unref(sb[i]);
+    }
+    double expires = sb[0]->expires_at;
+    fake_adopted = fake_left = 0;
+    h->handover = true;
+    crl_host_close(h);
+    is_int(fake_left, 2, "the handover leaves both adoptable sandboxes running");
+    like(events, "destroy", "and destroys the one that is not");
+
+    snprintf(fake_refuse, sizeof(fake_refuse), "%s", ids[1]);
+    h = NULL;
+    if (!ok(crl_host_open(&last_cfg, loop, &h, &e) == 0, "a corrald starts on the same state")) {
+        diag("%s", e.msg);
+        crl_loop_free(loop);
+        crl_rm_rf_at(AT_FDCWD, tmp);
+        return;
+    }
+    if (crl_records_lost(h, ids[0]))
+        diag("lost: %s",
+             json_string_value(json_object_get(crl_records_lost(h, ids[0]), "message")));
+    is_int(fake_adopted, 1, "one adopted");
+    is_int(h->counters.adopted, 1, "and counted");
+    struct crl_sandbox *a = crl_host_find(h, ids[0], &e);
+    ok(a && a->state == CRL_SB_READY, "it is ready under its id");
+    ok(a && a->expires_at == expires && a->timeout_s == 100, "its ttl ends when it did before");
+    ok(a && a->spec.n_labels == 1 && strcmp(a->spec.labels[0].value, "kept") == 0,
+       "its labels are its own");
+    json_t *lost = crl_records_lost(h, ids[1]);
+    is_str(json_string_value(json_object_get(lost, "lost_reason")), "init_gone",
+           "one that fails its backend's check is lost, saying why");
+    like(json_string_value(json_object_get(lost, "message")), "PID 1 is gone", "in words");
+    ok(!crl_records_lost(h, ids[2]) && !crl_host_find(h, ids[2], &e),
+       "the destroyed one is gone, as at a shutdown");
+    json_t *left = crl_records_read(h->records_dir);
+    ok(json_object_size(left) == 1 && json_object_get(left, ids[0]),
+       "the log holds the adopted one alone");
+    json_decref(left);
+    fake_refuse[0] = 0;
+    host_close(h);
+}
+
 int main(void)
 {
     crl_log_setup(CRL_LOG_ERROR, CRL_LOG_TEXT, "test_host");
     TAP_RUN(test_states, 20);
+    TAP_RUN(test_handover_and_adoption, 20);
     TAP_RUN(test_admission, 20);
     TAP_RUN(test_admission_measured, 20);
     TAP_RUN(test_ttls, 30);
