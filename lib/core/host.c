@@ -533,6 +533,24 @@ static void refused(struct crl_host *h, const struct crl_pool *pool)
     crl_pools_shed(h);
 }
 
+/* A sandbox of this host, being made (or adopted), with the table's
+ * reference. */
+static struct crl_sandbox *sandbox_new(struct crl_host *h, const struct crl_backend_ops *ops,
+                                       struct crl_err *err)
+{
+    struct crl_sandbox *sb = calloc(1, sizeof(*sb));
+    if (!sb) {
+        crl_err_sys(err, ENOMEM, "sandbox");
+        return NULL;
+    }
+    sb->host = h;
+    sb->owner = &h->owner;
+    sb->ops = ops;
+    sb->refs = 1;
+    sb->state = CRL_SB_CREATING;
+    return sb;
+}
+
 static int create(struct crl_host *h, struct crl_spec *spec, struct crl_pool *pool,
                   crl_sandbox_cb cb, void *ctx, struct crl_err *err)
 {
@@ -554,17 +572,12 @@ static int create(struct crl_host *h, struct crl_spec *spec, struct crl_pool *po
             refused(h, pool);
         return -1;
     }
-    struct crl_sandbox *sb = calloc(1, sizeof(*sb));
+    struct crl_sandbox *sb = sandbox_new(h, ops, err);
     if (!sb)
-        return crl_err_sys(err, ENOMEM, "sandbox");
-    sb->host = h;
-    sb->owner = &h->owner;
-    sb->ops = ops;
+        return -1;
     sb->pool = pool;
     sb->spec = *spec;
     memset(spec, 0, sizeof(*spec)); /* ownership moved */
-    sb->refs = 1;                   /* the table's */
-    sb->state = CRL_SB_CREATING;
     sb->created_at = crl_wall_s();
     sb->last_active_ns = crl_now_ns();
     crl_host_new_id(h, sb->id, sizeof(sb->id));
@@ -791,14 +804,9 @@ static int adopt_one(struct crl_host *h, const char *id, json_t *rec, const char
     const struct crl_backend_ops *ops =
         backend_find(h, json_string_value(json_object_get(rec, "backend")));
     json_t *ad = json_object_get(rec, "adopt");
-    struct crl_sandbox *sb = calloc(1, sizeof(*sb));
+    struct crl_sandbox *sb = sandbox_new(h, ops, err);
     if (!sb)
-        return crl_err_sys(err, ENOMEM, "sandbox");
-    sb->host = h;
-    sb->owner = &h->owner;
-    sb->ops = ops;
-    sb->refs = 1;
-    sb->state = CRL_SB_CREATING;
+        return -1;
     snprintf(sb->id, sizeof(sb->id), "%s", id);
     *why = "record_unreadable";
     if (crl_spec_from_json(json_object_get(rec, "spec"), &sb->spec, err) < 0) {

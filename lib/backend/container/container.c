@@ -210,6 +210,19 @@ void crl_ctr_create_done(struct crl_sandbox *sb, const struct crl_spawn_reply *r
     crl_sandbox_created(sb, NULL);
 }
 
+/* What corrald holds of a sandbox it makes or adopts: nothing yet. */
+static struct ctr_sandbox *new_priv(struct crl_sandbox *sb, struct crl_err *err)
+{
+    struct ctr_sandbox *c = calloc(1, sizeof(*c));
+    if (!c) {
+        crl_err_sys(err, ENOMEM, "sandbox");
+        return NULL;
+    }
+    c->netns_fd = c->pidfd = c->tmpfs_fd = -1;
+    sb->priv = c;
+    return c;
+}
+
 /* Have spawner s take over a sandbox's PID 1 (its answer: adopt_done). */
 static int send_adopt(struct spawner *s, struct crl_sandbox *sb, struct crl_err *err)
 {
@@ -381,11 +394,9 @@ static int ctr_adopt(struct crl_sandbox *sb, json_t *rec, bool *paused, const ch
                      struct crl_err *err)
 {
     struct crl_host *h = sb->host;
-    struct ctr_sandbox *c = calloc(1, sizeof(*c));
+    struct ctr_sandbox *c = new_priv(sb, err);
     if (!c)
-        return crl_err_sys(err, ENOMEM, "sandbox");
-    c->netns_fd = c->pidfd = c->tmpfs_fd = -1;
-    sb->priv = c;
+        return -1;
     pid_t pid;
     struct stat self_net, net;
     struct statfs sf;
@@ -542,11 +553,9 @@ static void net_claimed(struct crl_sandbox *sb, int netns_fd, const struct crl_e
 static int ctr_create(struct crl_sandbox *sb, struct crl_err *err)
 {
     struct crl_host *h = sb->host;
-    struct ctr_sandbox *c = calloc(1, sizeof(*c));
+    struct ctr_sandbox *c = new_priv(sb, err);
     if (!c)
-        return crl_err_sys(err, ENOMEM, "sandbox");
-    c->netns_fd = c->pidfd = c->tmpfs_fd = -1;
-    sb->priv = c;
+        return -1;
     char name[32];
     snprintf(name, sizeof(name), "s%u", sb->slot);
     struct crl_cgroup_limits lim = {.memory_bytes = (uint64_t)sb->spec.memory_mb << 20,
