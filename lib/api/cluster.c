@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "../cluster/peer.h"
 #include "../core/records.h"
@@ -24,13 +25,27 @@
 #define MAX_ATTEMPTS \
     (sizeof(((struct crl_req *)0)->tried) / sizeof(((struct crl_req *)0)->tried[0]))
 
+/* A lost host's records, read from the shared dir once for as long as its
+ * records.log stays as it was (a lost host stays in the view for an hour,
+ * and every list names its sandboxes).  Only the lists touch these, on the
+ * cluster's one worker thread. */
+struct lost_records {
+    char host[32];
+    struct stat st; /* the log's, when it was read */
+    json_t *live;
+    struct lost_records *next;
+};
+
 struct crl_cluster {
     struct crl_api *api;
     struct crl_member *member;
     struct crl_timer publish;
     struct crl_worker *worker; /* what may wait: drains (etcd), lists (the other hosts) */
     uint64_t fenced;           /* the view's addresses the fence was made from (+1; 0: none) */
+    struct lost_records *lost_cache;
 };
+
+static void lost_records_prune(struct crl_cluster *c, char (*lost)[32], size_t n);
 
 static const char *state_name(enum crl_peer_state s)
 {
@@ -149,6 +164,7 @@ void crl_cluster_stop(struct crl_cluster *c)
     crl_timer_stop(c->api->host->loop, &c->publish);
     crl_worker_free(c->worker);
     crl_member_stop(c->member);
+    lost_records_prune(c, NULL, 0);
     free(c);
 }
 
@@ -168,6 +184,15 @@ static bool id_host(const char *id, char *host, size_t cap)
     return true;
 }
 
+/* Why a lost host's sandbox is lost, in the words every answer uses. */
+static void lost_host_reason(const char *host, char *out, size_t cap)
+{
+    snprintf(out, cap,
+             "its host %s is lost (its lease in etcd expired); if that host's corrald starts "
+             "again on its state, it adopts what still runs",
+             host);
+}
+
 int crl_cluster_owner(struct crl_cluster *c, const char *id, char *host, size_t hcap, char *addr,
                       size_t acap, struct crl_err *err)
 {
@@ -177,11 +202,11 @@ int crl_cluster_owner(struct crl_cluster *c, const char *id, char *host, size_t 
     if (crl_member_lookup(c->member, host, addr, acap, &st, err) < 0)
         return crl_err_set(err, CRL_E_NOT_FOUND,
                            "sandbox %s is on host %s, which is not in the cluster", id, host);
-    if (st == CRL_PEER_LOST)
-        return crl_err_set(err, CRL_E_CONFLICT,
-                           "sandbox %s is lost: its host %s lost its membership (its lease "
-                           "expired)",
-                           id, host);
+    if (st == CRL_PEER_LOST) {
+        char why[256];
+        lost_host_reason(host, why, sizeof(why));
+        return crl_err_set(err, CRL_E_CONFLICT, "sandbox %s is lost: %s", id, why);
+    }
     return 1;
 }
 
@@ -423,26 +448,74 @@ struct list_job {
     const char *shared_dir;
     char (*lost)[32];
     size_t n_lost;
+    struct crl_cluster *c;
 };
+
+/* A lost host's records (borrowed from the cache): read again only when
+ * its log changed. */
+static json_t *lost_records(struct list_job *l, const char *host)
+{
+    char dir[4200], path[4300];
+    crl_records_dir(l->shared_dir, host, dir, sizeof(dir));
+    snprintf(path, sizeof(path), "%s/records.log", dir);
+    struct stat st;
+    bool have = stat(path, &st) == 0;
+    struct lost_records *e = l->c->lost_cache;
+    while (e && strcmp(e->host, host) != 0)
+        e = e->next;
+    if (e && have && e->st.st_ino == st.st_ino && e->st.st_size == st.st_size &&
+        e->st.st_mtim.tv_sec == st.st_mtim.tv_sec && e->st.st_mtim.tv_nsec == st.st_mtim.tv_nsec)
+        return e->live;
+    if (!e && (e = calloc(1, sizeof(*e)))) {
+        snprintf(e->host, sizeof(e->host), "%s", host);
+        e->next = l->c->lost_cache;
+        l->c->lost_cache = e;
+    }
+    if (!e)
+        return NULL;
+    json_decref(e->live);
+    e->live = have ? crl_records_read(dir) : NULL;
+    e->st = st;
+    return e->live;
+}
+
+/* The cache keeps the hosts lost now, no other. */
+static void lost_records_prune(struct crl_cluster *c, char (*lost)[32], size_t n)
+{
+    for (struct lost_records **pp = &c->lost_cache; *pp;) {
+        struct lost_records *e = *pp;
+        size_t i = 0;
+        while (i < n && strcmp(lost[i], e->host) != 0)
+            i++;
+        if (i < n) {
+            pp = &e->next;
+            continue;
+        }
+        *pp = e->next;
+        json_decref(e->live);
+        free(e);
+    }
+}
 
 /* A lost host's sandboxes, from the records it kept in the shared dir:
  * each as it was (id, labels, spec, times), lost, with why. */
-static void add_lost(const struct list_job *l, const char *host, json_t *all)
+static void add_lost(struct list_job *l, const char *host, json_t *all)
 {
-    char dir[4200], why[160];
-    crl_records_dir(l->shared_dir, host, dir, sizeof(dir));
-    json_t *live = crl_records_read(dir);
-    snprintf(why, sizeof(why), "its host %s is lost (its lease in etcd expired)", host);
+    char why[256];
+    lost_host_reason(host, why, sizeof(why));
     const char *id;
     json_t *rec;
-    json_object_foreach(live, id, rec)
+    json_object_foreach(lost_records(l, host), id, rec)
     {
-        json_object_set_new(rec, "state", json_string("lost"));
-        json_object_set_new(rec, "host", json_string(host));
-        json_object_set_new(rec, "reason", json_string(why));
-        json_array_append(all, rec);
+        json_t *o = json_deep_copy(rec);
+        json_object_del(o, "adopt"); /* how it ran: nothing a client needs */
+        json_object_set_new(o, "state", json_string("lost"));
+        json_object_set_new(o, "host", json_string(host));
+        json_object_set_new(o, "reason", json_string(why));
+        json_object_set_new(o, "lost_reason", json_string("host_lost"));
+        json_object_set_new(o, "message", json_string(why));
+        json_array_append_new(all, o);
     }
-    json_decref(live);
 }
 
 /* Every other host's own list, asked at once (a host that does not answer
@@ -528,6 +601,7 @@ static int list_work(struct crl_worker_job *j, struct crl_err *err)
     free(cs);
     free(bufs);
     free(results);
+    lost_records_prune(l->c, l->lost, l->n_lost);
     for (size_t i = 0; i < l->n_lost; i++)
         add_lost(l, l->lost[i], all);
     return 0;
@@ -574,6 +648,7 @@ bool crl_cluster_list_sandboxes(struct crl_req *r, json_t *local)
         return false; /* this host's alone, rather than nothing */
     }
     l->shared_dir = r->api->cfg.shared_dir;
+    l->c = c;
     for (size_t i = 0; i < n; i++) {
         if (hs[i].state == CRL_PEER_LOST && l->shared_dir)
             snprintf(l->lost[l->n_lost++], sizeof(l->lost[0]), "%s", hs[i].id);

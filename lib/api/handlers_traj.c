@@ -178,6 +178,7 @@ static void fork_restored(struct crl_restore_req *rq, const struct crl_err *err)
     } else {
         crl_traj_restored(x->s, &x->restore.prep);
         x->s->live = true;
+        crl_traj_noted(x->s);
         if (r->gone || r->client_gone)
             crl_host_destroy(sb->host, sb, "client_gone", NULL, NULL, NULL);
         else

@@ -685,8 +685,9 @@ bool crl_proxy_route(struct crl_req *r)
         strcmp(r->method, "GET") == 0) {
         /* A lost host's sandbox: reported as lost, on every host. */
         crl_req_json(r, 200,
-                     json_pack("{s:s, s:s, s:s, s:s}", "id", r->route.id, "state", "lost", "host",
-                               host, "reason", err.msg));
+                     json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "id", r->route.id, "state", "lost",
+                               "lost_reason", "host_lost", "host", host, "reason", err.msg,
+                               "message", err.msg));
         return true;
     }
     crl_req_error(r, &err);

@@ -331,6 +331,28 @@ static int importer_path(struct crl_api *a, struct crl_err *err)
     return crl_sibling_path("corral-import", a->importer_path, sizeof(a->importer_path), err);
 }
 
+/* An adopted sandbox that recorded a trajectory records it again, from
+ * where it stood; if the trajectory went on without it (another host
+ * resumed it while this one was away), it is destroyed, saying why: two
+ * sandboxes never record one trajectory. */
+static void reattach(struct crl_api *a, struct crl_sandbox *sb)
+{
+    struct crl_err err = CRL_ERR_INIT;
+    struct crl_traj *t = NULL;
+    struct crl_traj_sb *s = NULL;
+    if (crl_traj_open(a->trajs, sb->spec.trajectory, &sb->spec, NULL, false, &t, &err) == 0 &&
+        (s = crl_traj_sb_get(a->trajs, sb, &err)) &&
+        crl_traj_reattach(s, t, json_object_get(sb->notes, "trajectory"), &err) == 0) {
+        crl_info(sb->id, "trajectory %s: recording again at step %u", t->id, s->cursor);
+        return;
+    }
+    if (t && (!s || s->traj != t))
+        crl_traj_close(t);
+    crl_warn(sb->id, "trajectory %s: %s: destroying it", sb->spec.trajectory, err.msg);
+    snprintf(sb->message, sizeof(sb->message), "%s", err.msg);
+    crl_host_destroy(a->host, sb, "trajectory_lost", NULL, NULL, NULL);
+}
+
 int crl_api_start(struct crl_host *h, const struct crl_api_config *cfg, struct crl_api **out,
                   struct crl_err *err)
 {
@@ -356,9 +378,11 @@ int crl_api_start(struct crl_host *h, const struct crl_api_config *cfg, struct c
         0)
         goto fail;
     crl_trajs_gc_every(a->trajs, cfg->checkpoint_gc_s);
-    /* Sandboxes adopted from the run before may have services to answer,
-     * and Idempotency-Keys to replay. */
+    /* Sandboxes adopted from the run before may have trajectories to
+     * record, services to answer, and Idempotency-Keys to replay. */
     for (struct crl_sandbox *sb = h->sandboxes; sb; sb = sb->next) {
+        if (sb->spec.trajectory[0])
+            reattach(a, sb);
         json_t *idem = json_object_get(sb->notes, "idempotency");
         if (idem)
             crl_idem_restore(a->idem, json_string_value(json_object_get(idem, "key")),

@@ -528,6 +528,7 @@ static void live_ready(struct crl_req *r)
     struct crl_traj_sb *s = c->s;
     struct crl_err err = CRL_ERR_INIT;
     s->live = true;
+    crl_traj_noted(s);
     crl_trajs_counters(s->ts)->went_live++;
     if (crl_traj_event(s, "live",
                        json_pack("{s:i, s:s*, s:i}", "restored_from_step", (int)c->from_step,

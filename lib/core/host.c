@@ -749,10 +749,19 @@ static const char *not_adoptable(struct crl_host *h, json_t *rec, char *msg, siz
                  range ? range : "?", h->cfg.network_range);
         return "config_changed";
     }
-    if (traj && traj[0]) {
+    /* A trajectory's sandbox is taken over where it stood, live; one that
+     * was fast-forwarding, or had sessions (a trajectory's are steps, and
+     * the restart ends them), resumes by a fast-forward on a new create. */
+    json_t *be = json_object_get(ad, "backend");
+    json_t *children = json_object_get(be, "children");
+    if (traj && traj[0] &&
+        (!json_is_true(json_object_get(json_object_get(json_object_get(be, "notes"), "trajectory"),
+                                       "live")) ||
+         json_object_size(json_object_get(children, "session")) ||
+         json_object_size(json_object_get(children, "process")))) {
         snprintf(msg, cap,
-                 "it recorded trajectory %s: a create naming the trajectory resumes it (its steps "
-                 "replay)",
+                 "it recorded trajectory %s and was fast-forwarding or had sessions: a create "
+                 "naming the trajectory resumes it (its steps replay)",
                  traj);
         return "trajectory_resumes";
     }
@@ -810,7 +819,7 @@ static int adopt_one(struct crl_host *h, const char *id, json_t *rec, const char
     snprintf(sb->id, sizeof(sb->id), "%s", id);
     *why = "record_unreadable";
     if (crl_spec_from_json(json_object_get(rec, "spec"), &sb->spec, err) < 0) {
-        free(sb);
+        crl_sandbox_unref(sb);
         return crl_err_prefix(err, "its recorded spec");
     }
     const char *image = json_string_value(json_object_get(ad, "image_id"));

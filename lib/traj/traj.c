@@ -572,6 +572,43 @@ struct crl_traj_sb *crl_traj_sb_get(struct crl_trajs *ts, struct crl_sandbox *sb
     return s;
 }
 
+void crl_traj_noted(struct crl_traj_sb *s)
+{
+    if (!s->traj)
+        return;
+    json_t *o = json_pack("{s:s, s:i, s:i, s:b}", "id", s->traj->id, "cursor", (int)s->cursor,
+                          "steps", (int)s->traj->n_steps, "live", s->live);
+    crl_sandbox_note(s->sb, "trajectory", o);
+    json_decref(o);
+}
+
+int crl_traj_reattach(struct crl_traj_sb *s, struct crl_traj *t, json_t *note, struct crl_err *err)
+{
+    json_int_t cursor = json_integer_value(json_object_get(note, "cursor"));
+    json_int_t steps = json_integer_value(json_object_get(note, "steps"));
+    if (!json_is_true(json_object_get(note, "live")) || cursor < 0 || cursor > steps ||
+        steps != (json_int_t)t->n_steps)
+        return crl_err_set(err, CRL_E_CONFLICT,
+                           "trajectory %s has %zu steps, and its sandbox stood at step %lld of "
+                           "%lld%s: it went on without it",
+                           t->id, (size_t)t->n_steps, (long long)cursor, (long long)steps,
+                           json_is_true(json_object_get(note, "live")) ? "" : " (fast-forwarding)");
+    s->traj = t;
+    t->attached = true;
+    snprintf(t->holder, sizeof(t->holder), "%s", s->sb->id);
+    s->cursor = (uint32_t)cursor;
+    s->live = true;
+    /* Its state is its writable layer as it is: the next checkpoint walks
+     * all of it (the index of the last one went with corrald). */
+    s->state[0] = 0;
+    crl_traj_noted(s);
+    /* A call in flight at the crash may have changed the sandbox and left
+     * no step: said so in the log. */
+    return crl_traj_event(
+        s, "adopt",
+        json_pack("{s:s, s:b}", "host", s->sb->host->cfg.host_id, "in_flight_unrecorded", 1), err);
+}
+
 int crl_traj_attach(struct crl_traj_sb *s, struct crl_traj *t, struct crl_err *err)
 {
     s->traj = t;
@@ -581,6 +618,7 @@ int crl_traj_attach(struct crl_traj_sb *s, struct crl_traj *t, struct crl_err *e
     /* A trajectory with a past fast-forwards through it; a new one runs. */
     s->live = t->created && !t->base[0];
     snprintf(s->state, sizeof(s->state), "%s", t->created ? t->base : "");
+    crl_traj_noted(s);
     return crl_traj_event(
         s, "attach",
         json_pack("{s:s, s:b}", "host", s->sb->host->cfg.host_id, "resumed", !t->created), err);
@@ -850,6 +888,7 @@ static void record_done(struct crl_traj_job *j, const struct crl_err *err)
         s->ts->c.steps_recorded++;
         s->cursor = rj->st.n;
         s->recorded++;
+        crl_traj_noted(s);
     }
     rj->cb(rj, err);
     job_release(s);

@@ -136,6 +136,15 @@ struct crl_traj_sb *crl_traj_sb_get(struct crl_trajs *ts, struct crl_sandbox *sb
                                     struct crl_err *err);
 /* Attach an open trajectory to a new sandbox (which then owns it). */
 int crl_traj_attach(struct crl_traj_sb *ts, struct crl_traj *t, struct crl_err *err);
+/* Where the sandbox stands on its trajectory (id, cursor, the log's steps,
+ * live), into its record (crl_sandbox_note "trajectory"): called when any
+ * of it changes. */
+void crl_traj_noted(struct crl_traj_sb *s);
+/* Attach an open trajectory again to the sandbox an adoption took over
+ * (lib/api/server.c), where its record's note says it stood: only if it
+ * was live there and the log has no step since (else CRL_E_CONFLICT: the
+ * trajectory went on elsewhere).  The next checkpoint is a whole one. */
+int crl_traj_reattach(struct crl_traj_sb *s, struct crl_traj *t, json_t *note, struct crl_err *err);
 
 /* The newest child of the cursor whose request hashes to `hash`, or NULL. */
 const struct crl_traj_step *crl_traj_match(const struct crl_traj_sb *s, const char *hash);

@@ -172,3 +172,21 @@ def test_a_handover_leaves_the_sandboxes_to_the_next_corrald(corrald_factory):
         assert d.request("GET", f"/v1/sandboxes/{f.id}").status == 404  # destroyed, as at a stop
         a.destroy()
     d.shutdown_and_check()
+
+
+def test_a_paused_sandbox_is_adopted_paused(corrald_factory):
+    """Its freezer says it is paused: so it stays, until a call wakes it."""
+    d = corrald_factory()
+    with d.client() as c:
+        sb = c.create(**SMALL)
+        sb.files.write("/root/f", b"frozen")
+        sb.pause()
+    d.kill()
+    d.start()
+    assert d.request("GET", f"/v1/sandboxes/{sb.id}").json()["state"] == "paused"
+    with d.client() as c:
+        sb = c.get(sb.id)
+        assert sb.exec("cat /root/f").stdout == b"frozen"  # an exec resumes it
+        assert sb.inspect()["state"] == "ready"
+        sb.destroy()
+    d.shutdown_and_check()

@@ -2,7 +2,8 @@
 network namespace of its own on one bridge (netlab.ClusterNet), joined with
 --cluster and --advertise and used as one: any host places a create, reaches
 every sandbox (inspect, exec, streamed exec, files, destroy) and lists them
-all; a host killed with -9 is lost within its lease and its sandboxes say so;
+all; a host killed with -9 is lost within its lease and its sandboxes say so
+(and are back once it restarts and adopts them);
 a host that cannot be reached or answers garbage is passed over; drain; etcd
 down and back; no sandbox reaches another host's API."""
 
@@ -155,10 +156,19 @@ def test_a_killed_host_is_lost_and_passed_over(cluster):
         new, headers = create(b)
         assert not new.startswith(f"sb-{c.host_id}-")
         assert c.host_id not in headers.get("x-corral-placement", "")
-    # Started again, the host joins again and takes creates.
+    # Started again, the host joins again, and adopts what still ran there:
+    # the lost sandbox is back, through every host.
     c.start()
     wait_for(lambda: all(cluster.hosts_of(d)[c.host_id]["state"] == "ready" for d in (a, b)),
              timeout=LEASE_S + 5, what="the restarted host to rejoin")
+    for d in (a, b):
+        r = d.request("GET", f"/v1/sandboxes/{sid}")
+        assert r.status == 200 and json.loads(r.body)["state"] == "ready", r.body
+        r = d.request("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": ["true"]})
+        assert r.status == 200 and json.loads(r.body)["exit_code"] == 0, r.body
+        r = d.request("GET", "/v1/sandboxes?label=job=k")
+        assert {s["id"]: s["state"] for s in json.loads(r.body)["sandboxes"]}[sid] == "ready"
+    assert a.request("DELETE", f"/v1/sandboxes/{sid}").status == 200
 
 
 def test_drain(cluster):

@@ -123,11 +123,51 @@ def test_resume_after_destroy_runs_nothing_twice(corrald, backend):
     destroy(d, sid)
 
 
-def test_resume_after_corrald_sigkill(corrald_factory):
+def test_corrald_sigkill_adopts_the_recording_sandbox(corrald_factory):
+    """A corrald killed with -9 while a sandbox records: the next one adopts
+    the sandbox, which records on from the step it stood at, live (nothing
+    replayed, nothing run twice), and the log says so.  Its checkpoints go
+    on (a fork from the new step has every file), and the trajectory is
+    still one sandbox's: a create naming it is refused."""
     d, traj, calls = corrald_factory(), tid(), twenty_calls()
-    _, results = record(d, traj, calls)
+    sid, results = record(d, traj, calls)
     d.kill()
     d.start()
+    j = exec_(d, sid, "echo after >> /tmp/log; wc -l < /tmp/log")
+    assert (j["replayed"], j["step"], int(j["stdout"])) == (False, 21, APPENDS + 1)
+    info = d.request("GET", f"/v1/trajectories/{traj}").json()
+    assert info["n_steps"] == 21 and info["live_sandbox"] == sid
+    assert "adopt" in [e["event"] for e in info["events"]]
+    r = d.request("POST", f"/v1/sandboxes/{sid}/fork", {"step": 21})
+    assert r.status == 201, r
+    fork = r.json()["id"]
+    j = exec_(d, fork, "wc -l < /tmp/log; ls /tmp | grep -c '^f'")
+    assert j["stdout"].split() == [str(APPENDS + 1), "5"]
+    destroy(d, fork)
+    r = d.request("POST", "/v1/sandboxes", {"image": "busybox", "trajectory": traj})
+    assert r.status == 409 and sid in r.error["message"], r
+    destroy(d, sid)
+    # Its steps replay as they were, the one after the restart too.
+    calls.append(("exec", "echo after >> /tmp/log; wc -l < /tmp/log"))
+    results.append((0, f"{APPENDS + 1}\n", ""))
+    sid = fast_forward(d, traj, calls, results)
+    destroy(d, sid)
+
+
+def test_a_sandbox_killed_while_fast_forwarding_resumes_anew(corrald_factory):
+    """One that was fast-forwarding when corrald died is lost, saying so,
+    and a create naming the trajectory fast-forwards again: nothing run
+    twice."""
+    d, traj, calls = corrald_factory(), tid(), twenty_calls()
+    sid, results = record(d, traj, calls)
+    destroy(d, sid)
+    half = create(d, traj)
+    for call in calls[:5]:
+        assert run(d, half, call)[2] is True  # replayed
+    d.kill()
+    d.start()
+    lost = d.request("GET", f"/v1/sandboxes/{half}").json()
+    assert lost["state"] == "lost" and lost["lost_reason"] == "trajectory_resumes", lost
     sid = fast_forward(d, traj, calls, results)
     j = exec_(d, sid, "wc -l < /tmp/log")
     assert (j["replayed"], int(j["stdout"])) == (False, APPENDS)
