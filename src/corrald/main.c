@@ -118,7 +118,9 @@ static const char usage[] =
     "  --max-body-mb N        largest JSON request body (default 16)\n"
     "  --checkpoint-gc-s N    every N s, remove the checkpoint blobs no trajectory or\n"
     "                         sandbox refers to and older than N s (default 3600; 0: never)\n"
-    "  --log-format text|json, --log-level error|warn|info|debug\n";
+    "  --log-format text|json, --log-level error|warn|info|debug\n"
+    "signals: SIGTERM or SIGINT destroys every sandbox and exits; SIGUSR2 exits leaving\n"
+    "the sandboxes the next corrald on this --state can adopt running (an upgrade)\n";
 
 static int parse_uint(const char *flag, const char *s, unsigned long max, unsigned long *out)
 {
