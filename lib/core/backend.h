@@ -65,7 +65,8 @@ struct crl_proc {
     int pidfd;
     uint64_t seq; /* unique per sandbox; names the cgroup leaf */
     bool started, exited;
-    int status; /* wait status */
+    bool outlives; /* proc_record can record it: it outlives corrald, see below */
+    int status;    /* wait status */
     double cpu_s;
     uint64_t maxrss_bytes;
     void (*on_start)(struct crl_proc *p, const struct crl_err *err);
@@ -291,6 +292,18 @@ struct crl_backend_ops {
     /* The other end of adopt: corrald exits (a handover) and lets go of
      * what it holds of a sandbox that runs on. */
     void (*leave)(struct crl_sandbox *sb);
+    /* A process that is to outlive corrald with its sandbox (a session's
+     * shell): what its record needs for adopt_proc to take it back, or
+     * NULL if it cannot be.  adopt_proc, in a sandbox adopt took over, sets
+     * p's stdio fds and pidfd from the record (p's pid, ns_pid and seq are
+     * set from it already) and reports its end through on_exit, as a
+     * process spawn started; a failure sets err (why it cannot be). */
+    struct json_t *(*proc_record)(struct crl_sandbox *sb, struct crl_proc *p);
+    int (*adopt_proc)(struct crl_sandbox *sb, struct crl_proc *p, struct json_t *rec,
+                      struct crl_err *err);
+    /* A handover lets go of such a process, which runs on: what the
+     * backend holds of it is freed, nothing ends; p's stdio is its owner's. */
+    void (*release_proc)(struct crl_sandbox *sb, struct crl_proc *p);
 
     /* Build the sandbox; completes with crl_sandbox_created(sb, err). */
     int (*create)(struct crl_sandbox *sb, struct crl_err *err);

@@ -26,6 +26,7 @@
 #include "records.h"
 #include "resolver.h"
 #include "services.h"
+#include "session.h"
 #include "volume.h"
 
 #define NS_PER_S 1000000000ull
@@ -425,7 +426,8 @@ static void owner_ready(struct crl_sandbox *sb)
 
 static void owner_changed(struct crl_sandbox *sb)
 {
-    /* A handover ends sessions: its record keeps them, lost at adoption. */
+    /* A handover ends what talks to us, and its record keeps that (lost at
+     * adoption), and sessions' shells, which the next corrald takes back. */
     if (!sb->pool && sb->ready_at > 0 && sb->state <= CRL_SB_PAUSED && !sb->handed_over)
         crl_record_write(sb->host, sb);
 }
@@ -806,6 +808,29 @@ static void discard_cgroup(struct crl_host *h, const char *name)
     crl_cgroup_release(cg, true, NULL);
 }
 
+/* The sessions an adopted sandbox's record names: each taken back, or
+ * lost with why. */
+static void adopt_sessions(struct crl_sandbox *sb, json_t *sessions)
+{
+    json_t *lost = json_object_get(sb->lost_children, "session");
+    const char *id;
+    json_t *rec;
+    json_object_foreach(sessions, id, rec)
+    {
+        struct crl_err err = CRL_ERR_INIT;
+        if (crl_session_adopt(sb, id, rec, &err) == 0) {
+            json_object_del(lost, id);
+            continue;
+        }
+        crl_warn(sb->id, "session %s is lost: %s", id, err.msg);
+        json_object_set_new(
+            lost, id,
+            json_sprintf("corrald was restarted while it ran, and the new one could not take "
+                         "its shell back (%s): it ended it when it adopted the sandbox",
+                         err.msg));
+    }
+}
+
 /* Build the sandbox a record describes and have its backend take it over. */
 static int adopt_one(struct crl_host *h, const char *id, json_t *rec, const char **why,
                      struct crl_err *err)
@@ -856,8 +881,8 @@ static int adopt_one(struct crl_host *h, const char *id, json_t *rec, const char
         forget(h, sb);
         return -1;
     }
-    sb->ready_at = json_real_value(json_object_get(ad, "ready_s"));
-    /* What ran through the dead daemon's pipes is lost (the backend ended it). */
+    /* What ran through the dead daemon's pipes is lost (the backend ended
+     * it); sessions whose shells the backend kept are taken back. */
     json_t *be = json_object_get(ad, "backend");
     sb->notes = json_deep_copy(json_object_get(be, "notes"));
     sb->lost_children = json_deep_copy(json_object_get(be, "lost_children"));
@@ -868,6 +893,10 @@ static int adopt_one(struct crl_host *h, const char *id, json_t *rec, const char
     crl_sandbox_adopted(sb, paused, json_real_value(json_object_get(ad, "expires_at")),
                         (unsigned)json_integer_value(json_object_get(ad, "timeout_s")),
                         json_is_true(json_object_get(ad, "ttl_paused")));
+    adopt_sessions(sb, json_object_get(json_object_get(be, "children"), "session"));
+    /* Set last: a record is rewritten at each change once it is ready, and
+     * this one write has them all. */
+    sb->ready_at = json_real_value(json_object_get(ad, "ready_s"));
     crl_record_write(h, sb); /* as it runs now (its PID 1's new pidfd says the same) */
     h->counters.adopted++;
     return 0;
@@ -1104,11 +1133,13 @@ static unsigned choose_handed_over(struct crl_host *h)
     return n;
 }
 
+/* Do handed-over sandboxes still run commands of ours (which end)? */
 static bool handing_over(struct crl_host *h)
 {
     for (struct crl_sandbox *sb = h->sandboxes; sb; sb = sb->next)
-        if (sb->handed_over && sb->procs)
-            return true;
+        for (struct crl_proc *p = sb->handed_over ? sb->procs : NULL; p; p = p->next_in_sb)
+            if (!p->outlives)
+                return true;
     return false;
 }
 

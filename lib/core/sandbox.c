@@ -95,7 +95,7 @@ static void end_processes(struct crl_sandbox *sb)
     for (size_t i = 0; i < CRL_ARRAY_SIZE(hooks) && hooks[i]; i++)
         hooks[i](sb);
     for (struct crl_proc *p = sb->procs; p; p = p->next_in_sb)
-        if (p->started && !p->exited)
+        if (p->started && !p->exited && !(sb->handed_over && p->outlives))
             sb->ops->kill(sb, p, CRL_KILL_TREE);
 }
 
@@ -191,18 +191,27 @@ static void idle_check(struct crl_timer *t)
                     idle_check, sb);
 }
 
-void crl_sandbox_child(struct crl_sandbox *sb, const char *kind, const char *id, bool live)
+void crl_sandbox_child_is(struct crl_sandbox *sb, const char *kind, const char *id, json_t *what)
 {
-    if (!sb->children && !(sb->children = json_object()))
+    if (!sb->children && !(sb->children = json_object())) {
+        json_decref(what);
         return;
+    }
     json_t *k = json_object_get(sb->children, kind);
-    if (!k && live && json_object_set_new(sb->children, kind, k = json_object()) < 0)
+    if (!k && what && json_object_set_new(sb->children, kind, k = json_object()) < 0) {
+        json_decref(what);
         return;
-    if (live)
-        json_object_set_new(k, id, json_true());
+    }
+    if (what)
+        json_object_set_new(k, id, what);
     else if (json_object_del(k, id) < 0)
         return; /* not recorded: nothing changed */
     changed(sb);
+}
+
+void crl_sandbox_child(struct crl_sandbox *sb, const char *kind, const char *id, bool live)
+{
+    crl_sandbox_child_is(sb, kind, id, live ? json_true() : NULL);
 }
 
 void crl_sandbox_note(struct crl_sandbox *sb, const char *name, json_t *value)
@@ -215,8 +224,11 @@ void crl_sandbox_note(struct crl_sandbox *sb, const char *name, json_t *value)
 
 const char *crl_sandbox_child_lost(const struct crl_sandbox *sb, const char *kind, const char *id)
 {
-    if (!json_object_get(json_object_get(sb->lost_children, kind), id))
+    json_t *why = json_object_get(json_object_get(sb->lost_children, kind), id);
+    if (!why)
         return NULL;
+    if (json_is_string(why))
+        return json_string_value(why);
     return "corrald was restarted while it ran, and its input and output were that daemon's: "
            "the new one ended it when it adopted the sandbox";
 }
@@ -564,6 +576,45 @@ int crl_sandbox_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err
     p->next_in_sb = sb->procs;
     sb->procs = p;
     return 0;
+}
+
+json_t *crl_sandbox_proc_record(struct crl_sandbox *sb, struct crl_proc *p)
+{
+    json_t *be = sb->ops->proc_record ? sb->ops->proc_record(sb, p) : NULL;
+    if (!be)
+        return NULL;
+    return json_pack("{s:i, s:i, s:I, s:o}", "pid", (int)p->pid, "ns_pid", (int)p->ns_pid, "seq",
+                     (json_int_t)p->seq, "backend", be);
+}
+
+int crl_sandbox_adopt_proc(struct crl_sandbox *sb, struct crl_proc *p, json_t *rec,
+                           struct crl_err *err)
+{
+    p->sb = sb;
+    p->pid = (pid_t)json_integer_value(json_object_get(rec, "pid"));
+    p->ns_pid = (pid_t)json_integer_value(json_object_get(rec, "ns_pid"));
+    p->seq = (uint64_t)json_integer_value(json_object_get(rec, "seq"));
+    p->in_fd = p->out_fd = p->err_fd = p->pidfd = -1;
+    if (!sb->ops->adopt_proc)
+        return crl_err_set(err, CRL_E_UNSUPPORTED, "the %s backend cannot take a process back",
+                           sb->ops->name);
+    if (p->pid <= 0 || p->ns_pid <= 0 || !p->seq)
+        return crl_err_set(err, CRL_E_INVALID, "its record names no process");
+    if (sb->ops->adopt_proc(sb, p, json_object_get(rec, "backend"), err) < 0)
+        return -1;
+    if (sb->next_seq < p->seq)
+        sb->next_seq = p->seq; /* what comes next is named after it */
+    p->started = true;
+    crl_sandbox_ref(sb);
+    p->next_in_sb = sb->procs;
+    sb->procs = p;
+    return 0;
+}
+
+void crl_sandbox_release_proc(struct crl_sandbox *sb, struct crl_proc *p)
+{
+    sb->ops->release_proc(sb, p);
+    crl_sandbox_proc_done(sb, p);
 }
 
 void crl_sandbox_proc_done(struct crl_sandbox *sb, struct crl_proc *p)

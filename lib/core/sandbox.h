@@ -179,7 +179,8 @@ void crl_sandbox_adopted(struct crl_sandbox *sb, bool paused, double expires_at,
                          bool ttl_paused);
 
 /* Host -> sandbox: corrald exits and leaves it running (a handover): what
- * the layers above run in it ends, as at a destroy, and nothing else. */
+ * the layers above run in it ends, as at a destroy, and nothing else but
+ * processes that outlive corrald (sessions' shells), which are let go. */
 void crl_sandbox_hand_over(struct crl_sandbox *sb);
 
 /* Backend -> host. */
@@ -203,6 +204,10 @@ int crl_sandbox_on_end(struct crl_sandbox *sb, crl_sandbox_hook hook, struct crl
 /* A session (kind "session") or background process ("process") of the
  * sandbox begins or ends, for its record. */
 void crl_sandbox_child(struct crl_sandbox *sb, const char *kind, const char *id, bool live);
+/* ... and is what `what` says (a reference is taken; NULL: it ended): a
+ * session whose shell a corrald started anew can take back records that
+ * shell (crl_sandbox_proc_record). */
+void crl_sandbox_child_is(struct crl_sandbox *sb, const char *kind, const char *id, json_t *what);
 /* Keep `value` (a reference is taken) under `name` in its record: an
  * adopted sandbox has its notes again. */
 void crl_sandbox_note(struct crl_sandbox *sb, const char *name, json_t *value);
@@ -231,6 +236,17 @@ int crl_sandbox_resume(struct crl_sandbox *sb, struct crl_err *err);
 
 /* Processes: start one through the backend, tracking it on the sandbox. */
 int crl_sandbox_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *err);
+/* A started process that is to outlive corrald (a session's shell), as its
+ * record keeps it; NULL if its backend cannot take it back.  Adopting
+ * (sb adopted, p zeroed but for its owner's fields) sets p up from that
+ * record, running and tracked as crl_sandbox_spawn's are; -1 with err
+ * (what stops it) if it cannot. */
+json_t *crl_sandbox_proc_record(struct crl_sandbox *sb, struct crl_proc *p);
+int crl_sandbox_adopt_proc(struct crl_sandbox *sb, struct crl_proc *p, json_t *rec,
+                           struct crl_err *err);
+/* A handover (sb->handed_over) lets go of a process that outlives corrald:
+ * untracked, running on (its owner closes its stdio). */
+void crl_sandbox_release_proc(struct crl_sandbox *sb, struct crl_proc *p);
 /* The process's owner hands it back once it has exited or never started. */
 void crl_sandbox_proc_done(struct crl_sandbox *sb, struct crl_proc *p);
 

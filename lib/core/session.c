@@ -24,6 +24,12 @@ struct crl_session {
     struct crl_buf inq;
     struct crl_buf win[2]; /* per stream: bytes not yet known to be outside a marker */
     bool alive, started, closing;
+    bool resyncing; /* taken back from a corrald before: its command is ours, not a client's */
+    /* A client's command that came while resyncing: it waits a moment. */
+    bool has_next;
+    struct crl_exec_req next_req;
+    struct crl_exec_cbs next_cbs;
+    void *next_ctx;
     crl_session_open_cb open_cb;
     void *open_ctx;
     /* the command running now */
@@ -118,6 +124,8 @@ static void emit(struct crl_session *s, int i, const char *data, size_t len)
     }
 }
 
+static void start_next(struct crl_session *s);
+
 static void run_finish(struct crl_session *s)
 {
     crl_timer_stop(loop_of(s), &s->timer);
@@ -129,12 +137,14 @@ static void run_finish(struct crl_session *s)
     } else {
         crl_exec_describe_end(&s->proc, s->timed_out, false, false, &s->res);
     }
-    s->busy = false;
+    s->busy = s->resyncing = false;
     if (!s->cancelled)
         s->cbs.on_done(s->ctx, &s->res, NULL);
     crl_exec_req_free(&s->req);
     crl_buf_free(&s->res.out);
     crl_buf_free(&s->res.err);
+    if (s->has_next)
+        start_next(s);
 }
 
 /* Feed the bytes of stream i through the marker search.  The window holds
@@ -284,47 +294,33 @@ static int run_refused(struct crl_exec_req *req)
     return -1;
 }
 
-int crl_session_run(struct crl_session *s, struct crl_exec_req *req, const struct crl_exec_cbs *cbs,
-                    void *ctx, struct crl_err *err)
+/* Queue `cmd` for the shell, followed by its markers with a fresh nonce. */
+static int send_command(struct crl_session *s, const char *cmd, struct crl_err *err)
 {
-    if (crl_sandbox_check_ready(s->sb, err) < 0)
-        return run_refused(req);
-    if (!s->alive) {
-        crl_err_set(err, CRL_E_CONFLICT, "session %s has ended", s->id);
-        return run_refused(req);
-    }
-    if (s->busy || !s->started) {
-        crl_err_set(err, CRL_E_CONFLICT, "session %s is %s; run one command at a time", s->id,
-                    s->started ? "running a command" : "starting");
-        return run_refused(req);
-    }
     unsigned char r[16];
-    if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
-        crl_err_sys(err, errno, "getrandom");
-        return run_refused(req);
-    }
+    if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r))
+        return crl_err_sys(err, errno, "getrandom");
     char nonce[33];
     for (int i = 0; i < 16; i++)
         snprintf(nonce + 2 * i, 3, "%02x", r[i]);
     s->mark_len[0] = (size_t)snprintf(s->mark[0], sizeof(s->mark[0]), "%c%s ", MARK_CHAR, nonce);
     s->mark_len[1] =
         (size_t)snprintf(s->mark[1], sizeof(s->mark[1]), "%c%s%c", MARK_CHAR, nonce, MARK_CHAR);
-    /* argv[2] is the command string (a session takes only strings) */
     size_t before = s->inq.len;
-    if (crl_buf_append(&s->inq, "command eval ", 13) < 0 ||
-        append_quoted(&s->inq, req->argv[2]) < 0 ||
+    if (crl_buf_append(&s->inq, "command eval ", 13) < 0 || append_quoted(&s->inq, cmd) < 0 ||
         crl_buf_printf(&s->inq,
                        " </dev/null\nprintf '\\036%%s %%d\\036' %s \"$?\"; printf '\\036%%s\\036' "
                        "%s >&2\n",
                        nonce, nonce) < 0) {
         s->inq.len = before;
-        crl_err_sys(err, ENOMEM, "session command");
-        return run_refused(req);
+        return crl_err_sys(err, ENOMEM, "session command");
     }
-    s->req = *req;
-    memset(req, 0, sizeof(*req));
-    s->cbs = *cbs;
-    s->ctx = ctx;
+    return 0;
+}
+
+/* The command just queued is the one running now. */
+static void begin(struct crl_session *s)
+{
     s->busy = true;
     s->cancelled = s->timed_out = false;
     s->done[0] = s->done[1] = false;
@@ -336,6 +332,61 @@ int crl_session_run(struct crl_session *s, struct crl_exec_req *req, const struc
     s->start_ns = crl_now_ns();
     if (s->proc.in_fd >= 0)
         crl_watch_modify(loop_of(s), &s->w_in, EPOLLOUT);
+}
+
+/* How long a command waits for a session taken back to reach a
+ * command's boundary: at once for a shell that was idle, never for one
+ * whose command runs on. */
+#define SESSION_RESYNC_WAIT_NS (2ull * 1000000000ull)
+
+static void drop_next(struct crl_session *s, enum crl_errc code, const char *why)
+{
+    if (!s->has_next)
+        return;
+    struct crl_err e = CRL_ERR_INIT;
+    crl_err_set(&e, code, "session %s %s", s->id, why);
+    s->has_next = false;
+    crl_exec_req_free(&s->next_req);
+    s->next_cbs.on_done(s->next_ctx, NULL, &e);
+}
+
+static void next_waited(struct crl_timer *t)
+{
+    drop_next(t->data, CRL_E_CONFLICT,
+              "is finishing what it ran when corrald restarted; run one command at a time");
+}
+
+int crl_session_run(struct crl_session *s, struct crl_exec_req *req, const struct crl_exec_cbs *cbs,
+                    void *ctx, struct crl_err *err)
+{
+    if (crl_sandbox_check_ready(s->sb, err) < 0)
+        return run_refused(req);
+    if (!s->alive) {
+        crl_err_set(err, CRL_E_CONFLICT, "session %s has ended", s->id);
+        return run_refused(req);
+    }
+    if (s->busy && s->resyncing && !s->has_next) {
+        s->next_req = *req;
+        memset(req, 0, sizeof(*req));
+        s->next_cbs = *cbs;
+        s->next_ctx = ctx;
+        s->has_next = true;
+        crl_timer_start(loop_of(s), &s->timer, SESSION_RESYNC_WAIT_NS, next_waited, s);
+        return 0;
+    }
+    if (s->busy || !s->started) {
+        crl_err_set(err, CRL_E_CONFLICT, "session %s is %s; run one command at a time", s->id,
+                    s->started ? "running a command" : "starting");
+        return run_refused(req);
+    }
+    /* argv[2] is the command string (a session takes only strings) */
+    if (send_command(s, req->argv[2], err) < 0)
+        return run_refused(req);
+    s->req = *req;
+    memset(req, 0, sizeof(*req));
+    s->cbs = *cbs;
+    s->ctx = ctx;
+    begin(s);
     if (s->req.timeout_s > 0)
         crl_timer_start(loop_of(s), &s->timer, (uint64_t)(s->req.timeout_s * 1e9), on_timeout, s);
     s->sb->owner->counters->execs++;
@@ -343,6 +394,17 @@ int crl_session_run(struct crl_session *s, struct crl_exec_req *req, const struc
     if (s->cbs.on_start)
         s->cbs.on_start(s->ctx);
     return 0;
+}
+
+/* The command that waited for the resync: its turn now. */
+static void start_next(struct crl_session *s)
+{
+    struct crl_exec_req req = s->next_req;
+    struct crl_err err = CRL_ERR_INIT;
+    s->has_next = false;
+    memset(&s->next_req, 0, sizeof(s->next_req));
+    if (crl_session_run(s, &req, &s->next_cbs, s->next_ctx, &err) < 0)
+        s->next_cbs.on_done(s->next_ctx, NULL, &err);
 }
 
 void crl_session_pause_output(struct crl_session *s, bool pause)
@@ -353,6 +415,12 @@ void crl_session_pause_output(struct crl_session *s, bool pause)
 
 void crl_session_cancel_run(struct crl_session *s)
 {
+    if (s->has_next) { /* its command waited behind ours, which runs on */
+        s->has_next = false;
+        crl_exec_req_free(&s->next_req);
+        crl_timer_stop(loop_of(s), &s->timer);
+        return;
+    }
     if (s->busy) {
         s->cancelled = true;
         s->sb->ops->kill(s->sb, &s->proc, CRL_KILL_DESCENDANTS);
@@ -372,6 +440,7 @@ static void session_free(struct crl_session *s)
     crl_buf_free(&s->win[0]);
     crl_buf_free(&s->win[1]);
     crl_exec_req_free(&s->req);
+    crl_exec_req_free(&s->next_req);
     crl_buf_free(&s->res.out);
     crl_buf_free(&s->res.err);
     crl_strv_free(s->envp);
@@ -391,12 +460,49 @@ static void unlink_session(struct crl_session *s)
         }
 }
 
+/* A handover: the shell runs on for the next corrald, and we let go. */
+static void let_go(struct crl_session *s)
+{
+    drop_next(s, CRL_E_UNAVAILABLE, "runs on, but corrald is restarting: run it again");
+    if (s->busy && !s->cancelled) {
+        struct crl_err e = CRL_ERR_INIT;
+        crl_err_set(&e, CRL_E_UNAVAILABLE,
+                    "corrald is restarting: session %s runs on, this command's result is lost",
+                    s->id);
+        s->cbs.on_done(s->ctx, NULL, &e);
+    }
+    s->busy = false;
+    s->cancelled = true;
+    unlink_session(s);
+    crl_sandbox_release_proc(s->sb, &s->proc);
+    session_free(s);
+}
+
 /* The sandbox's end hook: every session closes before its processes are
- * killed and the backend tears it down. */
+ * killed and the backend tears it down; at a handover, those whose shells
+ * outlive corrald are let go instead. */
 static void close_all(struct crl_sandbox *sb)
 {
-    while (sb->sessions)
-        crl_session_close(sb->sessions);
+    while (sb->sessions) {
+        struct crl_session *s = sb->sessions;
+        if (sb->handed_over && s->alive && !s->closing && s->proc.outlives)
+            let_go(s);
+        else
+            crl_session_close(s);
+    }
+}
+
+/* Its shell runs: read and write it. */
+static void watch_shell(struct crl_session *s)
+{
+    struct crl_proc *p = &s->proc;
+    s->alive = true;
+    crl_set_nonblock(p->in_fd, 1);
+    crl_set_nonblock(p->out_fd, 1);
+    crl_set_nonblock(p->err_fd, 1);
+    crl_watch_start(loop_of(s), &s->w_out, p->out_fd, EPOLLIN, on_out, s);
+    crl_watch_start(loop_of(s), &s->w_err, p->err_fd, EPOLLIN, on_err, s);
+    crl_watch_start(loop_of(s), &s->w_in, p->in_fd, 0, on_in, s);
 }
 
 static void shell_exited(struct crl_proc *p)
@@ -445,15 +551,69 @@ static void shell_started(struct crl_proc *p, const struct crl_err *err)
         sb->ops->kill(sb, &s->proc, CRL_KILL_TREE);
         return;
     }
-    s->alive = true;
-    crl_set_nonblock(p->in_fd, 1);
-    crl_set_nonblock(p->out_fd, 1);
-    crl_set_nonblock(p->err_fd, 1);
-    crl_watch_start(loop_of(s), &s->w_out, p->out_fd, EPOLLIN, on_out, s);
-    crl_watch_start(loop_of(s), &s->w_err, p->err_fd, EPOLLIN, on_err, s);
-    crl_watch_start(loop_of(s), &s->w_in, p->in_fd, 0, on_in, s);
+    watch_shell(s);
+    /* What a corrald started anew takes it back by, if its backend can. */
+    json_t *shell = crl_sandbox_proc_record(sb, p);
+    if (shell)
+        crl_sandbox_child_is(sb, "session", s->id,
+                             json_pack("{s:s, s:o}", "shell", s->argv[0], "proc", shell));
     if (cb)
         cb(s, NULL, ctx);
+}
+
+/* A session of this sandbox's that the last corrald left, as its record
+ * had it: its shell back, or why not.  What the shell was doing when that
+ * corrald died is unknown (a command may still run; its client is gone,
+ * and the end of what it wrote into the pipes meanwhile is there to read):
+ * a command of ours, whose markers come back once the shell reads its
+ * input again, brings the session back to a command's boundary, and until
+ * then it is busy and its output is dropped. */
+int crl_session_adopt(struct crl_sandbox *sb, const char *id, json_t *rec, struct crl_err *err)
+{
+    const char *shell = json_string_value(json_object_get(rec, "shell"));
+    if (!json_is_object(rec) || !shell)
+        return crl_err_set(err, CRL_E_INVALID,
+                           "its shell had not started, or its backend did not keep it for a "
+                           "corrald started anew (docs/api.md says when)");
+    if (strlen(id) >= sizeof(((struct crl_session *)0)->id))
+        return crl_err_set(err, CRL_E_INVALID, "its id is too long");
+    if (crl_sandbox_on_end(sb, close_all, err) < 0)
+        return -1;
+    struct crl_session *s = calloc(1, sizeof(*s));
+    if (!s || !(s->argv[0] = strdup(shell))) {
+        free(s);
+        return crl_err_sys(err, ENOMEM, "session");
+    }
+    s->sb = sb;
+    snprintf(s->id, sizeof(s->id), "%s", id);
+    crl_buf_init(&s->inq, CRL_BUF_UNBOUNDED);
+    crl_buf_init(&s->win[0], CRL_BUF_UNBOUNDED);
+    crl_buf_init(&s->win[1], CRL_BUF_UNBOUNDED);
+    s->proc.argv = s->argv;
+    s->proc.session = true;
+    s->proc.setsid = true;
+    s->proc.owner = s;
+    s->proc.on_exit = shell_exited;
+    if (crl_sandbox_adopt_proc(sb, &s->proc, json_object_get(rec, "proc"), err) < 0) {
+        session_free(s);
+        return -1;
+    }
+    s->started = true;
+    s->next = sb->sessions;
+    sb->sessions = s;
+    sb->n_sessions++;
+    crl_sandbox_child_is(sb, "session", s->id, json_incref(rec));
+    watch_shell(s);
+    struct crl_err e = CRL_ERR_INIT;
+    if (send_command(s, ":", &e) < 0) {
+        crl_warn(sb->id, "session %s: %s: ending it", s->id, e.msg);
+        sb->ops->kill(sb, &s->proc, CRL_KILL_TREE);
+        return 0;
+    }
+    s->req.stream = true; /* into buffers that keep nothing: max_output 0 */
+    begin(s);
+    s->cancelled = s->resyncing = true;
+    return 0;
 }
 
 int crl_session_open(struct crl_sandbox *sb, struct crl_session_req *req, crl_session_open_cb cb,
@@ -534,6 +694,7 @@ void crl_session_close(struct crl_session *s)
         s->open_cb = NULL;
         cb(NULL, &e, s->open_ctx);
     }
+    drop_next(s, CRL_E_CONFLICT, "was closed before its command ran");
     if (s->busy && !s->cancelled) {
         struct crl_err e = CRL_ERR_INIT;
         crl_err_set(&e, CRL_E_CONFLICT, "session %s was closed while its command ran", s->id);

@@ -40,6 +40,11 @@ void crl_session_cancel_run(struct crl_session *s);
 /* Was the session's shell alive after the last command? */
 bool crl_session_alive(const struct crl_session *s);
 
+/* A session the last corrald left running, taken back in an adopted
+ * sandbox from its record (the value crl_sandbox_child_is was given);
+ * -1 with err saying why not (it is then lost). */
+int crl_session_adopt(struct crl_sandbox *sb, const char *id, json_t *rec, struct crl_err *err);
+
 /* Close a session: its shell and what it started are killed, a running
  * command's client and a waiting opener get CRL_E_CONFLICT.  A sandbox's
  * sessions close this way when it ends (an end hook, sandbox.h). */

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 
 #include "../util/fdio.h"
@@ -78,4 +79,23 @@ void crl_boot_id(char *out, size_t cap)
     buf[n] = 0;
     buf[strcspn(buf, "\n")] = 0;
     snprintf(out, cap, "%s", buf);
+}
+
+/* The first published layout of struct pidfd_info, whose spare word
+ * became exit_code, a wait status. */
+struct pidfd_info_v0 {
+    uint64_t mask, cgroupid;
+    uint32_t pid, tgid, ppid, ruid, rgid, euid, egid, suid, sgid, fsuid, fsgid;
+    int32_t exit_code;
+};
+#define PIDFD_INFO_EXIT_ (1ull << 3)
+#define PIDFD_GET_INFO_ _IOWR(0xFF, 11, struct pidfd_info_v0)
+
+bool crl_pidfd_exit_status(int pidfd, int *status)
+{
+    struct pidfd_info_v0 info = {.mask = PIDFD_INFO_EXIT_};
+    if (pidfd < 0 || ioctl(pidfd, PIDFD_GET_INFO_, &info) < 0 || !(info.mask & PIDFD_INFO_EXIT_))
+        return false;
+    *status = info.exit_code;
+    return true;
 }

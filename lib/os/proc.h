@@ -21,6 +21,10 @@ int crl_proc_identity(pid_t pid, struct crl_proc_identity *out);
 /* Its pid in the innermost pid namespace it is in (the last of NSpid in
  * /proc/<pid>/status); -1 if it is gone or /proc does not say. */
 pid_t crl_proc_ns_pid(pid_t pid);
+/* A process's wait status as the kernel keeps it with its pidfd once it
+ * is reaped (Linux 6.15 on: PIDFD_GET_INFO with PIDFD_INFO_EXIT), whoever
+ * reaped it; false if the kernel does not say (yet). */
+bool crl_pidfd_exit_status(int pidfd, int *status);
 /* This boot's id (/proc/sys/kernel/random/boot_id, 36 characters): a pid
  * recorded under another boot names nothing.  "" if it cannot be read. */
 void crl_boot_id(char *out, size_t cap);

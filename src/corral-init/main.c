@@ -11,7 +11,9 @@
  * and tmpfs), and then serves: a command is a fork of this process, which
  * inherits all of that identity, so an exec costs one fork of a few pages
  * and no jail (spawn_proto.h has the protocol).  Between requests it reaps
- * orphans, and tells the spawner of the end of each child it forked.
+ * orphans, and tells the spawner of the end of each child it forked.  It
+ * keeps corrald's ends of a session's shell's stdio while the shell runs,
+ * so that the shell outlives a corrald that dies and the next takes them.
  *
  * Nothing in the sandbox can reach it: it is non-dumpable and the sandbox
  * has no CAP_SYS_PTRACE (no ptrace, no /proc/1/mem or fd, no pidfd_getfd),
@@ -42,8 +44,9 @@
 enum { SYNC_FD = 3, ROOT_FD = 4, TMPFS_FD = CRL_INIT_TMPFS_FD };
 
 /* The fds a CRL_INIT_EXEC brings: stdin, stdout, stderr, the control
- * socket; with CRL_EXEC_F_TTY only the last. */
-enum { EXEC_FDS = 4, CTL = 3 };
+ * socket; with CRL_EXEC_F_TTY only the last; with CRL_EXEC_F_KEEP three
+ * more, corrald's ends of the stdio, which we keep. */
+enum { EXEC_FDS = 4, CTL = 3, KEEP_FDS = 3 };
 
 /* Children we forked and have yet to report the end of. */
 #define MAX_KIDS 4096
@@ -55,7 +58,9 @@ static union {
     char bytes[CRL_INIT_MAX_MSG];
 } in;
 static int kids[MAX_KIDS];
+static int kids_kept[MAX_KIDS]; /* the first fd we keep of each (-1: none) */
 static unsigned n_kids;
+static unsigned char kept_used[CRL_INIT_MAX_KEPT];
 
 /* The compiler may call these for struct copies and zeroing. */
 __attribute__((used)) void *memset(void *d, int c, unsigned long n)
@@ -294,11 +299,38 @@ static void list_kids(uint64_t id)
     send_fds(SYNC_FD, &m, sizeof(m.note) + n_kids * sizeof(int32_t), 0, 0);
 }
 
+/* Keep corrald's ends of a child's stdio (CRL_EXEC_F_KEEP) at three
+ * numbers of a free slot; returns the first, or -1 if none is free. */
+static int keep(const int *fds)
+{
+    for (int k = 0; k < CRL_INIT_MAX_KEPT; k++) {
+        if (kept_used[k])
+            continue;
+        int at = CRL_INIT_KEEP_BASE + KEEP_FDS * k;
+        for (int i = 0; i < KEEP_FDS; i++)
+            if (crl_raw3(SYS_dup3, fds[i], at + i, O_CLOEXEC) < 0) {
+                crl_raw3(SYS_close_range, at, at + i, 0);
+                return -1;
+            }
+        kept_used[k] = 1;
+        return at;
+    }
+    return -1;
+}
+
+static void unkeep(int at)
+{
+    if (at < 0)
+        return;
+    crl_raw3(SYS_close_range, at, at + KEEP_FDS - 1, 0);
+    kept_used[(at - CRL_INIT_KEEP_BASE) / KEEP_FDS] = 0;
+}
+
 /* One request from the spawner: fork its child and say so; or LIST. */
 static void serve(void)
 {
     union {
-        char buf[CMSG_SPACE(sizeof(int) * EXEC_FDS)];
+        char buf[CMSG_SPACE(sizeof(int) * (EXEC_FDS + KEEP_FDS))];
         struct cmsghdr align;
     } u;
     memset(&u, 0, sizeof(u));
@@ -310,33 +342,40 @@ static void serve(void)
         return;
     if (n <= 0)
         crl_raw_exit(1); /* never while we hold its other end: broken */
-    int fds[EXEC_FDS], nfds = 0;
+    int fds[EXEC_FDS + KEEP_FDS], nfds = 0;
     struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
     if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
         nfds = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+        if (nfds > EXEC_FDS + KEEP_FDS)
+            nfds = 0; /* the kernel trims to our buffer (MSG_CTRUNC, below) */
         memcpy(fds, CMSG_DATA(cm), sizeof(int) * (unsigned)nfds);
     }
     if (nfds == 0 && (unsigned long)n == sizeof(in.rq) && in.rq.op == CRL_INIT_LIST) {
         list_kids(in.rq.id);
         return;
     }
-    struct crl_init_note note = {.op = CRL_INIT_FORKED, .id = in.rq.id};
+    struct crl_init_note note = {.op = CRL_INIT_FORKED, .id = in.rq.id, .kept = -1};
     int pidfd = -1;
-    int want = (unsigned long)n >= sizeof(in.rq) && (in.rq.flags & CRL_EXEC_F_TTY) ? 1 : EXEC_FDS;
+    unsigned flags = (unsigned long)n >= sizeof(in.rq) ? in.rq.flags : 0;
+    int stdio = flags & CRL_EXEC_F_TTY ? 1 : EXEC_FDS;
+    int want = stdio + (flags & CRL_EXEC_F_KEEP ? KEEP_FDS : 0);
     if (nfds != want || (mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) ||
-        (unsigned long)n < sizeof(in.rq) || in.rq.op != CRL_INIT_EXEC ||
-        sizeof(in.rq) + in.rq.strings_len != (unsigned long)n) {
+        (flags & CRL_EXEC_F_TTY && flags & CRL_EXEC_F_KEEP) || (unsigned long)n < sizeof(in.rq) ||
+        in.rq.op != CRL_INIT_EXEC || sizeof(in.rq) + in.rq.strings_len != (unsigned long)n) {
         note.err = EPROTO;
     } else if (n_kids == MAX_KIDS) {
         note.err = EAGAIN;
     } else {
         long pid = crl_raw5(SYS_clone, SIGCHLD | CLONE_PIDFD, 0, &pidfd, 0, 0);
         if (pid == 0)
-            child(&in.rq, fds, nfds);
+            child(&in.rq, fds, stdio);
         if (pid < 0) {
             note.err = (int32_t)-pid;
         } else {
             note.pid = (int32_t)pid;
+            if (want > stdio)
+                note.kept = keep(fds + stdio);
+            kids_kept[n_kids] = note.kept;
             kids[n_kids++] = (int)pid;
         }
     }
@@ -362,7 +401,9 @@ static void reap(void)
         for (unsigned i = 0; i < n_kids; i++) {
             if (kids[i] != pid)
                 continue;
+            unkeep(kids_kept[i]);
             kids[i] = kids[--n_kids];
+            kids_kept[i] = kids_kept[n_kids];
             struct crl_init_note note = {
                 .op = CRL_INIT_EXITED,
                 .pid = (int32_t)pid,

@@ -234,12 +234,15 @@ def test_a_dead_spawner_is_replaced(corrald_factory):
     """A spawner killed from outside leaves its sandboxes running: the one
     corrald starts anew (without blocking) takes them over, the same PID 1
     with its files; a command that ran through the dead one is killed and
-    answers so, and the host keeps working."""
+    answers so; a session's shell, whose pipes never went through it, runs
+    on; and the host keeps working."""
     import threading
     d = corrald_factory(["--spawners", "1"])
     with d.client() as c:
         sb = c.create(**SMALL)
         sb.files.write("/root/kept", b"still here")
+        session = sb.session()
+        session.run("cd /tmp")
         pid1_start = sb.exec("cut -d' ' -f22 /proc/1/stat").stdout
         inflight = {}
         t = threading.Thread(target=lambda: inflight.update(r=sb.exec(["sleep", "60"])))
@@ -257,6 +260,9 @@ def test_a_dead_spawner_is_replaced(corrald_factory):
         assert sb.exec("cat /root/kept").stdout == b"still here"
         assert sb.exec("cut -d' ' -f22 /proc/1/stat").stdout == pid1_start  # the same PID 1
         assert b"sleep 60\n" not in sb.exec(["ps", "-o", "args"]).stdout
+        assert session.run("pwd").stdout == b"/tmp\n"
+        session.run("exit 3")  # its end is heard without the spawner that started it
+        wait_for(lambda: not session_alive(d, sb, session), what="the session to end")
         with c.create(**SMALL) as again:
             assert again.exec("echo fine").stdout == b"fine\n"
         sb.destroy()
@@ -370,3 +376,9 @@ def test_a_cancelled_builtin_loop_ends_its_session(corrald, sandbox):
     assert (state["alive"], state["busy"]) == (False, False)
     assert "the cancelled command runs in the shell itself" in corrald.log()
     session.close()
+
+
+def session_alive(d, sb, session):
+    """Does corrald say the session's shell is alive?"""
+    listing = d.request("GET", f"/v1/sandboxes/{sb.id}/sessions").json()["sessions"]
+    return [x["alive"] for x in listing if x["session_id"] == session.session_id] == [True]

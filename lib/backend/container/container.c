@@ -270,11 +270,23 @@ struct kids_ctx {
     struct crl_sandbox *sb;
     const int32_t *kids;
     size_t n;
-    unsigned killed;
+    unsigned killed, kept;
 };
 
+/* Is the leaf a process's we took back (a session's shell)? */
+static bool taken_back(struct crl_sandbox *sb, const char *leaf)
+{
+    for (struct crl_proc *p = sb->procs; p; p = p->next_in_sb) {
+        struct ctr_proc *cp = p->priv;
+        if (cp && cp->on_pidfd && strcmp(cp->leaf, leaf) == 0)
+            return true;
+    }
+    return false;
+}
+
 /* An exec leaf of the run before whose command is one of PID 1's kids:
- * its stdio was that run's, so it goes, with everything it started. */
+ * its stdio was that run's, so it goes, with everything it started; but
+ * a session's shell this corrald took back stays. */
 static void kill_kid_leaf(const char *leaf, const pid_t *pids, size_t n, void *ctx)
 {
     struct kids_ctx *k = ctx;
@@ -283,6 +295,10 @@ static void kill_kid_leaf(const char *leaf, const pid_t *pids, size_t n, void *c
     unsigned long long seq = leaf[0] == 'e' ? strtoull(leaf + 1, &end, 10) : 0;
     if (leaf[0] != 'e' || *end || seq >= c->adopt_seq)
         return;
+    if (taken_back(k->sb, leaf)) {
+        k->kept++;
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
         pid_t ns_pid = crl_proc_ns_pid(pids[i]);
         for (size_t j = 0; ns_pid > 0 && j < k->n; j++)
@@ -316,8 +332,9 @@ void crl_ctr_kids(struct spawner *s, const struct crl_spawn_reply *r, int fd)
         crl_cgroup_leaves(((struct ctr_sandbox *)sb->priv)->cg, kill_kid_leaf, &k);
     crl_info(sb->id,
              "taken over: %zu command(s) still ran for the spawner before; %u ended, with "
-             "what they started (their output went to a process that is gone)",
-             n, k.killed);
+             "what they started (their output went to a process that is gone); %u session "
+             "shell(s) taken back",
+             n, k.killed, k.kept);
 }
 
 /* ---- adoption by a corrald started anew (lib/core/host.c) ---- */
@@ -733,6 +750,9 @@ const struct crl_backend_ops crl_container_backend = {
     .adopt_record = ctr_adopt_record,
     .adopt_check = ctr_adopt_check,
     .adopt = ctr_adopt,
+    .proc_record = crl_ctr_proc_record,
+    .adopt_proc = crl_ctr_adopt_proc,
+    .release_proc = crl_ctr_release_proc,
     .leave = ctr_leave,
     .shutdown = ctr_shutdown,
     .create = ctr_create,

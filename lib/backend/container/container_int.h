@@ -97,6 +97,13 @@ struct ctr_sandbox {
 struct ctr_proc {
     char leaf[24];
     unsigned spawner;
+    int kept;           /* where its PID 1 keeps our ends of its stdio (CRL_EXEC_F_KEEP), or -1 */
+    uint64_t start;     /* its start time (lib/os/proc.h), for its record */
+    bool on_pidfd;      /* no spawner knows it (taken back by this corrald, or its
+                           spawner died): its end comes from its pidfd */
+    struct crl_watch w; /* on_pidfd: on its pidfd */
+    struct crl_timer t; /* on_pidfd and ended: till PID 1 has reaped it */
+    unsigned status_tries;
 };
 
 /* A checkpoint being restored by a helper in the sandbox (spawner.c). */
@@ -124,6 +131,8 @@ int crl_ctr_send_req(struct spawner *s, struct crl_spawn_req *rq, size_t len, co
 /* A process of the sandbox's the spawner will report the exit of. */
 void crl_ctr_add_running(struct spawner *s, pid_t pid, enum pending_kind kind,
                          struct crl_sandbox *sb, void *obj, const char *leaf);
+/* ... no longer: a handover lets it go. */
+void crl_ctr_forget_running(struct spawner *s, pid_t pid);
 /* A spawner's failure, with the step it names, as an error. */
 void crl_ctr_spawn_error(const struct crl_spawn_reply *r, const char *what, struct crl_err *err);
 int crl_ctr_start_spawner(struct ctr_state *st, unsigned i, bool wait, struct crl_err *err);
@@ -158,6 +167,14 @@ void crl_ctr_restore_exited(struct crl_sandbox *sb, struct ctr_restore *cr, cons
                             int code);
 void crl_ctr_restore_finish(struct ctr_restore *cr, const struct crl_err *err);
 void crl_ctr_remove_leaf(struct crl_sandbox *sb, const char *leaf);
+/* Ops: a session's shell, recorded and taken back by a corrald started anew. */
+json_t *crl_ctr_proc_record(struct crl_sandbox *sb, struct crl_proc *p);
+int crl_ctr_adopt_proc(struct crl_sandbox *sb, struct crl_proc *p, json_t *rec,
+                       struct crl_err *err);
+void crl_ctr_release_proc(struct crl_sandbox *sb, struct crl_proc *p);
+/* Its spawner died: does it run on (a session's shell, whose stdio its
+ * PID 1 keeps), its end heard from its pidfd? */
+bool crl_ctr_proc_outlives_spawner(struct crl_sandbox *sb, struct crl_proc *p);
 
 int crl_ctr_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *err);
 int crl_ctr_kill(struct crl_sandbox *sb, struct crl_proc *p, enum crl_kill_scope scope);

@@ -18,6 +18,7 @@
 #include <jansson.h>
 
 #include "../../core/host.h"
+#include "../../os/proc.h"
 #include "../../util/cleanup.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"
@@ -66,16 +67,24 @@ int crl_ctr_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *er
     if (!cp)
         return crl_err_sys(err, ENOMEM, "process");
     p->priv = cp;
+    cp->kept = -1;
     snprintf(cp->leaf, sizeof(cp->leaf), "e%llu", (unsigned long long)p->seq);
-    /* Pipes for its stdio, or none: a terminal's master comes back. */
-    int fds[4] = {-1, -1, -1, -1};
-    int nstdio = p->tty ? 0 : 3, ncg = 0;
+    /* Pipes for its stdio, or none: a terminal's master comes back.  A
+     * session's shell is to outlive us: its PID 1 keeps our ends too. */
+    int fds[7] = {-1, -1, -1, -1, -1, -1, -1};
+    int nstdio = p->tty ? 0 : 3, nkeep = p->session && !p->tty ? 3 : 0, ncg = 0;
     if (!p->tty && (pipe_pair(&p->in_fd, &fds[0], true, err) < 0 ||
                     pipe_pair(&p->out_fd, &fds[1], false, err) < 0 ||
                     pipe_pair(&p->err_fd, &fds[2], false, err) < 0))
         goto fail;
+    int ours[3] = {p->in_fd, p->out_fd, p->err_fd};
+    for (int i = 0; i < nkeep; i++)
+        if ((fds[nstdio + i] = fcntl(ours[i], F_DUPFD_CLOEXEC, 0)) < 0) {
+            crl_err_sys(err, errno, "dup");
+            goto fail;
+        }
     /* A fork of PID 1 is in the sandbox's cgroups already: only the leaf. */
-    if ((fds[nstdio] = crl_cgroup_leaf_procs(c->cg, cp->leaf, err)) < 0)
+    if ((fds[nstdio + nkeep] = crl_cgroup_leaf_procs(c->cg, cp->leaf, err)) < 0)
         goto fail;
     ncg = 1;
     struct crl_spawn_req *rq = (struct crl_spawn_req *)st->msg;
@@ -85,7 +94,8 @@ int crl_ctr_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *er
     rq->u.exec.uid = p->uid;
     rq->u.exec.gid = p->gid;
     rq->u.exec.n_cgroup_fds = (uint32_t)ncg;
-    rq->u.exec.flags = (p->setsid ? CRL_EXEC_F_SETSID : 0) | (p->tty ? CRL_EXEC_F_TTY : 0);
+    rq->u.exec.flags = (p->setsid ? CRL_EXEC_F_SETSID : 0) | (p->tty ? CRL_EXEC_F_TTY : 0) |
+                       (nkeep ? CRL_EXEC_F_KEEP : 0);
     rq->u.exec.rows = p->rows;
     rq->u.exec.cols = p->cols;
     size_t cap = CRL_SPAWN_MAX_MSG - sizeof(*rq), off = 0;
@@ -101,15 +111,15 @@ int crl_ctr_spawn(struct crl_sandbox *sb, struct crl_proc *p, struct crl_err *er
         goto fail;
     }
     rq->strings_len = (uint32_t)off;
-    if (crl_ctr_send_req(s, rq, sizeof(*rq) + off, fds, nstdio + ncg, P_SPAWN, sb, p, NULL, err) <
-        0)
+    int nfds = nstdio + nkeep + ncg;
+    if (crl_ctr_send_req(s, rq, sizeof(*rq) + off, fds, nfds, P_SPAWN, sb, p, NULL, err) < 0)
         goto fail;
     cp->spawner = s->idx;
-    for (int i = 0; i < nstdio + ncg; i++)
+    for (int i = 0; i < nfds; i++)
         close(fds[i]);
     return 0;
 fail:
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 7; i++)
         if (fds[i] >= 0)
             close(fds[i]);
     spawn_failed_cleanup(p, cp, c);
@@ -142,6 +152,13 @@ void crl_ctr_spawn_done(struct spawner *s, struct crl_sandbox *sb, struct crl_pr
     p->ns_pid = r->ns_pid;
     /* no pidfd when it has ended already: its exit follows */
     p->pidfd = r->kind & CRL_EXEC_R_PIDFD ? fds[0] : -1;
+    struct crl_proc_identity id;
+    if (p->session && !p->tty && r->kept >= CRL_INIT_KEEP_BASE && p->pidfd >= 0 &&
+        crl_proc_identity(p->pid, &id) == 0) {
+        cp->kept = r->kept;
+        cp->start = id.start;
+        p->outlives = true;
+    }
     if (p->tty) {
         p->in_fd = fds[want - 1];
         if ((p->out_fd = fcntl(p->in_fd, F_DUPFD_CLOEXEC, 0)) < 0)
@@ -157,6 +174,10 @@ void crl_ctr_proc_exited(struct crl_sandbox *sb, struct crl_proc *p,
 {
     struct ctr_proc *cp = p->priv;
     struct ctr_sandbox *c = sb->priv;
+    if (cp->on_pidfd) {
+        crl_watch_stop(sb->host->loop, &cp->w);
+        crl_timer_stop(sb->host->loop, &cp->t);
+    }
     p->exited = true;
     p->status = r->status;
     p->cpu_s = (double)(r->utime_us + r->stime_us) / 1e6;
@@ -168,6 +189,136 @@ void crl_ctr_proc_exited(struct crl_sandbox *sb, struct crl_proc *p,
     free(cp);
     p->priv = NULL;
     p->on_exit(p);
+}
+
+/* ---- a session's shell, across a restart of corrald ---- */
+
+json_t *crl_ctr_proc_record(struct crl_sandbox *sb, struct crl_proc *p)
+{
+    struct ctr_proc *cp = p->priv;
+    if (!cp || cp->kept < 0 || p->exited)
+        return NULL;
+    return json_pack("{s:s, s:i, s:I}", "leaf", cp->leaf, "kept", cp->kept, "start",
+                     (json_int_t)cp->start);
+}
+
+/* A shell no spawner knows ended: its status from the kernel once PID 1
+ * has reaped it (and told a spawner that knew nothing of it), which it does
+ * at once; a kernel before 6.15, or a PID 1 that never does, leaves it as
+ * killed. */
+static void adopted_reaped(struct crl_timer *t)
+{
+    struct crl_proc *p = t->data;
+    struct ctr_proc *cp = p->priv;
+    struct crl_spawn_reply r = {.op = CRL_SPAWN_EXITED, .pid = p->pid};
+    if (!crl_pidfd_exit_status(p->pidfd, &r.status)) {
+        if (++cp->status_tries < 100) {
+            crl_timer_start(p->sb->host->loop, &cp->t, 1000000ull, adopted_reaped, p);
+            return;
+        }
+        r.status = SIGKILL;
+    }
+    crl_ctr_proc_exited(p->sb, p, &r);
+}
+
+static void adopted_exited(struct crl_watch *w, uint32_t ev)
+{
+    struct crl_proc *p = w->data;
+    struct ctr_proc *cp = p->priv;
+    crl_watch_stop(p->sb->host->loop, &cp->w);
+    cp->t.data = p;
+    adopted_reaped(&cp->t);
+}
+
+bool crl_ctr_proc_outlives_spawner(struct crl_sandbox *sb, struct crl_proc *p)
+{
+    struct ctr_proc *cp = p->priv;
+    if (!cp || !p->outlives || p->pidfd < 0 ||
+        crl_watch_start(sb->host->loop, &cp->w, p->pidfd, EPOLLIN, adopted_exited, p) < 0)
+        return false;
+    cp->on_pidfd = true;
+    return true;
+}
+
+/* Our end of a pipe PID 1 keeps, at `fd` there, as the reading or the
+ * writing end it must be. */
+static int take_kept(struct ctr_sandbox *c, int fd, bool writes, int *out, struct crl_err *err)
+{
+    struct stat st;
+    *out = (int)syscall(SYS_pidfd_getfd, c->pidfd, fd, 0);
+    if (*out < 0)
+        return crl_err_sys(err, errno, "taking its stdio from its PID 1 (fd %d)", fd);
+    int fl = fcntl(*out, F_GETFL);
+    if (fstat(*out, &st) < 0 || !S_ISFIFO(st.st_mode) || fl < 0 ||
+        (fl & O_ACCMODE) != (writes ? O_WRONLY : O_RDONLY)) {
+        close_fd(out);
+        return crl_err_set(err, CRL_E_CONFLICT, "its PID 1's fd %d is not its stdio's pipe", fd);
+    }
+    return 0;
+}
+
+int crl_ctr_adopt_proc(struct crl_sandbox *sb, struct crl_proc *p, json_t *rec, struct crl_err *err)
+{
+    struct ctr_sandbox *c = sb->priv;
+    json_int_t kept = json_integer_value(json_object_get(rec, "kept"));
+    const char *leaf = json_string_value(json_object_get(rec, "leaf"));
+    char want[24];
+    snprintf(want, sizeof(want), "e%llu", (unsigned long long)p->seq);
+    if (!c || c->pidfd < 0 || !leaf || strcmp(leaf, want) != 0 || kept < CRL_INIT_KEEP_BASE ||
+        kept > CRL_INIT_KEEP_BASE + 3 * (CRL_INIT_MAX_KEPT - 1))
+        return crl_err_set(err, CRL_E_INVALID, "its record is not one of a kept shell");
+    /* The pidfd first, then who has the pid: one reused since fails it. */
+    struct crl_proc_identity id;
+    if ((p->pidfd = (int)syscall(SYS_pidfd_open, p->pid, 0)) < 0 ||
+        crl_proc_identity(p->pid, &id) < 0 ||
+        (json_int_t)id.start != json_integer_value(json_object_get(rec, "start")) ||
+        id.pidns != c->init_pidns || crl_proc_ns_pid(p->pid) != p->ns_pid) {
+        close_fd(&p->pidfd);
+        return crl_err_set(err, CRL_E_CONFLICT, "its shell (pid %d) ended while corrald was away",
+                           (int)p->pid);
+    }
+    struct ctr_proc *cp = calloc(1, sizeof(*cp));
+    if (!cp) {
+        close_fd(&p->pidfd);
+        return crl_err_sys(err, ENOMEM, "process");
+    }
+    snprintf(cp->leaf, sizeof(cp->leaf), "%s", leaf);
+    cp->kept = (int)kept;
+    cp->start = id.start;
+    cp->spawner = c->spawner;
+    cp->on_pidfd = true;
+    if (take_kept(c, cp->kept, true, &p->in_fd, err) < 0 ||
+        take_kept(c, cp->kept + 1, false, &p->out_fd, err) < 0 ||
+        take_kept(c, cp->kept + 2, false, &p->err_fd, err) < 0 ||
+        crl_watch_start(sb->host->loop, &cp->w, p->pidfd, EPOLLIN, adopted_exited, p) < 0) {
+        if (!err->msg[0])
+            crl_err_sys(err, errno, "watching its shell");
+        close_fd(&p->in_fd);
+        close_fd(&p->out_fd);
+        close_fd(&p->err_fd);
+        close_fd(&p->pidfd);
+        free(cp);
+        return -1;
+    }
+    p->priv = cp;
+    p->outlives = true;
+    return 0;
+}
+
+void crl_ctr_release_proc(struct crl_sandbox *sb, struct crl_proc *p)
+{
+    struct ctr_proc *cp = p->priv;
+    if (!cp)
+        return;
+    if (cp->on_pidfd) {
+        crl_watch_stop(sb->host->loop, &cp->w);
+        crl_timer_stop(sb->host->loop, &cp->t);
+    } else {
+        crl_ctr_forget_running(&crl_ctr_state->sp[cp->spawner], p->pid);
+    }
+    close_fd(&p->pidfd);
+    free(cp);
+    p->priv = NULL;
 }
 
 int crl_ctr_kill(struct crl_sandbox *sb, struct crl_proc *p, enum crl_kill_scope scope)

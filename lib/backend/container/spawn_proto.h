@@ -133,6 +133,11 @@ struct crl_spawn_create {
  * controlling terminal and stdio, rows x cols: the request brings no
  * stdio, and the reply brings the terminal's master after the pidfd. */
 #define CRL_EXEC_F_TTY 2u
+/* A session's shell, which should outlive corrald: three more fds follow
+ * the stdio, corrald's own ends of it (stdin's writing end, stdout's and
+ * stderr's reading ends), for the sandbox's PID 1 to keep while the shell
+ * runs (the reply's `kept` says where); never with CRL_EXEC_F_TTY. */
+#define CRL_EXEC_F_KEEP 4u
 
 struct crl_spawn_exec {
     int32_t pid1;      /* the sandbox's PID 1, as the spawner sees it */
@@ -193,6 +198,7 @@ struct crl_spawn_reply {
     int64_t size;   /* OPEN: st_size */
     int64_t utime_us, stime_us,
         maxrss_kb; /* EXITED: rusage of the process and its waited children */
+    int32_t kept;  /* EXEC with CRL_EXEC_F_KEEP: crl_init_note's, or -1 */
     char msg[256];
 };
 
@@ -225,8 +231,18 @@ struct crl_spawn_reply {
  * and no fds), and PID 1 answers CRL_INIT_KIDS: a note whose pid is their
  * number n, followed by n int32 pids.  corrald ends them (their stdio was
  * the daemon's that died); the spawner tells it with CRL_SPAWN_KIDS.  PID 1
- * keeps its tmpfs too, at CRL_INIT_TMPFS_FD, for a corrald started anew. */
-#define CRL_INIT_PROTO 2 /* this protocol's version, in a sandbox's record */
+ * keeps its tmpfs too, at CRL_INIT_TMPFS_FD, for a corrald started anew.
+ *
+ * An EXEC with CRL_EXEC_F_KEEP brings three more fds after the control
+ * socket: corrald's ends of the child's stdio.  PID 1 keeps them, while
+ * that child runs and at most CRL_INIT_MAX_KEPT at once, at three
+ * consecutive numbers from CRL_INIT_KEEP_BASE, the first in its FORKED
+ * note's `kept` (-1: not kept), and closes them when it reaps the child:
+ * a corrald started anew takes them back with pidfd_getfd(), and the
+ * child's input stays open, its output waiting in the pipes, meanwhile. */
+#define CRL_INIT_PROTO 3 /* this protocol's version, in a sandbox's record */
+#define CRL_INIT_MAX_KEPT 64
+#define CRL_INIT_KEEP_BASE 64
 #define CRL_INIT_TMPFS_FD 5
 #define CRL_INIT_SPARE_FD 6
 
@@ -258,6 +274,7 @@ struct crl_init_note {
     int32_t pid; /* in the sandbox's pid namespace */
     int32_t status;
     int64_t utime_us, stime_us, maxrss_kb; /* EXITED */
+    int32_t kept;                          /* FORKED: see CRL_EXEC_F_KEEP */
 };
 
 struct crl_init_failed {

@@ -26,6 +26,7 @@
 
 #include "../../core/backend.h"
 #include "../../helper/seccomp.h"
+#include "../../os/proc.h"
 #include "../../util/cleanup.h"
 #include "../../util/fdio.h"
 #include "../../util/log.h"
@@ -105,6 +106,7 @@ struct exec_job {
     bool want_tty;
     pid_t pid;    /* on the host */
     pid_t ns_pid; /* in the sandbox, as PID 1 reports it */
+    int kept;     /* where PID 1 keeps corrald's ends of its stdio (-1: nowhere) */
     int err;      /* J_FAILED: what to answer */
     unsigned step;
     bool ended; /* its end came before we saw the control socket close */
@@ -150,8 +152,10 @@ void crl_spawner_handle_exec(const struct crl_spawn_req *rq, int *fds, int nfds)
 {
     const struct crl_spawn_exec *x = &rq->u.exec;
     unsigned stdio = x->flags & CRL_EXEC_F_TTY ? 0 : 3;
-    if ((unsigned)nfds != stdio + x->n_cgroup_fds || x->n_cgroup_fds > CRL_SPAWN_MAX_CGROUP_FDS ||
-        !strings_ok(rq) || ((x->flags & CRL_EXEC_F_TTY) && (!x->rows || !x->cols))) {
+    unsigned kept = x->flags & CRL_EXEC_F_KEEP ? 3 : 0;
+    if ((unsigned)nfds != stdio + kept + x->n_cgroup_fds ||
+        x->n_cgroup_fds > CRL_SPAWN_MAX_CGROUP_FDS || !strings_ok(rq) || (kept && !stdio) ||
+        ((x->flags & CRL_EXEC_F_TTY) && (!x->rows || !x->cols))) {
         crl_spawner_reply(rq->id, EPROTO, CRL_STEP_NONE, 0, NULL, 0, "exec: malformed request");
         return;
     }
@@ -183,9 +187,15 @@ void crl_spawner_handle_exec(const struct crl_spawn_req *rq, int *fds, int nfds)
                                 .id = rq->id,
                                 .strings_len = rq->strings_len};
     memcpy(m->strings, rq->strings, rq->strings_len);
-    int out[4] = {fds[0], fds[1], fds[2], pair[1]};
-    ssize_t sent = stdio ? crl_send_fds(ip->sock, m, len, out, 4)
-                         : crl_send_fds(ip->sock, m, len, &pair[1], 1);
+    /* stdio, the child's end of the control socket, what PID 1 keeps */
+    int out[7] = {pair[1]}, nout = 1;
+    if (stdio) {
+        out[0] = fds[0], out[1] = fds[1], out[2] = fds[2], out[3] = pair[1];
+        nout = 4;
+        for (unsigned i = 0; i < kept; i++)
+            out[nout++] = fds[3 + i];
+    }
+    ssize_t sent = crl_send_fds(ip->sock, m, len, out, nout);
     int e = errno;
     close(pair[1]);
     if (sent < 0) {
@@ -201,12 +211,12 @@ void crl_spawner_handle_exec(const struct crl_spawn_req *rq, int *fds, int nfds)
     j->ip = ip;
     j->state = J_FORKING;
     j->ctl = pair[0];
-    j->pidfd = j->tty = -1;
+    j->pidfd = j->tty = j->kept = -1;
     j->want_tty = !stdio;
     /* The job keeps the cgroup.procs descriptors until the child is in. */
     for (unsigned i = 0; i < x->n_cgroup_fds; i++) {
-        j->cgroup_fds[i] = fds[stdio + i];
-        fds[stdio + i] = -1;
+        j->cgroup_fds[i] = fds[stdio + kept + i];
+        fds[stdio + kept + i] = -1;
     }
     j->n_cgroup_fds = (int)x->n_cgroup_fds;
     j->next = jobs;
@@ -237,6 +247,7 @@ static void job_forked(struct exec_job *j, const struct crl_init_note *n, int pi
     }
     j->pidfd = pidfd;
     j->ns_pid = n->pid;
+    j->kept = n->kept;
     j->pid = crl_pidfd_pid(pidfd);
     j->state = J_STARTING;
     if (j->pid <= 0) {
@@ -266,34 +277,13 @@ static void job_forked(struct exec_job *j, const struct crl_init_note *n, int pi
     }
 }
 
-/* The kernel keeps a process's end with its pidfd since Linux 6.15
- * (PIDFD_GET_INFO with PIDFD_INFO_EXIT, once it is reaped); the first
- * published layout of struct pidfd_info, whose spare word became
- * exit_code, a wait status. */
-struct pidfd_info_v0 {
-    uint64_t mask, cgroupid;
-    uint32_t pid, tgid, ppid, ruid, rgid, euid, egid, suid, sgid, fsuid, fsgid;
-    int32_t exit_code;
-};
-#define PIDFD_INFO_EXIT_ (1ull << 3)
-#define PIDFD_GET_INFO_ _IOWR(0xFF, 11, struct pidfd_info_v0)
-
-static bool kernel_status(int pidfd, int *status)
-{
-    struct pidfd_info_v0 info = {.mask = PIDFD_INFO_EXIT_};
-    if (pidfd < 0 || ioctl(pidfd, PIDFD_GET_INFO_, &info) < 0 || !(info.mask & PIDFD_INFO_EXIT_))
-        return false;
-    *status = info.exit_code;
-    return true;
-}
-
 /* Its end, as the kernel recorded it where it can say (PID 1's wait4()
  * gave the same, and nothing in the sandbox can make it say otherwise:
  * this is a second witness, not the first), else as PID 1 reported it. */
 static void job_ended(struct exec_job *j, const struct crl_init_note *n)
 {
     int status = n->status, ks;
-    if (kernel_status(j->pidfd, &ks)) {
+    if (crl_pidfd_exit_status(j->pidfd, &ks)) {
         if (ks != status && n->op == CRL_INIT_EXITED)
             crl_warn(NULL, "spawner: PID 1 (pid %d) reported status %#x for pid %d, the kernel %#x",
                      j->ip->pid, status, j->pid, ks);
@@ -312,7 +302,7 @@ static void job_started(struct exec_job *j)
     j->ctl = -1;
     j->state = J_RUNNING;
     struct crl_spawn_reply r = {
-        .op = CRL_SPAWN_REPLY, .id = j->id, .pid = j->pid, .ns_pid = j->ns_pid};
+        .op = CRL_SPAWN_REPLY, .id = j->id, .pid = j->pid, .ns_pid = j->ns_pid, .kept = j->kept};
     int fds[2], n = 0;
     if (!j->ended) {
         fds[n++] = j->pidfd;

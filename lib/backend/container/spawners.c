@@ -131,6 +131,11 @@ static struct running *take_running(struct spawner *s, pid_t pid)
     return NULL;
 }
 
+void crl_ctr_forget_running(struct spawner *s, pid_t pid)
+{
+    free(take_running(s, pid));
+}
+
 /* A spawner's errno and step, as the API error a user can act on. */
 void crl_ctr_spawn_error(const struct crl_spawn_reply *r, const char *what, struct crl_err *err)
 {
@@ -304,7 +309,9 @@ static void spawner_lost(struct spawner *s)
     while (s->running) {
         struct running *run = s->running;
         s->running = run->next;
-        if (run->kind == P_SPAWN) {
+        if (run->kind == P_SPAWN && crl_ctr_proc_outlives_spawner(run->sb, run->obj)) {
+            /* a session's shell: its stdio did not go through the spawner */
+        } else if (run->kind == P_SPAWN) {
             /* Its end would go unheard (the spawner that knew it is
              * gone, PID 1 lives on): it goes, with what it started. */
             crl_ctr_kill(run->sb, run->obj, CRL_KILL_TREE);
