@@ -426,8 +426,8 @@ static void owner_ready(struct crl_sandbox *sb)
 
 static void owner_changed(struct crl_sandbox *sb)
 {
-    /* A handover ends what talks to us, and its record keeps that (lost at
-     * adoption), and sessions' shells, which the next corrald takes back. */
+    /* A handover's record stays as it was: what the handover ends is lost
+     * at the adoption, and sessions' shells, let go, are taken back. */
     if (!sb->pool && sb->ready_at > 0 && sb->state <= CRL_SB_PAUSED && !sb->handed_over)
         crl_record_write(sb->host, sb);
 }
@@ -752,8 +752,9 @@ static const char *not_adoptable(struct crl_host *h, json_t *rec, char *msg, siz
         return "config_changed";
     }
     /* A trajectory's sandbox is taken over where it stood, live; one that
-     * was fast-forwarding, or had sessions (a trajectory's are steps, and
-     * the restart ends them), resumes by a fast-forward on a new create. */
+     * was fast-forwarding, or had sessions (a trajectory's are steps: one
+     * that ran at the crash would have changed the sandbox unrecorded),
+     * resumes by a fast-forward on a new create. */
     json_t *be = json_object_get(ad, "backend");
     json_t *children = json_object_get(be, "children");
     if (traj && traj[0] &&
