@@ -8,8 +8,12 @@
             has a spawner take its PID 1 over
   create    making the same N sandboxes anew (what losing them would cost
             the user, besides their state)
+  sessions  the same N again, each with a session open (cd'ed somewhere):
+            the start takes each shell's pipes back from its PID 1 and
+            brings the session to a command's boundary
 
-Then every sandbox is checked: the same id, ready, and an exec answers.
+Then every sandbox is checked: the same id, ready, and an exec answers;
+and every session: the same shell, in the directory it was.
 
     scripts/bench-adopt.py [--build build] [--sandboxes 200] [--clients 4]
 
@@ -68,6 +72,24 @@ def main():
             codes = set(pool.map(lambda i: d.request("POST", f"/v1/sandboxes/{i}/exec",
                                                      {"cmd": ["true"]}).status, ids))
         assert codes == {200}, codes
+
+        def open_session(i):
+            r = d.request("POST", f"/v1/sandboxes/{i}/sessions", {})
+            assert r.status == 201, r.body
+            sid = json.loads(r.body)["session_id"]
+            r = d.request("POST", f"/v1/sandboxes/{i}/sessions/{sid}/run",
+                          {"cmd": "mkdir -p /srv/here && cd /srv/here"})
+            assert r.status == 200, r.body
+            return i, sid
+
+        with ThreadPoolExecutor(a.clients) as pool:
+            sessions = list(pool.map(open_session, ids))
+        with_sessions = restart_s(d)
+        with ThreadPoolExecutor(a.clients) as pool:
+            outs = set(pool.map(lambda s: json.loads(d.request(
+                "POST", f"/v1/sandboxes/{s[0]}/sessions/{s[1]}/run", {"cmd": "pwd"}).body
+                ).get("stdout"), sessions))
+        assert outs == {"/srv/here\n"}, outs
         n = a.sandboxes
         print(f"corrald restart (kill -9, then start until it serves), {n} sandboxes:")
         print(f"  nothing to adopt (the peer)     {empty * 1e3:8.0f} ms")
@@ -75,6 +97,9 @@ def main():
               f"(+{(adopt - empty) * 1e3 / n:.2f} ms each; all {n} ready, same ids, exec ok)")
         print(f"  creating {n:4d} anew ({a.clients} clients) {create * 1e3:8.0f} ms  "
               f"({create / max(adopt - empty, 1e-3):.1f}x the adoption's own cost)")
+        print(f"  adopting them, a session each  {with_sessions * 1e3:8.0f} ms  "
+              f"(+{(with_sessions - adopt) * 1e3 / n:.2f} ms a session; each in the "
+              f"same shell and directory)")
     finally:
         d.teardown()
 
