@@ -889,8 +889,10 @@ static int adopt_one(struct crl_host *h, const char *id, json_t *rec, const char
     sb->lost_children = json_deep_copy(json_object_get(be, "lost_children"));
     if (!sb->lost_children)
         sb->lost_children = json_object();
-    if (json_object_get(be, "children"))
-        json_object_update_recursive(sb->lost_children, json_object_get(be, "children"));
+    json_t *children = json_deep_copy(json_object_get(be, "children"));
+    if (children)
+        json_object_update_recursive(sb->lost_children, children); /* its own copies */
+    json_decref(children);
     crl_sandbox_adopted(sb, paused, json_real_value(json_object_get(ad, "expires_at")),
                         (unsigned)json_integer_value(json_object_get(ad, "timeout_s")),
                         json_is_true(json_object_get(ad, "ttl_paused")));

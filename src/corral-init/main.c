@@ -346,8 +346,6 @@ static void serve(void)
     struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
     if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
         nfds = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-        if (nfds > EXEC_FDS + KEEP_FDS)
-            nfds = 0; /* the kernel trims to our buffer (MSG_CTRUNC, below) */
         memcpy(fds, CMSG_DATA(cm), sizeof(int) * (unsigned)nfds);
     }
     if (nfds == 0 && (unsigned long)n == sizeof(in.rq) && in.rq.op == CRL_INIT_LIST) {
