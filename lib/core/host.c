@@ -843,44 +843,33 @@ static int adopt_one(struct crl_host *h, const char *id, json_t *rec, const char
     if (!sb)
         return -1;
     snprintf(sb->id, sizeof(sb->id), "%s", id);
+    bool listed = false, paused = false;
     *why = "record_unreadable";
     if (crl_spec_from_json(json_object_get(rec, "spec"), &sb->spec, err) < 0) {
-        crl_sandbox_unref(sb);
-        return crl_err_prefix(err, "its recorded spec");
+        crl_err_prefix(err, "its recorded spec");
+        goto fail;
     }
     const char *image = json_string_value(json_object_get(ad, "image_id"));
-    if (h->images && !(sb->image = crl_image_get(h->images, image ? image : sb->spec.image, err))) {
-        *why = "image_gone";
-        crl_sandbox_unref(sb);
-        return -1;
-    }
-    if (sb->spec.n_volumes && crl_volumes_adopt(h->volumes, sb->id, &sb->spec, err) < 0) {
-        *why = "volumes_changed";
-        crl_image_put(sb->image);
-        crl_sandbox_unref(sb);
-        return -1;
-    }
+    *why = "image_gone";
+    if (h->images && !(sb->image = crl_image_get(h->images, image ? image : sb->spec.image, err)))
+        goto fail;
+    *why = "volumes_changed";
+    if (sb->spec.n_volumes && crl_volumes_adopt(h->volumes, sb->id, &sb->spec, err) < 0)
+        goto fail;
     sb->slot = (unsigned)json_integer_value(json_object_get(ad, "slot"));
     sb->has_slot = true;
     h->slots[sb->slot] = 1;
     sb->created_at = json_real_value(json_object_get(ad, "created_s"));
     reserve(h, sb, true);
     table_add(h, sb);
-    bool paused = false;
-    bool adopted = ops->adopt(sb, json_object_get(ad, "backend"), &paused, why, err) == 0;
-    if (adopted && json_is_true(json_object_get(ad, "net_linked")) &&
-        crl_backend_net_relink(sb, err) < 0) {
+    listed = true;
+    if (ops->adopt(sb, json_object_get(ad, "backend"), &paused, why, err) < 0)
+        goto fail;
+    if (json_is_true(json_object_get(ad, "net_linked")) && crl_backend_net_relink(sb, err) < 0) {
         *why = "network_changed";
         crl_err_prefix(err, "linking it to the network again");
         ops->leave(sb);
-        adopted = false;
-    }
-    if (!adopted) {
-        crl_image_put(sb->image);
-        sb->image = NULL;
-        owner_release(sb);
-        forget(h, sb);
-        return -1;
+        goto fail;
     }
     /* What ran through the dead daemon's pipes is lost (the backend ended
      * it); sessions whose shells the backend kept are taken back. */
@@ -903,6 +892,16 @@ static int adopt_one(struct crl_host *h, const char *id, json_t *rec, const char
     crl_record_write(h, sb); /* as it runs now (its PID 1's new pidfd says the same) */
     h->counters.adopted++;
     return 0;
+fail:
+    crl_image_put(sb->image);
+    sb->image = NULL;
+    if (listed) {
+        owner_release(sb); /* its slot, reservation and volumes */
+        forget(h, sb);
+    } else {
+        crl_sandbox_unref(sb); /* nothing held yet */
+    }
+    return -1;
 }
 
 static void adopt_left(struct crl_host *h, json_t *left)

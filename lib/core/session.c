@@ -552,11 +552,12 @@ static void shell_started(struct crl_proc *p, const struct crl_err *err)
         return;
     }
     watch_shell(s);
-    /* What a corrald started anew takes it back by, if its backend can. */
+    /* In its sandbox's record from now on (its opener learns its id now),
+     * with what a corrald started anew takes it back by if its backend can. */
     json_t *shell = crl_sandbox_proc_record(sb, p);
-    if (shell)
-        crl_sandbox_child_is(sb, "session", s->id,
-                             json_pack("{s:s, s:o}", "shell", s->argv[0], "proc", shell));
+    crl_sandbox_child_is(sb, "session", s->id,
+                         shell ? json_pack("{s:s, s:o}", "shell", s->argv[0], "proc", shell)
+                               : json_true());
     if (cb)
         cb(s, NULL, ctx);
 }
@@ -676,7 +677,6 @@ int crl_session_open(struct crl_sandbox *sb, struct crl_session_req *req, crl_se
     s->next = sb->sessions;
     sb->sessions = s;
     sb->n_sessions++;
-    crl_sandbox_child(sb, "session", s->id, true);
     crl_sandbox_touch(sb);
     return 0;
 }

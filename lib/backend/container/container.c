@@ -228,6 +228,7 @@ static int send_adopt(struct spawner *s, struct crl_sandbox *sb, struct crl_err 
 {
     struct ctr_sandbox *c = sb->priv;
     struct crl_spawn_req rq = {.op = CRL_SPAWN_ADOPT, .u.adopt.pid1 = c->pid};
+    snprintf(rq.u.adopt.sandbox, sizeof(rq.u.adopt.sandbox), "%s", sb->id);
     crl_sandbox_ref(sb); /* the answer's */
     if (crl_ctr_send_req(s, &rq, sizeof(rq), &c->pidfd, 1, P_ADOPT, sb, NULL, "", err) < 0) {
         crl_sandbox_unref(sb);
@@ -312,13 +313,13 @@ static void kill_kid_leaf(const char *leaf, const pid_t *pids, size_t n, void *c
 
 void crl_ctr_kids(struct spawner *s, const struct crl_spawn_reply *r, int fd)
 {
-    struct crl_sandbox *sb = s->st->host->sandboxes;
-    for (; sb; sb = sb->next) {
-        struct ctr_sandbox *c = sb->ops == &crl_container_backend ? sb->priv : NULL;
-        if (c && c->pid == r->pid && c->spawner == s->idx && !c->init_dead && !c->releasing &&
-            c->cg)
-            break;
-    }
+    struct crl_err e = CRL_ERR_INIT;
+    char id[sizeof(((struct crl_sandbox *)0)->id)];
+    snprintf(id, sizeof(id), "%.*s", (int)sizeof(r->msg), r->msg);
+    struct crl_sandbox *sb = crl_host_find(s->st->host, id, &e);
+    struct ctr_sandbox *c = sb && sb->ops == &crl_container_backend ? sb->priv : NULL;
+    if (!c || c->pid != r->pid || c->spawner != s->idx || c->init_dead || c->releasing || !c->cg)
+        sb = NULL; /* it ended meanwhile */
     static int32_t kids[4096];
     size_t n = r->size > 0 && r->size <= 4096 ? (size_t)r->size : 0;
     if (!sb || fd < 0 || r->size < 0 || r->size > 4096 ||

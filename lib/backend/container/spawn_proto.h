@@ -41,8 +41,8 @@ enum crl_spawn_op {
     CRL_SPAWN_REPLY = 100,
     CRL_SPAWN_EXITED, /* a child of the spawner ended (unsolicited) */
     CRL_SPAWN_KIDS,   /* after an ADOPT (unsolicited): pid is the PID 1's, size the
-                         number n of its running children, and the fd a memfd of
-                         their n int32 pids in the sandbox */
+                         number n of its running children, msg the sandbox's id,
+                         and the fd a memfd of their n int32 pids in the sandbox */
 };
 
 /* Where sandbox creation failed, for the error message. */
@@ -162,7 +162,8 @@ struct crl_spawn_stream {
 };
 
 struct crl_spawn_adopt {
-    int32_t pid1; /* the sandbox's PID 1, as the spawner sees it */
+    int32_t pid1;     /* the sandbox's PID 1, as the spawner sees it */
+    char sandbox[40]; /* its id, which the KIDS that follows names in `msg` */
 };
 
 struct crl_spawn_req {

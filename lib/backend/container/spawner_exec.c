@@ -476,6 +476,7 @@ static void kids_listed(struct init_proc *ip, const struct crl_init_note *n, ssi
     }
     struct crl_spawn_reply r = {
         .op = CRL_SPAWN_KIDS, .id = ip->list_id, .pid = ip->pid, .size = (int64_t)count};
+    snprintf(r.msg, sizeof(r.msg), "%s", ip->sandbox);
     crl_spawner_send_reply(&r, &fd, 1);
     close(fd);
 }
@@ -510,6 +511,8 @@ void crl_spawner_handle_adopt(const struct crl_spawn_req *rq, int *fds, int nfds
     if (ip) {
         ip->pid = pid1;
         ip->sock = sock;
+        memcpy(ip->sandbox, rq->u.adopt.sandbox, sizeof(ip->sandbox));
+        ip->sandbox[sizeof(ip->sandbox) - 1] = 0;
         ip->w.ready = crl_spawner_init_ready;
         /* Never blocking on it: a frozen sandbox's PID 1 reads nothing. */
         if (fcntl(sock, F_SETFL, O_NONBLOCK) < 0 ||

@@ -37,6 +37,7 @@ struct init_proc {
     void *stack;      /* NULL: adopted */
     int sock;         /* -1 until it reports, and once it is gone */
     uint64_t list_id; /* adopted: the LIST we asked it, which its KIDS answers */
+    char sandbox[40]; /* adopted: corrald's id of its sandbox, for the KIDS */
     struct spawner_watch w;
     struct init_proc *next;
 };
