@@ -473,9 +473,12 @@ static void let_go(struct crl_session *s)
     }
     s->busy = false;
     s->cancelled = true;
+    struct crl_sandbox *sb = s->sb;
+    crl_sandbox_ref(sb); /* handing the process back may drop the last reference */
     unlink_session(s);
-    crl_sandbox_release_proc(s->sb, &s->proc);
+    crl_sandbox_release_proc(sb, &s->proc);
     session_free(s);
+    crl_sandbox_unref(sb);
 }
 
 /* The sandbox's end hook: every session closes before its processes are
