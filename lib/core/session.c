@@ -572,6 +572,34 @@ static void shell_started(struct crl_proc *p, const struct crl_err *err)
  * a command of ours, whose markers come back once the shell reads its
  * input again, brings the session back to a command's boundary, and until
  * then it is busy and its output is dropped. */
+/* A session of sb, not listed yet, with its buffers and its shell's
+ * process set up as every session's is; `shell` (argv[0]) is taken. */
+static struct crl_session *session_new(struct crl_sandbox *sb, char *shell)
+{
+    struct crl_session *s = calloc(1, sizeof(*s));
+    if (!s)
+        return NULL;
+    s->sb = sb;
+    crl_buf_init(&s->inq, CRL_BUF_UNBOUNDED);
+    crl_buf_init(&s->win[0], CRL_BUF_UNBOUNDED);
+    crl_buf_init(&s->win[1], CRL_BUF_UNBOUNDED);
+    s->argv[0] = shell;
+    s->proc.argv = s->argv;
+    s->proc.session = true;
+    s->proc.setsid = true;
+    s->proc.owner = s;
+    s->proc.on_start = shell_started;
+    s->proc.on_exit = shell_exited;
+    return s;
+}
+
+static void link_session(struct crl_session *s)
+{
+    s->next = s->sb->sessions;
+    s->sb->sessions = s;
+    s->sb->n_sessions++;
+}
+
 int crl_session_adopt(struct crl_sandbox *sb, const char *id, json_t *rec, struct crl_err *err)
 {
     const char *shell = json_string_value(json_object_get(rec, "shell"));
@@ -583,29 +611,19 @@ int crl_session_adopt(struct crl_sandbox *sb, const char *id, json_t *rec, struc
         return crl_err_set(err, CRL_E_INVALID, "its id is too long");
     if (crl_sandbox_on_end(sb, close_all, err) < 0)
         return -1;
-    struct crl_session *s = calloc(1, sizeof(*s));
-    if (!s || !(s->argv[0] = strdup(shell))) {
-        free(s);
+    char *argv0 = strdup(shell);
+    struct crl_session *s = argv0 ? session_new(sb, argv0) : NULL;
+    if (!s) {
+        free(argv0);
         return crl_err_sys(err, ENOMEM, "session");
     }
-    s->sb = sb;
     snprintf(s->id, sizeof(s->id), "%s", id);
-    crl_buf_init(&s->inq, CRL_BUF_UNBOUNDED);
-    crl_buf_init(&s->win[0], CRL_BUF_UNBOUNDED);
-    crl_buf_init(&s->win[1], CRL_BUF_UNBOUNDED);
-    s->proc.argv = s->argv;
-    s->proc.session = true;
-    s->proc.setsid = true;
-    s->proc.owner = s;
-    s->proc.on_exit = shell_exited;
     if (crl_sandbox_adopt_proc(sb, &s->proc, json_object_get(rec, "proc"), err) < 0) {
         session_free(s);
         return -1;
     }
     s->started = true;
-    s->next = sb->sessions;
-    sb->sessions = s;
-    sb->n_sessions++;
+    link_session(s);
     crl_sandbox_child_is(sb, "session", s->id, json_incref(rec));
     watch_shell(s);
     struct crl_err e = CRL_ERR_INIT;
@@ -630,10 +648,10 @@ int crl_session_open(struct crl_sandbox *sb, struct crl_session_req *req, crl_se
                            sb->id);
     if (crl_sandbox_on_end(sb, close_all, err) < 0)
         return -1;
-    struct crl_session *s = calloc(1, sizeof(*s));
+    struct crl_session *s = session_new(sb, req->shell);
     if (!s)
         return crl_err_sys(err, ENOMEM, "session");
-    s->sb = sb;
+    req->shell = NULL;
     /* A given id (a trajectory's session, opened again) or a new one that
      * no session of this sandbox has, whatever ids were given before. */
     struct crl_err ignored;
@@ -644,11 +662,6 @@ int crl_session_open(struct crl_sandbox *sb, struct crl_session_req *req, crl_se
             snprintf(s->id, sizeof(s->id), "ss-%llu", ++session_seq);
         while (crl_session_find(sb, s->id, &ignored) ||
                crl_sandbox_child_lost(sb, "session", s->id));
-    crl_buf_init(&s->inq, CRL_BUF_UNBOUNDED);
-    crl_buf_init(&s->win[0], CRL_BUF_UNBOUNDED);
-    crl_buf_init(&s->win[1], CRL_BUF_UNBOUNDED);
-    s->argv[0] = req->shell;
-    req->shell = NULL;
     s->cwd = req->cwd;
     req->cwd = NULL;
     s->envp = crl_env_merge(sb->image->env, sb->spec.env, req->env);
@@ -656,8 +669,6 @@ int crl_session_open(struct crl_sandbox *sb, struct crl_session_req *req, crl_se
         session_free(s);
         return crl_err_sys(err, ENOMEM, "session environment");
     }
-    s->proc.argv = s->argv;
-    s->proc.session = true;
     s->proc.envp = s->envp;
     s->proc.cwd = s->cwd ? s->cwd : sb->spec.cwd ? sb->spec.cwd : sb->image->cwd;
     struct crl_user user = req->user;
@@ -667,19 +678,13 @@ int crl_session_open(struct crl_sandbox *sb, struct crl_session_req *req, crl_se
     }
     s->proc.uid = user.uid;
     s->proc.gid = user.gid;
-    s->proc.setsid = true;
-    s->proc.owner = s;
-    s->proc.on_start = shell_started;
-    s->proc.on_exit = shell_exited;
     s->open_cb = cb;
     s->open_ctx = ctx;
     if (crl_sandbox_spawn(sb, &s->proc, err) < 0) {
         session_free(s);
         return -1;
     }
-    s->next = sb->sessions;
-    sb->sessions = s;
-    sb->n_sessions++;
+    link_session(s);
     crl_sandbox_touch(sb);
     return 0;
 }
